@@ -1,0 +1,160 @@
+"""The backend interface: what a model family must provide to run through vitbench's protocols.
+
+timm builds every network; a backend only knows how a family maps the paper's names onto timm
+architectures, what its few-shot representation is, and how its inputs are preprocessed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import timm
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """Eval-time preprocessing, in the terms timm's `create_transform` understands.
+
+    resize -> centre crop to `size`, where the resize target is floor(size / crop_pct);
+    `crop_mode="squash"` resizes both sides (big_vision's `resize(256)|central_crop(224)`),
+    `"center"` resizes the shorter side keeping the aspect ratio (timm / DeiT).
+    """
+
+    size: int = 224
+    crop_pct: float = 0.875
+    crop_mode: str = "squash"
+    interpolation: str = "bilinear"
+    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)  # (x - 0.5) / 0.5 is big_vision's value_range(-1, 1)
+    std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+
+    def at(self, size: int) -> Preprocessing:
+        """The same recipe producing `size`-pixel inputs."""
+        return Preprocessing(**{**asdict(self), "size": size})
+
+    def describe(self) -> str:
+        """Canonical one-line form: part of the feature-cache key and of every stored result."""
+        resize = math.floor(self.size / self.crop_pct)
+        mean = ",".join(f"{v:g}" for v in self.mean)
+        std = ",".join(f"{v:g}" for v in self.std)
+        return (
+            f"resize_{self.crop_mode}({resize},{self.interpolation})|central_crop({self.size})"
+            f"|normalize(mean={mean},std={std})"
+        )
+
+    def transform(self) -> Callable:
+        from timm.data import create_transform
+
+        return create_transform(
+            input_size=(3, self.size, self.size),
+            interpolation=self.interpolation,
+            mean=self.mean,
+            std=self.std,
+            crop_pct=self.crop_pct,
+            crop_mode=self.crop_mode,
+        )
+
+    @classmethod
+    def from_timm(cls, arch: str, size: int | None = None) -> Preprocessing:
+        """The preprocessing timm's pretrained config records for `arch` (no download: it is a table)."""
+        cfg = timm.models.get_pretrained_cfg(arch)
+        if cfg is None:
+            return cls(size=size or 224)
+        return cls(
+            size=size or cfg.input_size[-1],
+            crop_pct=cfg.crop_pct,
+            crop_mode=cfg.crop_mode,
+            interpolation=cfg.interpolation,
+            mean=tuple(cfg.mean),  # type: ignore[arg-type]
+            std=tuple(cfg.std),  # type: ignore[arg-type]
+        )
+
+
+# big_vision's few-shot preprocessing: decode|resize(256)|central_crop(224)|value_range(-1,1)
+BIG_VISION_FEWSHOT = Preprocessing()
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One paper-named model: `vit-b/16` -> timm's `vit_base_patch16_224`."""
+
+    name: str
+    arch: str
+    backend: Backend | None
+    preprocessing: Preprocessing = field(default=BIG_VISION_FEWSHOT)
+    summary: str = ""
+    input_multiple: int = 1  # image sizes must be a multiple of this (the patch size for ViTs)
+    # Set for names that exist only as paper rows (their weights were never released): the reason.
+    reference_only: str | None = None
+
+    @property
+    def family(self) -> str:
+        return self.backend.family if self.backend else "reference"
+
+
+class Backend:
+    """A timm model family. Subclasses override what differs between families."""
+
+    family = "timm"
+    representation = "pre-logits"  # recorded with every few-shot result
+
+    def check_img_size(self, spec: ModelSpec, img_size: int) -> None:
+        from vitbench.errors import UserError
+
+        if img_size <= 0 or img_size % spec.input_multiple:
+            raise UserError(
+                f"--res {img_size}: {spec.name} needs an image size that is a positive multiple of "
+                f"{spec.input_multiple}"
+            )
+
+    def timm_kwargs(self, img_size: int) -> dict:
+        return {}
+
+    def create(self, spec: ModelSpec, num_classes: int, img_size: int) -> nn.Module:
+        """The architecture at `img_size` with a fresh zero-initialised `num_classes` head.
+
+        The paper replaces the whole pre-training head by one zero-initialised linear layer
+        (App. B.1.1); with no weights loaded the rest of the network is timm's random init.
+        Create it under `torch.device("meta")` to count parameters without allocating them.
+        """
+        self.check_img_size(spec, img_size)
+        model = timm.create_model(spec.arch, pretrained=False, num_classes=num_classes, **self.timm_kwargs(img_size))
+        head = model.get_classifier()
+        if isinstance(head, nn.Linear | nn.Conv2d):
+            nn.init.zeros_(head.weight)
+            if head.bias is not None:
+                nn.init.zeros_(head.bias)
+        return model
+
+    def head_prefix(self, model: nn.Module) -> str:
+        """State-dict prefix of the classifier that the protocols replace (`head`, `head.fc`)."""
+        return str(getattr(model, "pretrained_cfg", {}).get("classifier", "head"))
+
+    def adapt_state_dict(self, state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
+        """Make a checkpoint fit `model` where the paper allows it (e.g. a new position grid)."""
+        return state
+
+    def features(self, model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+        """The few-shot representation, (B, 3, H, W) -> (B, D). timm's pre-logits by default."""
+        return model.forward_head(model.forward_features(images), pre_logits=True)
+
+    def flops_per_image(self, spec: ModelSpec, img_size: int) -> int:
+        """Forward FLOPs for one image (2 per multiply-add), counted on the meta device."""
+        with torch.device("meta"):
+            model = self.create(spec, num_classes=0, img_size=img_size)
+            images = torch.empty(1, 3, img_size, img_size)
+            with FlopCounterMode(display=False) as counter:
+                self.features(model, images)
+        return int(counter.get_total_flops())
+
+
+def count_parameters(spec: ModelSpec, num_classes: int = 1000, img_size: int = 224) -> int:
+    """Parameter count of `spec` with a `num_classes` head, without allocating any memory."""
+    assert spec.backend is not None
+    with torch.device("meta"):
+        model = spec.backend.create(spec, num_classes=num_classes, img_size=img_size)
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,278 @@
+"""The `vitbench` command: parse, call, print. No protocol logic lives here."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+import vitbench
+from vitbench.errors import UserError
+
+app = typer.Typer(
+    help="Reproduce the transfer protocols of 'An Image is Worth 16x16 Words' (ViT) for any backbone.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    no_args_is_help=False,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+out = Console()
+err = Console(stderr=True)
+log = logging.getLogger("vitbench")
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option("--data-dir", envvar="VITBENCH_DATA", help="Root holding datasets in torchvision's layout."),
+]
+Results = Annotated[
+    Path, typer.Option("--results", envvar="VITBENCH_RESULTS", help="Results folder: vitbench.duckdb, runs/, cache/.")
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"vitbench {vitbench.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    pass
+
+
+def _int_list(option: str, text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or any(v < 0 for v in values):
+        raise UserError(f"{option} {text}: expected comma-separated non-negative integers, e.g. 0,1,2")
+    return values
+
+
+def _check_data_dir(data_dir: Path | None) -> Path | None:
+    if data_dir is None:
+        return None
+    if not data_dir.exists():
+        raise UserError(f"--data-dir {data_dir}: no such folder")
+    if not data_dir.is_dir():
+        raise UserError(f"--data-dir {data_dir}: is a file, expected the folder that holds the datasets")
+    return data_dir
+
+
+def _writable_results(results: Path) -> Path:
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+        probe = results / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"--results {results}: cannot write there ({e.strerror or e})") from None
+    return results
+
+
+@app.command()
+def run(
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Paper name, e.g. vit-b/16 (`vitbench ls models`).")] = None,
+    suite: Annotated[str | None, typer.Option("--suite", "-s", help="Named suite (`vitbench ls suites`); default: demo.")] = None,
+    dataset: Annotated[str | None, typer.Option("--dataset", "-d", help="Dataset name(s), comma-separated.")] = None,
+    protocol: Annotated[str | None, typer.Option("--protocol", help="fewshot (default).")] = None,
+    weights: Annotated[str | None, typer.Option("--weights", "-w", help="A .safetensors/.pth file, or 'random'.")] = None,
+    seeds: Annotated[str | None, typer.Option("--seeds", help="Comma-separated seeds [default: 0,1,2].")] = None,
+    shots: Annotated[str | None, typer.Option("--shots", help="Comma-separated shot counts [default: 1,5,10,25].")] = None,
+    fewshot_l2: Annotated[str, typer.Option("--fewshot-l2", help="Ridge λ (1024, 2^10) or 'sweep' (2^-10..2^19).")] = "1024",
+    res: Annotated[int | None, typer.Option("--res", help="Input resolution [default: the model's, 224].")] = None,
+    data_dir: DataDir = None,
+    results: Results = Path("results"),
+    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Feature-extraction batch size.")] = 64,
+    workers: Annotated[int, typer.Option("--workers", help="DataLoader worker processes.")] = min(4, (os.cpu_count() or 2) // 2),
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the planned runs and stop.")] = False,
+    rerun: Annotated[bool, typer.Option("--rerun", help="Run again even where results exist.")] = False,
+) -> None:
+    """Plan, run and store a benchmark. With no options: the embedded demo suite."""
+    from vitbench import fewshot, runner, store
+
+    req = runner.Request(
+        model=model, suite=suite, protocol=protocol, weights=weights,
+        datasets=tuple(d.strip() for d in dataset.split(",") if d.strip()) if dataset else (),
+        seeds=_int_list("--seeds", seeds) or fewshot.SEEDS,
+        shots=_int_list("--shots", shots) or fewshot.SHOTS,
+        fewshot_l2=fewshot_l2, res=res, data_dir=_check_data_dir(data_dir), results=results,
+        device=device, batch_size=batch_size, workers=workers,
+    )
+    if 0 in req.shots:
+        raise UserError("--shots: shot counts must be at least 1")
+    from vitbench.provenance import resolve_device
+
+    resolve_device(device)  # a bad --device fails before any work
+    if not dry_run:
+        _writable_results(results)
+    groups = runner.plan(req)
+    specs = [s for g in groups for s in g.specs]
+    con = None if dry_run else store.connect(results)
+    done: set[str] = set()
+    if con is not None:
+        store.ingest_pending(con, results)
+        done = store.done_keys(con)
+    todo = [s for s in specs if rerun or s.run_key not in done]
+    log.info("%d runs planned, %d already stored, %d to run", len(specs), len(specs) - len(todo), len(todo))
+    if dry_run:
+        for s in specs:
+            out.print(f"{s.run_key[:12]}  {s.model:12s} {s.dataset:10s} {s.protocol} shots={s.shots} seed={s.seed}"
+                      f"  {'done' if s.run_key in done else 'todo'}")
+        return
+    assert con is not None
+    finished = 0
+
+    def report(spec, metrics) -> None:
+        nonlocal finished
+        finished += 1
+        value = metrics.get("accuracy")
+        shown = f"accuracy {value * 100:.2f}%" if value is not None else f"{len(metrics)} λ values"
+        log.info("[%d/%d] %s %s %d-shot seed %d: %s", finished, len(todo), spec.model, spec.dataset,
+                 spec.shots, spec.seed, shown)
+
+    try:
+        runner.execute(groups, req, con, done, rerun=rerun, on_result=report)
+    except KeyboardInterrupt:
+        err.print(f"interrupted: {finished} of {len(todo)} runs stored; run the same command again to do the rest")
+        raise typer.Exit(130) from None
+    finally:
+        con.close()
+    _print_table(results, compare=(), fmt="rich", shots=None)
+
+
+def _print_table(results: Path, compare, fmt: str, shots: int | None) -> None:
+    from vitbench import store, table
+
+    df = store.read_results(results)
+    data = table.build(df, compare=compare, shots=shots)
+    if not data.rows:
+        err.print(f"no results in {results / store.DB_NAME} yet; try `vitbench run`")
+        return
+    if fmt == "rich":
+        out.print(table.to_rich(data))
+    else:
+        renderers = {"md": table.to_markdown, "latex": table.to_latex, "csv": table.to_csv}
+        if fmt not in renderers:
+            raise UserError(f"--format {fmt}: expected rich, md, latex or csv")
+        sys.stdout.write(renderers[fmt](data))
+
+
+@app.command("table")
+def table_cmd(
+    compare: Annotated[list[str] | None, typer.Option("--compare", help="Paper column(s) to add, e.g. bit-l.")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="rich, md, latex or csv.")] = "rich",
+    shots: Annotated[int | None, typer.Option("--shots", help="Only this few-shot count.")] = None,
+    results: Results = Path("results"),
+) -> None:
+    """Show stored results as a Table 2-style comparison."""
+    _print_table(results, compare=compare or (), fmt=fmt, shots=shots)
+
+
+@app.command("ls")
+def ls(
+    what: Annotated[str, typer.Argument(help="models, datasets, suites or plugins.")],
+) -> None:
+    """List what vitbench knows about."""
+    from rich.table import Table
+
+    from vitbench import paper, registry
+    from vitbench.datasets import DATASETS
+    from vitbench.suites import SUITES
+
+    if what == "plugins":  # from package metadata only: nothing is imported
+        t = Table("plugin", "target", "distribution", "version")
+        for p in registry.plugins():
+            t.add_row(p.name, p.target, p.distribution, p.version)
+        if registry.autoload_disabled():
+            t.caption = f"{registry.AUTOLOAD_ENV}=1: third-party plugins are not loaded"
+    elif what == "models":
+        t = Table("model", "family", "timm architecture", "notes")
+        for spec in registry.models().values():
+            t.add_row(spec.name, spec.family, spec.arch,
+                      f"paper reference only: {spec.reference_only}" if spec.reference_only else spec.summary)
+        t.caption = "paper columns for --compare: " + ", ".join(paper.columns())
+    elif what == "datasets":
+        t = Table("dataset", "title", "classes", "folder under --data-dir", "official splits")
+        for d in DATASETS.values():
+            t.add_row(d.name, d.title, str(d.num_classes), d.folder or "(embedded)",
+                      ", ".join(f"{k} {v:,}" for k, v in d.official_sizes.items()))
+    elif what == "suites":
+        t = Table("suite", "datasets", "protocol", "description")
+        for s in SUITES.values():
+            t.add_row(s.name, ", ".join(s.datasets), s.protocol, s.description)
+    else:
+        raise UserError(f"vitbench ls {what}: expected models, datasets, suites or plugins")
+    out.print(t)
+
+
+@app.command()
+def doctor(data_dir: DataDir = None) -> None:
+    """Versions, accelerators, and which datasets are found under --data-dir."""
+    import timm
+    import torch
+    from rich.table import Table
+
+    from vitbench.datasets import DATASETS, find_status
+    from vitbench.provenance import device_name, git_sha
+
+    out.print(f"vitbench {vitbench.__version__} ({git_sha()}), torch {torch.__version__}, timm {timm.__version__}, "
+              f"python {sys.version.split()[0]}")
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            out.print(f"cuda:{i}  {torch.cuda.get_device_name(i)}")
+    else:
+        out.print(f"no CUDA device; runs use the {device_name(torch.device('cpu'))}")
+    data_dir = _check_data_dir(data_dir)
+    t = Table("dataset", "status", title=f"datasets under {data_dir}" if data_dir else "datasets (no --data-dir)")
+    for d in DATASETS.values():
+        t.add_row(d.name, find_status(d, data_dir))
+    out.print(t)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is now (not the one at start-up), so redirection works."""
+
+    @property  # type: ignore[override]
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+def _configure_logging() -> None:
+    if not any(isinstance(h, _StderrHandler) for h in log.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+    log.setLevel(logging.INFO)
+
+
+def main() -> None:
+    _configure_logging()
+    try:
+        code = app(standalone_mode=False)
+    except UserError as e:
+        err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(e.exit_code)
+    except typer.TyperException as e:  # click's usage errors (typer vendors click: no direct import)
+        message = e.format_message() if hasattr(e, "format_message") else str(e)
+        err.print(f"error: {message} (see -h)", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(getattr(e, "exit_code", 2))
+    except (KeyboardInterrupt, typer.Abort):
+        err.print("interrupted")
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,11 @@
+"""The one exception type that reaches the user as a one-line message instead of a traceback."""
+
+
+class UserError(Exception):
+    """A mistake in the user's input (a name, a path, a file) that they can fix.
+
+    The CLI prints `error: <message>` and exits non-zero; the message must name the offending
+    option or file and say what was expected.
+    """
+
+    exit_code = 2

@@ -1,0 +1,56 @@
+"""The paper's own numbers (results/paper/*.csv): data, loaded beside measured rows, never mixed in."""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import cache
+from pathlib import Path
+
+import pandas as pd
+
+from vitbench.errors import UserError
+
+TABLES = {"1": "table1.csv", "2": "table2.csv", "5": "table5.csv", "6": "table6.csv", "9": "table9.csv"}
+
+
+def paper_dir() -> Path:
+    """VITBENCH_PAPER_DIR, else the source tree's results/paper, else the installed copy."""
+    candidates = [
+        Path(os.environ["VITBENCH_PAPER_DIR"]) if os.environ.get("VITBENCH_PAPER_DIR") else None,
+        Path(__file__).resolve().parent.parent / "results" / "paper",
+        Path(sys.prefix) / "share" / "vitbench" / "paper",
+    ]
+    for path in candidates:
+        if path and (path / "table2.csv").exists():
+            return path
+    raise UserError("cannot find the paper tables (results/paper/*.csv); set VITBENCH_PAPER_DIR")
+
+
+@cache
+def table(number: str) -> pd.DataFrame:
+    return pd.read_csv(paper_dir() / TABLES[number])
+
+
+def columns() -> list[str]:
+    """Every name `--compare` accepts: Table 2's columns, then Tables 5 and 6."""
+    names: list[str] = []
+    for number in ("2", "5", "6"):
+        names += [c for c in table(number)["column"].unique() if c not in names]
+    return names
+
+
+def column(name: str) -> pd.DataFrame:
+    """One paper column as rows (dataset, value, std, source); first table that has it wins."""
+    for number in ("2", "5", "6"):
+        df = table(number)
+        rows = df[df["column"] == name]
+        if len(rows):
+            out = rows[["dataset", "value"]].copy()
+            out["std"] = rows["std"] if "std" in rows else float("nan")
+            out["source"] = rows["source"]
+            return out.reset_index(drop=True)
+    from vitbench.registry import lookup
+
+    lookup("paper column", name, {c: c for c in columns()})  # raises with suggestions
+    raise AssertionError

@@ -1,0 +1,150 @@
+"""Where a number came from: environment capture, weights and data fingerprints, the device clock."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+_SOURCE_DIR = Path(__file__).resolve().parent.parent
+
+
+def canonical_json(obj: object) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def sha256_file(path: Path, cache_dir: Path | None = None) -> str:
+    """sha256 of a (possibly multi-GB) weights file, cached by (absolute path, size, mtime)."""
+    stat = path.stat()
+    cache_file = cache_dir / "sha256.json" if cache_dir else None
+    cache: dict[str, str] = {}
+    entry = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    if cache_file and cache_file.exists():
+        try:
+            cache = json.loads(cache_file.read_text())
+        except ValueError:
+            cache = {}  # a damaged cache is only a cache: recompute
+        if entry in cache:
+            return cache[entry]
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    value = digest.hexdigest()
+    if cache_file:
+        cache[entry] = value
+        write_atomic(cache_file, json.dumps(cache, indent=0))
+    return value
+
+
+def fingerprint_files(root: Path, files: Iterable[Path], content: bool) -> str:
+    """A dataset fingerprint from relative names and sizes (plus contents where `content`):
+    changes whenever the file set changes, without reading every image of a large dataset."""
+    digest = hashlib.sha256()
+    for f in sorted(files):
+        digest.update(f"{f.relative_to(root)}|{f.stat().st_size}\n".encode())
+        if content:
+            digest.update(bytes.fromhex(sha256_file(f)))
+    return digest.hexdigest()[:16]
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Readers see the old file or the new one, never half of one (temp file + os.replace)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def git_sha() -> str:
+    """The vitbench code version: its git commit (+ '-dirty' with local edits), if run from a checkout."""
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(_SOURCE_DIR), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        if not sha:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "-C", str(_SOURCE_DIR), "status", "--porcelain", "--untracked-files=no", "--", "vitbench", "plugins"],
+            capture_output=True, text=True, timeout=5,
+        ).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def environment() -> dict[str, str]:
+    import timm
+
+    import vitbench
+
+    return {
+        "git_sha": git_sha(),
+        "vitbench_version": vitbench.__version__,
+        "torch_version": torch.__version__,
+        "timm_version": timm.__version__,
+        "python_version": platform.python_version(),
+        "hostname": socket.gethostname(),
+        "command": " ".join(Path(sys.argv[0]).name.split() + sys.argv[1:]),
+    }
+
+
+def resolve_device(name: str) -> torch.device:
+    from vitbench.errors import UserError
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"--device {name}: expected auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {name}: no CUDA device is visible to torch")
+    return device
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"CPU: {line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+
+
+class Clock:
+    """Accumulates device-seconds across `with clock:` blocks (big_vision's Chrono, in spirit):
+    only time spent on device work counts, and CUDA is synchronised at the edges so the time is
+    the kernels', not the launches'."""
+
+    def __init__(self, device: torch.device, devices: int = 1):
+        self.device, self.devices, self.seconds = device, devices, 0.0
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def __enter__(self) -> Clock:
+        self._sync()
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._sync()
+        self.seconds += (time.perf_counter() - self._start) * self.devices

@@ -1,0 +1,159 @@
+"""The results store: one DuckDB file, written only by the CLI process, one transaction per ingest.
+
+Runs first land as JSON shards (`runs/<run_key>.json`, written atomically by whoever ran them);
+`ingest` merges shards into the database, idempotent on run_key. DuckDB allows one writing
+process, so workers never open the database: shards make crashes, concurrent `vitbench run`
+calls and cluster array jobs safe.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from vitbench.errors import UserError
+
+DB_NAME = "vitbench.duckdb"
+
+# Migrations, applied in order inside one transaction; never edit a released step, append one.
+MIGRATIONS: list[list[str]] = [
+    [  # 1: the initial schema
+        """CREATE TABLE runs (
+            run_key VARCHAR PRIMARY KEY,
+            model VARCHAR NOT NULL, arch VARCHAR, backend VARCHAR,
+            weights VARCHAR NOT NULL, weights_sha256 VARCHAR NOT NULL, random_init BOOLEAN NOT NULL,
+            dataset VARCHAR NOT NULL, data_source VARCHAR NOT NULL, data_dir VARCHAR,
+            data_fingerprint VARCHAR NOT NULL, data_subset BOOLEAN NOT NULL,
+            n_train INTEGER, n_test INTEGER,
+            protocol VARCHAR NOT NULL, protocol_version VARCHAR NOT NULL, hparams JSON NOT NULL,
+            seed INTEGER NOT NULL, shots INTEGER,
+            status VARCHAR NOT NULL, started_at TIMESTAMP, finished_at TIMESTAMP,
+            device VARCHAR, device_name VARCHAR, device_count INTEGER, device_seconds DOUBLE,
+            flops_per_image BIGINT, flops DOUBLE,
+            git_sha VARCHAR, vitbench_version VARCHAR, torch_version VARCHAR, timm_version VARCHAR,
+            python_version VARCHAR, hostname VARCHAR, command VARCHAR, notes JSON
+        )""",
+        """CREATE TABLE metrics (
+            run_key VARCHAR NOT NULL, name VARCHAR NOT NULL, value DOUBLE NOT NULL,
+            PRIMARY KEY (run_key, name)
+        )""",
+    ],
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+RUN_COLUMNS = [
+    "run_key", "model", "arch", "backend", "weights", "weights_sha256", "random_init", "dataset", "data_source",
+    "data_dir", "data_fingerprint", "data_subset", "n_train", "n_test", "protocol", "protocol_version", "hparams",
+    "seed", "shots", "status", "started_at", "finished_at", "device", "device_name", "device_count",
+    "device_seconds", "flops_per_image", "flops", "git_sha", "vitbench_version", "torch_version", "timm_version",
+    "python_version", "hostname", "command", "notes",
+]
+
+
+def shard_dir(results: Path) -> Path:
+    return results / "runs"
+
+
+def _schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
+    ).fetchone()
+    if not exists or not exists[0]:
+        return 0
+    row = con.execute("SELECT max(version) FROM schema_version").fetchone()
+    return int(row[0] or 0) if row else 0
+
+
+def _check_not_newer(path: Path, version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise UserError(
+            f"{path}: written by a newer vitbench (schema {version}; this one knows up to {SCHEMA_VERSION}); "
+            "upgrade vitbench or point --results elsewhere. The file was not changed."
+        )
+
+
+def connect(results: Path) -> duckdb.DuckDBPyConnection:
+    """Open (creating or migrating) the store for writing. Only the CLI process calls this."""
+    path = results / DB_NAME
+    results.mkdir(parents=True, exist_ok=True)
+    try:
+        con = duckdb.connect(str(path))
+    except duckdb.Error as e:
+        raise UserError(f"{path}: cannot open the results store ({' '.join(str(e).split())[:200]})") from None
+    version = _schema_version(con)
+    try:
+        _check_not_newer(path, version)
+    except UserError:
+        con.close()
+        raise
+    if version < SCHEMA_VERSION:
+        import vitbench
+
+        con.execute("BEGIN TRANSACTION")
+        if version == 0:
+            con.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP, vitbench_version VARCHAR)")
+        for number, steps in enumerate(MIGRATIONS[version:], start=version + 1):
+            for sql in steps:
+                con.execute(sql)
+            con.execute("INSERT INTO schema_version VALUES (?, now(), ?)", [number, vitbench.__version__])
+        con.execute("COMMIT")
+    return con
+
+
+def ingest(con: duckdb.DuckDBPyConnection, shards: Iterable[Path]) -> int:
+    """Merge shards into the store in one transaction; re-ingesting a shard replaces its rows."""
+    records = [json.loads(p.read_text()) for p in shards]
+    if not records:
+        return 0
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for rec in records:
+            run = rec["run"]
+            con.execute("DELETE FROM metrics WHERE run_key = ?", [run["run_key"]])
+            con.execute("DELETE FROM runs WHERE run_key = ?", [run["run_key"]])
+            values = [json.dumps(run[c]) if c in ("hparams", "notes") else run.get(c) for c in RUN_COLUMNS]
+            con.execute(f"INSERT INTO runs VALUES ({', '.join('?' * len(RUN_COLUMNS))})", values)
+            con.executemany(
+                "INSERT INTO metrics VALUES (?, ?, ?)", [[run["run_key"], k, v] for k, v in rec["metrics"].items()]
+            )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return len(records)
+
+
+def done_keys(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return {r[0] for r in con.execute("SELECT run_key FROM runs WHERE status = 'done'").fetchall()}
+
+
+def ingest_pending(con: duckdb.DuckDBPyConnection, results: Path) -> int:
+    """Shards written (by this or another process) but not yet in the database."""
+    folder = shard_dir(results)
+    if not folder.is_dir():
+        return 0
+    known = done_keys(con)
+    return ingest(con, [p for p in sorted(folder.glob("*.json")) if p.stem not in known])
+
+
+def read_results(results: Path) -> pd.DataFrame:
+    """Every finished run joined with its metrics (one row per metric), read-only.
+    An absent store is an empty frame, never an error."""
+    path = results / DB_NAME
+    if not path.exists():
+        return pd.DataFrame(columns=[*RUN_COLUMNS, "metric", "value"])
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as e:
+        raise UserError(f"{path}: cannot read the results store ({' '.join(str(e).split())[:200]})") from None
+    try:
+        _check_not_newer(path, _schema_version(con))
+        return con.execute(
+            "SELECT r.*, m.name AS metric, m.value FROM runs r JOIN metrics m USING (run_key) "
+            "WHERE r.status = 'done' ORDER BY r.model, r.dataset, r.shots, r.seed"
+        ).df()
+    finally:
+        con.close()

@@ -1,0 +1,178 @@
+"""Table 2-style comparisons: measured columns (mean ± std over seeds, with n) beside paper columns.
+
+Rows are (dataset, protocol, shots); one column per measured (model, weights); `--compare`
+adds the paper's columns. Random-init and subset-data columns carry a marker and a footnote.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from vitbench import paper
+from vitbench.datasets import DATASETS
+
+ROW_ORDER = ["imagenet", "imagenet_real", "cifar10", "cifar100", "pets", "flowers102", "vtab", "digits"]
+TITLES = {"imagenet_real": "ImageNet ReaL", "pets": "Oxford-IIIT Pets", "flowers102": "Oxford Flowers-102",
+          "vtab": "VTAB (19 tasks)", **{k: v.title for k, v in DATASETS.items()}}
+RANDOM_MARK, SUBSET_MARK = "†", "‡"
+
+
+@dataclass
+class TableData:
+    rows: list[str] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    cells: dict[tuple[str, str], str] = field(default_factory=dict)
+    numbers: list[dict] = field(default_factory=list)  # the same cells, machine-readable (CSV)
+    footnotes: list[str] = field(default_factory=list)
+
+
+def select_sweep_l2(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
+    """For runs made with `--fewshot-l2 sweep`: one λ per shot count, chosen as the ViT-era code did —
+    rank every λ on each dataset (mean over seeds), average the ranks over datasets, take the best."""
+    sweep = df[df["metric"].str.startswith("accuracy@l2=")].copy()
+    if sweep.empty:
+        return df, {}
+    sweep["l2"] = sweep["metric"].str.split("=").str[1].astype(float)
+    chosen: dict[int, float] = {}
+    for shots, part in sweep.groupby("shots"):
+        means = part.groupby(["dataset", "l2"])["value"].mean().unstack("l2")  # (dataset, λ)
+        ranks = means.rank(axis=1).mean(axis=0)
+        chosen[int(shots)] = float(ranks.idxmax())
+    picked = sweep[sweep.apply(lambda r: r["l2"] == chosen[int(r["shots"])], axis=1)].copy()
+    picked["metric"] = "accuracy"
+    rest = df[~df["metric"].str.startswith("accuracy@l2=")]
+    return pd.concat([rest, picked.drop(columns="l2")], ignore_index=True), chosen
+
+
+def _column_label(run: pd.Series) -> str:
+    weights = "random init" if run["random_init"] else f"{str(run['weights']).rsplit('/', 1)[-1]} [{run['weights_sha256'][:8]}]"
+    marks = (RANDOM_MARK if run["random_init"] else "") + (SUBSET_MARK if run["data_subset"] else "")
+    return f"{run['model']} ({weights}){marks}"
+
+
+def _row_label(dataset: str, protocol: str, shots) -> str:
+    title = TITLES.get(dataset, dataset)
+    if protocol == "fewshot" and shots is not None and not (isinstance(shots, float) and math.isnan(shots)):
+        return f"{title} · {int(shots)}-shot"
+    return f"{title} · {protocol}"
+
+
+def _cell(values: pd.Series, scale: float = 100.0) -> str:
+    mean = values.mean() * scale
+    if len(values) < 2:
+        return f"{mean:.2f} (n=1)"
+    return f"{mean:.2f} ± {values.std(ddof=1) * scale:.2f} (n={len(values)})"
+
+
+def build(df: pd.DataFrame, compare: list[str] | tuple[str, ...] = (), shots: int | None = None) -> TableData:
+    data = TableData()
+    df, chosen = select_sweep_l2(df)
+    acc = df[df["metric"] == "accuracy"].copy()
+    if shots is not None:
+        acc = acc[acc["shots"] == shots]
+    if not acc.empty:
+        acc["column"] = acc.apply(_column_label, axis=1)
+        acc["order"] = acc["dataset"].map(lambda d: ROW_ORDER.index(d) if d in ROW_ORDER else len(ROW_ORDER))
+        acc = acc.sort_values(["order", "dataset", "protocol", "shots"])
+        acc["row"] = [_row_label(d, p, s) for d, p, s in zip(acc["dataset"], acc["protocol"], acc["shots"], strict=True)]
+        data.columns = list(dict.fromkeys(acc["column"]))
+        data.rows = list(dict.fromkeys(acc["row"]))
+        for (row, col), cell in acc.groupby(["row", "column"], sort=False):
+            data.cells[(row, col)] = _cell(cell["value"])
+            data.numbers.append({"row": row, "column": col, "mean": cell["value"].mean() * 100,
+                                 "std": cell["value"].std(ddof=1) * 100 if len(cell) > 1 else None, "n": len(cell)})
+        # the cost of the measurement itself, not the paper's pre-training cost (a separate row)
+        cost_row = "vitbench accelerator-days (this evaluation)"
+        runs = acc.drop_duplicates("run_key")
+        for col, part in runs.groupby("column", sort=False):
+            days = part["device_seconds"].sum() / 86400
+            data.cells[(cost_row, col)] = f"{days:.2g}"
+            data.numbers.append({"row": cost_row, "column": col, "mean": days, "std": None, "n": len(part)})
+        data.rows.append(cost_row)
+        row_dataset = dict(zip(acc["row"], acc["dataset"], strict=True))
+    else:
+        row_dataset = {}
+
+    for name in compare:
+        paper_rows = paper.column(name)
+        col = f"{name} (paper)"
+        data.columns.append(col)
+        by_dataset = {r.dataset: r for r in paper_rows.itertuples()}
+        if not row_dataset:  # nothing measured: show the paper column on its own rows
+            for r in paper_rows.itertuples():
+                label = TITLES.get(r.dataset, r.dataset)
+                if r.dataset == "tpuv3_core_days":
+                    continue
+                row_dataset.setdefault(label, r.dataset)
+                if label not in data.rows:
+                    data.rows.append(label)
+        for row, dataset in row_dataset.items():
+            if dataset in by_dataset:
+                r = by_dataset[dataset]
+                has_std = isinstance(r.std, float) and not math.isnan(r.std)
+                data.cells[(row, col)] = f"{r.value:.2f}" + (f" ± {r.std:.2f}" if has_std else "")
+                data.numbers.append({"row": row, "column": col, "mean": r.value, "std": r.std if has_std else None, "n": None})
+        if "tpuv3_core_days" in by_dataset:
+            row = "paper TPUv3-core-days (pre-training)"
+            if row not in data.rows:
+                data.rows.append(row)
+            value = by_dataset["tpuv3_core_days"].value
+            data.cells[(row, col)] = f"{value / 1000:.2g}k"
+            data.numbers.append({"row": row, "column": col, "mean": value, "std": None, "n": None})
+        data.footnotes.append(f"{name} (paper): {paper_rows['source'].iloc[0]}; fine-tuned, not few-shot")
+
+    if any(RANDOM_MARK in c for c in data.columns):
+        data.footnotes.append(f"{RANDOM_MARK} random-init weights: a pipeline check, not a pretrained backbone")
+    if any(SUBSET_MARK in c for c in data.columns):
+        data.footnotes.append(f"{SUBSET_MARK} measured on a subset of the official splits: not comparable with the paper")
+    for k, l2 in sorted(chosen.items()):
+        data.footnotes.append(f"{k}-shot: λ = {l2:g} chosen by mean rank across datasets (--fewshot-l2 sweep)")
+    if data.columns:
+        data.footnotes.append("measured cells: top-1 accuracy (%), mean ± std over seeds (n runs)")
+    return data
+
+
+def to_markdown(t: TableData) -> str:
+    lines = ["| | " + " | ".join(t.columns) + " |", "|---" * (len(t.columns) + 1) + "|"]
+    lines += ["| " + r + " | " + " | ".join(t.cells.get((r, c), "") for c in t.columns) + " |" for r in t.rows]
+    return "\n".join(lines + [""] + [f"- {n}" for n in t.footnotes]) + "\n"
+
+
+def _latex_escape(s: str) -> str:
+    return s.replace("\\", r"\textbackslash{}").replace("_", r"\_").replace("%", r"\%").replace("&", r"\&") \
+        .replace("#", r"\#").replace("±", r"$\pm$").replace("†", r"$^\dagger$").replace("‡", r"$^\ddagger$") \
+        .replace("·", r"$\cdot$").replace("λ", r"$\lambda$")
+
+
+def to_latex(t: TableData) -> str:
+    out = [r"\begin{tabular}{l" + "c" * len(t.columns) + "}", r"\toprule",
+           " & " + " & ".join(_latex_escape(c) for c in t.columns) + r" \\", r"\midrule"]
+    out += [_latex_escape(r) + " & " + " & ".join(_latex_escape(t.cells.get((r, c), "")) for c in t.columns) + r" \\"
+            for r in t.rows]
+    out += [r"\bottomrule", r"\end{tabular}"] + [f"% {_latex_escape(n)}" for n in t.footnotes]
+    return "\n".join(out) + "\n"
+
+
+def to_csv(t: TableData) -> str:
+    buf = io.StringIO()
+    pd.DataFrame(t.numbers, columns=["row", "column", "mean", "std", "n"]).to_csv(buf, index=False)
+    return buf.getvalue()
+
+
+def to_rich(t: TableData):
+    from rich.table import Table
+    from rich.text import Text  # Text, not markup: labels hold "[sha]" brackets
+
+    table = Table(show_lines=False, caption=Text("\n".join(t.footnotes)) if t.footnotes else None,
+                  caption_justify="left")
+    table.add_column("")
+    for c in t.columns:
+        table.add_column(Text(c), justify="right", style="cyan" if c.endswith("(paper)") else None)
+    for r in t.rows:
+        table.add_row(Text(r), *[Text(t.cells.get((r, c), "")) for c in t.columns])
+    return table
+

@@ -1,0 +1,90 @@
+"""Weights from explicit files, checked tensor by tensor. Never a download.
+
+`random` must be asked for by name; it is recorded as such (weights_sha256 = "random") and
+marked in every table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from vitbench.backend import ModelSpec
+from vitbench.errors import UserError
+
+RANDOM = "random"
+SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
+
+
+def check_weights_arg(weights: str) -> str:
+    """Validate `--weights` early (before any work): `random` or an existing file of a known format."""
+    if weights == RANDOM:
+        return RANDOM
+    path = Path(weights).expanduser()
+    if path.suffix == ".npz":
+        raise UserError(f"--weights {weights}: Google .npz checkpoints are not supported yet; use .safetensors or .pth")
+    if not path.is_file():
+        raise UserError(f"--weights {weights}: no such file (expected a .safetensors/.pth file, or 'random')")
+    if path.suffix not in SUFFIXES:
+        raise UserError(f"--weights {weights}: unknown format '{path.suffix}', expected one of {', '.join(SUFFIXES)}")
+    return str(path.resolve())
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """Tensors of a .safetensors file, or of a .pth loaded with weights_only=True (no code runs)."""
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path))
+        except Exception as e:  # safetensors raises its own error types for truncation / bad headers
+            raise UserError(f"{path}: not a readable safetensors file, truncated or corrupt ({_one_line(e)})") from None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise UserError(f"{path}: not a readable PyTorch weights file, truncated or corrupt ({_one_line(e)})") from None
+    for key in ("state_dict", "model", "model_ema"):  # common training-checkpoint wrappers
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+            break
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise UserError(f"{path}: expected a state dict of tensors")
+    return state
+
+
+def load_into(model: nn.Module, spec: ModelSpec, path: Path) -> None:
+    """Load every tensor of `model` from `path`, except the head, which the protocols replace by a
+    fresh zero-initialised layer (paper App. B.1.1). Any missing, extra or mis-shaped tensor is an
+    error naming it: never a silently random layer."""
+    assert spec.backend is not None
+    state = read_state_dict(path)
+    head = spec.backend.head_prefix(model) + "."
+    state = {k: v for k, v in state.items() if not k.startswith(head)}
+    state = spec.backend.adapt_state_dict(state, model)
+    expected = {k: v for k, v in model.state_dict().items() if not k.startswith(head)}
+
+    missing = [k for k in expected if k not in state]
+    extra = [k for k in state if k not in expected]
+    if missing:
+        raise UserError(
+            f"{path}: no tensor '{missing[0]}'{_more(missing)} that {spec.name} needs; weights of another architecture?"
+        )
+    if extra:
+        raise UserError(f"{path}: tensor '{extra[0]}'{_more(extra)} is not part of {spec.name}; weights of another architecture?")
+    for key, tensor in expected.items():
+        if state[key].shape != tensor.shape:
+            raise UserError(
+                f"{path}: tensor '{key}' has shape {tuple(state[key].shape)}, {spec.name} expects "
+                f"{tuple(tensor.shape)}; weights of another architecture?"
+            )
+    model.load_state_dict(state, strict=False)
+
+
+def _more(items: list[str]) -> str:
+    return f" (and {len(items) - 1} more)" if len(items) > 1 else ""
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split())[:200]
