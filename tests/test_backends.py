@@ -1,0 +1,66 @@
+import pytest
+import torch
+
+from vitbench import registry
+from vitbench.backend import count_parameters
+from vitbench.errors import UserError
+
+
+@pytest.mark.parametrize("name, table1_millions", [("vit-b/16", 86), ("vit-l/16", 307), ("vit-h/14", 632)])
+def test_parameter_counts_match_table_1(name, table1_millions):
+    params = count_parameters(registry.get_model(name), num_classes=1000)  # on the meta device
+    assert abs(params / 1e6 - table1_millions) / table1_millions < 0.01
+
+
+def test_every_runnable_model_builds_with_a_zero_head():
+    for spec in registry.models().values():
+        if spec.reference_only:
+            continue
+        with torch.device("meta"):
+            model = spec.backend.create(spec, num_classes=7, img_size=224)
+        head = model.get_classifier()
+        assert getattr(head, "out_features", getattr(head, "out_channels", None)) == 7, spec.name
+
+
+def test_zero_head_and_features_on_real_tensors():
+    spec = registry.get_model("vit-ti/16")
+    model = spec.backend.create(spec, num_classes=10, img_size=32).eval()
+    assert torch.count_nonzero(model.head.weight) == 0 and torch.count_nonzero(model.head.bias) == 0
+    images = torch.randn(2, 3, 32, 32)
+    with torch.inference_mode():
+        feats = spec.backend.features(model, images)
+        tokens = model.forward_features(images)  # (B, 1 + N, D), final LayerNorm applied
+    assert feats.shape == (2, 192)
+    torch.testing.assert_close(feats, tokens[:, 0])  # LN(CLS)
+
+
+def test_bit_features_are_pooled_pre_head():
+    spec = registry.get_model("bit-m-r50x1")
+    model = spec.backend.create(spec, num_classes=3, img_size=64).eval()
+    with torch.inference_mode():
+        feats = spec.backend.features(model, torch.randn(1, 3, 64, 64))
+    assert feats.shape == (1, 2048)
+
+
+def test_flops_per_image_of_vit_b16_at_224():
+    spec = registry.get_model("vit-b/16")
+    gflops = spec.backend.flops_per_image(spec, 224) / 1e9
+    assert 34.5 < gflops < 35.5  # 17.6 GMACs, the standard figure for ViT-B/16 at 224
+
+
+def test_image_size_must_fit_the_patch_grid():
+    spec = registry.get_model("vit-b/32")
+    with pytest.raises(UserError, match="--res 100: vit-b/32 needs .* multiple of 32"):
+        spec.backend.check_img_size(spec, 100)
+
+
+def test_unknown_model_suggests_the_closest_names():
+    with pytest.raises(UserError, match=r"unknown model 'vit-b16'; did you mean vit-b/16"):
+        registry.get_model("vit-b16")
+
+
+@pytest.mark.parametrize("name", ["bit-l", "vit-h/14-jft", "vit-l/16-jft", "noisy-student"])
+def test_reference_only_names_are_listed_but_refused(name):
+    assert name in registry.models()
+    with pytest.raises(UserError, match="paper reference only.*never released|no EfficientNet"):
+        registry.get_model(name)

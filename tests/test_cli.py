@@ -1,0 +1,177 @@
+"""The CLI end to end (real models, real data, real DuckDB) and every user mistake from the issue."""
+
+import duckdb
+import pytest
+from safetensors.torch import save_file
+
+from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data
+from vitbench import fewshot, store
+
+FAST = ("--res", "32", "--workers", "0", "--batch-size", "256")
+
+
+@pytest.fixture
+def results(tmp_path):
+    return tmp_path / "results"
+
+
+def run_demo(cli, results, *extra):
+    return cli("run", "--results", results, "--shots", "1,5", "--seeds", "0,1", *FAST, *extra)
+
+
+def test_demo_runs_stores_and_renders(cli, results, caplog):
+    code, out, _ = run_demo(cli, results)
+    assert code == 0, out
+    assert "Digits (8x8, scikit-learn) · 5-shot" in out and "random init" in out and "†" in out
+    df = store.read_results(results)
+    assert len(df) == 4 and set(df["shots"]) == {1, 5} and set(df["seed"]) == {0, 1}
+    row = df.iloc[0]
+    assert row["random_init"] and row["weights_sha256"] == "random" and row["protocol_version"] == fewshot.VERSION
+    for column in ("data_fingerprint", "device_name", "git_sha", "torch_version", "timm_version", "vitbench_version",
+                   "started_at", "finished_at", "hostname"):
+        assert row[column] is not None and str(row[column]) != "", column
+    assert row["flops_per_image"] > 0 and row["device_seconds"] > 0 and row["device_count"] == 1
+    assert 0.1 < df["value"].mean() <= 1.0  # well above chance (10 classes) even from random features
+    assert len(list((results / "runs").glob("*.json"))) == 4
+
+    caplog.clear()
+    code, _, _ = run_demo(cli, results)  # finished runs are skipped
+    assert code == 0 and "4 already stored, 0 to run" in caplog.text
+    code, _, _ = run_demo(cli, results, "--rerun")
+    assert code == 0 and len(store.read_results(results)) == 4
+
+
+def test_table_formats_and_compare(cli, results):
+    run_demo(cli, results)
+    code, md, _ = cli("table", "--results", results, "--format", "md", "--compare", "bit-l")
+    assert code == 0
+    assert "| | vit-ti/16 (random init)† | bit-l (paper) |" in md
+    assert "| paper TPUv3-core-days (pre-training) |  | 9.9k |" in md
+    assert " ± " in md and "(n=2)" in md
+    code, latex, _ = cli("table", "--results", results, "--format", "latex")
+    assert code == 0 and r"\toprule" in latex and r"$\pm$" in latex and r"$^\dagger$" in latex
+    code, csv, _ = cli("table", "--results", results, "--format", "csv", "--shots", "5")
+    assert code == 0 and csv.startswith("row,column,mean,std,n") and "1-shot" not in csv
+    code, out, _ = cli("table", "--results", results, "--compare", "vit-l/16-i21k")
+    assert code == 0 and "99.15 ± 0.03" not in out  # the measured rows are digits: no CIFAR cell to show
+    code, out, _ = cli("table", "--results", results / "empty", "--compare", "bit-l")
+    assert code == 0 and "99.37 ± 0.06" in out  # paper column alone on an empty store
+
+
+def test_sweep_stores_every_l2_and_the_table_picks_one(cli, results):
+    code, out, _ = run_demo(cli, results, "--fewshot-l2", "sweep")
+    assert code == 0
+    df = store.read_results(results)
+    assert df["metric"].nunique() == 30 and "chosen by mean rank" in out
+
+
+def test_dry_run_plans_without_running(cli, results):
+    code, out, _ = cli("run", "--dry-run", "--results", results, "--shots", "1", "--seeds", "0,1,2")
+    assert code == 0 and out.count("todo") == 3 and not (results / store.DB_NAME).exists()
+
+
+def test_ctrl_c_leaves_no_partial_row_and_the_rerun_does_only_the_rest(cli, results, monkeypatch, caplog):
+    real, calls = fewshot.fewshot_accuracies, []
+
+    def interrupted_on_third_run(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fewshot, "fewshot_accuracies", interrupted_on_third_run)
+    code, _, err = run_demo(cli, results)
+    assert code == 130 and "interrupted: 2 of 4 runs stored" in err
+    con = duckdb.connect(str(results / store.DB_NAME), read_only=True)
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 2
+    assert con.execute("SELECT count(*) FROM runs r ANTI JOIN metrics m USING (run_key)").fetchone()[0] == 0
+    con.close()
+    monkeypatch.setattr(fewshot, "fewshot_accuracies", real)
+    caplog.clear()
+    code, _, _ = run_demo(cli, results)
+    assert code == 0 and "2 already stored, 2 to run" in caplog.text
+    assert len(store.read_results(results)) == 4
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "vit-b16"], "unknown model 'vit-b16'; did you mean vit-b/16"),
+    (["--model", "bit-l"], "model bit-l is a paper reference only and cannot be run"),
+    (["--suite", "vtabb"], "unknown suite 'vtabb'"),
+    (["--dataset", "cifar11", "--model", "vit-ti/16", "--weights", "random"], "unknown dataset 'cifar11'; did you mean cifar10"),
+    (["--seeds", "a,b"], "--seeds a,b: expected comma-separated non-negative integers"),
+    (["--shots", "0"], "--shots: shot counts must be at least 1"),
+    (["--dataset", "cifar10", "--model", "vit-ti/16"], "--weights is required"),
+    (["--protocol", "finetune"], "--protocol finetune: this vitbench runs 'fewshot'"),
+    (["--res", "30"], "--res 30: vit-ti/16 needs an image size that is a positive multiple of 16"),
+    (["--weights", "nothing.safetensors"], "--weights nothing.safetensors: no such file"),
+    (["--device", "tpu9"], "--device tpu9"),
+    (["--nonsense"], "No such option: --nonsense"),
+])
+def test_bad_input_is_one_line_without_traceback(cli, results, args, message):
+    code, out, err = cli("run", "--results", results, *args)
+    assert code != 0 and message in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_data_dir_mistakes(cli, results, tmp_path, cifar10_dir):
+    base = ["run", "--results", results, "--model", "vit-ti/16", "--weights", "random", "--dataset", "cifar10", *FAST]
+    code, _, err = cli(*base, "--data-dir", tmp_path / "nowhere")
+    assert code == 2 and "--data-dir" in err and "no such folder" in err
+    (tmp_path / "file").write_text("")
+    code, _, err = cli(*base, "--data-dir", tmp_path / "file")
+    assert code == 2 and "is a file" in err
+    (cifar10_dir / "cifar-10-batches-py" / "test_batch").unlink()
+    code, _, err = cli(*base, "--data-dir", cifar10_dir)
+    assert code == 2 and "missing cifar10 test batch:" in err and "test_batch" in err
+
+
+def test_weights_mistakes(cli, results, tmp_path):
+    base = ["run", "--results", results, "--model", "vit-ti/16", *FAST, "--shots", "1", "--seeds", "0"]
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    code, _, err = cli(*base, "--weights", broken)
+    assert code == 2 and "broken.safetensors: not a readable safetensors file" in err
+    import torch
+    save_file({"conv.weight": torch.zeros(3)}, str(tmp_path / "resnet.safetensors"))
+    code, _, err = cli(*base, "--weights", tmp_path / "resnet.safetensors")
+    assert code == 2 and "resnet.safetensors: no tensor" in err and "another architecture" in err
+    assert store.read_results(results).empty  # nothing half-stored
+
+
+def test_unwritable_results_and_newer_store(cli, tmp_path):
+    (tmp_path / "afile").write_text("")
+    code, _, err = cli("run", "--results", tmp_path / "afile" / "results", *FAST)
+    assert code == 2 and "--results" in err and "cannot write there" in err
+    results = tmp_path / "r"
+    store.connect(results).close()
+    con = duckdb.connect(str(results / store.DB_NAME))
+    con.execute("INSERT INTO schema_version VALUES (7, now(), '9')")
+    con.close()
+    code, _, err = cli("run", "--results", results, *FAST)
+    assert code == 2 and "newer vitbench" in err
+    code, _, err = cli("table", "--results", results)
+    assert code == 2 and "newer vitbench" in err
+
+
+def test_ls_doctor_version(cli, cifar10_dir):
+    assert "vitbench 0.1" in cli("--version")[1]
+    assert "cifar10" in cli("ls", "datasets")[1] and "demo" in cli("ls", "suites")[1]
+    code, out, _ = cli("ls", "models")
+    assert code == 0 and "vit-h/14" in out and "never released" in out
+    code, out, _ = cli("doctor", "--data-dir", cifar10_dir)
+    assert code == 0 and "torch" in out and "found" in out and "absent" in out
+    code, _, err = cli("ls", "widgets")
+    assert code == 2 and "expected models, datasets, suites or plugins" in err
+    assert "Usage" in cli("run", "-h")[1]
+
+
+@needs_shared_data
+def test_deit_tiny_few_shot_on_shared_cifar10(cli, results):
+    code, out, _ = cli("run", "--model", "deit-ti/16", "--weights", DEIT_WEIGHTS, "--dataset", "cifar10",
+                       "--data-dir", SHARED_DATA, "--protocol", "fewshot", "--shots", "10", "--seeds", "0",
+                       "--results", results, "--workers", "0")
+    assert code == 0
+    df = store.read_results(results)
+    row = df.iloc[0]
+    assert row["data_subset"] and not row["random_init"] and len(row["weights_sha256"]) == 64
+    assert row["value"] > 0.6  # real pretrained features: far above the 10 % of chance

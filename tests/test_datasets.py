@@ -1,0 +1,106 @@
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from conftest import SHARED_DATA, needs_shared_data, write_cifar_batch
+from vitbench.datasets import DATASETS, find_status, imagenet_synsets
+from vitbench.errors import UserError
+
+
+def test_cifar_pickle_reads_images_in_hwc_order(cifar10_dir):
+    split = DATASETS["cifar10"].load_split(cifar10_dir, "test")
+    assert split.images.shape == (40, 32, 32, 3) and split.images.dtype == np.uint8
+    raw = pickle.load(open(cifar10_dir / "cifar-10-batches-py" / "test_batch", "rb"), encoding="latin1")
+    np.testing.assert_array_equal(split.images[3][:, :, 1].ravel(), raw["data"][3][1024:2048])  # green plane
+    assert split.labels.tolist() == raw["labels"] and split.source == "cifar-pickle"
+    assert split.is_subset  # 40 of the official 10,000
+
+
+class Payload:
+    def __reduce__(self):
+        return (os.system, ("touch PWNED",))
+
+
+def test_malicious_pickle_is_refused_not_executed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    (folder / "test_batch").write_bytes(pickle.dumps({"data": Payload(), "labels": [0]}))
+    with pytest.raises(UserError, match=r"test_batch: refusing to unpickle (posix|os)\.system"):
+        DATASETS["cifar10"].load_split(tmp_path, "test")
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_missing_and_corrupt_cifar_files_are_named(tmp_path):
+    with pytest.raises(UserError, match="missing cifar10 folder: .*cifar-10-batches-py"):
+        DATASETS["cifar10"].load_split(tmp_path, "train")
+    write_cifar_batch(tmp_path / "cifar-10-batches-py" / "data_batch_1", 10, 10, "labels")
+    with pytest.raises(UserError, match="missing cifar10 test batch: .*test_batch"):
+        DATASETS["cifar10"].load_split(tmp_path, "test")
+    (tmp_path / "cifar-10-batches-py" / "test_batch").write_bytes(b"\x80\x02garbage")
+    with pytest.raises(UserError, match="test_batch: not a readable CIFAR batch"):
+        DATASETS["cifar10"].load_split(tmp_path, "test")
+
+
+def test_cifar100_uses_fine_labels(tmp_path):
+    write_cifar_batch(tmp_path / "cifar-100-python" / "train", 200, 100, "fine_labels")
+    split = DATASETS["cifar100"].load_split(tmp_path, "train")
+    assert split.labels.max() == 99 and len(split) == 200
+
+
+def test_imagenet_class_index_is_the_canonical_synset_order(imagenet_dir):
+    split = DATASETS["imagenet"].load_split(imagenet_dir, "val")
+    assert split.labels.tolist() == [0, 0, 0, 999, 999]  # not 0/1 from the two folders present
+    assert split.image(0).mode == "RGB" and split.image(0).size == (48, 40)
+
+
+def test_imagenet_rejects_unknown_synset_and_empty_class(imagenet_dir):
+    (imagenet_dir / "imagenet" / "val" / "n99999999").mkdir()
+    with pytest.raises(UserError, match="n99999999.*not one of the 1000"):
+        DATASETS["imagenet"].load_split(imagenet_dir, "val")
+    (imagenet_dir / "imagenet" / "val" / "n99999999").rmdir()
+    (imagenet_dir / "imagenet" / "val" / "n01443537").mkdir()
+    with pytest.raises(UserError, match="n01443537: empty class folder"):
+        DATASETS["imagenet"].load_split(imagenet_dir, "val")
+
+
+def test_imagenet_train_missing_is_named(imagenet_dir):
+    with pytest.raises(UserError, match=r"missing ImageNet 'train' folder: .*imagenet/train"):
+        DATASETS["imagenet"].load_split(imagenet_dir, "train")
+
+
+def test_synset_file_beside_the_data_wins(tmp_path):
+    synsets = imagenet_synsets(tmp_path)  # timm's bundled copy
+    (tmp_path / "synset_words.txt").write_text("\n".join(f"{s} name" for s in reversed(synsets)))
+    assert imagenet_synsets(tmp_path)[0] == synsets[-1]
+
+
+def test_digits_is_real_and_split_deterministically():
+    train, test = (DATASETS["digits"].load_split(None, s) for s in ("train", "test"))
+    assert len(train) == 1000 and len(test) == 797 and not train.is_subset
+    assert train.images.shape[1:] == (8, 8, 3) and train.images.max() == 255
+    assert sorted(set(train.labels.tolist())) == list(range(10))
+
+
+def test_fingerprint_changes_with_the_files(cifar10_dir):
+    before = DATASETS["cifar10"].load_split(cifar10_dir, "train").fingerprint
+    write_cifar_batch(cifar10_dir / "cifar-10-batches-py" / "data_batch_1", 60, 10, "labels", seed=9)
+    assert DATASETS["cifar10"].load_split(cifar10_dir, "train").fingerprint != before
+
+
+def test_find_status(cifar10_dir, tmp_path):
+    assert find_status(DATASETS["cifar10"], cifar10_dir) == "found"
+    assert find_status(DATASETS["cifar100"], cifar10_dir) == "absent"
+    assert find_status(DATASETS["digits"], None) == "embedded"
+    (cifar10_dir / "cifar-10-batches-py" / "test_batch").unlink()
+    assert find_status(DATASETS["cifar10"], cifar10_dir).startswith("incomplete: missing")
+
+
+@needs_shared_data
+def test_shared_cifar_subsets_load_with_a_subset_warning(caplog):
+    split = DATASETS["cifar10"].load_split(SHARED_DATA, "train")
+    assert len(split) == 1102 and split.is_subset
+    assert "subset" in caplog.text
+    assert len(DATASETS["cifar100"].load_split(SHARED_DATA, "test")) == 916

@@ -1,0 +1,75 @@
+import numpy as np
+import pytest
+
+from vitbench import fewshot
+from vitbench.errors import UserError
+
+
+def dense_ridge_accuracy(x, y, x_test, y_test, num_classes, l2):
+    """The same problem solved independently: normal equations with a dense solve."""
+    mean, std = x.mean(0), x.std(0) + 1e-5
+    xb = np.hstack([(x - mean) / std, np.full((len(x), 1), 100.0)])
+    targets = 2 * np.eye(num_classes)[y] - 1
+    w = np.linalg.solve(xb.T @ xb + l2 * np.eye(xb.shape[1]), xb.T @ targets)
+    xt = np.hstack([(x_test - mean) / std, np.full((len(x_test), 1), 100.0)])
+    return w, np.mean(np.argmax(xt @ w, 1) == y_test)
+
+
+@pytest.mark.parametrize("n, d", [(200, 16), (20, 64)])  # primal (N >= D) and kernel (N < D) branches
+def test_solver_matches_dense_solve(n, d):
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(n, d)), rng.integers(0, 5, n)
+    xt, yt = rng.normal(size=(300, d)), rng.integers(0, 5, 300)
+    solver = fewshot.RidgeSolver.fit(x, y, 5)
+    for l2 in (2.0**-3, 1.0, 1024.0):
+        w_ref, acc_ref = dense_ridge_accuracy(x, y, xt, yt, 5, l2)
+        np.testing.assert_allclose(solver.weights(l2), w_ref, rtol=1e-6, atol=1e-6)
+        assert solver.accuracy(xt, yt, l2) == pytest.approx(acc_ref, abs=1e-12)
+
+
+def test_sampling_is_big_visions_nested_per_class_permutation():
+    labels = np.repeat(np.arange(4), 30)
+    one, five = (fewshot.sample_indices(labels, 4, k, seed=1) for k in (1, 5))
+    assert len(five) == 20 and np.bincount(labels[five]).tolist() == [5, 5, 5, 5]
+    assert set(one) <= set(five)  # per-class permutations are shared across shot counts
+    rng = np.random.default_rng(1)
+    expected = np.concatenate([rng.permutation(np.flatnonzero(labels == c))[:5] for c in range(4)])
+    np.testing.assert_array_equal(five, expected)
+    assert not np.array_equal(five, fewshot.sample_indices(labels, 4, 5, seed=2))
+
+
+def test_linear_probe_separates_separable_features():
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(10, 32)) * 5
+    y = np.repeat(np.arange(10), 50)
+    x = centers[y] + rng.normal(size=(500, 32))
+    accs, n = fewshot.fewshot_accuracies((x, y), (x, y), 10, shots=5, seed=0, l2s=(1024.0,))
+    assert n == 50 and accs[1024.0] > 0.9
+
+
+@pytest.mark.parametrize("text, label", [("1024", "1024"), ("2^10", "1024"), ("0.5", "0.5")])
+def test_parse_l2(text, label):
+    assert fewshot.parse_l2(text)[0] == label
+
+
+def test_parse_l2_sweep_and_errors():
+    assert fewshot.parse_l2("sweep")[1] == tuple(2.0**i for i in range(-10, 20))
+    for bad in ("-1", "abc", "0"):
+        with pytest.raises(UserError, match="--fewshot-l2"):
+            fewshot.parse_l2(bad)
+
+
+def test_cache_key_covers_everything_that_changes_features(tmp_path):
+    parts = dict(model="vit-b/16", arch="vit_base_patch16_224", weights="ab" * 32, res=224, dataset="cifar10",
+                 source="cifar-pickle", fingerprint="f00", split="train", preprocessing="resize(256)|crop(224)",
+                 representation="LN(CLS)")
+    base = fewshot.FeatureCache.key(**parts)
+    assert fewshot.FeatureCache.key(**dict(parts)) == base
+    for name in parts:
+        changed = {**parts, name: str(parts[name]) + "x" if not isinstance(parts[name], int) else 384}
+        assert fewshot.FeatureCache.key(**changed) != base, name
+    cache = fewshot.FeatureCache(tmp_path)
+    assert cache.load(base) is None
+    cache.save(base, np.ones((3, 2), np.float32), np.arange(3))
+    x, y = cache.load(base)
+    assert x.shape == (3, 2) and y.tolist() == [0, 1, 2]

@@ -1,0 +1,81 @@
+"""A backend from a second, separately installed distribution is discovered like the built-ins."""
+
+import base64
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+PLUGIN_SOURCE = '''
+from vitbench.backend import ModelSpec
+from vitbench_plugins.vit import BACKEND
+
+MODELS = [ModelSpec("acme-vit/16", "vit_tiny_patch16_224", BACKEND, summary="third-party test backend",
+                    input_multiple=16)]
+'''
+
+
+def build_wheel(folder):
+    """A minimal but real wheel (a zip with dist-info and RECORD): pip installs it with no build backend."""
+    dist = "acme_vitbench_backend-1.0.dist-info"
+    files = {
+        "acme_backend.py": PLUGIN_SOURCE,
+        f"{dist}/METADATA": "Metadata-Version: 2.1\nName: acme-vitbench-backend\nVersion: 1.0\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist}/entry_points.txt": "[vitbench.backends]\nacme = acme_backend:MODELS\n",
+    }
+    record = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(text.encode())}")
+    files[f"{dist}/RECORD"] = "\n".join(record + [f"{dist}/RECORD,,"]) + "\n"
+    path = folder / "acme_vitbench_backend-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plugin")
+    wheel = build_wheel(folder)
+    target = folder / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
+                    str(wheel)], check=True)
+    return target
+
+
+def vitbench(site, *args, disable=False):
+    env = {**os.environ, "PYTHONPATH": str(site), "COLUMNS": "200"}
+    env.pop("VITBENCH_DISABLE_PLUGIN_AUTOLOAD", None)
+    if disable:
+        env["VITBENCH_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    result = subprocess.run([sys.executable, "-m", "vitbench", *args], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_third_party_backend_is_listed_and_its_models_registered(site):
+    plugins = vitbench(site, "ls", "plugins")
+    assert "acme_backend:MODELS" in plugins and "acme-vitbench-backend" in plugins
+    assert "vitbench_plugins.vit:MODELS" in plugins
+    assert "acme-vit/16" in vitbench(site, "ls", "models")
+
+
+def test_autoload_off_keeps_only_the_builtins(site):
+    plugins = vitbench(site, "ls", "plugins", disable=True)
+    assert "acme" not in plugins and "vitbench_plugins.vit:MODELS" in plugins
+    models = vitbench(site, "ls", "models", disable=True)
+    assert "acme-vit/16" not in models and "vit-b/16" in models
+
+
+def test_listing_plugins_imports_none_of_them(site):
+    code = ("import sys, vitbench.registry as r; r.plugins(); "
+            "print(any(m.startswith(('acme_backend', 'vitbench_plugins.')) for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(site)},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

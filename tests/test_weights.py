@@ -1,0 +1,90 @@
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from conftest import DEIT_WEIGHTS, needs_shared_data
+from vitbench import registry
+from vitbench.errors import UserError
+from vitbench.weights import check_weights_arg, load_into
+
+VIT_TI = registry.get_model("vit-ti/16")
+
+
+def make_model(res=32, num_classes=10):
+    return VIT_TI.backend.create(VIT_TI, num_classes=num_classes, img_size=res).eval()
+
+
+@pytest.fixture
+def source_model():
+    torch.manual_seed(0)
+    return make_model(num_classes=5)
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
+def test_weights_round_trip_gives_identical_features(tmp_path, source_model, suffix):
+    path = tmp_path / f"w{suffix}"
+    state = {k: v.contiguous() for k, v in source_model.state_dict().items()}
+    save_file(state, str(path)) if suffix == ".safetensors" else torch.save({"model": state}, path)
+    target = make_model(num_classes=10)  # another head: replaced, never loaded
+    load_into(target, VIT_TI, path)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.inference_mode():
+        torch.testing.assert_close(VIT_TI.backend.features(target, x), VIT_TI.backend.features(source_model, x))
+    assert torch.count_nonzero(target.head.weight) == 0  # the head stays zero-initialised
+
+
+def test_position_embeddings_are_resized_to_a_new_grid(tmp_path, source_model):
+    path = tmp_path / "w.safetensors"
+    save_file({k: v.contiguous() for k, v in source_model.state_dict().items()}, str(path))
+    bigger = make_model(res=64)
+    load_into(bigger, VIT_TI, path)
+    assert bigger.pos_embed.shape == (1, 1 + 16, 192)
+    torch.testing.assert_close(bigger.pos_embed[:, 0], source_model.pos_embed[:, 0])  # class token kept
+
+
+def test_truncated_safetensors_is_a_one_line_error(tmp_path, source_model):
+    path = tmp_path / "w.safetensors"
+    save_file({k: v.contiguous() for k, v in source_model.state_dict().items()}, str(path))
+    path.write_bytes(path.read_bytes()[:5000])
+    with pytest.raises(UserError, match=r"w\.safetensors: not a readable safetensors file, truncated or corrupt"):
+        load_into(make_model(), VIT_TI, path)
+
+
+def test_pth_with_code_is_refused_by_weights_only(tmp_path):
+    path = tmp_path / "evil.pth"
+    torch.save({"model": {"x": torch.zeros(1)}, "hook": print}, path)
+    with pytest.raises(UserError, match=r"evil\.pth: not a readable PyTorch weights file"):
+        load_into(make_model(), VIT_TI, path)
+
+
+def test_wrong_shape_and_missing_tensors_are_named(tmp_path, source_model):
+    state = {k: v.contiguous() for k, v in source_model.state_dict().items()}
+    save_file({**state, "cls_token": torch.zeros(1, 1, 64)}, str(tmp_path / "shape.safetensors"))
+    with pytest.raises(UserError, match=r"shape\.safetensors: tensor 'cls_token' has shape \(1, 1, 64\), vit-ti/16 expects \(1, 1, 192\)"):
+        load_into(make_model(), VIT_TI, tmp_path / "shape.safetensors")
+    save_file({k: v for k, v in state.items() if k != "norm.weight"}, str(tmp_path / "missing.safetensors"))
+    with pytest.raises(UserError, match=r"missing\.safetensors: no tensor 'norm\.weight'"):
+        load_into(make_model(), VIT_TI, tmp_path / "missing.safetensors")
+    save_file({**state, "extra.weight": torch.zeros(2)}, str(tmp_path / "extra.safetensors"))
+    with pytest.raises(UserError, match=r"tensor 'extra\.weight' is not part of vit-ti/16"):
+        load_into(make_model(), VIT_TI, tmp_path / "extra.safetensors")
+
+
+def test_weights_argument_checks(tmp_path):
+    assert check_weights_arg("random") == "random"
+    with pytest.raises(UserError, match="no such file"):
+        check_weights_arg(str(tmp_path / "nope.safetensors"))
+    (tmp_path / "w.ckpt").write_text("")
+    with pytest.raises(UserError, match="unknown format '.ckpt'"):
+        check_weights_arg(str(tmp_path / "w.ckpt"))
+
+
+@needs_shared_data
+def test_real_deit_weights_load_and_wrong_architecture_is_refused():
+    deit = registry.get_model("deit-ti/16")
+    load_into(deit.backend.create(deit, num_classes=10, img_size=224), deit, DEIT_WEIGHTS)
+    base = registry.get_model("vit-b/16")
+    with torch.device("meta"):
+        model = base.backend.create(base, num_classes=10, img_size=224)
+    with pytest.raises(UserError, match=r"deit_tiny_patch16_224\.safetensors: tensor '.*' has shape .*vit-b/16 expects"):
+        load_into(model, base, DEIT_WEIGHTS)
