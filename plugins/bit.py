@@ -15,7 +15,11 @@ class BiTBackend(Backend):
 BACKEND = BiTBackend()
 
 MODELS = [
-    ModelSpec(f"bit-m-r{depth}x{width}", f"resnetv2_{depth}x{width}_bit", BACKEND,
-              summary=f"BiT-M ResNet-{depth}x{width} (ImageNet-21k upstream)")
+    ModelSpec(
+        f"bit-m-r{depth}x{width}",
+        f"resnetv2_{depth}x{width}_bit",
+        BACKEND,
+        summary=f"BiT-M ResNet-{depth}x{width} (ImageNet-21k upstream)",
+    )
     for depth, width in [(50, 1), (50, 3), (101, 1), (101, 3), (152, 2), (152, 4)]
 ]

@@ -5,8 +5,9 @@ must be multiples of it. timm's ViTHybrid is a VisionTransformer, so position-em
 resizing and the LN(CLS) representation are the ViT backend's.
 """
 
-from vitbench.backend import ModelSpec
 from vitbench_plugins.vit import ViTBackend
+
+from vitbench.backend import ModelSpec
 
 
 class HybridBackend(ViTBackend):
@@ -16,8 +17,10 @@ class HybridBackend(ViTBackend):
 BACKEND = HybridBackend()
 
 MODELS = [
-    ModelSpec("r50+vit-b/16", "vit_base_r50_s16_224", BACKEND, summary="ResNet-50 (3 stages) + ViT-Base",
-              input_multiple=16),
-    ModelSpec("r50+vit-l/32", "vit_large_r50_s32_224", BACKEND, summary="ResNet-50 (4 stages) + ViT-Large",
-              input_multiple=32),
+    ModelSpec(
+        "r50+vit-b/16", "vit_base_r50_s16_224", BACKEND, summary="ResNet-50 (3 stages) + ViT-Base", input_multiple=16
+    ),
+    ModelSpec(
+        "r50+vit-l/32", "vit_large_r50_s32_224", BACKEND, summary="ResNet-50 (4 stages) + ViT-Large", input_multiple=32
+    ),
 ]

@@ -22,9 +22,13 @@ def write_cifar_batch(path: Path, n: int, num_classes: int, label_key: str, seed
     # class-dependent colour so a linear probe has something to find
     data = rng.integers(0, 60, size=(n, 3072), dtype=np.uint8)
     for i, y in enumerate(labels):
-        data[i, (y % 3) * 1024:(y % 3 + 1) * 1024] += np.uint8(40 + 15 * (y % 10))
-    batch = {"batch_label": "testing batch", label_key: labels, "data": data,
-             "filenames": [f"img_{i}.png" for i in range(n)]}
+        data[i, (y % 3) * 1024 : (y % 3 + 1) * 1024] += np.uint8(40 + 15 * (y % 10))
+    batch = {
+        "batch_label": "testing batch",
+        label_key: labels,
+        "data": data,
+        "filenames": [f"img_{i}.png" for i in range(n)],
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
         pickle.dump(batch, f, protocol=2)
@@ -47,7 +51,9 @@ def imagenet_dir(tmp_path: Path) -> Path:
         folder = root / "imagenet" / "val" / synset
         folder.mkdir(parents=True)
         for i in range(n):
-            Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(folder / f"ILSVRC2012_val_{i:08d}.JPEG")
+            Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(
+                folder / f"ILSVRC2012_val_{i:08d}.JPEG"
+            )
     return root
 
 

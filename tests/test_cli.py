@@ -2,9 +2,9 @@
 
 import duckdb
 import pytest
+from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data
 from safetensors.torch import save_file
 
-from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data
 from vitbench import fewshot, store
 
 FAST = ("--res", "32", "--workers", "0", "--batch-size", "256")
@@ -27,8 +27,17 @@ def test_demo_runs_stores_and_renders(cli, results, caplog):
     assert len(df) == 4 and set(df["shots"]) == {1, 5} and set(df["seed"]) == {0, 1}
     row = df.iloc[0]
     assert row["random_init"] and row["weights_sha256"] == "random" and row["protocol_version"] == fewshot.VERSION
-    for column in ("data_fingerprint", "device_name", "git_sha", "torch_version", "timm_version", "vitbench_version",
-                   "started_at", "finished_at", "hostname"):
+    for column in (
+        "data_fingerprint",
+        "device_name",
+        "git_sha",
+        "torch_version",
+        "timm_version",
+        "vitbench_version",
+        "started_at",
+        "finished_at",
+        "hostname",
+    ):
         assert row[column] is not None and str(row[column]) != "", column
     assert row["flops_per_image"] > 0 and row["device_seconds"] > 0 and row["device_count"] == 1
     assert 0.1 < df["value"].mean() <= 1.0  # well above chance (10 classes) even from random features
@@ -93,20 +102,26 @@ def test_ctrl_c_leaves_no_partial_row_and_the_rerun_does_only_the_rest(cli, resu
     assert len(store.read_results(results)) == 4
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--model", "vit-b16"], "unknown model 'vit-b16'; did you mean vit-b/16"),
-    (["--model", "bit-l"], "model bit-l is a paper reference only and cannot be run"),
-    (["--suite", "vtabb"], "unknown suite 'vtabb'"),
-    (["--dataset", "cifar11", "--model", "vit-ti/16", "--weights", "random"], "unknown dataset 'cifar11'; did you mean cifar10"),
-    (["--seeds", "a,b"], "--seeds a,b: expected comma-separated non-negative integers"),
-    (["--shots", "0"], "--shots: shot counts must be at least 1"),
-    (["--dataset", "cifar10", "--model", "vit-ti/16"], "--weights is required"),
-    (["--protocol", "finetune"], "--protocol finetune: this vitbench runs 'fewshot'"),
-    (["--res", "30"], "--res 30: vit-ti/16 needs an image size that is a positive multiple of 16"),
-    (["--weights", "nothing.safetensors"], "--weights nothing.safetensors: no such file"),
-    (["--device", "tpu9"], "--device tpu9"),
-    (["--nonsense"], "No such option: --nonsense"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", "vit-b16"], "unknown model 'vit-b16'; did you mean vit-b/16"),
+        (["--model", "bit-l"], "model bit-l is a paper reference only and cannot be run"),
+        (["--suite", "vtabb"], "unknown suite 'vtabb'"),
+        (
+            ["--dataset", "cifar11", "--model", "vit-ti/16", "--weights", "random"],
+            "unknown dataset 'cifar11'; did you mean cifar10",
+        ),
+        (["--seeds", "a,b"], "--seeds a,b: expected comma-separated non-negative integers"),
+        (["--shots", "0"], "--shots: shot counts must be at least 1"),
+        (["--dataset", "cifar10", "--model", "vit-ti/16"], "--weights is required"),
+        (["--protocol", "finetune"], "--protocol finetune: this vitbench runs 'fewshot'"),
+        (["--res", "30"], "--res 30: vit-ti/16 needs an image size that is a positive multiple of 16"),
+        (["--weights", "nothing.safetensors"], "--weights nothing.safetensors: no such file"),
+        (["--device", "tpu9"], "--device tpu9"),
+        (["--nonsense"], "No such option: --nonsense"),
+    ],
+)
 def test_bad_input_is_one_line_without_traceback(cli, results, args, message):
     code, out, err = cli("run", "--results", results, *args)
     assert code != 0 and message in err, err
@@ -132,6 +147,7 @@ def test_weights_mistakes(cli, results, tmp_path):
     code, _, err = cli(*base, "--weights", broken)
     assert code == 2 and "broken.safetensors: not a readable safetensors file" in err
     import torch
+
     save_file({"conv.weight": torch.zeros(3)}, str(tmp_path / "resnet.safetensors"))
     code, _, err = cli(*base, "--weights", tmp_path / "resnet.safetensors")
     assert code == 2 and "resnet.safetensors: no tensor" in err and "another architecture" in err
@@ -167,9 +183,27 @@ def test_ls_doctor_version(cli, cifar10_dir):
 
 @needs_shared_data
 def test_deit_tiny_few_shot_on_shared_cifar10(cli, results):
-    code, out, _ = cli("run", "--model", "deit-ti/16", "--weights", DEIT_WEIGHTS, "--dataset", "cifar10",
-                       "--data-dir", SHARED_DATA, "--protocol", "fewshot", "--shots", "10", "--seeds", "0",
-                       "--results", results, "--workers", "0")
+    code, out, _ = cli(
+        "run",
+        "--model",
+        "deit-ti/16",
+        "--weights",
+        DEIT_WEIGHTS,
+        "--dataset",
+        "cifar10",
+        "--data-dir",
+        SHARED_DATA,
+        "--protocol",
+        "fewshot",
+        "--shots",
+        "10",
+        "--seeds",
+        "0",
+        "--results",
+        results,
+        "--workers",
+        "0",
+    )
     assert code == 0
     df = store.read_results(results)
     row = df.iloc[0]

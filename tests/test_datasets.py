@@ -3,8 +3,8 @@ import pickle
 
 import numpy as np
 import pytest
-
 from conftest import SHARED_DATA, needs_shared_data, write_cifar_batch
+
 from vitbench.datasets import DATASETS, find_status, imagenet_synsets
 from vitbench.errors import UserError
 
@@ -12,7 +12,8 @@ from vitbench.errors import UserError
 def test_cifar_pickle_reads_images_in_hwc_order(cifar10_dir):
     split = DATASETS["cifar10"].load_split(cifar10_dir, "test")
     assert split.images.shape == (40, 32, 32, 3) and split.images.dtype == np.uint8
-    raw = pickle.load(open(cifar10_dir / "cifar-10-batches-py" / "test_batch", "rb"), encoding="latin1")
+    with open(cifar10_dir / "cifar-10-batches-py" / "test_batch", "rb") as f:
+        raw = pickle.load(f, encoding="latin1")  # our own test file: trusted
     np.testing.assert_array_equal(split.images[3][:, :, 1].ravel(), raw["data"][3][1024:2048])  # green plane
     assert split.labels.tolist() == raw["labels"] and split.source == "cifar-pickle"
     assert split.is_subset  # 40 of the official 10,000

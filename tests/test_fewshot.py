@@ -60,9 +60,18 @@ def test_parse_l2_sweep_and_errors():
 
 
 def test_cache_key_covers_everything_that_changes_features(tmp_path):
-    parts = dict(model="vit-b/16", arch="vit_base_patch16_224", weights="ab" * 32, res=224, dataset="cifar10",
-                 source="cifar-pickle", fingerprint="f00", split="train", preprocessing="resize(256)|crop(224)",
-                 representation="LN(CLS)")
+    parts = dict(
+        model="vit-b/16",
+        arch="vit_base_patch16_224",
+        weights="ab" * 32,
+        res=224,
+        dataset="cifar10",
+        source="cifar-pickle",
+        fingerprint="f00",
+        split="train",
+        preprocessing="resize(256)|crop(224)",
+        representation="LN(CLS)",
+    )
     base = fewshot.FeatureCache.key(**parts)
     assert fewshot.FeatureCache.key(**dict(parts)) == base
     for name in parts:

@@ -9,13 +9,13 @@ import zipfile
 
 import pytest
 
-PLUGIN_SOURCE = '''
+PLUGIN_SOURCE = """
 from vitbench.backend import ModelSpec
 from vitbench_plugins.vit import BACKEND
 
 MODELS = [ModelSpec("acme-vit/16", "vit_tiny_patch16_224", BACKEND, summary="third-party test backend",
                     input_multiple=16)]
-'''
+"""
 
 
 def build_wheel(folder):
@@ -44,8 +44,10 @@ def site(tmp_path_factory):
     folder = tmp_path_factory.mktemp("plugin")
     wheel = build_wheel(folder)
     target = folder / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
-                    str(wheel)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
+        check=True,
+    )
     return target
 
 
@@ -74,8 +76,15 @@ def test_autoload_off_keeps_only_the_builtins(site):
 
 
 def test_listing_plugins_imports_none_of_them(site):
-    code = ("import sys, vitbench.registry as r; r.plugins(); "
-            "print(any(m.startswith(('acme_backend', 'vitbench_plugins.')) for m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(site)},
-                         capture_output=True, text=True, check=True).stdout
+    code = (
+        "import sys, vitbench.registry as r; r.plugins(); "
+        "print(any(m.startswith(('acme_backend', 'vitbench_plugins.')) for m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == "False"

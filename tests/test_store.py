@@ -10,10 +10,24 @@ from vitbench.errors import UserError
 
 def shard(tmp_path, key="k1", value=0.5):
     run = {c: None for c in store.RUN_COLUMNS}
-    run.update(run_key=key, model="vit-ti/16", weights="random", weights_sha256="random", random_init=True,
-               dataset="digits", data_source="sklearn-digits", data_fingerprint="f", data_subset=False,
-               protocol="fewshot", protocol_version="fewshot-lsr/1", hparams={"l2": "1024"}, seed=0, shots=5,
-               status="done", notes={})
+    run.update(
+        run_key=key,
+        model="vit-ti/16",
+        weights="random",
+        weights_sha256="random",
+        random_init=True,
+        dataset="digits",
+        data_source="sklearn-digits",
+        data_fingerprint="f",
+        data_subset=False,
+        protocol="fewshot",
+        protocol_version="fewshot-lsr/1",
+        hparams={"l2": "1024"},
+        seed=0,
+        shots=5,
+        status="done",
+        notes={},
+    )
     path = tmp_path / "runs" / f"{key}.json"
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps({"run": run, "metrics": {"accuracy": value}}))

@@ -1,8 +1,8 @@
 import pytest
 import torch
+from conftest import DEIT_WEIGHTS, needs_shared_data
 from safetensors.torch import save_file
 
-from conftest import DEIT_WEIGHTS, needs_shared_data
 from vitbench import registry
 from vitbench.errors import UserError
 from vitbench.weights import check_weights_arg, load_into
@@ -60,7 +60,10 @@ def test_pth_with_code_is_refused_by_weights_only(tmp_path):
 def test_wrong_shape_and_missing_tensors_are_named(tmp_path, source_model):
     state = {k: v.contiguous() for k, v in source_model.state_dict().items()}
     save_file({**state, "cls_token": torch.zeros(1, 1, 64)}, str(tmp_path / "shape.safetensors"))
-    with pytest.raises(UserError, match=r"shape\.safetensors: tensor 'cls_token' has shape \(1, 1, 64\), vit-ti/16 expects \(1, 1, 192\)"):
+    with pytest.raises(
+        UserError,
+        match=r"shape\.safetensors: tensor 'cls_token' has shape \(1, 1, 64\), vit-ti/16 expects \(1, 1, 192\)",
+    ):
         load_into(make_model(), VIT_TI, tmp_path / "shape.safetensors")
     save_file({k: v for k, v in state.items() if k != "norm.weight"}, str(tmp_path / "missing.safetensors"))
     with pytest.raises(UserError, match=r"missing\.safetensors: no tensor 'norm\.weight'"):
@@ -86,5 +89,7 @@ def test_real_deit_weights_load_and_wrong_architecture_is_refused():
     base = registry.get_model("vit-b/16")
     with torch.device("meta"):
         model = base.backend.create(base, num_classes=10, img_size=224)
-    with pytest.raises(UserError, match=r"deit_tiny_patch16_224\.safetensors: tensor '.*' has shape .*vit-b/16 expects"):
+    with pytest.raises(
+        UserError, match=r"deit_tiny_patch16_224\.safetensors: tensor '.*' has shape .*vit-b/16 expects"
+    ):
         load_into(model, base, DEIT_WEIGHTS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import timm
 import torch
@@ -122,7 +123,9 @@ class Backend:
         Create it under `torch.device("meta")` to count parameters without allocating them.
         """
         self.check_img_size(spec, img_size)
-        model = timm.create_model(spec.arch, pretrained=False, num_classes=num_classes, **self.timm_kwargs(img_size))
+        model: Any = timm.create_model(
+            spec.arch, pretrained=False, num_classes=num_classes, **self.timm_kwargs(img_size)
+        )
         head = model.get_classifier()
         if isinstance(head, nn.Linear | nn.Conv2d):
             nn.init.zeros_(head.weight)
@@ -140,7 +143,8 @@ class Backend:
 
     def features(self, model: nn.Module, images: torch.Tensor) -> torch.Tensor:
         """The few-shot representation, (B, 3, H, W) -> (B, D). timm's pre-logits by default."""
-        return model.forward_head(model.forward_features(images), pre_logits=True)
+        timm_model: Any = model  # timm's forward_features / forward_head are not on nn.Module's type
+        return timm_model.forward_head(timm_model.forward_features(images), pre_logits=True)
 
     def flops_per_image(self, spec: ModelSpec, img_size: int) -> int:
         """Forward FLOPs for one image (2 per multiply-add), counted on the meta device."""

@@ -42,7 +42,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
 ) -> None:
     pass
 
@@ -82,20 +84,32 @@ def _writable_results(results: Path) -> Path:
 
 @app.command()
 def run(
-    model: Annotated[str | None, typer.Option("--model", "-m", help="Paper name, e.g. vit-b/16 (`vitbench ls models`).")] = None,
-    suite: Annotated[str | None, typer.Option("--suite", "-s", help="Named suite (`vitbench ls suites`); default: demo.")] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Paper name, e.g. vit-b/16 (`vitbench ls models`).")
+    ] = None,
+    suite: Annotated[
+        str | None, typer.Option("--suite", "-s", help="Named suite (`vitbench ls suites`); default: demo.")
+    ] = None,
     dataset: Annotated[str | None, typer.Option("--dataset", "-d", help="Dataset name(s), comma-separated.")] = None,
     protocol: Annotated[str | None, typer.Option("--protocol", help="fewshot (default).")] = None,
-    weights: Annotated[str | None, typer.Option("--weights", "-w", help="A .safetensors/.pth file, or 'random'.")] = None,
+    weights: Annotated[
+        str | None, typer.Option("--weights", "-w", help="A .safetensors/.pth file, or 'random'.")
+    ] = None,
     seeds: Annotated[str | None, typer.Option("--seeds", help="Comma-separated seeds [default: 0,1,2].")] = None,
-    shots: Annotated[str | None, typer.Option("--shots", help="Comma-separated shot counts [default: 1,5,10,25].")] = None,
-    fewshot_l2: Annotated[str, typer.Option("--fewshot-l2", help="Ridge λ (1024, 2^10) or 'sweep' (2^-10..2^19).")] = "1024",
+    shots: Annotated[
+        str | None, typer.Option("--shots", help="Comma-separated shot counts [default: 1,5,10,25].")
+    ] = None,
+    fewshot_l2: Annotated[
+        str, typer.Option("--fewshot-l2", help="Ridge λ (1024, 2^10) or 'sweep' (2^-10..2^19).")
+    ] = "1024",
     res: Annotated[int | None, typer.Option("--res", help="Input resolution [default: the model's, 224].")] = None,
     data_dir: DataDir = None,
     results: Results = Path("results"),
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
     batch_size: Annotated[int, typer.Option("--batch-size", help="Feature-extraction batch size.")] = 64,
-    workers: Annotated[int, typer.Option("--workers", help="DataLoader worker processes.")] = min(4, (os.cpu_count() or 2) // 2),
+    workers: Annotated[int, typer.Option("--workers", help="DataLoader worker processes.")] = min(
+        4, (os.cpu_count() or 2) // 2
+    ),
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the planned runs and stop.")] = False,
     rerun: Annotated[bool, typer.Option("--rerun", help="Run again even where results exist.")] = False,
 ) -> None:
@@ -103,12 +117,20 @@ def run(
     from vitbench import fewshot, runner, store
 
     req = runner.Request(
-        model=model, suite=suite, protocol=protocol, weights=weights,
+        model=model,
+        suite=suite,
+        protocol=protocol,
+        weights=weights,
         datasets=tuple(d.strip() for d in dataset.split(",") if d.strip()) if dataset else (),
         seeds=_int_list("--seeds", seeds) or fewshot.SEEDS,
         shots=_int_list("--shots", shots) or fewshot.SHOTS,
-        fewshot_l2=fewshot_l2, res=res, data_dir=_check_data_dir(data_dir), results=results,
-        device=device, batch_size=batch_size, workers=workers,
+        fewshot_l2=fewshot_l2,
+        res=res,
+        data_dir=_check_data_dir(data_dir),
+        results=results,
+        device=device,
+        batch_size=batch_size,
+        workers=workers,
     )
     if 0 in req.shots:
         raise UserError("--shots: shot counts must be at least 1")
@@ -128,8 +150,10 @@ def run(
     log.info("%d runs planned, %d already stored, %d to run", len(specs), len(specs) - len(todo), len(todo))
     if dry_run:
         for s in specs:
-            out.print(f"{s.run_key[:12]}  {s.model:12s} {s.dataset:10s} {s.protocol} shots={s.shots} seed={s.seed}"
-                      f"  {'done' if s.run_key in done else 'todo'}")
+            out.print(
+                f"{s.run_key[:12]}  {s.model:12s} {s.dataset:10s} {s.protocol} shots={s.shots} seed={s.seed}"
+                f"  {'done' if s.run_key in done else 'todo'}"
+            )
         return
     assert con is not None
     finished = 0
@@ -139,8 +163,16 @@ def run(
         finished += 1
         value = metrics.get("accuracy")
         shown = f"accuracy {value * 100:.2f}%" if value is not None else f"{len(metrics)} λ values"
-        log.info("[%d/%d] %s %s %d-shot seed %d: %s", finished, len(todo), spec.model, spec.dataset,
-                 spec.shots, spec.seed, shown)
+        log.info(
+            "[%d/%d] %s %s %d-shot seed %d: %s",
+            finished,
+            len(todo),
+            spec.model,
+            spec.dataset,
+            spec.shots,
+            spec.seed,
+            shown,
+        )
 
     try:
         runner.execute(groups, req, con, done, rerun=rerun, on_result=report)
@@ -200,14 +232,23 @@ def ls(
     elif what == "models":
         t = Table("model", "family", "timm architecture", "notes")
         for spec in registry.models().values():
-            t.add_row(spec.name, spec.family, spec.arch,
-                      f"paper reference only: {spec.reference_only}" if spec.reference_only else spec.summary)
+            t.add_row(
+                spec.name,
+                spec.family,
+                spec.arch,
+                f"paper reference only: {spec.reference_only}" if spec.reference_only else spec.summary,
+            )
         t.caption = "paper columns for --compare: " + ", ".join(paper.columns())
     elif what == "datasets":
         t = Table("dataset", "title", "classes", "folder under --data-dir", "official splits")
         for d in DATASETS.values():
-            t.add_row(d.name, d.title, str(d.num_classes), d.folder or "(embedded)",
-                      ", ".join(f"{k} {v:,}" for k, v in d.official_sizes.items()))
+            t.add_row(
+                d.name,
+                d.title,
+                str(d.num_classes),
+                d.folder or "(embedded)",
+                ", ".join(f"{k} {v:,}" for k, v in d.official_sizes.items()),
+            )
     elif what == "suites":
         t = Table("suite", "datasets", "protocol", "description")
         for s in SUITES.values():
@@ -227,8 +268,10 @@ def doctor(data_dir: DataDir = None) -> None:
     from vitbench.datasets import DATASETS, find_status
     from vitbench.provenance import device_name, git_sha
 
-    out.print(f"vitbench {vitbench.__version__} ({git_sha()}), torch {torch.__version__}, timm {timm.__version__}, "
-              f"python {sys.version.split()[0]}")
+    out.print(
+        f"vitbench {vitbench.__version__} ({git_sha()}), torch {torch.__version__}, timm {timm.__version__}, "
+        f"python {sys.version.split()[0]}"
+    )
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             out.print(f"cuda:{i}  {torch.cuda.get_device_name(i)}")
@@ -244,7 +287,7 @@ def doctor(data_dir: DataDir = None) -> None:
 class _StderrHandler(logging.StreamHandler):
     """Writes to whatever sys.stderr is now (not the one at start-up), so redirection works."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self):
         return sys.stderr
 

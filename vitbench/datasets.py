@@ -92,8 +92,11 @@ class DatasetSpec:
         result.official_size = self.official_sizes[split]
         if result.is_subset:
             log.warning(
-                "%s %s: %d images, the official split has %d: a subset, so numbers are not comparable "
-                "with the paper's", self.name, split, len(result), result.official_size,
+                "%s %s: %d images, the official split has %d: a subset, so numbers are not comparable with the paper's",
+                self.name,
+                split,
+                len(result),
+                result.official_size,
             )
         if len(result.labels) and (result.labels.min() < 0 or result.labels.max() >= self.num_classes):
             raise UserError(f"{self.name} {split}: labels outside 0..{self.num_classes - 1}")
@@ -238,18 +241,32 @@ DATASETS: dict[str, DatasetSpec] = {
     for spec in [
         DatasetSpec("digits", "Digits (8x8, scikit-learn)", 10, None, {"train": 1000, "test": 797}, _digits_load),
         DatasetSpec(
-            "cifar10", "CIFAR-10", 10, "cifar-10-batches-py", {"train": 50_000, "test": 10_000},
+            "cifar10",
+            "CIFAR-10",
+            10,
+            "cifar-10-batches-py",
+            {"train": 50_000, "test": 10_000},
             _cifar_loader("cifar10", [f"data_batch_{i}" for i in range(1, 6)], "test_batch", "labels"),
             key_files=("data_batch_1", "test_batch"),
         ),
         DatasetSpec(
-            "cifar100", "CIFAR-100", 100, "cifar-100-python", {"train": 50_000, "test": 10_000},
+            "cifar100",
+            "CIFAR-100",
+            100,
+            "cifar-100-python",
+            {"train": 50_000, "test": 10_000},
             _cifar_loader("cifar100", ["train"], "test", "fine_labels"),
             key_files=("train", "test"),
         ),
         DatasetSpec(
-            "imagenet", "ImageNet", 1000, "imagenet", {"train": 1_281_167, "val": 50_000}, _imagenet_load,
-            fewshot_splits=("train", "val"), key_files=("val",),
+            "imagenet",
+            "ImageNet",
+            1000,
+            "imagenet",
+            {"train": 1_281_167, "val": 50_000},
+            _imagenet_load,
+            fewshot_splits=("train", "val"),
+            key_files=("val",),
         ),
     ]
 }
@@ -266,5 +283,7 @@ def find_status(spec: DatasetSpec, data_dir: Path | None) -> str:
         return "absent"
     missing = [f for f in spec.key_files if not (root / f).exists()]
     if missing:
-        return f"incomplete: missing {root / missing[0]}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+        return f"incomplete: missing {root / missing[0]}" + (
+            f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        )
     return "found"

@@ -98,8 +98,12 @@ def _with_bias(x: np.ndarray) -> np.ndarray:
 
 
 def fewshot_accuracies(
-    train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray],
-    num_classes: int, shots: int, seed: int, l2s: tuple[float, ...],
+    train: tuple[np.ndarray, np.ndarray],
+    test: tuple[np.ndarray, np.ndarray],
+    num_classes: int,
+    shots: int,
+    seed: int,
+    l2s: tuple[float, ...],
 ) -> tuple[dict[float, float], int]:
     """{λ: test accuracy} for one (shots, seed), and the number of train points actually used."""
     idx = sample_indices(train[1], num_classes, shots, seed)
@@ -143,13 +147,22 @@ class FeatureCache:
 
 @torch.inference_mode()
 def extract(
-    features_fn, model: nn.Module, dataset: torch.utils.data.Dataset, device: torch.device,
-    batch_size: int, workers: int, description: str,
+    features_fn,
+    model: nn.Module,
+    dataset: torch.utils.data.Dataset,
+    device: torch.device,
+    batch_size: int,
+    workers: int,
+    description: str,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(N, D) float32 representations and (N,) labels, in dataset order."""
     loader = torch.utils.data.DataLoader(
-        dataset, batch_size=batch_size, shuffle=False, num_workers=workers,
-        pin_memory=device.type == "cuda", persistent_workers=False,
+        dataset,
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=False,
     )
     model.eval().to(device)
     feats, labels = [], []

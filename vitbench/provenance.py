@@ -78,8 +78,20 @@ def git_sha() -> str:
         if not sha:
             return "unknown"
         dirty = subprocess.run(
-            ["git", "-C", str(_SOURCE_DIR), "status", "--porcelain", "--untracked-files=no", "--", "vitbench", "plugins"],
-            capture_output=True, text=True, timeout=5,
+            [
+                "git",
+                "-C",
+                str(_SOURCE_DIR),
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                "vitbench",
+                "plugins",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=5,
         ).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):

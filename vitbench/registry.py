@@ -24,14 +24,34 @@ BUILTIN_MODULES = ("vitbench_plugins.vit", "vitbench_plugins.hybrid", "vitbench_
 
 # Models that exist only as paper rows: their weights were never released.
 REFERENCE_ONLY = [
-    ModelSpec("bit-l", "resnetv2_152x4_bit", None, summary="BiT-L ResNet152x4 (JFT-300M), Table 2",
-              reference_only="BiT-L was pre-trained on the private JFT-300M; its weights were never released"),
-    ModelSpec("vit-h/14-jft", "vit_huge_patch14_224", None, summary="ViT-H/14 pre-trained on JFT-300M, Table 2",
-              reference_only="the JFT-300M ViT-H/14 weights were never released (vision_transformer #14, #133)"),
-    ModelSpec("vit-l/16-jft", "vit_large_patch16_224", None, summary="ViT-L/16 pre-trained on JFT-300M, Table 2",
-              reference_only="the JFT-300M ViT-L/16 weights were never released"),
-    ModelSpec("noisy-student", "tf_efficientnet_l2", None, summary="Noisy Student EfficientNet-L2, Table 2",
-              reference_only="Noisy Student is a paper baseline only; vitbench has no EfficientNet backend"),
+    ModelSpec(
+        "bit-l",
+        "resnetv2_152x4_bit",
+        None,
+        summary="BiT-L ResNet152x4 (JFT-300M), Table 2",
+        reference_only="BiT-L was pre-trained on the private JFT-300M; its weights were never released",
+    ),
+    ModelSpec(
+        "vit-h/14-jft",
+        "vit_huge_patch14_224",
+        None,
+        summary="ViT-H/14 pre-trained on JFT-300M, Table 2",
+        reference_only="the JFT-300M ViT-H/14 weights were never released (vision_transformer #14, #133)",
+    ),
+    ModelSpec(
+        "vit-l/16-jft",
+        "vit_large_patch16_224",
+        None,
+        summary="ViT-L/16 pre-trained on JFT-300M, Table 2",
+        reference_only="the JFT-300M ViT-L/16 weights were never released",
+    ),
+    ModelSpec(
+        "noisy-student",
+        "tf_efficientnet_l2",
+        None,
+        summary="Noisy Student EfficientNet-L2, Table 2",
+        reference_only="Noisy Student is a paper baseline only; vitbench has no EfficientNet backend",
+    ),
 ]
 
 

@@ -20,7 +20,13 @@ from vitbench.backend import ModelSpec
 from vitbench.datasets import DatasetSpec, Split, TransformedSplit
 from vitbench.errors import UserError
 from vitbench.provenance import (
-    Clock, canonical_json, device_name, environment, sha256_file, sha256_text, write_atomic,
+    Clock,
+    canonical_json,
+    device_name,
+    environment,
+    sha256_file,
+    sha256_text,
+    write_atomic,
 )
 from vitbench.registry import get_dataset, get_model, get_suite
 from vitbench.store import ingest, shard_dir
@@ -124,10 +130,20 @@ def plan(req: Request) -> list[Group]:
         group = Group(model, weights, dataset, splits, res, l2s)
         for seed in req.seeds:
             for shots in req.shots:
-                group.specs.append(RunSpec(
-                    model.name, weights_sha, dataset.name, train.source, train.fingerprint,
-                    protocol, fewshot.VERSION, hparams, seed, shots,
-                ))
+                group.specs.append(
+                    RunSpec(
+                        model.name,
+                        weights_sha,
+                        dataset.name,
+                        train.source,
+                        train.fingerprint,
+                        protocol,
+                        fewshot.VERSION,
+                        hparams,
+                        seed,
+                        shots,
+                    )
+                )
         groups.append(group)
     return groups
 
@@ -142,9 +158,16 @@ def _representations(group: Group, req: Request, device: torch.device, clock: Cl
     for split_name in group.dataset.fewshot_splits:
         split = group.splits[split_name]
         key = cache.key(
-            model=group.model.name, arch=group.model.arch, weights=spec.weights_sha256, res=group.res,
-            dataset=group.dataset.name, source=split.source, fingerprint=split.fingerprint, split=split_name,
-            preprocessing=spec.hparams["preprocessing"], representation=backend.representation,
+            model=group.model.name,
+            arch=group.model.arch,
+            weights=spec.weights_sha256,
+            res=group.res,
+            dataset=group.dataset.name,
+            source=split.source,
+            fingerprint=split.fingerprint,
+            split=split_name,
+            preprocessing=spec.hparams["preprocessing"],
+            representation=backend.representation,
         )
         cached = cache.load(key)
         if cached is None:
@@ -155,8 +178,13 @@ def _representations(group: Group, req: Request, device: torch.device, clock: Cl
             transform = group.model.preprocessing.at(group.res).transform()
             with clock:
                 cached = fewshot.extract(
-                    backend.features, model, TransformedSplit(split, transform), device, req.batch_size,
-                    req.workers, f"{group.model.name} · {group.dataset.name} {split_name}",
+                    backend.features,
+                    model,
+                    TransformedSplit(split, transform),
+                    device,
+                    req.batch_size,
+                    req.workers,
+                    f"{group.model.name} · {group.dataset.name} {split_name}",
                 )
             cache.save(key, *cached)
         out.append(cached)
@@ -164,7 +192,11 @@ def _representations(group: Group, req: Request, device: torch.device, clock: Cl
 
 
 def execute(
-    groups: list[Group], req: Request, con, done: set[str], rerun: bool = False,
+    groups: list[Group],
+    req: Request,
+    con,
+    done: set[str],
+    rerun: bool = False,
     on_result: Callable[[RunSpec, dict], None] | None = None,
 ) -> int:
     """Run every planned spec not yet done; each result is a shard and an ingest of its own, so an
@@ -193,16 +225,25 @@ def execute(
             metrics = _metrics(accs, spec.hparams["l2"])
             share = 1 / len(todo)  # the one extraction is shared by the runs that needed it
             run = {
-                "run_key": spec.run_key, **asdict(spec),
-                "arch": group.model.arch, "backend": group.model.backend.family,
-                "weights": group.weights, "random_init": group.weights == RANDOM,
+                "run_key": spec.run_key,
+                **asdict(spec),
+                "arch": group.model.arch,
+                "backend": group.model.backend.family,
+                "weights": group.weights,
+                "random_init": group.weights == RANDOM,
                 "data_dir": str(req.data_dir.resolve()) if req.data_dir else None,
                 "data_subset": any(s.is_subset for s in group.splits.values()),
-                "n_train": n_train, "n_test": len(test[1]),
-                "status": "done", "started_at": started.isoformat(), "finished_at": datetime.now(UTC).isoformat(),
-                "device": device.type, "device_name": dev_name, "device_count": 1,
+                "n_train": n_train,
+                "n_test": len(test[1]),
+                "status": "done",
+                "started_at": started.isoformat(),
+                "finished_at": datetime.now(UTC).isoformat(),
+                "device": device.type,
+                "device_name": dev_name,
+                "device_count": 1,
                 "device_seconds": extraction.seconds * share + solve.seconds,
-                "flops_per_image": flops_per_image, "flops": flops_per_image * n_images * share if extracted else 0.0,
+                "flops_per_image": flops_per_image,
+                "flops": flops_per_image * n_images * share if extracted else 0.0,
                 **env,
                 "notes": {"features_from_cache": not extracted, "extraction_seconds": extraction.seconds},
             }

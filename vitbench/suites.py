@@ -19,7 +19,9 @@ SUITES: dict[str, Suite] = {
     s.name: s
     for s in [
         Suite(
-            "demo", ("digits",), "fewshot",
+            "demo",
+            ("digits",),
+            "fewshot",
             "embedded default: few-shot on scikit-learn's 8x8 digits with a random-init ViT-Ti/16 (no files needed)",
             defaults={"model": "vit-ti/16", "weights": "random"},
         ),

@@ -16,8 +16,13 @@ from vitbench import paper
 from vitbench.datasets import DATASETS
 
 ROW_ORDER = ["imagenet", "imagenet_real", "cifar10", "cifar100", "pets", "flowers102", "vtab", "digits"]
-TITLES = {"imagenet_real": "ImageNet ReaL", "pets": "Oxford-IIIT Pets", "flowers102": "Oxford Flowers-102",
-          "vtab": "VTAB (19 tasks)", **{k: v.title for k, v in DATASETS.items()}}
+TITLES = {
+    "imagenet_real": "ImageNet ReaL",
+    "pets": "Oxford-IIIT Pets",
+    "flowers102": "Oxford Flowers-102",
+    "vtab": "VTAB (19 tasks)",
+    **{k: v.title for k, v in DATASETS.items()},
+}
 RANDOM_MARK, SUBSET_MARK = "†", "‡"
 
 
@@ -49,7 +54,11 @@ def select_sweep_l2(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
 
 
 def _column_label(run: pd.Series) -> str:
-    weights = "random init" if run["random_init"] else f"{str(run['weights']).rsplit('/', 1)[-1]} [{run['weights_sha256'][:8]}]"
+    weights = (
+        "random init"
+        if run["random_init"]
+        else f"{str(run['weights']).rsplit('/', 1)[-1]} [{run['weights_sha256'][:8]}]"
+    )
     marks = (RANDOM_MARK if run["random_init"] else "") + (SUBSET_MARK if run["data_subset"] else "")
     return f"{run['model']} ({weights}){marks}"
 
@@ -78,13 +87,22 @@ def build(df: pd.DataFrame, compare: list[str] | tuple[str, ...] = (), shots: in
         acc["column"] = acc.apply(_column_label, axis=1)
         acc["order"] = acc["dataset"].map(lambda d: ROW_ORDER.index(d) if d in ROW_ORDER else len(ROW_ORDER))
         acc = acc.sort_values(["order", "dataset", "protocol", "shots"])
-        acc["row"] = [_row_label(d, p, s) for d, p, s in zip(acc["dataset"], acc["protocol"], acc["shots"], strict=True)]
+        acc["row"] = [
+            _row_label(d, p, s) for d, p, s in zip(acc["dataset"], acc["protocol"], acc["shots"], strict=True)
+        ]
         data.columns = list(dict.fromkeys(acc["column"]))
         data.rows = list(dict.fromkeys(acc["row"]))
         for (row, col), cell in acc.groupby(["row", "column"], sort=False):
             data.cells[(row, col)] = _cell(cell["value"])
-            data.numbers.append({"row": row, "column": col, "mean": cell["value"].mean() * 100,
-                                 "std": cell["value"].std(ddof=1) * 100 if len(cell) > 1 else None, "n": len(cell)})
+            data.numbers.append(
+                {
+                    "row": row,
+                    "column": col,
+                    "mean": cell["value"].mean() * 100,
+                    "std": cell["value"].std(ddof=1) * 100 if len(cell) > 1 else None,
+                    "n": len(cell),
+                }
+            )
         # the cost of the measurement itself, not the paper's pre-training cost (a separate row)
         cost_row = "vitbench accelerator-days (this evaluation)"
         runs = acc.drop_duplicates("run_key")
@@ -115,7 +133,9 @@ def build(df: pd.DataFrame, compare: list[str] | tuple[str, ...] = (), shots: in
                 r = by_dataset[dataset]
                 has_std = isinstance(r.std, float) and not math.isnan(r.std)
                 data.cells[(row, col)] = f"{r.value:.2f}" + (f" ± {r.std:.2f}" if has_std else "")
-                data.numbers.append({"row": row, "column": col, "mean": r.value, "std": r.std if has_std else None, "n": None})
+                data.numbers.append(
+                    {"row": row, "column": col, "mean": r.value, "std": r.std if has_std else None, "n": None}
+                )
         if "tpuv3_core_days" in by_dataset:
             row = "paper TPUv3-core-days (pre-training)"
             if row not in data.rows:
@@ -128,7 +148,9 @@ def build(df: pd.DataFrame, compare: list[str] | tuple[str, ...] = (), shots: in
     if any(RANDOM_MARK in c for c in data.columns):
         data.footnotes.append(f"{RANDOM_MARK} random-init weights: a pipeline check, not a pretrained backbone")
     if any(SUBSET_MARK in c for c in data.columns):
-        data.footnotes.append(f"{SUBSET_MARK} measured on a subset of the official splits: not comparable with the paper")
+        data.footnotes.append(
+            f"{SUBSET_MARK} measured on a subset of the official splits: not comparable with the paper"
+        )
     for k, l2 in sorted(chosen.items()):
         data.footnotes.append(f"{k}-shot: λ = {l2:g} chosen by mean rank across datasets (--fewshot-l2 sweep)")
     if data.columns:
@@ -143,16 +165,31 @@ def to_markdown(t: TableData) -> str:
 
 
 def _latex_escape(s: str) -> str:
-    return s.replace("\\", r"\textbackslash{}").replace("_", r"\_").replace("%", r"\%").replace("&", r"\&") \
-        .replace("#", r"\#").replace("±", r"$\pm$").replace("†", r"$^\dagger$").replace("‡", r"$^\ddagger$") \
-        .replace("·", r"$\cdot$").replace("λ", r"$\lambda$")
+    return (
+        s.replace("\\", r"\textbackslash{}")
+        .replace("_", r"\_")
+        .replace("%", r"\%")
+        .replace("&", r"\&")
+        .replace("#", r"\#")
+        .replace("±", r"$\pm$")
+        .replace("†", r"$^\dagger$")
+        .replace("‡", r"$^\ddagger$")
+        .replace("·", r"$\cdot$")
+        .replace("λ", r"$\lambda$")
+    )
 
 
 def to_latex(t: TableData) -> str:
-    out = [r"\begin{tabular}{l" + "c" * len(t.columns) + "}", r"\toprule",
-           " & " + " & ".join(_latex_escape(c) for c in t.columns) + r" \\", r"\midrule"]
-    out += [_latex_escape(r) + " & " + " & ".join(_latex_escape(t.cells.get((r, c), "")) for c in t.columns) + r" \\"
-            for r in t.rows]
+    out = [
+        r"\begin{tabular}{l" + "c" * len(t.columns) + "}",
+        r"\toprule",
+        " & " + " & ".join(_latex_escape(c) for c in t.columns) + r" \\",
+        r"\midrule",
+    ]
+    out += [
+        _latex_escape(r) + " & " + " & ".join(_latex_escape(t.cells.get((r, c), "")) for c in t.columns) + r" \\"
+        for r in t.rows
+    ]
     out += [r"\bottomrule", r"\end{tabular}"] + [f"% {_latex_escape(n)}" for n in t.footnotes]
     return "\n".join(out) + "\n"
 
@@ -167,12 +204,12 @@ def to_rich(t: TableData):
     from rich.table import Table
     from rich.text import Text  # Text, not markup: labels hold "[sha]" brackets
 
-    table = Table(show_lines=False, caption=Text("\n".join(t.footnotes)) if t.footnotes else None,
-                  caption_justify="left")
+    table = Table(
+        show_lines=False, caption=Text("\n".join(t.footnotes)) if t.footnotes else None, caption_justify="left"
+    )
     table.add_column("")
     for c in t.columns:
         table.add_column(Text(c), justify="right", style="cyan" if c.endswith("(paper)") else None)
     for r in t.rows:
         table.add_row(Text(r), *[Text(t.cells.get((r, c), "")) for c in t.columns])
     return table
-

@@ -72,7 +72,9 @@ def load_into(model: nn.Module, spec: ModelSpec, path: Path) -> None:
             f"{path}: no tensor '{missing[0]}'{_more(missing)} that {spec.name} needs; weights of another architecture?"
         )
     if extra:
-        raise UserError(f"{path}: tensor '{extra[0]}'{_more(extra)} is not part of {spec.name}; weights of another architecture?")
+        raise UserError(
+            f"{path}: tensor '{extra[0]}'{_more(extra)} is not part of {spec.name}; weights of another architecture?"
+        )
     for key, tensor in expected.items():
         if state[key].shape != tensor.shape:
             raise UserError(

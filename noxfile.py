@@ -1,0 +1,50 @@
+"""Developer sessions. `nox -s tests` is what CI runs (.ci/run)."""
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typing"]
+# torch/torchvision pins: they resolve quickly from the mirror; an unpinned torch pulls GBs of CUDA wheels
+INSTALL = ["-c", ".ci/constraints.txt", "-e", ".[dev]"]
+SOURCES = ["vitbench", "plugins", "tests", "benchmarks", "noxfile.py"]
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    session.install(*INSTALL)
+    session.run("pytest", "-q", "-ra", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", *SOURCES)
+
+
+@nox.session
+def typing(session: nox.Session) -> None:
+    session.install(*INSTALL)
+    session.run("mypy", "vitbench")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Throughput of vitbench's loops against bare baselines on this machine (pytest-benchmark)."""
+    session.install(*INSTALL)
+    session.run(
+        "pytest",
+        "benchmarks",
+        "-q",
+        "--benchmark-only",
+        "--benchmark-columns=mean,stddev,ops,rounds",
+        "-p",
+        "no:cacheprovider",
+        *session.posargs,
+    )
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The embedded default, end to end: few-shot on digits, stored and tabled."""
+    session.install(*INSTALL)
+    session.run("vitbench", "run", *session.posargs)
+    session.run("vitbench", "table")
