@@ -72,16 +72,22 @@ def test_solve_ours(benchmark, solve_problem):
     benchmark(fewshot.fewshot_accuracies, (x, y), (xt, yt), 100, 10, 0, (1024.0,))
 
 
+def whitened_with_bias(x, y, xt):
+    """The textbook set-up shared by the dense baselines: whiten, append the bias 100, {-1,1} targets."""
+    mean, std = x.mean(0), x.std(0) + 1e-5
+    xb = np.hstack([(x - mean) / std, np.full((len(x), 1), 100.0)])
+    xtb = np.hstack([(xt - mean) / std, np.full((len(xt), 1), 100.0)])
+    return xb, xtb, 2 * np.eye(100)[y] - 1
+
+
 @pytest.mark.benchmark(group="few-shot solve: 10 shots x 100 classes x 768 dims")
 def test_solve_baseline_dense(benchmark, solve_problem):
     """The textbook route: normal equations and a dense solve, one λ."""
     x, y, xt, yt = solve_problem
 
     def dense():
-        mean, std = x.mean(0), x.std(0) + 1e-5
-        xb = np.hstack([(x - mean) / std, np.full((len(x), 1), 100.0)])
-        w = np.linalg.solve(xb.T @ xb + 1024.0 * np.eye(xb.shape[1]), xb.T @ (2 * np.eye(100)[y] - 1))
-        xtb = np.hstack([(xt - mean) / std, np.full((len(xt), 1), 100.0)])
+        xb, xtb, targets = whitened_with_bias(x, y, xt)
+        w = np.linalg.solve(xb.T @ xb + 1024.0 * np.eye(xb.shape[1]), xb.T @ targets)
         return np.mean(np.argmax(xtb @ w, 1) == yt)
 
     benchmark(dense)
@@ -98,10 +104,8 @@ def test_solve_sweep_baseline_dense(benchmark, solve_problem):
     x, y, xt, yt = solve_problem
 
     def dense_sweep():
-        mean, std = x.mean(0), x.std(0) + 1e-5
-        xb = np.hstack([(x - mean) / std, np.full((len(x), 1), 100.0)])
-        xtb = np.hstack([(xt - mean) / std, np.full((len(xt), 1), 100.0)])
-        gram, rhs = xb.T @ xb, xb.T @ (2 * np.eye(100)[y] - 1)
+        xb, xtb, targets = whitened_with_bias(x, y, xt)
+        gram, rhs = xb.T @ xb, xb.T @ targets
         return [
             np.mean(np.argmax(xtb @ np.linalg.solve(gram + l2 * np.eye(len(gram)), rhs), 1) == yt)
             for l2 in fewshot.L2_GRID

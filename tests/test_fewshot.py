@@ -15,12 +15,13 @@ def dense_ridge_accuracy(x, y, x_test, y_test, num_classes, l2):
     return w, np.mean(np.argmax(xt @ w, 1) == y_test)
 
 
+@pytest.mark.parametrize("many_l2", [False, True])  # direct solve for one λ, eigh for a sweep
 @pytest.mark.parametrize("n, d", [(200, 16), (20, 64)])  # primal (N >= D) and kernel (N < D) branches
-def test_solver_matches_dense_solve(n, d):
+def test_solver_matches_dense_solve(n, d, many_l2):
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(n, d)), rng.integers(0, 5, n)
     xt, yt = rng.normal(size=(300, d)), rng.integers(0, 5, 300)
-    solver = fewshot.RidgeSolver.fit(x, y, 5)
+    solver = fewshot.RidgeSolver.fit(x, y, 5, many_l2=many_l2)
     for l2 in (2.0**-3, 1.0, 1024.0):
         w_ref, acc_ref = dense_ridge_accuracy(x, y, xt, yt, 5, l2)
         np.testing.assert_allclose(solver.weights(l2), w_ref, rtol=1e-6, atol=1e-6)

@@ -74,6 +74,25 @@ class Preprocessing:
             std=tuple(cfg.std),  # type: ignore[arg-type]
         )
 
+    @classmethod
+    def from_weights_config(cls, weights: str, fallback: Preprocessing) -> Preprocessing:
+        """The preprocessing a weights file carries: timm / Hugging Face folders keep a `config.json`
+        with `pretrained_cfg` beside the weights. Absent or unreadable: `fallback`."""
+        import json
+        from pathlib import Path
+
+        config = Path(weights).parent / "config.json"
+        try:
+            cfg = json.loads(config.read_text()).get("pretrained_cfg", {})
+        except (OSError, ValueError, AttributeError):
+            return fallback
+        keys = {"crop_pct": "crop_pct", "crop_mode": "crop_mode", "interpolation": "interpolation"}
+        update: dict = {ours: cfg[theirs] for ours, theirs in keys.items() if cfg.get(theirs)}
+        for key in ("mean", "std"):
+            if cfg.get(key):
+                update[key] = tuple(float(v) for v in cfg[key])
+        return Preprocessing(**{**asdict(fallback), **update})
+
 
 # big_vision's few-shot preprocessing: decode|resize(256)|central_crop(224)|value_range(-1,1)
 BIG_VISION_FEWSHOT = Preprocessing()

@@ -59,34 +59,49 @@ def sample_indices(labels: np.ndarray, num_classes: int, shots: int, seed: int) 
 
 @dataclass
 class RidgeSolver:
-    """Eigen-decomposition of the whitened train Gram matrix: any number of λ solve cheaply.
+    """Closed-form ridge on whitened features, in float64.
 
-    With N points of D' = D + 1 dims: N >= D' decomposes XᵀX (primal), else XXᵀ (kernel form);
-    both give W = lhs · diag(1 / (eigs + λ)) · rhs. float64 throughout.
+    With N points of D' = D + 1 dims the primal form solves (XᵀX + λI) W = XᵀY when N >= D', the
+    kernel form W = Xᵀ (XXᵀ + λI)⁻¹ Y otherwise (the same solution). For one λ a direct
+    linear solve is fastest; for many (the sweep), big_vision's eigen-decomposition
+    is computed once and each λ costs one matrix product: W = lhs · diag(1 / (eigs + λ)) · rhs.
     """
 
     mean: np.ndarray
     std: np.ndarray
-    eigs: np.ndarray
-    lhs: np.ndarray
-    rhs: np.ndarray
+    x: np.ndarray  # (N, D') whitened, with the bias feature
+    targets: np.ndarray  # (N, K) in {-1, 1}
+    eig: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (eigs, lhs, rhs), for many λ
 
     @classmethod
-    def fit(cls, x: np.ndarray, y: np.ndarray, num_classes: int) -> RidgeSolver:
+    def fit(cls, x: np.ndarray, y: np.ndarray, num_classes: int, many_l2: bool = False) -> RidgeSolver:
         x = x.astype(np.float64)
         mean = x.mean(axis=0, keepdims=True)
         std = x.std(axis=0, keepdims=True) + 1e-5  # population std, as jnp.std
-        x = _with_bias((x - mean) / std)
-        targets = 2.0 * np.eye(num_classes)[y] - 1.0  # (N, K) in {-1, 1}
-        n, d = x.shape
-        if n >= d:
+        solver = cls(mean, std, _with_bias((x - mean) / std), 2.0 * np.eye(num_classes)[y] - 1.0)
+        if many_l2:
+            solver.eig = solver._eigen()
+        return solver
+
+    def _eigen(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        x, targets = self.x, self.targets
+        if x.shape[0] >= x.shape[1]:
             eigs, q = np.linalg.eigh(x.T @ x)
-            return cls(mean, std, eigs, q, q.T @ (x.T @ targets))
+            return eigs, q, q.T @ (x.T @ targets)
         eigs, q = np.linalg.eigh(x @ x.T)
-        return cls(mean, std, eigs, x.T @ q, q.T @ targets)
+        return eigs, x.T @ q, q.T @ targets
 
     def weights(self, l2: float) -> np.ndarray:
-        return (self.lhs * (1.0 / (self.eigs + l2))[None, :]) @ self.rhs  # (D', K)
+        """(D', K) regression weights for ridge strength `l2`."""
+        if self.eig is not None:
+            eigs, lhs, rhs = self.eig
+            return (lhs * (1.0 / (eigs + l2))[None, :]) @ rhs
+        x, targets = self.x, self.targets
+        if x.shape[0] >= x.shape[1]:
+            gram = x.T @ x + l2 * np.eye(x.shape[1])
+            return np.linalg.solve(gram, x.T @ targets)
+        gram = x @ x.T + l2 * np.eye(x.shape[0])
+        return x.T @ np.linalg.solve(gram, targets)
 
     def accuracy(self, x_test: np.ndarray, y_test: np.ndarray, l2: float) -> float:
         x = _with_bias((x_test.astype(np.float64) - self.mean) / self.std)
@@ -109,7 +124,7 @@ def fewshot_accuracies(
     idx = sample_indices(train[1], num_classes, shots, seed)
     if len(idx) == 0:
         raise UserError("few-shot: the train split has no images")
-    solver = RidgeSolver.fit(train[0][idx], train[1][idx], num_classes)
+    solver = RidgeSolver.fit(train[0][idx], train[1][idx], num_classes, many_l2=len(l2s) > 1)
     return {l2: solver.accuracy(test[0], test[1], l2) for l2 in l2s}, len(idx)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from vitbench import fewshot
-from vitbench.backend import ModelSpec
+from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec, Split, TransformedSplit
 from vitbench.errors import UserError
 from vitbench.provenance import (
@@ -83,6 +83,7 @@ class Group:
     splits: dict[str, Split]
     res: int
     l2s: tuple[float, ...]
+    preprocessing: Preprocessing
     specs: list[RunSpec] = field(default_factory=list)
 
 
@@ -114,6 +115,9 @@ def plan(req: Request) -> list[Group]:
     res = req.res or model.preprocessing.size
     model.backend.check_img_size(model, res)
     label, l2s = fewshot.parse_l2(req.fewshot_l2)
+    preprocessing = model.preprocessing.at(res)
+    if weights != RANDOM:
+        preprocessing = Preprocessing.from_weights_config(weights, preprocessing)
     groups = []
     for name in dataset_names:
         dataset = get_dataset(name)
@@ -122,12 +126,12 @@ def plan(req: Request) -> list[Group]:
         hparams = {
             "res": res,
             "l2": label,
-            "preprocessing": model.preprocessing.at(res).describe(),
+            "preprocessing": preprocessing.describe(),
             "representation": model.backend.representation,
             "splits": list(dataset.fewshot_splits),
             "test_fingerprint": splits[dataset.fewshot_splits[1]].fingerprint,
         }
-        group = Group(model, weights, dataset, splits, res, l2s)
+        group = Group(model, weights, dataset, splits, res, l2s, preprocessing)
         for seed in req.seeds:
             for shots in req.shots:
                 group.specs.append(
@@ -175,7 +179,7 @@ def _representations(group: Group, req: Request, device: torch.device, clock: Cl
                 model = backend.create(group.model, group.dataset.num_classes, group.res)
                 if group.weights != RANDOM:
                     load_into(model, group.model, Path(group.weights))
-            transform = group.model.preprocessing.at(group.res).transform()
+            transform = group.preprocessing.transform()
             with clock:
                 cached = fewshot.extract(
                     backend.features,
