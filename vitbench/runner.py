@@ -91,7 +91,8 @@ def resolve(req: Request) -> tuple[str, tuple[str, ...], str, str]:
     """(model, datasets, protocol, weights) from the request and its suite's defaults."""
     if req.suite and req.datasets:
         raise UserError("give --suite or --dataset, not both")
-    suite = get_suite(req.suite or ("demo" if not req.datasets else "")) if req.suite or not req.datasets else None
+    # explicit datasets run on their own; otherwise the named suite, or the embedded demo
+    suite = None if req.datasets else get_suite(req.suite or "demo")
     datasets = suite.datasets if suite else req.datasets
     defaults = suite.defaults if suite else {}
     model = req.model or defaults.get("model")
