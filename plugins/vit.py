@@ -1,13 +1,17 @@
 """ViT (Dosovitskiy et al. 2021) and DeiT (Touvron et al. 2021): timm's VisionTransformer.
 
-Few-shot representation: LN(CLS), the class token after the final LayerNorm (paper §3.1; the
-upstream `pre_logits` Dense+tanh layer is only present in Google .npz files).
+Few-shot representation: LN(CLS), the class token after the final LayerNorm, or, when the
+upstream checkpoint carries a representation layer, tanh(Dense(LN(CLS))) as in the paper (§3.1,
+vit_jax `pre_logits`).
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+import scipy.ndimage
 import torch
-from timm.layers import resample_abs_pos_embed
 from torch import nn
 
 from vitbench.backend import BIG_VISION_FEWSHOT, Backend, ModelSpec, Preprocessing
@@ -17,25 +21,48 @@ class ViTBackend(Backend):
     family = "vit"
     representation = "LN(CLS)"
 
-    def timm_kwargs(self, img_size: int) -> dict:
-        return {"img_size": img_size}
+    def timm_kwargs(self, img_size: int, gelu: str = "exact") -> dict:
+        from vitbench.errors import UserError
+
+        if gelu not in ("exact", "tanh"):
+            raise UserError(f"--gelu {gelu}: expected exact (PyTorch's erf GELU) or tanh (Flax's approximate GELU)")
+        return {"img_size": img_size, **({"act_layer": "gelu_tanh"} if gelu == "tanh" else {})}
+
+    def representation_name(self, pre_logits: bool) -> str:
+        return "tanh(Dense(LN(CLS)))" if pre_logits else self.representation
+
+    def add_pre_logits(self, model: nn.Module, spec: ModelSpec, shape: torch.Size) -> None:
+        """The upstream representation layer (Dense D->D, then tanh), which timm drops on load."""
+        model.pre_logits = nn.Linear(shape[1], shape[0])  # type: ignore[assignment]  # keys pre_logits.{weight,bias}
+
+    def features(self, model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+        cls = super().features(model, images)  # (B, D): LN(CLS)
+        dense = getattr(model, "pre_logits", None)
+        return torch.tanh(dense(cls)) if dense is not None else cls
 
     def adapt_state_dict(self, state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
-        """Resize the position embeddings to the model's grid, class token kept (paper §3.2).
-
-        Bilinear on the 2-D patch grid without antialiasing, as timm does for the original
-        Google checkpoints (its generic default is bicubic + antialias, which differs).
-        """
+        """Resize the position embeddings to the model's grid, class token kept (paper §3.2)."""
         posemb = state.get("pos_embed")
         target = getattr(model, "pos_embed", None)
         if posemb is None or target is None or posemb.shape == target.shape:
             return state
-        grid = model.patch_embed.grid_size  # type: ignore[union-attr]
         prefix = 0 if getattr(model, "no_embed_class", False) else int(model.num_prefix_tokens)  # type: ignore[arg-type]
-        resized = resample_abs_pos_embed(
-            posemb, new_size=list(grid), num_prefix_tokens=prefix, interpolation="bilinear", antialias=False
-        )
-        return {**state, "pos_embed": resized}
+        grid = tuple(model.patch_embed.grid_size)  # type: ignore[union-attr]
+        return {**state, "pos_embed": zoom_posemb(posemb, prefix, grid)}
+
+
+def zoom_posemb(posemb: torch.Tensor, num_prefix: int, grid: tuple[int, int]) -> torch.Tensor:
+    """vit_jax's `interpolate_posembed`: split off the class token, `scipy.ndimage.zoom(order=1)`
+    on the (gs, gs, D) grid, concatenate again. (timm's bilinear resize differs slightly.)"""
+    prefix, tokens = posemb[:, :num_prefix], posemb[0, num_prefix:]
+    old = math.isqrt(tokens.shape[0])
+    if old * old != tokens.shape[0]:
+        raise ValueError(f"position embeddings of {tokens.shape[0]} tokens are not a square grid")
+    old_grid = tokens.reshape(old, old, -1).double().numpy()
+    zoomed = scipy.ndimage.zoom(old_grid, (grid[0] / old, grid[1] / old, 1), order=1)
+    return torch.cat(
+        [prefix, torch.from_numpy(np.ascontiguousarray(zoomed)).to(posemb.dtype).reshape(1, -1, posemb.shape[-1])], 1
+    )
 
 
 BACKEND = ViTBackend()
@@ -43,18 +70,43 @@ BACKEND = ViTBackend()
 _DEIT = Preprocessing.from_timm("deit_tiny_patch16_224")
 
 
-def _vit(name: str, arch: str, patch: int, summary: str, preprocessing: Preprocessing = BIG_VISION_FEWSHOT):
-    return ModelSpec(name, arch, BACKEND, preprocessing, summary, input_multiple=patch)
+def _vit(
+    name: str,
+    arch: str,
+    patch: int,
+    summary: str,
+    preprocessing: Preprocessing = BIG_VISION_FEWSHOT,
+    paper_tag: str | None = None,
+):
+    return ModelSpec(name, arch, BACKEND, preprocessing, summary, input_multiple=patch, paper_tag=paper_tag)
 
 
 MODELS = [
     _vit("vit-ti/16", "vit_tiny_patch16_224", 16, "ViT-Tiny, patch 16 (D=192, 12 layers, 3 heads)"),
     _vit("vit-s/16", "vit_small_patch16_224", 16, "ViT-Small, patch 16 (D=384, 12 layers, 6 heads)"),
-    _vit("vit-b/16", "vit_base_patch16_224", 16, "ViT-Base, patch 16 (Table 1: 86M)"),
-    _vit("vit-b/32", "vit_base_patch32_224", 32, "ViT-Base, patch 32"),
-    _vit("vit-l/16", "vit_large_patch16_224", 16, "ViT-Large, patch 16 (Table 1: 307M)"),
-    _vit("vit-l/32", "vit_large_patch32_224", 32, "ViT-Large, patch 32"),
-    _vit("vit-h/14", "vit_huge_patch14_224", 14, "ViT-Huge, patch 14 (Table 1: 632M)"),
+    _vit(
+        "vit-b/16",
+        "vit_base_patch16_224",
+        16,
+        "ViT-Base, patch 16 (Table 1: 86M)",
+        paper_tag="vit_base_patch16_224.orig_in21k",
+    ),
+    _vit("vit-b/32", "vit_base_patch32_224", 32, "ViT-Base, patch 32", paper_tag="vit_base_patch32_224.orig_in21k"),
+    _vit(
+        "vit-l/16",
+        "vit_large_patch16_224",
+        16,
+        "ViT-Large, patch 16 (Table 1: 307M)",
+        paper_tag="vit_large_patch16_224.orig_in21k",
+    ),
+    _vit("vit-l/32", "vit_large_patch32_224", 32, "ViT-Large, patch 32", paper_tag="vit_large_patch32_224.orig_in21k"),
+    _vit(
+        "vit-h/14",
+        "vit_huge_patch14_224",
+        14,
+        "ViT-Huge, patch 14 (Table 1: 632M)",
+        paper_tag="vit_huge_patch14_224.orig_in21k",
+    ),
     _vit("deit-ti/16", "deit_tiny_patch16_224", 16, "DeiT-Tiny: ViT-Ti/16 trained on ImageNet-1k", _DEIT),
     _vit("deit-s/16", "deit_small_patch16_224", 16, "DeiT-Small: ViT-S/16 trained on ImageNet-1k", _DEIT),
     _vit("deit-b/16", "deit_base_patch16_224", 16, "DeiT-Base: ViT-B/16 trained on ImageNet-1k", _DEIT),

@@ -108,6 +108,7 @@ class ModelSpec:
     preprocessing: Preprocessing = field(default=BIG_VISION_FEWSHOT)
     summary: str = ""
     input_multiple: int = 1  # image sizes must be a multiple of this (the patch size for ViTs)
+    paper_tag: str | None = None  # the timm weights tag of the paper's upstream checkpoint (`--weights timm:paper`)
     # Set for names that exist only as paper rows (their weights were never released): the reason.
     reference_only: str | None = None
 
@@ -131,10 +132,22 @@ class Backend:
                 f"{spec.input_multiple}"
             )
 
-    def timm_kwargs(self, img_size: int) -> dict:
+    def timm_kwargs(self, img_size: int, gelu: str = "exact") -> dict:
+        from vitbench.errors import UserError
+
+        if gelu != "exact":
+            raise UserError(f"--gelu {gelu}: only transformer backends have a GELU to change, not {self.family}")
         return {}
 
-    def create(self, spec: ModelSpec, num_classes: int, img_size: int) -> nn.Module:
+    def representation_name(self, pre_logits: bool) -> str:
+        return self.representation
+
+    def add_pre_logits(self, model: nn.Module, spec: ModelSpec, shape: torch.Size) -> None:
+        from vitbench.errors import UserError
+
+        raise UserError(f"{spec.name}: the weights carry a pre_logits layer, which {self.family} models do not have")
+
+    def create(self, spec: ModelSpec, num_classes: int, img_size: int, gelu: str = "exact") -> nn.Module:
         """The architecture at `img_size` with a fresh zero-initialised `num_classes` head.
 
         The paper replaces the whole pre-training head by one zero-initialised linear layer
@@ -143,7 +156,7 @@ class Backend:
         """
         self.check_img_size(spec, img_size)
         model: Any = timm.create_model(
-            spec.arch, pretrained=False, num_classes=num_classes, **self.timm_kwargs(img_size)
+            spec.arch, pretrained=False, num_classes=num_classes, **self.timm_kwargs(img_size, gelu)
         )
         head = model.get_classifier()
         if isinstance(head, nn.Linear | nn.Conv2d):

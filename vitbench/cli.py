@@ -103,6 +103,7 @@ def run(
         str, typer.Option("--fewshot-l2", help="Ridge λ (1024, 2^10) or 'sweep' (2^-10..2^19).")
     ] = "1024",
     res: Annotated[int | None, typer.Option("--res", help="Input resolution [default: the model's, 224].")] = None,
+    gelu: Annotated[str, typer.Option("--gelu", help="exact (timm) or tanh (Flax's approximate GELU).")] = "exact",
     data_dir: DataDir = None,
     results: Results = Path("results"),
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
@@ -126,6 +127,7 @@ def run(
         shots=_int_list("--shots", shots) or fewshot.SHOTS,
         fewshot_l2=fewshot_l2,
         res=res,
+        gelu=gelu,
         data_dir=_check_data_dir(data_dir),
         results=results,
         device=device,
@@ -230,12 +232,13 @@ def ls(
         if registry.autoload_disabled():
             t.caption = f"{registry.AUTOLOAD_ENV}=1: third-party plugins are not loaded"
     elif what == "models":
-        t = Table("model", "family", "timm architecture", "notes")
+        t = Table("model", "family", "timm architecture", "paper weights (timm:paper)", "notes")
         for spec in registry.models().values():
             t.add_row(
                 spec.name,
                 spec.family,
                 spec.arch,
+                spec.paper_tag or "",
                 f"paper reference only: {spec.reference_only}" if spec.reference_only else spec.summary,
             )
         t.caption = "paper columns for --compare: " + ", ".join(paper.columns())
@@ -256,6 +259,36 @@ def ls(
     else:
         raise UserError(f"vitbench ls {what}: expected models, datasets, suites or plugins")
     out.print(t)
+
+
+weights_app = typer.Typer(help="Inspect and convert weights files.", no_args_is_help=True)
+app.add_typer(weights_app, name="weights")
+
+
+@weights_app.command("inspect")
+def weights_inspect(path: Annotated[Path, typer.Argument(help="A .npz, .safetensors or .pth file.")]) -> None:
+    """Format, inferred architecture, parameters, patch/grid/width/depth/heads, head, pre_logits."""
+    from rich.table import Table
+
+    from vitbench.checkpoint import describe
+
+    t = Table("field", "value", show_header=False)
+    for key, value in describe(path).items():
+        t.add_row(key, str(value))
+    out.print(t)
+
+
+@weights_app.command("convert")
+def weights_convert(
+    path: Annotated[Path, typer.Argument(help="A Google .npz checkpoint.")],
+    output: Annotated[Path, typer.Argument(help="The .safetensors file to write.")],
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Architecture, if it cannot be inferred.")] = None,
+) -> None:
+    """Convert a Google .npz once into safetensors (every tensor checked), keeping pre_logits."""
+    from vitbench.checkpoint import convert
+
+    name = convert(path, model, output)
+    out.print(f"wrote {output} ({name})")
 
 
 @app.command()

@@ -24,13 +24,13 @@ from vitbench.provenance import canonical_json, sha256_text
 log = logging.getLogger("vitbench")
 
 PROTOCOL = "fewshot"
-VERSION = "fewshot-lsr/1"  # bump when a change alters the numbers
+VERSION = "fewshot-lsr/2"  # bump when a change alters the numbers (2: vit_jax pos-emb resize)
 SHOTS = (1, 5, 10, 25)
 SEEDS = (0, 1, 2)
 DEFAULT_L2 = 2.0**10  # big_vision's l2_reg
 L2_GRID = tuple(2.0**i for i in range(-10, 20))  # the older sweep: 2^-10 .. 2^19
 BIAS_CONSTANT = 100.0  # "large so it's almost unregularized"
-FEATURES_VERSION = "features/1"
+FEATURES_VERSION = "features/2"
 
 
 def parse_l2(text: str) -> tuple[str, tuple[float, ...]]:

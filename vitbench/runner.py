@@ -30,7 +30,7 @@ from vitbench.provenance import (
 )
 from vitbench.registry import get_dataset, get_model, get_suite
 from vitbench.store import ingest, shard_dir
-from vitbench.weights import RANDOM, check_weights_arg, load_into
+from vitbench.weights import RANDOM, check_weights_arg, has_pre_logits, load_into
 
 log = logging.getLogger("vitbench")
 
@@ -66,6 +66,7 @@ class Request:
     shots: tuple[int, ...] = fewshot.SHOTS
     fewshot_l2: str = "1024"
     res: int | None = None
+    gelu: str = "exact"
     data_dir: Path | None = None
     results: Path = Path("results")
     device: str = "auto"
@@ -111,10 +112,12 @@ def plan(req: Request) -> list[Group]:
     model_name, dataset_names, protocol, weights_arg = resolve(req)
     model = get_model(model_name)
     assert model.backend is not None
-    weights = check_weights_arg(weights_arg)
+    weights = check_weights_arg(weights_arg, model)
     weights_sha = RANDOM if weights == RANDOM else sha256_file(Path(weights), req.results / "cache")
     res = req.res or model.preprocessing.size
     model.backend.check_img_size(model, res)
+    model.backend.timm_kwargs(res, req.gelu)  # an impossible --gelu fails before any work
+    representation = model.backend.representation_name(has_pre_logits(weights))
     label, l2s = fewshot.parse_l2(req.fewshot_l2)
     preprocessing = model.preprocessing.at(res)
     if weights != RANDOM:
@@ -128,7 +131,8 @@ def plan(req: Request) -> list[Group]:
             "res": res,
             "l2": label,
             "preprocessing": preprocessing.describe(),
-            "representation": model.backend.representation,
+            "representation": representation,
+            "gelu": req.gelu,
             "splits": list(dataset.fewshot_splits),
             "test_fingerprint": splits[dataset.fewshot_splits[1]].fingerprint,
         }
@@ -177,7 +181,7 @@ def _representations(group: Group, req: Request, device: torch.device, clock: Cl
         cached = cache.load(key)
         if cached is None:
             if model is None:
-                model = backend.create(group.model, group.dataset.num_classes, group.res)
+                model = backend.create(group.model, group.dataset.num_classes, group.res, spec.hparams["gelu"])
                 if group.weights != RANDOM:
                     load_into(model, group.model, Path(group.weights))
             transform = group.preprocessing.transform()

@@ -15,25 +15,36 @@ from vitbench.backend import ModelSpec
 from vitbench.errors import UserError
 
 RANDOM = "random"
-SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
+SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin")
+PRE_LOGITS = ("pre_logits.weight", "pre_logits.bias")  # the upstream representation layer, as vitbench keeps it
 
 
-def check_weights_arg(weights: str) -> str:
-    """Validate `--weights` early (before any work): `random` or an existing file of a known format."""
+def check_weights_arg(weights: str, spec: ModelSpec | None = None) -> str:
+    """Validate `--weights` early (before any work): `random`, `timm:<tag>` from the local Hugging
+    Face cache, or an existing file of a known format. Returns `random` or an absolute path."""
     if weights == RANDOM:
         return RANDOM
+    if weights.startswith("timm:"):
+        from vitbench.hub import resolve_timm_tag
+
+        return str(resolve_timm_tag(weights, spec))
     path = Path(weights).expanduser()
-    if path.suffix == ".npz":
-        raise UserError(f"--weights {weights}: Google .npz checkpoints are not supported yet; use .safetensors or .pth")
     if not path.is_file():
-        raise UserError(f"--weights {weights}: no such file (expected a .safetensors/.pth file, or 'random')")
+        raise UserError(f"--weights {weights}: no such file (expected .npz/.safetensors/.pth, timm:<tag>, or 'random')")
     if path.suffix not in SUFFIXES:
         raise UserError(f"--weights {weights}: unknown format '{path.suffix}', expected one of {', '.join(SUFFIXES)}")
     return str(path.resolve())
 
 
-def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """Tensors of a .safetensors file, or of a .pth loaded with weights_only=True (no code runs)."""
+def read_state_dict(path: Path, spec: ModelSpec | None = None) -> dict[str, torch.Tensor]:
+    """A timm-style state dict from any supported file: a Google .npz (through timm's own loader,
+    which needs the architecture), a .safetensors file, or a .pth loaded with weights_only=True."""
+    if path.suffix == ".npz":
+        from vitbench.npz import read_npz
+
+        if spec is None:
+            raise UserError(f"{path}: reading a Google .npz needs the model (--model)")
+        return read_npz(path, spec)
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
@@ -59,9 +70,11 @@ def load_into(model: nn.Module, spec: ModelSpec, path: Path) -> None:
     fresh zero-initialised layer (paper App. B.1.1). Any missing, extra or mis-shaped tensor is an
     error naming it: never a silently random layer."""
     assert spec.backend is not None
-    state = read_state_dict(path)
+    state = read_state_dict(path, spec)
     head = spec.backend.head_prefix(model) + "."
     state = {k: v for k, v in state.items() if not k.startswith(head)}
+    if PRE_LOGITS[0] in state:
+        spec.backend.add_pre_logits(model, spec, state[PRE_LOGITS[0]].shape)
     state = spec.backend.adapt_state_dict(state, model)
     expected = {k: v for k, v in model.state_dict().items() if not k.startswith(head)}
 
@@ -90,3 +103,23 @@ def _more(items: list[str]) -> str:
 
 def _one_line(e: Exception) -> str:
     return " ".join(str(e).split())[:200]
+
+
+def has_pre_logits(weights: str) -> bool:
+    """Whether a weights file carries the upstream representation layer (read from keys only)."""
+    if weights == RANDOM:
+        return False
+    path = Path(weights)
+    if path.suffix == ".npz":
+        from vitbench.npz import npz_keys
+
+        return any(k.endswith("pre_logits/kernel") for k in npz_keys(path))
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), "pt") as f:
+                return PRE_LOGITS[0] in f.keys()  # noqa: SIM118 (safe_open is not a dict)
+        except Exception:
+            return False  # unreadable: load_into reports it properly
+    return PRE_LOGITS[0] in read_state_dict(path)
