@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -111,7 +112,8 @@ def _num_heads(model_name: str) -> int:
     spec = registry.get_model(model_name)
     assert spec.backend is not None
     with torch.device("meta"):
-        return int(spec.backend.create(spec, num_classes=0, img_size=224).blocks[0].attn.num_heads)
+        model: Any = spec.backend.create(spec, num_classes=0, img_size=224)
+    return int(model.blocks[0].attn.num_heads)
 
 
 def _grid(pos: tuple[int, ...] | None) -> str | None:
