@@ -78,7 +78,8 @@ def test_a_newer_store_is_refused_and_left_untouched(tmp_path):
     con.execute("INSERT INTO schema_version VALUES (99, now(), '9.0')")
     con.close()
     digest = hashlib.sha256((tmp_path / store.DB_NAME).read_bytes()).hexdigest()
-    with pytest.raises(UserError, match=r"written by a newer vitbench \(schema 99; this one knows up to 1\)"):
+    newer = rf"written by a newer vitbench \(schema 99; this one knows up to {store.SCHEMA_VERSION}\)"
+    with pytest.raises(UserError, match=newer):
         store.connect(tmp_path)
     with pytest.raises(UserError, match="newer vitbench"):
         store.read_results(tmp_path)
@@ -87,3 +88,18 @@ def test_a_newer_store_is_refused_and_left_untouched(tmp_path):
 
 def test_absent_store_reads_as_empty(tmp_path):
     assert store.read_results(tmp_path).empty
+
+
+def test_a_version_1_store_is_migrated_without_losing_runs(tmp_path, monkeypatch):
+    with monkeypatch.context() as m:  # a store written by the first release
+        m.setattr(store, "MIGRATIONS", store.MIGRATIONS[:1])
+        m.setattr(store, "SCHEMA_VERSION", 1)
+        con = store.connect(tmp_path)
+        store.ingest(con, [shard(tmp_path)])
+        con.close()
+    con = store.connect(tmp_path)
+    versions = [r[0] for r in con.execute("SELECT version FROM schema_version ORDER BY version").fetchall()]
+    assert versions == list(range(1, store.SCHEMA_VERSION + 1))
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+    assert con.execute("SELECT count(*) FROM attention_distance").fetchone()[0] == 0
+    con.close()

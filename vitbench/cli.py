@@ -190,7 +190,12 @@ def _print_table(results: Path, compare, fmt: str, shots: int | None) -> None:
     from vitbench import store, table
 
     df = store.read_results(results)
-    data = table.build(df, compare=compare, shots=shots)
+    _render(table.build(df, compare=compare, shots=shots), fmt, results)
+
+
+def _render(data, fmt: str, results: Path) -> None:
+    from vitbench import store, table
+
     if not data.rows:
         err.print(f"no results in {results / store.DB_NAME} yet; try `vitbench run`")
         return
@@ -208,9 +213,19 @@ def table_cmd(
     compare: Annotated[list[str] | None, typer.Option("--compare", help="Paper column(s) to add, e.g. bit-l.")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="rich, md, latex or csv.")] = "rich",
     shots: Annotated[int | None, typer.Option("--shots", help="Only this few-shot count.")] = None,
+    view: Annotated[
+        str, typer.Option("--view", help="accuracy, or attention (mean attention distance per layer).")
+    ] = "accuracy",
     results: Results = Path("results"),
 ) -> None:
     """Show stored results as a Table 2-style comparison."""
+    if view == "attention":
+        from vitbench import store, table
+
+        _render(table.attention_view(store.read_attention_distance(results)), fmt, results)
+        return
+    if view != "accuracy":
+        raise UserError(f"--view {view}: expected accuracy or attention")
     _print_table(results, compare=compare or (), fmt=fmt, shots=shots)
 
 
@@ -259,6 +274,97 @@ def ls(
     else:
         raise UserError(f"vitbench ls {what}: expected models, datasets, suites or plugins")
     out.print(t)
+
+
+@app.command("inspect")
+def inspect_cmd(
+    model: Annotated[str, typer.Option("--model", "-m", help="A ViT or hybrid (`vitbench ls models`).")],
+    weights: Annotated[
+        str, typer.Option("--weights", "-w", help="A .npz/.safetensors/.pth file, timm:<tag>, or 'random'.")
+    ],
+    images: Annotated[Path | None, typer.Option("--images", help="A folder of images.")] = None,
+    dataset: Annotated[str | None, typer.Option("--dataset", "-d", help="Or: a dataset's test images.")] = None,
+    data_dir: DataDir = None,
+    res: Annotated[
+        int | None, typer.Option("--res", help="Input resolution (position embeddings interpolated).")
+    ] = None,
+    num_images: Annotated[int, typer.Option("--num-images", help="Images for the attention distances.")] = 32,
+    rollout_images: Annotated[int, typer.Option("--rollout-images", help="Images to draw rollout maps for.")] = 8,
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the PNG files.")] = Path("inspect"),
+    results: Results = Path("results"),
+    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
+) -> None:
+    """Paper §4.5 views of a backbone: embedding filters, position similarity, attention distance, rollout."""
+    from datetime import UTC, datetime
+
+    from vitbench import inspection, registry, store, table
+    from vitbench.provenance import canonical_json, device_name, environment, resolve_device, sha256_text
+
+    spec = registry.get_model(model)
+    if num_images < 1 or rollout_images < 0:
+        raise UserError("--num-images must be at least 1 and --rollout-images at least 0")
+    torch_device = resolve_device(device)
+    _writable_results(results)
+    found = inspection.inspect_backbone(
+        spec,
+        weights,
+        res,
+        images,
+        dataset,
+        _check_data_dir(data_dir),
+        out_dir,
+        torch_device,
+        num_images=num_images,
+        rollout_images=rollout_images,
+    )
+    env = environment()
+    key = sha256_text(
+        canonical_json(
+            {
+                "model": spec.name,
+                "weights": found["weights_sha256"],
+                "res": found["res"],
+                "images": found["images_fingerprint"],
+                "n_images": found["n_images"],
+            }
+        )
+    )
+    rows = [
+        {
+            "inspect_key": key,
+            "model": spec.name,
+            "weights": found["weights"],
+            "weights_sha256": found["weights_sha256"],
+            "random_init": found["weights"] == "random",
+            "res": found["res"],
+            "images": found["images"],
+            "images_fingerprint": found["images_fingerprint"],
+            "n_images": found["n_images"],
+            "layer": layer + 1,
+            "head": head + 1,
+            "distance_px": float(d),
+            "created_at": datetime.now(UTC),
+            "device_name": device_name(torch_device),
+            **{k: env[k] for k in ("git_sha", "vitbench_version", "torch_version", "timm_version")},
+        }
+        for layer, per_head in enumerate(found["distances"])
+        for head, d in enumerate(per_head)
+    ]
+    con = store.connect(results)
+    try:
+        store.save_attention_distance(con, rows)
+    finally:
+        con.close()
+    out.print(table.to_rich(table.attention_view(store.read_attention_distance(results), only=key)))
+    written = ["embedding_filters.png"] if found["filters_written"] else []
+    written += [
+        "position_similarity.png",
+        "attention_distance.png",
+        f"attention_rollout/ ({len(found['rollout_files'])} images)",
+    ]
+    if not found["filters_written"]:
+        err.print("embedding filters skipped: a hybrid's patch embedding projects ResNet features, not RGB patches")
+    out.print(f"wrote {', '.join(written)} under {out_dir}; attention distances stored in {results / store.DB_NAME}")
 
 
 weights_app = typer.Typer(help="Inspect and convert weights files.", no_args_is_help=True)

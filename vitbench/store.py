@@ -42,6 +42,17 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_key, name)
         )""",
     ],
+    [  # 2: mean attention distance per layer and head (vitbench inspect), with its provenance
+        """CREATE TABLE attention_distance (
+            inspect_key VARCHAR NOT NULL, model VARCHAR NOT NULL, weights VARCHAR,
+            weights_sha256 VARCHAR NOT NULL, random_init BOOLEAN NOT NULL, res INTEGER NOT NULL,
+            images VARCHAR NOT NULL, images_fingerprint VARCHAR NOT NULL, n_images INTEGER NOT NULL,
+            layer INTEGER NOT NULL, head INTEGER NOT NULL, distance_px DOUBLE NOT NULL,
+            created_at TIMESTAMP, device_name VARCHAR, git_sha VARCHAR, vitbench_version VARCHAR,
+            torch_version VARCHAR, timm_version VARCHAR,
+            PRIMARY KEY (inspect_key, layer, head)
+        )""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 RUN_COLUMNS = [
@@ -186,5 +197,58 @@ def read_results(results: Path) -> pd.DataFrame:
             "SELECT r.*, m.name AS metric, m.value FROM runs r JOIN metrics m USING (run_key) "
             "WHERE r.status = 'done' ORDER BY r.model, r.dataset, r.shots, r.seed"
         ).df()
+    finally:
+        con.close()
+
+
+ATTENTION_COLUMNS = [
+    "inspect_key",
+    "model",
+    "weights",
+    "weights_sha256",
+    "random_init",
+    "res",
+    "images",
+    "images_fingerprint",
+    "n_images",
+    "layer",
+    "head",
+    "distance_px",
+    "created_at",
+    "device_name",
+    "git_sha",
+    "vitbench_version",
+    "torch_version",
+    "timm_version",
+]
+
+
+def save_attention_distance(con: duckdb.DuckDBPyConnection, rows: list[dict]) -> None:
+    """Replace one inspection's rows (same inspect_key) in one transaction."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for key in {r["inspect_key"] for r in rows}:
+            con.execute("DELETE FROM attention_distance WHERE inspect_key = ?", [key])
+        con.executemany(
+            f"INSERT INTO attention_distance VALUES ({', '.join('?' * len(ATTENTION_COLUMNS))})",
+            [[r[c] for c in ATTENTION_COLUMNS] for r in rows],
+        )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def read_attention_distance(results: Path) -> pd.DataFrame:
+    path = results / DB_NAME
+    if not path.exists():
+        return pd.DataFrame(columns=ATTENTION_COLUMNS)
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        version = _schema_version(con)
+        _check_not_newer(path, version)
+        if version < 2:
+            return pd.DataFrame(columns=ATTENTION_COLUMNS)
+        return con.execute("SELECT * FROM attention_distance ORDER BY model, inspect_key, layer, head").df()
     finally:
         con.close()

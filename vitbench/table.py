@@ -158,6 +158,33 @@ def build(df: pd.DataFrame, compare: list[str] | tuple[str, ...] = (), shots: in
     return data
 
 
+def attention_view(df: pd.DataFrame, only: str | None = None) -> TableData:
+    """Mean attention distance per layer: one column per inspected (model, weights, resolution, images),
+    each cell the range over heads and their mean, in pixels (Fig. 7 right, as numbers)."""
+    data = TableData()
+    if only is not None:
+        df = df[df["inspect_key"] == only]
+    if df.empty:
+        return data
+    for _key, part in df.groupby("inspect_key", sort=False):
+        first = part.iloc[0]
+        weights = "random init" if first["random_init"] else f"{str(first['weights']).rsplit('/', 1)[-1]}"
+        col = f"{first['model']} ({weights}) @{first['res']}px, {first['n_images']} images"
+        data.columns.append(col)
+        for layer, heads in part.groupby("layer"):
+            row = f"layer {int(layer)}"
+            if row not in data.rows:
+                data.rows.append(row)
+            lo, hi, mean = heads["distance_px"].min(), heads["distance_px"].max(), heads["distance_px"].mean()
+            data.cells[(row, col)] = f"{lo:.0f}–{hi:.0f} (mean {mean:.0f})"
+            data.numbers.append(
+                {"row": row, "column": col, "mean": mean, "std": heads["distance_px"].std(ddof=0), "n": len(heads)}
+            )
+    data.rows.sort(key=lambda r: int(r.split()[1]))
+    data.footnotes.append("mean attention distance in pixels: min–max over heads (mean over heads)")
+    return data
+
+
 def to_markdown(t: TableData) -> str:
     lines = ["| | " + " | ".join(t.columns) + " |", "|---" * (len(t.columns) + 1) + "|"]
     lines += ["| " + r + " | " + " | ".join(t.cells.get((r, c), "") for c in t.columns) + " |" for r in t.rows]
