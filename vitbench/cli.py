@@ -295,10 +295,8 @@ def inspect_cmd(
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
 ) -> None:
     """Paper §4.5 views of a backbone: embedding filters, position similarity, attention distance, rollout."""
-    from datetime import UTC, datetime
-
     from vitbench import inspection, registry, store, table
-    from vitbench.provenance import canonical_json, device_name, environment, resolve_device, sha256_text
+    from vitbench.provenance import device_name, resolve_device
 
     spec = registry.get_model(model)
     if num_images < 1 or rollout_images < 0:
@@ -317,39 +315,7 @@ def inspect_cmd(
         num_images=num_images,
         rollout_images=rollout_images,
     )
-    env = environment()
-    key = sha256_text(
-        canonical_json(
-            {
-                "model": spec.name,
-                "weights": found["weights_sha256"],
-                "res": found["res"],
-                "images": found["images_fingerprint"],
-                "n_images": found["n_images"],
-            }
-        )
-    )
-    rows = [
-        {
-            "inspect_key": key,
-            "model": spec.name,
-            "weights": found["weights"],
-            "weights_sha256": found["weights_sha256"],
-            "random_init": found["weights"] == "random",
-            "res": found["res"],
-            "images": found["images"],
-            "images_fingerprint": found["images_fingerprint"],
-            "n_images": found["n_images"],
-            "layer": layer + 1,
-            "head": head + 1,
-            "distance_px": float(d),
-            "created_at": datetime.now(UTC),
-            "device_name": device_name(torch_device),
-            **{k: env[k] for k in ("git_sha", "vitbench_version", "torch_version", "timm_version")},
-        }
-        for layer, per_head in enumerate(found["distances"])
-        for head, d in enumerate(per_head)
-    ]
+    key, rows = inspection.attention_distance_rows(spec, found, device_name(torch_device))
     con = store.connect(results)
     try:
         store.save_attention_distance(con, rows)

@@ -223,3 +223,44 @@ def inspect_backbone(
         "filters_written": components is not None,
         "rollout_files": rollout_files,
     }
+
+
+def attention_distance_rows(spec, found: dict, device_name: str) -> tuple[str, list[dict]]:
+    """The store rows of one inspection, keyed on what changes the numbers (model, weights,
+    resolution, images), each carrying its provenance."""
+    from datetime import UTC, datetime
+
+    from vitbench.provenance import canonical_json, environment, sha256_text
+
+    key = sha256_text(
+        canonical_json(
+            {
+                "model": spec.name,
+                "weights": found["weights_sha256"],
+                "res": found["res"],
+                "images": found["images_fingerprint"],
+                "n_images": found["n_images"],
+            }
+        )
+    )
+    env = environment()
+    common = {
+        "inspect_key": key,
+        "model": spec.name,
+        "weights": found["weights"],
+        "weights_sha256": found["weights_sha256"],
+        "random_init": found["weights"] == "random",
+        "res": found["res"],
+        "images": found["images"],
+        "images_fingerprint": found["images_fingerprint"],
+        "n_images": found["n_images"],
+        "created_at": datetime.now(UTC),
+        "device_name": device_name,
+        **{k: env[k] for k in ("git_sha", "vitbench_version", "torch_version", "timm_version")},
+    }
+    rows = [
+        {**common, "layer": layer + 1, "head": head + 1, "distance_px": float(distance)}
+        for layer, per_head in enumerate(found["distances"])
+        for head, distance in enumerate(per_head)
+    ]
+    return key, rows
