@@ -83,3 +83,10 @@ def test_cache_key_covers_everything_that_changes_features(tmp_path):
     cache.save(base, np.ones((3, 2), np.float32), np.arange(3))
     x, y = cache.load(base)
     assert x.shape == (3, 2) and y.tolist() == [0, 1, 2]
+
+
+def test_a_damaged_cache_file_is_recomputed_not_fatal(tmp_path):
+    cache = fewshot.FeatureCache(tmp_path)
+    cache.save("k", np.ones((100, 8), np.float32), np.arange(100))
+    cache.path("k").write_bytes(cache.path("k").read_bytes()[:300])  # truncated
+    assert cache.load("k") is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,8 +151,8 @@ class FeatureCache:
         try:
             with np.load(self.path(key)) as f:
                 return f["features"], f["labels"]
-        except (OSError, ValueError, KeyError):
-            return None  # absent or damaged: recompute
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+            return None  # absent or damaged (a full disk, a killed write): recompute
 
     def save(self, key: str, features: np.ndarray, labels: np.ndarray) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
