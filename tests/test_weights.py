@@ -93,3 +93,11 @@ def test_real_deit_weights_load_and_wrong_architecture_is_refused():
         UserError, match=r"deit_tiny_patch16_224\.safetensors: tensor '.*' has shape .*vit-b/16 expects"
     ):
         load_into(model, base, DEIT_WEIGHTS)
+
+
+def test_pre_logits_probe_reads_keys_of_wrapped_pth(tmp_path):
+    from vitbench.weights import has_pre_logits
+
+    torch.save({"model": {"pre_logits.weight": torch.zeros(2, 2), "x": torch.zeros(1)}}, tmp_path / "up.pth")
+    torch.save({"x": torch.zeros(1)}, tmp_path / "plain.pth")
+    assert has_pre_logits(str(tmp_path / "up.pth")) and not has_pre_logits(str(tmp_path / "plain.pth"))

@@ -119,8 +119,9 @@ def _num_heads(model_name: str) -> int:
 def _grid(pos: tuple[int, ...] | None) -> str | None:
     if not pos:
         return None
-    tokens = pos[-2]
-    side = math.isqrt(tokens - 1) if math.isqrt(tokens - 1) ** 2 == tokens - 1 else math.isqrt(tokens)
+    from vitbench.npz import grid_side
+
+    side = grid_side(pos[-2])
     return f"{side}x{side}"
 
 
@@ -187,7 +188,7 @@ def convert(path: Path, model_name: str | None, out: Path) -> str:
 
     from vitbench import registry
     from vitbench.provenance import sha256_file
-    from vitbench.weights import load_into, read_state_dict
+    from vitbench.weights import apply_state, read_state_dict
 
     if out.suffix != ".safetensors":
         raise UserError(f"{out}: the output must be a .safetensors file")
@@ -198,8 +199,9 @@ def convert(path: Path, model_name: str | None, out: Path) -> str:
         model_name = matches[0]
     spec = registry.get_model(model_name)
     assert spec.backend is not None
-    state = read_state_dict(path, spec)
-    load_into(spec.backend.create(spec, num_classes=0, img_size=spec.preprocessing.size), spec, path)  # the run's check
+    state = read_state_dict(path, spec)  # read once: a Google .npz builds and loads a whole model
+    model = spec.backend.create(spec, num_classes=0, img_size=spec.preprocessing.size)
+    apply_state(model, spec, dict(state), path)  # the same every-tensor check a run makes
     metadata = {
         "format": "pt",
         "vitbench_model": spec.name,

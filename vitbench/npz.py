@@ -89,13 +89,17 @@ def _tracking() -> Iterator[list[_TrackedArchive]]:
         yield opened
 
 
+def grid_side(tokens: int) -> int:
+    """Side of the square patch grid behind `tokens` position embeddings, with or without a class token."""
+    with_class = math.isqrt(tokens - 1)
+    return with_class if with_class * with_class == tokens - 1 else math.isqrt(tokens)
+
+
 def native_img_size(spec: ModelSpec, archive, prefix: str) -> int | None:
     """The resolution a ViT/hybrid checkpoint was trained at, from its position-embedding grid."""
     for key in (f"{prefix}Transformer/posembed_input/pos_embedding", f"{prefix}pos_embedding"):
         if key in archive.files:
-            tokens = archive[key].shape[-2]
-            grid = math.isqrt(tokens - 1) if math.isqrt(tokens - 1) ** 2 == tokens - 1 else math.isqrt(tokens)
-            return grid * spec.input_multiple
+            return grid_side(archive[key].shape[-2]) * spec.input_multiple
     return None  # BiT: convolutional, any size
 
 

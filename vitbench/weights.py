@@ -69,8 +69,12 @@ def load_into(model: nn.Module, spec: ModelSpec, path: Path) -> None:
     """Load every tensor of `model` from `path`, except the head, which the protocols replace by a
     fresh zero-initialised layer (paper App. B.1.1). Any missing, extra or mis-shaped tensor is an
     error naming it: never a silently random layer."""
+    apply_state(model, spec, read_state_dict(path, spec), path)
+
+
+def apply_state(model: nn.Module, spec: ModelSpec, state: dict[str, torch.Tensor], path: Path) -> None:
+    """`load_into` for a state dict already read from `path` (named in the errors)."""
     assert spec.backend is not None
-    state = read_state_dict(path, spec)
     head = spec.backend.head_prefix(model) + "."
     state = {k: v for k, v in state.items() if not k.startswith(head)}
     if PRE_LOGITS[0] in state:
@@ -122,4 +126,8 @@ def has_pre_logits(weights: str) -> bool:
                 return PRE_LOGITS[0] in f.keys()  # noqa: SIM118 (safe_open is not a dict)
         except Exception:
             return False  # unreadable: load_into reports it properly
-    return PRE_LOGITS[0] in read_state_dict(path)
+    try:  # memory-mapped: reading the key list must not load a multi-GB checkpoint twice
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:
+        state = read_state_dict(path)  # legacy (non-zip) format, or unreadable: reported properly there
+    return any(PRE_LOGITS[0] in part for part in (state, *(v for v in state.values() if isinstance(v, dict))))
