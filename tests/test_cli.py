@@ -120,6 +120,8 @@ def test_ctrl_c_leaves_no_partial_row_and_the_rerun_does_only_the_rest(cli, resu
         (["--weights", "nothing.safetensors"], "--weights nothing.safetensors: no such file"),
         (["--device", "tpu9"], "--device tpu9"),
         (["--nonsense"], "No such option: --nonsense"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--workers", "-1"], "--workers"),
     ],
 )
 def test_bad_input_is_one_line_without_traceback(cli, results, args, message):

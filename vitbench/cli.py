@@ -107,8 +107,8 @@ def run(
     data_dir: DataDir = None,
     results: Results = Path("results"),
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Feature-extraction batch size.")] = 64,
-    workers: Annotated[int, typer.Option("--workers", help="DataLoader worker processes.")] = min(
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Feature-extraction batch size.")] = 64,
+    workers: Annotated[int, typer.Option("--workers", min=0, help="DataLoader worker processes.")] = min(
         4, (os.cpu_count() or 2) // 2
     ),
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the planned runs and stop.")] = False,
@@ -288,8 +288,10 @@ def inspect_cmd(
     res: Annotated[
         int | None, typer.Option("--res", help="Input resolution (position embeddings interpolated).")
     ] = None,
-    num_images: Annotated[int, typer.Option("--num-images", help="Images for the attention distances.")] = 32,
-    rollout_images: Annotated[int, typer.Option("--rollout-images", help="Images to draw rollout maps for.")] = 8,
+    num_images: Annotated[int, typer.Option("--num-images", min=1, help="Images for the attention distances.")] = 32,
+    rollout_images: Annotated[
+        int, typer.Option("--rollout-images", min=0, help="Images to draw rollout maps for.")
+    ] = 8,
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for the PNG files.")] = Path("inspect"),
     results: Results = Path("results"),
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
@@ -299,8 +301,6 @@ def inspect_cmd(
     from vitbench.provenance import device_name, resolve_device
 
     spec = registry.get_model(model)
-    if num_images < 1 or rollout_images < 0:
-        raise UserError("--num-images must be at least 1 and --rollout-images at least 0")
     torch_device = resolve_device(device)
     _writable_results(results)
     found = inspection.inspect_backbone(
