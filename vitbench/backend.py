@@ -86,8 +86,7 @@ class Preprocessing:
             cfg = json.loads(config.read_text()).get("pretrained_cfg", {})
         except (OSError, ValueError, AttributeError):
             return fallback
-        keys = {"crop_pct": "crop_pct", "crop_mode": "crop_mode", "interpolation": "interpolation"}
-        update: dict = {ours: cfg[theirs] for ours, theirs in keys.items() if cfg.get(theirs)}
+        update: dict = {key: cfg[key] for key in ("crop_pct", "crop_mode", "interpolation") if cfg.get(key)}
         for key in ("mean", "std"):
             if cfg.get(key):
                 update[key] = tuple(float(v) for v in cfg[key])

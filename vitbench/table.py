@@ -47,7 +47,7 @@ def select_sweep_l2(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
         means = part.groupby(["dataset", "l2"])["value"].mean().unstack("l2")  # (dataset, λ)
         ranks = means.rank(axis=1).mean(axis=0)
         chosen[int(shots)] = float(ranks.idxmax())
-    picked = sweep[sweep.apply(lambda r: r["l2"] == chosen[int(r["shots"])], axis=1)].copy()
+    picked = sweep[sweep["l2"] == sweep["shots"].astype(int).map(chosen)].copy()
     picked["metric"] = "accuracy"
     rest = df[~df["metric"].str.startswith("accuracy@l2=")]
     return pd.concat([rest, picked.drop(columns="l2")], ignore_index=True), chosen
