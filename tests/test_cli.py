@@ -63,6 +63,7 @@ def test_table_formats_and_compare(cli, results):
     assert code == 0 and csv.startswith("row,column,mean,std,n") and "1-shot" not in csv
     code, out, _ = cli("table", "--results", results, "--compare", "vit-l/16-i21k")
     assert code == 0 and "99.15 ± 0.03" not in out  # the measured rows are digits: no CIFAR cell to show
+    assert "vit-l/16-i21k (paper)" in out and "0.23k" in out  # but the column and its cost row are there
     code, out, _ = cli("table", "--results", results / "empty", "--compare", "bit-l")
     assert code == 0 and "99.37 ± 0.06" in out  # paper column alone on an empty store
 
