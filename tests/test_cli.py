@@ -212,3 +212,18 @@ def test_deit_tiny_few_shot_on_shared_cifar10(cli, results):
     row = df.iloc[0]
     assert row["data_subset"] and not row["random_init"] and len(row["weights_sha256"]) == 64
     assert row["value"] > 0.6  # real pretrained features: far above the 10 % of chance
+
+
+def test_random_init_is_reproducible_and_the_feature_cache_tells_gelu_apart(cli, results):
+    import json
+
+    assert run_demo(cli, results, "--shots", "5", "--seeds", "0")[0] == 0
+    first = store.read_results(results)
+    assert run_demo(cli, results, "--shots", "5", "--seeds", "0", "--rerun")[0] == 0
+    again = store.read_results(results)
+    assert again["value"].tolist() == first["value"].tolist()  # the same run_key, the same number
+    assert json.loads(again.iloc[0]["notes"])["features_from_cache"]
+    assert run_demo(cli, results, "--shots", "5", "--seeds", "0", "--gelu", "tanh")[0] == 0
+    tanh = store.read_results(results)
+    tanh = tanh[tanh["hparams"].map(lambda h: json.loads(h)["gelu"] == "tanh")]
+    assert len(tanh) == 1 and not json.loads(tanh.iloc[0]["notes"])["features_from_cache"]

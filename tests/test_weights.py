@@ -101,3 +101,19 @@ def test_pre_logits_probe_reads_keys_of_wrapped_pth(tmp_path):
     torch.save({"model": {"pre_logits.weight": torch.zeros(2, 2), "x": torch.zeros(1)}}, tmp_path / "up.pth")
     torch.save({"x": torch.zeros(1)}, tmp_path / "plain.pth")
     assert has_pre_logits(str(tmp_path / "up.pth")) and not has_pre_logits(str(tmp_path / "plain.pth"))
+
+
+def test_random_init_is_drawn_from_a_fixed_seed():
+    from vitbench.weights import build_model
+
+    torch.manual_seed(123)
+    a = build_model(VIT_TI, 10, 32, "random").state_dict()
+    after = torch.rand(1)
+    torch.manual_seed(123)
+    b = build_model(VIT_TI, 10, 32, "random").state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    torch.manual_seed(123)
+    assert torch.equal(torch.rand(1), after)  # the caller's RNG stream is untouched
+    torch.manual_seed(7)
+    c = build_model(VIT_TI, 10, 32, "random").state_dict()
+    assert all(torch.equal(a[k], c[k]) for k in a)  # whatever the global seed

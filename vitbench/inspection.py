@@ -166,15 +166,13 @@ def inspect_backbone(
     from vitbench import inspection_plots as plots
     from vitbench.progress import track
     from vitbench.provenance import sha256_file
-    from vitbench.weights import RANDOM, check_weights_arg, load_into
+    from vitbench.weights import RANDOM, build_model, check_weights_arg
 
     res = res or spec.preprocessing.size
     spec.backend.check_img_size(spec, res)
     weights = check_weights_arg(weights, spec)
-    model = spec.backend.create(spec, num_classes=0, img_size=res)
+    model: Any = build_model(spec, num_classes=0, img_size=res, weights=weights)
     require_transformer(model, spec.name)
-    if weights != RANDOM:
-        load_into(model, spec, Path(weights))
     names, images, source, fingerprint = collect_images(images_dir, dataset, data_dir, num_images)
     out = Path(out_dir)
     label = f"{spec.name}, " + ("random init" if weights == RANDOM else Path(weights).name) + f", {res} px"

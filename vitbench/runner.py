@@ -30,7 +30,7 @@ from vitbench.provenance import (
 )
 from vitbench.registry import get_dataset, get_model, get_suite
 from vitbench.store import ingest, shard_dir
-from vitbench.weights import RANDOM, check_weights_arg, has_pre_logits, load_into
+from vitbench.weights import RANDOM, RANDOM_INIT_SEED, build_model, check_weights_arg, has_pre_logits
 
 log = logging.getLogger("vitbench")
 
@@ -133,6 +133,7 @@ def plan(req: Request) -> list[Group]:
             "preprocessing": preprocessing.describe(),
             "representation": representation,
             "gelu": req.gelu,
+            **({"init_seed": RANDOM_INIT_SEED} if weights == RANDOM else {}),
             "splits": list(dataset.fewshot_splits),
             "test_fingerprint": splits[dataset.fewshot_splits[1]].fingerprint,
         }
@@ -176,14 +177,16 @@ def _representations(group: Group, req: Request, device: torch.device, clock: Cl
             fingerprint=split.fingerprint,
             split=split_name,
             preprocessing=spec.hparams["preprocessing"],
-            representation=backend.representation,
+            representation=spec.hparams["representation"],  # LN(CLS) or tanh(Dense(LN(CLS)))
+            gelu=spec.hparams["gelu"],
+            init_seed=spec.hparams.get("init_seed"),
         )
         cached = cache.load(key)
         if cached is None:
             if model is None:
-                model = backend.create(group.model, group.dataset.num_classes, group.res, spec.hparams["gelu"])
-                if group.weights != RANDOM:
-                    load_into(model, group.model, Path(group.weights))
+                model = build_model(
+                    group.model, group.dataset.num_classes, group.res, group.weights, spec.hparams["gelu"]
+                )
             transform = group.preprocessing.transform()
             with clock:
                 cached = fewshot.extract(

@@ -17,6 +17,20 @@ from vitbench.errors import UserError
 RANDOM = "random"
 SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin")
 PRE_LOGITS = ("pre_logits.weight", "pre_logits.bias")  # the upstream representation layer, as vitbench keeps it
+# Random-init weights are timm's init drawn from this seed, so one run_key always gives one number.
+RANDOM_INIT_SEED = 0
+
+
+def build_model(spec: ModelSpec, num_classes: int, img_size: int, weights: str, gelu: str = "exact") -> nn.Module:
+    """The backbone at `img_size` with a zero-initialised `num_classes` head, and every other tensor
+    from `weights` (a checked path), or, for `random`, timm's init drawn from RANDOM_INIT_SEED."""
+    assert spec.backend is not None
+    with torch.random.fork_rng(devices=[]):  # leave the caller's RNG as it was
+        torch.manual_seed(RANDOM_INIT_SEED)
+        model = spec.backend.create(spec, num_classes, img_size, gelu)
+    if weights != RANDOM:
+        load_into(model, spec, Path(weights))
+    return model
 
 
 def check_weights_arg(weights: str, spec: ModelSpec | None = None) -> str:
