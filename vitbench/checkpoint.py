@@ -48,9 +48,9 @@ def _shapes(path: Path) -> tuple[str, dict[str, tuple[int, ...]]]:
 
 def describe(path: Path) -> dict[str, object]:
     """Format, inferred architecture, parameter count, patch/grid/width/depth/heads, head, pre_logits."""
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
-    fmt, shapes = _shapes(path)
+    from vitbench.weights import check_weights_file
+
+    fmt, shapes = _shapes(check_weights_file(path, str(path)))
     info: dict[str, object] = {
         "file": str(path),
         "format": fmt,
@@ -188,8 +188,9 @@ def convert(path: Path, model_name: str | None, out: Path) -> str:
 
     from vitbench import registry
     from vitbench.provenance import sha256_file
-    from vitbench.weights import apply_state, read_state_dict
+    from vitbench.weights import apply_state, check_weights_file, read_state_dict
 
+    check_weights_file(path, str(path))
     if out.suffix != ".safetensors":
         raise UserError(f"{out}: the output must be a .safetensors file")
     if model_name is None:

@@ -43,11 +43,18 @@ def check_weights_arg(weights: str, spec: ModelSpec | None = None) -> str:
 
         return str(resolve_timm_tag(weights, spec))
     path = Path(weights).expanduser()
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"--weights {weights}: no such file (expected .npz/.safetensors/.pth, timm:<tag>, or 'random')")
+    return str(check_weights_file(path, f"--weights {weights}").resolve())
+
+
+def check_weights_file(path: Path, label: str) -> Path:
+    """An existing file with a weights suffix vitbench reads; `label` names it in the error."""
+    if not path.is_file():
+        raise UserError(f"{label}: no such file")
     if path.suffix not in SUFFIXES:
-        raise UserError(f"--weights {weights}: unknown format '{path.suffix}', expected one of {', '.join(SUFFIXES)}")
-    return str(path.resolve())
+        raise UserError(f"{label}: unknown format '{path.suffix}', expected one of {', '.join(SUFFIXES)}")
+    return path
 
 
 def read_state_dict(path: Path, spec: ModelSpec | None = None) -> dict[str, torch.Tensor]:
