@@ -34,6 +34,16 @@ def write_cifar_batch(path: Path, n: int, num_classes: int, label_key: str, seed
         pickle.dump(batch, f, protocol=2)
 
 
+def write_image(path: Path, mode: str = "RGB", size=(40, 30), seed: int = 0) -> None:
+    """A real image file; greyscale, CMYK and palette modes exercise the RGB conversion."""
+    rng = np.random.default_rng(seed)
+    img = Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8))
+    if mode != "RGB":
+        img = img.convert(mode)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    img.save(path, format="JPEG" if mode in ("RGB", "L", "CMYK") else "PNG")
+
+
 @pytest.fixture
 def cifar10_dir(tmp_path: Path) -> Path:
     root = tmp_path / "data"

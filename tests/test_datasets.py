@@ -3,7 +3,8 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import SHARED_DATA, needs_shared_data, write_cifar_batch
+import torch
+from conftest import SHARED_DATA, needs_shared_data, write_cifar_batch, write_image
 
 from vitbench.datasets import DATASETS, find_status, imagenet_synsets
 from vitbench.errors import UserError
@@ -11,7 +12,7 @@ from vitbench.errors import UserError
 
 def test_cifar_pickle_reads_images_in_hwc_order(cifar10_dir):
     split = DATASETS["cifar10"].load_split(cifar10_dir, "test")
-    assert split.images.shape == (40, 32, 32, 3) and split.images.dtype == np.uint8
+    assert split.images.shape == (40, 32, 32, 3) and split.images.dtype == torch.uint8  # in memory, as a tensor
     with open(cifar10_dir / "cifar-10-batches-py" / "test_batch", "rb") as f:
         raw = pickle.load(f, encoding="latin1")  # our own test file: trusted
     np.testing.assert_array_equal(split.images[3][:, :, 1].ravel(), raw["data"][3][1024:2048])  # green plane
@@ -58,9 +59,10 @@ def test_imagenet_class_index_is_the_canonical_synset_order(imagenet_dir):
 
 
 def test_imagenet_rejects_unknown_synset_and_empty_class(imagenet_dir):
-    (imagenet_dir / "imagenet" / "val" / "n99999999").mkdir()
+    write_image(imagenet_dir / "imagenet" / "val" / "n99999999" / "x.JPEG")
     with pytest.raises(UserError, match="n99999999.*not one of the 1000"):
         DATASETS["imagenet"].load_split(imagenet_dir, "val")
+    (imagenet_dir / "imagenet" / "val" / "n99999999" / "x.JPEG").unlink()
     (imagenet_dir / "imagenet" / "val" / "n99999999").rmdir()
     (imagenet_dir / "imagenet" / "val" / "n01443537").mkdir()
     with pytest.raises(UserError, match="n01443537: empty class folder"):
@@ -92,6 +94,12 @@ def test_fingerprint_changes_with_the_files(cifar10_dir):
 
 
 def test_find_status(cifar10_dir, tmp_path):
+    # the fixture has data_batch_1 only: incomplete, naming the first missing batch and the count
+    assert find_status(DATASETS["cifar10"], cifar10_dir) == (
+        f"incomplete: missing {cifar10_dir / 'cifar-10-batches-py' / 'data_batch_2'} (4 of 6 key files missing)"
+    )
+    for i in range(2, 6):
+        write_cifar_batch(cifar10_dir / "cifar-10-batches-py" / f"data_batch_{i}", 10, 10, "labels")
     assert find_status(DATASETS["cifar10"], cifar10_dir) == "found"
     assert find_status(DATASETS["cifar100"], cifar10_dir) == "absent"
     assert find_status(DATASETS["digits"], None) == "embedded"

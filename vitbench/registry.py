@@ -131,8 +131,12 @@ def get_model(name: str, runnable: bool = True) -> ModelSpec:
 
 
 def get_dataset(name: str):
+    """A dataset of the table, or `folder:<path>` (any ImageFolder tree with train/ and test/)."""
     from vitbench.datasets import DATASETS
+    from vitbench.datasets.folder import PREFIX, folder_spec
 
+    if name.startswith(PREFIX):
+        return folder_spec(name)
     return lookup("dataset", name, DATASETS)
 
 

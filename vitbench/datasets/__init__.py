@@ -1,0 +1,33 @@
+"""Datasets in the on-disk formats researchers already have: torchvision's layouts under
+`--data-dir` (env VITBENCH_DATA), ImageFolder trees, the VTAB-1k folder layout, and TFDS. Nothing
+is ever downloaded. `DATASETS` is the table of specs; `find_dataset` also resolves `folder:<path>`."""
+
+from __future__ import annotations
+
+from vitbench.datasets.base import (
+    IMAGE_SUFFIXES,
+    CorruptImage,
+    DatasetSpec,
+    Split,
+    TransformedSplit,
+    dev_holdout,
+)
+from vitbench.datasets.cifar import read_cifar_batch
+from vitbench.datasets.imagenet import imagenet_synsets
+from vitbench.datasets.specs import DATASETS
+from vitbench.datasets.status import SplitCount, dataset_status, find_status
+
+__all__ = [
+    "DATASETS",
+    "IMAGE_SUFFIXES",
+    "CorruptImage",
+    "DatasetSpec",
+    "Split",
+    "SplitCount",
+    "TransformedSplit",
+    "dataset_status",
+    "dev_holdout",
+    "find_status",
+    "imagenet_synsets",
+    "read_cifar_batch",
+]

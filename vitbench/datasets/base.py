@@ -1,0 +1,260 @@
+"""What every loader returns (a Split), what every dataset is described by (a DatasetSpec), and the
+shared rules: decoding to RGB, the deterministic dev hold-out, and one-line errors naming files."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vitbench.errors import UserError
+from vitbench.provenance import sha256_text
+
+log = logging.getLogger("vitbench")
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
+DEV_SEED = 0  # the dev hold-out is a fixed permutation of train: the same for every run and user
+
+
+@dataclass
+class Split:
+    """One split of a dataset: integer labels and the images, in memory or as files."""
+
+    dataset: str
+    name: str
+    labels: np.ndarray  # (N,) int64
+    source: str  # the on-disk format ("cifar-pickle", "vtab-folder", "tfds", ...): recorded with every result
+    fingerprint: str
+    # in memory: a (N, H, W, 3) uint8 tensor (CIFAR), or one (H, W, 3) uint8 array per image (TFDS)
+    images: torch.Tensor | Sequence[np.ndarray] | None = None
+    paths: list[Path] | None = None
+    official_size: int | None = None
+    label_file: Path | None = None  # where the labels came from: named when one is out of range
+    # ImageNet ReaL: per image, the list of correct labels (empty: the image is not scored)
+    real_labels: list[list[int]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def is_subset(self) -> bool:
+        return self.official_size is not None and len(self) != self.official_size
+
+    def image(self, index: int) -> Image.Image:
+        if self.images is not None:
+            pixels = self.images[index]
+            return Image.fromarray(pixels.numpy() if isinstance(pixels, torch.Tensor) else pixels)
+        assert self.paths is not None
+        return decode(self.paths[index])
+
+    def subset(self, name: str, indices: np.ndarray) -> Split:
+        """The images at `indices` (kept in order) as a split of their own."""
+        indices = np.sort(indices)
+        images = self.images
+        if isinstance(images, torch.Tensor):
+            images = images[torch.from_numpy(indices)]
+        elif images is not None:
+            images = [images[i] for i in indices]
+        return replace(
+            self,
+            name=name,
+            labels=self.labels[indices],
+            images=images,
+            paths=[self.paths[i] for i in indices] if self.paths is not None else None,
+            real_labels=[self.real_labels[i] for i in indices] if self.real_labels is not None else None,
+            fingerprint=sha256_text(f"{self.fingerprint}|{name}|{indices.tobytes().hex()}")[:16],
+            official_size=None,
+        )
+
+
+class CorruptImage(UserError):
+    def __init__(self, path: Path, reason: object):
+        super().__init__(f"{path}: corrupt or truncated image ({reason}); --skip-corrupt skips such files")
+        self.path = path
+
+
+def decode(path: Path) -> Image.Image:
+    """The image as RGB (greyscale, CMYK and palette images converted), or a CorruptImage naming it."""
+    try:
+        with Image.open(path) as img:
+            return img.convert("RGB")
+    except FileNotFoundError:
+        raise UserError(f"{path}: image file is missing") from None
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise CorruptImage(path, e) from None
+
+
+class TransformedSplit(torch.utils.data.Dataset):
+    """A Split with a preprocessing transform applied per item, in the DataLoader worker.
+
+    A corrupt image does not raise inside the worker (PyTorch would wrap it in a traceback): the
+    item comes back as (None, label, "path: reason") and `collate` sets it aside for the caller,
+    who stops with a one-line error or, with --skip-corrupt, counts it."""
+
+    def __init__(self, split: Split, transform: Callable):
+        self.split, self.transform = split, transform
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, index: int):
+        label = int(self.split.labels[index])
+        try:
+            return self.transform(self.split.image(index)), label, index, None
+        except CorruptImage as e:
+            return None, label, index, str(e)
+
+    @staticmethod
+    def collate(batch):
+        good = [b for b in batch if b[0] is not None]
+        bad = [(b[2], b[3]) for b in batch if b[0] is None]
+        if not good:
+            return None, None, torch.empty(0, dtype=torch.long), bad
+        # default_collate builds the batch in shared memory inside a worker: no extra copy on the way back
+        images, labels, indices = torch.utils.data.default_collate([b[:3] for b in good])
+        return images, labels, indices, bad
+
+
+Loader = Callable[[Path | None, str], Split]
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Everything a protocol needs to know about a dataset, so that none of them special-cases one.
+
+    `splits` are the ones on disk; `subtrain` and `dev` are derived: the paper's dev split for LR
+    selection, `dev_fraction` of train held out deterministically (VTAB has its own: val200)."""
+
+    name: str
+    title: str  # as the paper's tables name it
+    num_classes: int
+    folder: str | None  # directory under --data-dir; None for an embedded dataset
+    official_sizes: dict[str, int | None]  # split on disk -> official image count (None: no official size)
+    load: Loader
+    fewshot_splits: tuple[str, str] = ("train", "test")  # shots are drawn from the first, scored on the second
+    sweep_splits: tuple[str, str] = ("subtrain", "dev")  # LR selection: train on the first, score on the second
+    final_splits: tuple[str, str] = ("train", "test")  # the final runs: train, then report on
+    dev_fraction: float | None = None  # held out of "train" as "dev" (None: the dataset has its own)
+    group: str | None = None  # VTAB group: natural, specialized or structured
+    train_flip: bool = True  # BiT's random horizontal flip at train time (off for some structured tasks)
+    train_crop: bool = True  # BiT's random crop at train time (off for some structured tasks)
+    key_files: tuple[str, ...] = field(default=())  # files under `folder` whose presence means "found"
+    source: str = ""  # the data source `load` reads (recorded with every result)
+    # other sources by name (e.g. VTAB's "tfds"); their loaders get --data-dir itself
+    other_sources: dict[str, Loader] = field(default_factory=dict)
+
+    def root(self, data_dir: Path | None) -> Path | None:
+        if self.folder is None:
+            return None
+        if data_dir is None:
+            raise UserError(f"dataset {self.name} needs --data-dir (or VITBENCH_DATA) pointing at its parent folder")
+        root = data_dir / self.folder
+        if root.exists() and not root.is_dir():
+            raise UserError(f"{root}: is a file, expected the {self.title} folder")
+        return root
+
+    @property
+    def split_names(self) -> tuple[str, ...]:
+        derived = ("subtrain", "dev") if self.dev_fraction else ()
+        return (*self.official_sizes, *derived)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (self.source, *self.other_sources)
+
+    def load_split(self, data_dir: Path | None, split: str, source: str | None = None) -> Split:
+        if split not in self.split_names:
+            raise UserError(f"dataset {self.name} has no split '{split}' (it has: {', '.join(self.split_names)})")
+        if source not in (None, self.source) and source not in self.other_sources:
+            raise UserError(f"--data-source {source}: dataset {self.name} reads {' or '.join(self.sources)}")
+        if split in ("subtrain", "dev") and split not in self.official_sizes:
+            train = self.load_split(data_dir, "train", source)
+            subtrain, dev = dev_holdout(len(train), self.dev_fraction or 0.0)
+            return train.subset(split, subtrain if split == "subtrain" else dev)
+        if source in self.other_sources:
+            result = self.other_sources[source](data_dir, split)
+        else:
+            result = self.load(self.root(data_dir), split)
+        result.official_size = self.official_sizes.get(split)
+        if result.is_subset:
+            log.warning(
+                "%s %s: %d images, the official split has %d: a subset, so numbers are not comparable with the paper's",
+                self.name,
+                split,
+                len(result),
+                result.official_size,
+            )
+        check_label_range(result.labels, self.num_classes, result.label_file or f"{self.name} {split}")
+        return result
+
+
+def dev_holdout(n: int, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """(subtrain, dev) indices: the last `fraction` of a fixed permutation of train is the dev split.
+
+    TFDS slices `train[:98%]` / `train[98%:]` of its own shuffled order, with the boundary rounded
+    as TFDS rounds it; on-disk orders are often sorted by class, so the permutation comes first."""
+    boundary = int(round(n * round(100 * (1 - fraction)) / 100))
+    order = np.random.default_rng(DEV_SEED).permutation(n)
+    return np.sort(order[:boundary]), np.sort(order[boundary:])
+
+
+def check_label_range(labels: np.ndarray, num_classes: int, where: object) -> None:
+    if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
+        bad = int(labels.min() if labels.min() < 0 else labels.max())
+        raise UserError(f"{where}: label {bad} is outside 0..{num_classes - 1}")
+
+
+def require(path: Path, what: str) -> Path:
+    if not path.exists():
+        raise UserError(f"missing {what}: {path}")
+    return path
+
+
+def require_dir(path: Path, what: str) -> Path:
+    require(path, what)
+    if not path.is_dir():
+        raise UserError(f"{path}: is a file, expected the {what}")
+    return path
+
+
+def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of the non-blank, non-comment lines of a list file."""
+    require(path, "list file")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file") from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            yield number, line.strip()
+
+
+def check_listed(listing: Path, entries: list[tuple[int, Path]]) -> None:
+    """Every (line number, image) a list file names must exist: name the first missing one and the count."""
+    missing = [(number, path) for number, path in entries if not path.is_file()]
+    if missing:
+        number, path = missing[0]
+        raise UserError(
+            f"{listing}:{number}: names a missing image {path} ({len(missing)} of {len(entries)} listed images missing)"
+        )
+
+
+def image_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def class_folders(folder: Path, what: str) -> list[tuple[Path, list[Path]]]:
+    """(class folder, its images) for each <class>/ folder of an ImageFolder split; an empty one is an error."""
+    require_dir(folder, what)
+    found = []
+    for class_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
+        files = image_files(class_dir)
+        if not files:
+            raise UserError(f"{class_dir}: empty class folder (no images)")
+        found.append((class_dir, files))
+    return found

@@ -1,0 +1,119 @@
+"""ImageNet-1k: `train/<synset>/…` and `val/<synset>/…`, or a flat `val/` labelled by a
+`val_caffe_labels.txt`-style file (`file index`); the class index always comes from the canonical
+1,000-synset order, never from the folders present. The val split carries the ReaL labels."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+
+from vitbench.datasets.base import Split, class_folders, image_files, numbered_lines, require_dir
+from vitbench.errors import UserError
+from vitbench.provenance import fingerprint_files, sha256_file
+
+log = logging.getLogger("vitbench")
+
+FLAT_LABEL_FILES = ("val_caffe_labels.txt", "val.txt")  # beside val/ (or inside it)
+VAL_NUMBER = re.compile(r"ILSVRC2012_val_(\d{8})")
+
+
+def _timm_info(name: str) -> Path:
+    import timm.data
+
+    return Path(timm.data.__file__).parent / "_info" / name
+
+
+def imagenet_synsets(root: Path) -> list[str]:
+    """The canonical class order: `synset_words.txt` beside the data wins, else timm's copy."""
+    local = root / "synset_words.txt"
+    source = local if local.exists() else _timm_info("imagenet_synsets.txt")
+    synsets = [line.split()[0] for line in source.read_text().splitlines() if line.strip()]
+    if len(synsets) != 1000:
+        raise UserError(f"{source}: expected 1000 synsets, found {len(synsets)}")
+    return synsets
+
+
+def real_labels_file(root: Path) -> Path:
+    """ReaL labels (Beyer et al. 2020): a `real.json` beside the data wins, else timm's bundled copy."""
+    local = root / "real.json"
+    return local if local.exists() else _timm_info("imagenet_real_labels.json")
+
+
+def read_real_labels(root: Path, paths: list[Path]) -> tuple[list[list[int]] | None, Path]:
+    """Per val image, its ReaL label list (index = the val file number − 1); None where the file
+    names do not carry the official val numbers."""
+    source = real_labels_file(root)
+    try:
+        table = json.loads(source.read_text())
+    except ValueError as e:
+        raise UserError(f"{source}: not a ReaL labels JSON file ({e})") from None
+    if not isinstance(table, list) or len(table) != 50_000:
+        raise UserError(f"{source}: expected a list of 50,000 label lists (one per val image)")
+    labels = []
+    for path in paths:
+        match = VAL_NUMBER.search(path.name)
+        if match is None:
+            log.warning("%s: not an ILSVRC2012_val_XXXXXXXX file name, so no ReaL labels for this split", path)
+            return None, source
+        labels.append([int(v) for v in table[int(match.group(1)) - 1]])
+    return labels, source
+
+
+def _flat_labels(root: Path, folder: Path) -> tuple[Path, dict[str, int]]:
+    for candidate in [root / n for n in FLAT_LABEL_FILES] + [folder / n for n in FLAT_LABEL_FILES]:
+        if candidate.is_file():
+            table = {}
+            for number, line in numbered_lines(candidate):
+                parts = line.split()
+                if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+                    raise UserError(f"{candidate}:{number}: expected 'file index', got {line!r}")
+                table[Path(parts[0]).name] = int(parts[1])
+            return candidate, table
+    raise UserError(f"{folder}: a flat folder of images needs a label file ({' or '.join(FLAT_LABEL_FILES)}) beside it")
+
+
+def load_imagenet(root: Path | None, split: str) -> Split:
+    assert root is not None
+    folder = require_dir(root / split, f"ImageNet '{split}' folder")
+    synsets = imagenet_synsets(root)
+    index = {s: i for i, s in enumerate(synsets)}
+    paths: list[Path] = []
+    labels: list[int] = []
+    label_file: Path | None = None
+    flat = image_files(folder)
+    if flat:  # val/ILSVRC2012_val_XXXXXXXX.JPEG, labels from a list file
+        label_file, table = _flat_labels(root, folder)
+        for path in flat:
+            if path.name not in table:
+                raise UserError(f"{label_file}: has no label for {path}")
+            paths.append(path)
+            labels.append(table[path.name])
+    else:
+        for class_dir, files in class_folders(folder, f"ImageNet '{split}' folder"):
+            if class_dir.name not in index:
+                raise UserError(f"{class_dir}: '{class_dir.name}' is not one of the 1000 ImageNet synsets")
+            paths += files
+            labels += [index[class_dir.name]] * len(files)
+    if not paths:
+        raise UserError(f"{folder}: no images (expected <synset>/ class folders, or images and a label file)")
+    fingerprint = fingerprint_files(root, paths, content=False)
+    if label_file is not None:
+        fingerprint += sha256_file(label_file)[:8]
+    result = Split(
+        "imagenet",
+        split,
+        np.asarray(labels, dtype=np.int64),
+        "imagenet-folder",
+        fingerprint,
+        paths=paths,
+        label_file=label_file,
+    )
+    if split == "val":
+        result.real_labels, real_source = read_real_labels(root, paths)
+        if result.real_labels is not None:
+            result.fingerprint += sha256_file(real_source)[:8]
+    return result

@@ -1,0 +1,35 @@
+"""Oxford-IIIT Pets (torchvision's layout): `oxford-iiit-pet/images/<name>.jpg` and
+`annotations/{trainval,test}.txt` with `name class_id species breed_id` lines (class ids 1..37)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from vitbench.datasets.base import Split, check_listed, numbered_lines, require, require_dir
+from vitbench.errors import UserError
+from vitbench.provenance import fingerprint_files, sha256_file
+
+ANNOTATIONS = {"train": "trainval.txt", "test": "test.txt"}
+
+
+def load_pets(root: Path | None, split: str) -> Split:
+    assert root is not None
+    require_dir(root, "Oxford-IIIT Pets folder")
+    listing = require(root / "annotations" / ANNOTATIONS[split], f"Pets {split} annotation file")
+    images = require_dir(root / "images", "Pets images folder")
+    entries: list[tuple[int, Path]] = []
+    labels: list[int] = []
+    for number, line in numbered_lines(listing):
+        parts = line.split()
+        if len(parts) < 2 or not parts[1].isdigit():
+            raise UserError(f"{listing}:{number}: expected 'name class_id species breed_id', got {line!r}")
+        entries.append((number, images / f"{parts[0]}.jpg"))
+        labels.append(int(parts[1]) - 1)  # class ids are 1-based
+    check_listed(listing, entries)
+    paths = [path for _, path in entries]
+    fingerprint = fingerprint_files(root, paths, content=False) + sha256_file(listing)[:16]
+    return Split(
+        "pets", split, np.asarray(labels, dtype=np.int64), "pets-folder", fingerprint, paths=paths, label_file=listing
+    )

@@ -1,0 +1,107 @@
+"""The dataset table: one DatasetSpec per dataset, so protocols ask the spec (classes, splits, dev
+hold-out, VTAB group, BiT's flip/crop exceptions) instead of special-casing names."""
+
+from __future__ import annotations
+
+from vitbench.datasets.base import DatasetSpec
+from vitbench.datasets.cifar import cifar_loader
+from vitbench.datasets.digits import load_digits
+from vitbench.datasets.flowers import load_flowers
+from vitbench.datasets.imagenet import load_imagenet
+from vitbench.datasets.pets import load_pets
+from vitbench.datasets.vtab import ROOT_FOLDER, TASKS, dataset_name, folder_loader, official_sizes
+from vitbench.datasets.vtab_tfds import tfds_loader
+
+# The paper's dev splits for LR selection (App. B.1.1): 2 % CIFAR, 10 % Pets and Flowers, 1 % ImageNet.
+CLASSIC = [
+    DatasetSpec(
+        "digits",
+        "Digits (8x8, scikit-learn)",
+        10,
+        None,
+        {"train": 1000, "test": 797},
+        load_digits,
+        dev_fraction=0.1,
+        source="sklearn-digits",
+    ),
+    DatasetSpec(
+        "cifar10",
+        "CIFAR-10",
+        10,
+        "cifar-10-batches-py",
+        {"train": 50_000, "test": 10_000},
+        cifar_loader("cifar10", [f"data_batch_{i}" for i in range(1, 6)], "test_batch", "labels"),
+        dev_fraction=0.02,
+        key_files=("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"),
+        source="cifar-pickle",
+    ),
+    DatasetSpec(
+        "cifar100",
+        "CIFAR-100",
+        100,
+        "cifar-100-python",
+        {"train": 50_000, "test": 10_000},
+        cifar_loader("cifar100", ["train"], "test", "fine_labels"),
+        dev_fraction=0.02,
+        key_files=("train", "test"),
+        source="cifar-pickle",
+    ),
+    DatasetSpec(
+        "pets",
+        "Oxford-IIIT Pets",
+        37,
+        "oxford-iiit-pet",
+        {"train": 3_680, "test": 3_669},
+        load_pets,
+        dev_fraction=0.1,
+        key_files=("images", "annotations/trainval.txt", "annotations/test.txt"),
+        source="pets-folder",
+    ),
+    DatasetSpec(
+        "flowers102",
+        "Oxford Flowers-102",
+        102,
+        "flowers-102",
+        {"train": 1_020, "val": 1_020, "test": 6_149},
+        load_flowers,
+        dev_fraction=0.1,
+        key_files=("jpg", "imagelabels.mat", "setid.mat"),
+        source="flowers-folder",
+    ),
+    DatasetSpec(
+        "imagenet",
+        "ImageNet",
+        1000,
+        "imagenet",
+        {"train": 1_281_167, "val": 50_000},
+        load_imagenet,
+        fewshot_splits=("train", "val"),
+        final_splits=("train", "val"),
+        dev_fraction=0.01,
+        key_files=("train", "val"),
+        source="imagenet-folder",
+    ),
+]
+
+VTAB = [
+    DatasetSpec(
+        dataset_name(task),
+        f"VTAB {task.title}",
+        task.num_classes,
+        f"{ROOT_FOLDER}/{task.folder}",
+        official_sizes(task),
+        folder_loader(task),
+        fewshot_splits=("train800val200", "test"),
+        sweep_splits=("train800", "val200"),
+        final_splits=("train800val200", "test"),
+        group=task.group,
+        train_flip=task.flip,
+        train_crop=task.crop,
+        key_files=("train800.txt", "val200.txt", "train800val200.txt", "test.txt"),
+        other_sources={"tfds": tfds_loader(task)},
+        source="vtab-folder",
+    )
+    for task in TASKS
+]
+
+DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in CLASSIC + VTAB}

@@ -1,0 +1,74 @@
+"""What `vitbench doctor` reports per dataset: found / incomplete / absent, and each split's image
+count against the official count (a subset is flagged, not an error)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from vitbench.datasets.base import DatasetSpec
+from vitbench.errors import UserError
+
+log = logging.getLogger("vitbench")
+
+
+@dataclass
+class SplitCount:
+    split: str
+    count: int | None  # None: could not be read (see error)
+    official: int | None
+    error: str | None = None
+
+    @property
+    def is_subset(self) -> bool:
+        return self.count is not None and self.official is not None and self.count != self.official
+
+    def describe(self) -> str:
+        if self.count is None:
+            return f"{self.split} —"
+        official = f" / {self.official:,}" if self.official is not None else ""
+        return f"{self.split} {self.count:,}{official}" + (" (subset)" if self.is_subset else "")
+
+
+def find_status(spec: DatasetSpec, data_dir: Path | None) -> str:
+    """found / incomplete (naming the first missing file and how many are missing) / absent, from
+    the presence of the key files alone (nothing is loaded)."""
+    if spec.folder is None:
+        return "embedded"
+    if data_dir is None:
+        return "absent (no --data-dir)"
+    root = data_dir / spec.folder
+    if not root.exists():
+        return "absent"
+    if not root.is_dir():
+        return f"incomplete: {root} is a file, expected a folder"
+    missing = [f for f in spec.key_files if not (root / f).exists()]
+    if missing:
+        more = f" ({len(missing)} of {len(spec.key_files)} key files missing)" if len(missing) > 1 else ""
+        return f"incomplete: missing {root / missing[0]}{more}"
+    return "found"
+
+
+def dataset_status(spec: DatasetSpec, data_dir: Path | None) -> tuple[str, list[SplitCount]]:
+    """The status line and, where anything is there, the count of every split on disk."""
+    status = find_status(spec, data_dir)
+    if status.startswith("absent"):
+        return status, []
+    counts = []
+    quiet = log.level
+    log.setLevel(logging.ERROR)  # the subset warnings are what the counts show
+    try:
+        for split, official in spec.official_sizes.items():
+            try:
+                counts.append(SplitCount(split, len(spec.load_split(data_dir, split)), official))
+            except UserError as e:
+                counts.append(SplitCount(split, None, official, str(e)))
+    finally:
+        log.setLevel(quiet)
+    errors = [c.error for c in counts if c.error]
+    if status == "found" and errors:
+        status = f"incomplete: {errors[0]}"
+    elif status == "found" and any(c.is_subset for c in counts):
+        status = "found (subset)"
+    return status, counts
