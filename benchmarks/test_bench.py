@@ -3,15 +3,21 @@
 Compare the `ours` and `baseline` rows of each group: the ratio is what the notes report.
 """
 
+import math
+import time
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from torchvision import transforms
 
-from vitbench import fewshot, registry
-from vitbench.datasets import DATASETS, TransformedSplit
+from vitbench import fewshot, inference, registry
+from vitbench.datasets import DATASETS, Split
 
 N_IMAGES = 128
+SHARED_PETS = Path(__file__).resolve().parents[2] / "shared" / "data" / "oxford-iiit-pet" / "images"
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +32,10 @@ def demo():
 @pytest.mark.benchmark(group="feature extraction: vit-ti/16 @224 on 128 digits (images/s = 128 x ops)")
 def test_extract_ours(benchmark, demo):
     spec, model, split = demo
-    data = TransformedSplit(split, spec.preprocessing.transform())
+    transform = spec.preprocessing.transform()
     benchmark.pedantic(
-        fewshot.extract,
-        args=(spec.backend.features, model, data, torch.device("cpu"), 64, 0, "bench"),
+        inference.run_over,
+        args=(spec.backend.features, model, split, transform, torch.device("cpu"), 64, 0, "bench"),
         rounds=3,
         warmup_rounds=1,
     )
@@ -112,3 +118,87 @@ def test_solve_sweep_baseline_dense(benchmark, solve_problem):
         ]
 
     benchmark(dense_sweep)
+
+
+# --- input pipeline: decode + resize + normalise, vitbench's DataLoader against a plain one ------------------
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory) -> list[Path]:
+    """128 real photos (the shared Pets JPEGs, ~500x375) where present, else photo-sized JPEGs made here."""
+    if SHARED_PETS.is_dir():
+        return sorted(SHARED_PETS.glob("*.jpg"))[:N_IMAGES]
+    folder = tmp_path_factory.mktemp("jpegs")
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 255, (47, 63, 3), dtype=np.uint8)
+    for i in range(N_IMAGES):  # smooth (upsampled) content compresses and decodes like a photo
+        img = Image.fromarray(np.roll(base, i, axis=1)).resize((500, 375), Image.BICUBIC)
+        img.save(folder / f"{i}.jpg", quality=90)
+    return sorted(folder.glob("*.jpg"))
+
+
+class PlainFiles(torch.utils.data.Dataset):
+    """The hand-written baseline: open with PIL, convert to RGB, torchvision transforms."""
+
+    def __init__(self, paths, transform):
+        self.paths, self.transform = paths, transform
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        with Image.open(self.paths[i]) as img:
+            return self.transform(img.convert("RGB")), 0
+
+
+def drain(loader, finish=lambda x: x) -> int:
+    """Every batch of normalised float images, as the model would receive it."""
+    return sum(len(finish(batch[0])) for batch in loader)
+
+
+def ours(jpegs, res, workers):
+    """vitbench's loader as `run_over` drives it: uint8 from the workers, normalised per batch."""
+    preprocessing = registry.get_model("vit-b/16").preprocessing.at(res)
+    split = Split("bench", "test", np.zeros(len(jpegs), dtype=np.int64), "files", "-", paths=jpegs)
+    loader = inference.loader(split, preprocessing.transform(uint8=True), 32, workers, torch.device("cpu"))
+    return loader, preprocessing.normalize
+
+
+def baseline(jpegs, res, workers):
+    resize = math.floor(res / 0.875)  # the same operations as vit-b/16's few-shot preprocessing at `res`
+    tf = transforms.Compose(
+        [
+            transforms.Resize((resize, resize)),
+            transforms.CenterCrop(res),
+            transforms.ToTensor(),
+            transforms.Normalize([0.5] * 3, [0.5] * 3),
+        ]
+    )
+    return torch.utils.data.DataLoader(PlainFiles(jpegs, tf), batch_size=32, num_workers=workers), lambda x: x
+
+
+# On a shared 2-core machine the load drifts between tests, so the two loaders are timed alternately,
+# round by round, inside one benchmark: the ratio of their medians is the figure to report.
+@pytest.mark.parametrize("res, workers", [(224, 1), (224, 2), (384, 1), (384, 2)])
+def test_loader_ours_vs_plain(benchmark, jpegs, res, workers, capsys):
+    benchmark.group = "input pipeline: 128 JPEGs decode+resize+normalise, ours and plain alternately"
+    loaders = {"ours": ours(jpegs, res, workers), "plain": baseline(jpegs, res, workers)}
+    times: dict[str, list[float]] = {"ours": [], "plain": []}
+
+    def both_once():
+        order = list(loaders) if len(times["ours"]) % 2 == 0 else list(loaders)[::-1]  # who goes first alternates
+        for name in order:
+            loader, finish = loaders[name]
+            start = time.perf_counter()
+            assert drain(loader, finish) == len(jpegs)
+            times[name].append(time.perf_counter() - start)
+
+    benchmark.pedantic(both_once, rounds=8, warmup_rounds=1)
+    ours_s, plain_s = (float(np.median(times[k][1:])) for k in ("ours", "plain"))  # the warm-up dropped
+    benchmark.extra_info.update(ours_images_per_s=len(jpegs) / ours_s, plain_images_per_s=len(jpegs) / plain_s)
+    benchmark.extra_info["ratio_ours_over_plain_throughput"] = plain_s / ours_s
+    with capsys.disabled():
+        print(
+            f"\n  loader @{res}px, {workers} worker(s): ours {len(jpegs) / ours_s:.0f} img/s, "
+            f"plain {len(jpegs) / plain_s:.0f} img/s, ratio {plain_s / ours_s:.2f}"
+        )

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 
@@ -65,3 +66,17 @@ def test_reference_only_names_are_listed_but_refused(name):
     assert name in registry.models()
     with pytest.raises(UserError, match="paper reference only.*never released|no EfficientNet"):
         registry.get_model(name)
+
+
+@pytest.mark.parametrize("model", ["vit-b/16", "deit-ti/16", "bit-m-r50x1"])
+@pytest.mark.parametrize("res", [224, 384])
+def test_uint8_batches_normalised_later_equal_the_per_image_transform_bit_for_bit(model, res):
+    """Workers ship uint8 and the batch is normalised on the device: it must not change one bit."""
+    from PIL import Image
+
+    rng = np.random.default_rng(res)
+    images = [Image.fromarray(rng.integers(0, 255, (300 + 7 * i, 420 - 9 * i, 3), dtype=np.uint8)) for i in range(4)]
+    pre = registry.get_model(model).preprocessing.at(res)
+    per_image = torch.stack([pre.transform()(img) for img in images])
+    uint8 = torch.stack([pre.transform(uint8=True)(img) for img in images])
+    assert uint8.dtype == torch.uint8 and torch.equal(pre.normalize(uint8), per_image)

@@ -3,6 +3,7 @@ import pytest
 
 from vitbench import fewshot
 from vitbench.errors import UserError
+from vitbench.inference import Outputs
 
 
 def dense_ridge_accuracy(x, y, x_test, y_test, num_classes, l2):
@@ -80,13 +81,14 @@ def test_cache_key_covers_everything_that_changes_features(tmp_path):
         assert fewshot.FeatureCache.key(**changed) != base, name
     cache = fewshot.FeatureCache(tmp_path)
     assert cache.load(base) is None
-    cache.save(base, np.ones((3, 2), np.float32), np.arange(3))
-    x, y = cache.load(base)
-    assert x.shape == (3, 2) and y.tolist() == [0, 1, 2]
+    cache.save(base, Outputs(np.ones((3, 2), np.float32), np.arange(3), np.array([0, 2, 3]), ["x.jpg: corrupt"]))
+    found = cache.load(base)
+    assert found.values.shape == (3, 2) and found.labels.tolist() == [0, 1, 2]
+    assert found.indices.tolist() == [0, 2, 3] and found.skipped == ["x.jpg: corrupt"]
 
 
 def test_a_damaged_cache_file_is_recomputed_not_fatal(tmp_path):
     cache = fewshot.FeatureCache(tmp_path)
-    cache.save("k", np.ones((100, 8), np.float32), np.arange(100))
+    cache.save("k", Outputs(np.ones((100, 8), np.float32), np.arange(100), np.arange(100)))
     cache.path("k").write_bytes(cache.path("k").read_bytes()[:300])  # truncated
     assert cache.load("k") is None

@@ -253,9 +253,10 @@ def test_deit_tiny_as_vit_jax_npz_gives_the_same_imagenet_predictions(tmp_path):
     from_npz = timm.create_model("deit_tiny_patch16_224", num_classes=1000).eval()
     from_npz.load_state_dict(read_npz(path, deit))
     split = DATASETS["imagenet"].load_split(SHARED_DATA, "val")
-    loader = torch.utils.data.DataLoader(TransformedSplit(split, deit.preprocessing.transform()), batch_size=100)
+    data = TransformedSplit(split, deit.preprocessing.transform())
+    loader = torch.utils.data.DataLoader(data, batch_size=100, collate_fn=TransformedSplit.collate)
     with torch.inference_mode():
-        for images, _ in loader:
+        for images, *_ in loader:
             assert torch.equal(reference(images).argmax(1), from_npz(images).argmax(1))
 
 

@@ -47,7 +47,9 @@ class Preprocessing:
             f"|normalize(mean={mean},std={std})"
         )
 
-    def transform(self) -> Callable:
+    def transform(self, uint8: bool = False) -> Callable:
+        """PIL image -> normalised float tensor; with `uint8`, stop before ToTensor + Normalize and
+        return the uint8 (3, H, W) tensor (timm's prefetcher path), for `normalize` to finish in batch."""
         from timm.data import create_transform
 
         return create_transform(
@@ -57,7 +59,16 @@ class Preprocessing:
             std=self.std,
             crop_pct=self.crop_pct,
             crop_mode=self.crop_mode,
+            use_prefetcher=uint8,
         )
+
+    def normalize(self, batch: torch.Tensor) -> torch.Tensor:
+        """A uint8 (B, 3, H, W) batch -> what `transform()` gives, bit for bit: the same float32 ops
+        in the same order as ToTensor (÷255) then Normalize (−mean, ÷std). Workers then ship uint8
+        (a quarter of the bytes) and the arithmetic runs once per batch, on the device."""
+        mean = torch.tensor(self.mean, dtype=torch.float32, device=batch.device).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32, device=batch.device).view(1, 3, 1, 1)
+        return batch.to(torch.float32).div_(255).sub_(mean).div_(std)  # one float buffer, updated in place
 
     @classmethod
     def from_timm(cls, arch: str, size: int | None = None) -> Preprocessing:

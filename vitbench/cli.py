@@ -91,7 +91,10 @@ def run(
         str | None, typer.Option("--suite", "-s", help="Named suite (`vitbench ls suites`); default: demo.")
     ] = None,
     dataset: Annotated[str | None, typer.Option("--dataset", "-d", help="Dataset name(s), comma-separated.")] = None,
-    protocol: Annotated[str | None, typer.Option("--protocol", help="fewshot (default).")] = None,
+    protocol: Annotated[
+        str | None,
+        typer.Option("--protocol", help="fewshot (default), or eval: score the checkpoint's own classifier."),
+    ] = None,
     weights: Annotated[
         str | None, typer.Option("--weights", "-w", help="A .safetensors/.pth file, or 'random'.")
     ] = None,
@@ -105,6 +108,16 @@ def run(
     res: Annotated[int | None, typer.Option("--res", help="Input resolution [default: the model's, 224].")] = None,
     gelu: Annotated[str, typer.Option("--gelu", help="exact (timm) or tanh (Flax's approximate GELU).")] = "exact",
     data_dir: DataDir = None,
+    data_source: Annotated[
+        str | None,
+        typer.Option("--data-source", help="tfds: VTAB from prepared TFDS builders [default: the folder layouts]."),
+    ] = None,
+    skip_missing: Annotated[
+        bool, typer.Option("--skip-missing", help="Run the datasets that are there; name the ones skipped.")
+    ] = False,
+    skip_corrupt: Annotated[
+        bool, typer.Option("--skip-corrupt", help="Leave corrupt images out (counted in each result).")
+    ] = False,
     results: Results = Path("results"),
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Feature-extraction batch size.")] = 64,
@@ -129,6 +142,9 @@ def run(
         res=res,
         gelu=gelu,
         data_dir=_check_data_dir(data_dir),
+        data_source=data_source,
+        skip_missing=skip_missing,
+        skip_corrupt=skip_corrupt,
         results=results,
         device=device,
         batch_size=batch_size,
@@ -152,8 +168,9 @@ def run(
     log.info("%d runs planned, %d already stored, %d to run", len(specs), len(specs) - len(todo), len(todo))
     if dry_run:
         for s in specs:
+            shots = f" shots={s.shots}" if s.shots is not None else ""
             out.print(
-                f"{s.run_key[:12]}  {s.model:12s} {s.dataset:10s} {s.protocol} shots={s.shots} seed={s.seed}"
+                f"{s.run_key[:12]}  {s.model:12s} {s.dataset:18s} {s.protocol}{shots} seed={s.seed}"
                 f"  {'done' if s.run_key in done else 'todo'}"
             )
         return
@@ -165,16 +182,10 @@ def run(
         finished += 1
         value = metrics.get("accuracy")
         shown = f"accuracy {value * 100:.2f}%" if value is not None else f"{len(metrics)} λ values"
-        log.info(
-            "[%d/%d] %s %s %d-shot seed %d: %s",
-            finished,
-            len(todo),
-            spec.model,
-            spec.dataset,
-            spec.shots,
-            spec.seed,
-            shown,
-        )
+        if "accuracy_real" in metrics:
+            shown += f", ReaL {metrics['accuracy_real'] * 100:.2f}%"
+        what = f"{spec.shots}-shot seed {spec.seed}" if spec.shots is not None else spec.protocol
+        log.info("[%d/%d] %s %s %s: %s", finished, len(todo), spec.model, spec.dataset, what, shown)
 
     try:
         runner.execute(groups, req, con, done, rerun=rerun, on_result=report)
@@ -258,15 +269,21 @@ def ls(
             )
         t.caption = "paper columns for --compare: " + ", ".join(paper.columns())
     elif what == "datasets":
-        t = Table("dataset", "title", "classes", "folder under --data-dir", "official splits")
+        t = Table("dataset", "title", "classes", "folder under --data-dir", "official splits", "LR dev split", "notes")
         for d in DATASETS.values():
+            dev = f"{d.dev_fraction:.0%} of train" if d.dev_fraction else " → ".join(d.sweep_splits)
+            notes = [d.group or "", "" if d.train_flip else "no flip", "" if d.train_crop else "no crop"]
+            notes += [f"also --data-source {s}" for s in d.other_sources]
             t.add_row(
                 d.name,
                 d.title,
                 str(d.num_classes),
                 d.folder or "(embedded)",
-                ", ".join(f"{k} {v:,}" for k, v in d.official_sizes.items()),
+                ", ".join(f"{k} {v:,}" for k, v in d.official_sizes.items() if v is not None),
+                dev,
+                ", ".join(n for n in notes if n),
             )
+        t.caption = "custom: folder:<path> reads any ImageFolder tree with train/ and test/ (and optional val/)"
     elif what == "suites":
         t = Table("suite", "datasets", "protocol", "description")
         for s in SUITES.values():
@@ -370,7 +387,8 @@ def doctor(data_dir: DataDir = None) -> None:
     import torch
     from rich.table import Table
 
-    from vitbench.datasets import DATASETS, find_status
+    from vitbench.datasets import DATASETS, dataset_status
+    from vitbench.datasets.vtab import ROOT_FOLDER as VTAB_ROOT
     from vitbench.provenance import device_name, git_sha
 
     out.print(
@@ -383,9 +401,21 @@ def doctor(data_dir: DataDir = None) -> None:
     else:
         out.print(f"no CUDA device; runs use the {device_name(torch.device('cpu'))}")
     data_dir = _check_data_dir(data_dir)
-    t = Table("dataset", "status", title=f"datasets under {data_dir}" if data_dir else "datasets (no --data-dir)")
+    t = Table(
+        "dataset",
+        "status",
+        "images per split (found / official)",
+        title=f"datasets under {data_dir}" if data_dir else "datasets (no --data-dir)",
+    )
+    absent_vtab = []
     for d in DATASETS.values():
-        t.add_row(d.name, find_status(d, data_dir))
+        status, counts = dataset_status(d, data_dir)
+        if d.group and status.startswith("absent"):
+            absent_vtab.append(d.name)  # one line for a VTAB-1k that is not there at all, below
+            continue
+        t.add_row(d.name, status, ", ".join(c.describe() for c in counts))
+    if absent_vtab:
+        t.add_row(f"vtab/* ({len(absent_vtab)} tasks)", f"absent (expected under {VTAB_ROOT}/<task>/)", "")
     out.print(t)
 
 

@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
-from torch import nn
 
 from vitbench.errors import UserError
-from vitbench.progress import track
+from vitbench.inference import Outputs
 from vitbench.provenance import canonical_json, sha256_text
 
 log = logging.getLogger("vitbench")
@@ -31,7 +29,7 @@ SEEDS = (0, 1, 2)
 DEFAULT_L2 = 2.0**10  # big_vision's l2_reg
 L2_GRID = tuple(2.0**i for i in range(-10, 20))  # the older sweep: 2^-10 .. 2^19
 BIAS_CONSTANT = 100.0  # "large so it's almost unregularized"
-FEATURES_VERSION = "features/2"
+FEATURES_VERSION = "features/3"  # 3: kept indices and skipped corrupt images
 
 
 def parse_l2(text: str) -> tuple[str, tuple[float, ...]]:
@@ -147,42 +145,16 @@ class FeatureCache:
     def path(self, key: str) -> Path:
         return self.root / f"{key}.npz"
 
-    def load(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+    def load(self, key: str) -> Outputs | None:
         try:
             with np.load(self.path(key)) as f:
-                return f["features"], f["labels"]
+                return Outputs(f["features"], f["labels"], f["indices"], [str(s) for s in f["skipped"]])
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
             return None  # absent or damaged (a full disk, a killed write): recompute
 
-    def save(self, key: str, features: np.ndarray, labels: np.ndarray) -> None:
+    def save(self, key: str, found: Outputs) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.root / f".{key}.{os.getpid()}.tmp.npz"
-        np.savez(tmp, features=features, labels=labels)
+        skipped = np.asarray(found.skipped, dtype=str)
+        np.savez(tmp, features=found.values, labels=found.labels, indices=found.indices, skipped=skipped)
         os.replace(tmp, self.path(key))
-
-
-@torch.inference_mode()
-def extract(
-    features_fn,
-    model: nn.Module,
-    dataset: torch.utils.data.Dataset,
-    device: torch.device,
-    batch_size: int,
-    workers: int,
-    description: str,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(N, D) float32 representations and (N,) labels, in dataset order."""
-    loader = torch.utils.data.DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=False,
-        num_workers=workers,
-        pin_memory=device.type == "cuda",
-        persistent_workers=False,
-    )
-    model.eval().to(device)
-    feats, labels = [], []
-    for images, y in track(loader, total=len(loader), description=description):
-        feats.append(features_fn(model, images.to(device, non_blocking=True)).float().cpu())
-        labels.append(y)
-    return torch.cat(feats).numpy(), torch.cat(labels).numpy().astype(np.int64)

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import torch
 
-from vitbench import fewshot
+from vitbench import evaluate, fewshot
 from vitbench.backend import ModelSpec, Preprocessing
-from vitbench.datasets import DatasetSpec, Split, TransformedSplit
+from vitbench.datasets import DatasetSpec, Split, find_status
 from vitbench.errors import UserError
+from vitbench.inference import Outputs, run_over
 from vitbench.provenance import (
     Clock,
     canonical_json,
@@ -68,19 +69,26 @@ class Request:
     res: int | None = None
     gelu: str = "exact"
     data_dir: Path | None = None
+    data_source: str | None = None  # None: each dataset's own (folder) source; "tfds" for VTAB from TFDS
+    skip_missing: bool = False
+    skip_corrupt: bool = False
     results: Path = Path("results")
     device: str = "auto"
     batch_size: int = 64
     workers: int = 1
 
 
+PROTOCOLS = {fewshot.PROTOCOL: fewshot.VERSION, evaluate.PROTOCOL: evaluate.VERSION}
+
+
 @dataclass
 class Group:
-    """The runs that share one model and one dataset, hence one feature extraction."""
+    """The runs that share one model and one dataset, hence one pass over each split."""
 
     model: ModelSpec
     weights: str
     dataset: DatasetSpec
+    protocol: str
     splits: dict[str, Split]
     res: int
     l2s: tuple[float, ...]
@@ -103,9 +111,33 @@ def resolve(req: Request) -> tuple[str, tuple[str, ...], str, str]:
     if not weights:
         raise UserError("--weights is required: a .safetensors/.pth file, or 'random' for random-init weights")
     protocol = req.protocol or (suite.protocol if suite else fewshot.PROTOCOL)
-    if protocol != fewshot.PROTOCOL:
-        raise UserError(f"--protocol {protocol}: this vitbench runs 'fewshot'; 'finetune' and 'eval' are not built yet")
+    if protocol not in PROTOCOLS:
+        hint = "; 'finetune' is not built yet" if protocol == "finetune" else ""
+        raise UserError(f"--protocol {protocol}: expected {' or '.join(PROTOCOLS)}{hint}")
     return model, datasets, protocol, weights
+
+
+def present_datasets(names: tuple[str, ...], req: Request) -> list[DatasetSpec]:
+    """The datasets to run. One whose folder is absent under --data-dir stops the plan before any
+    work, listing all of them, unless --skip-missing (then the rest run and the skipped are named)."""
+    specs = [get_dataset(n) for n in names]
+    if req.data_source is not None:  # another source (TFDS) reports its own absence when read
+        return specs
+    missing = [(s, find_status(s, req.data_dir)) for s in specs if find_status(s, req.data_dir).startswith("absent")]
+    if not missing:
+        return specs
+    where = f"under {req.data_dir}" if req.data_dir else "(no --data-dir given)"
+    listed = ", ".join(f"{s.name} ({s.folder})" for s, _ in missing)
+    if not req.skip_missing:
+        raise UserError(
+            f"{len(missing)} of {len(specs)} datasets not found {where}: {listed}; "
+            "add --skip-missing to run the others (see `vitbench doctor`)"
+        )
+    log.warning("skipping %d of %d datasets not found %s: %s", len(missing), len(specs), where, listed)
+    kept = [s for s in specs if all(s is not m for m, _ in missing)]
+    if not kept:
+        raise UserError(f"none of the {len(specs)} datasets was found {where}; see `vitbench doctor`")
+    return kept
 
 
 def plan(req: Request) -> list[Group]:
@@ -123,84 +155,101 @@ def plan(req: Request) -> list[Group]:
     if weights != RANDOM:
         preprocessing = Preprocessing.from_weights_config(weights, preprocessing)
     groups = []
-    for name in dataset_names:
-        dataset = get_dataset(name)
-        splits = {s: dataset.load_split(req.data_dir, s) for s in dataset.fewshot_splits}
-        train = splits[dataset.fewshot_splits[0]]
+    for dataset in present_datasets(dataset_names, req):
+        # few-shot: shots from the first split, scored on the second; eval: the final test split only
+        split_names = dataset.fewshot_splits if protocol == fewshot.PROTOCOL else dataset.final_splits[1:]
+        splits = {s: dataset.load_split(req.data_dir, s, req.data_source) for s in split_names}
+        first, scored = splits[split_names[0]], splits[split_names[-1]]
         hparams = {
             "res": res,
-            "l2": label,
             "preprocessing": preprocessing.describe(),
-            "representation": representation,
             "gelu": req.gelu,
             **({"init_seed": RANDOM_INIT_SEED} if weights == RANDOM else {}),
-            "splits": list(dataset.fewshot_splits),
-            "test_fingerprint": splits[dataset.fewshot_splits[1]].fingerprint,
+            "splits": list(split_names),
+            "test_fingerprint": scored.fingerprint,
         }
-        group = Group(model, weights, dataset, splits, res, l2s, preprocessing)
-        for seed in req.seeds:
-            for shots in req.shots:
-                group.specs.append(
-                    RunSpec(
-                        model.name,
-                        weights_sha,
-                        dataset.name,
-                        train.source,
-                        train.fingerprint,
-                        protocol,
-                        fewshot.VERSION,
-                        hparams,
-                        seed,
-                        shots,
-                    )
+        if protocol == fewshot.PROTOCOL:
+            hparams |= {"l2": label, "representation": representation}
+        group = Group(model, weights, dataset, protocol, splits, res, l2s, preprocessing)
+        # eval is deterministic: one run, seed 0; few-shot: every (seed, shots)
+        runs = (
+            [(seed, shots) for seed in req.seeds for shots in req.shots]
+            if protocol == fewshot.PROTOCOL
+            else [(0, None)]
+        )
+        for seed, shots in runs:
+            group.specs.append(
+                RunSpec(
+                    model.name,
+                    weights_sha,
+                    dataset.name,
+                    first.source,
+                    first.fingerprint,
+                    protocol,
+                    PROTOCOLS[protocol],
+                    hparams,
+                    seed,
+                    shots,
                 )
+            )
         groups.append(group)
     return groups
 
 
-def _representations(group: Group, req: Request, device: torch.device, clock: Clock):
-    """Train and test features from the cache, or extracted now (timed on `clock`)."""
-    assert group.model.backend is not None
-    backend, spec = group.model.backend, group.specs[0]
+def _pass_over(
+    group: Group, split_name: str, req: Request, device: torch.device, clock: Clock, cache_parts: dict, fn, model_fn
+) -> tuple[Outputs, bool]:
+    """The model's outputs over one split: from the cache, or computed now (timed on `clock`)."""
+    split = group.splits[split_name]
     cache = fewshot.FeatureCache(req.results / "cache" / "features")
-    model = None
-    out = []
-    for split_name in group.dataset.fewshot_splits:
-        split = group.splits[split_name]
-        key = cache.key(
-            model=group.model.name,
-            arch=group.model.arch,
-            weights=spec.weights_sha256,
-            res=group.res,
-            dataset=group.dataset.name,
-            source=split.source,
-            fingerprint=split.fingerprint,
-            split=split_name,
-            preprocessing=spec.hparams["preprocessing"],
-            representation=spec.hparams["representation"],  # LN(CLS) or tanh(Dense(LN(CLS)))
-            gelu=spec.hparams["gelu"],
-            init_seed=spec.hparams.get("init_seed"),
+    spec = group.specs[0]
+    key = cache.key(
+        model=group.model.name,
+        arch=group.model.arch,
+        weights=spec.weights_sha256,
+        res=group.res,
+        dataset=group.dataset.name,
+        source=split.source,
+        fingerprint=split.fingerprint,
+        split=split_name,
+        preprocessing=spec.hparams["preprocessing"],
+        gelu=spec.hparams["gelu"],
+        init_seed=spec.hparams.get("init_seed"),
+        skip_corrupt=req.skip_corrupt,
+        **cache_parts,
+    )
+    found = cache.load(key)
+    if found is not None:
+        return found, False
+    with clock:
+        found = run_over(
+            fn,
+            model_fn(),
+            split,
+            group.preprocessing,
+            device,
+            req.batch_size,
+            req.workers,
+            f"{group.model.name} · {group.dataset.name} {split_name}",
+            req.skip_corrupt,
         )
-        cached = cache.load(key)
-        if cached is None:
-            if model is None:
-                model = build_model(
-                    group.model, group.dataset.num_classes, group.res, group.weights, spec.hparams["gelu"]
-                )
-            transform = group.preprocessing.transform()
-            with clock:
-                cached = fewshot.extract(
-                    backend.features,
-                    model,
-                    TransformedSplit(split, transform),
-                    device,
-                    req.batch_size,
-                    req.workers,
-                    f"{group.model.name} · {group.dataset.name} {split_name}",
-                )
-            cache.save(key, *cached)
-        out.append(cached)
-    return out, model is not None
+    cache.save(key, found)
+    return found, True
+
+
+class _Model:
+    """The model, built on first use only (a fully cached group never builds it)."""
+
+    def __init__(self, group: Group, keep_head: bool):
+        self.group, self.keep_head = group, keep_head
+        self.model: torch.nn.Module | None = None
+
+    def __call__(self):
+        if self.model is None:
+            g = self.group
+            gelu = g.specs[0].hparams["gelu"]
+            self.model = build_model(g.model, g.dataset.num_classes, g.res, g.weights, gelu, self.keep_head)
+        return self.model
 
 
 def execute(
@@ -216,56 +265,127 @@ def execute(
     from vitbench.provenance import resolve_device
 
     device = resolve_device(req.device)
-    env, dev_name = environment(), device_name(device)
-    count = 0
+    recorder = _Recorder(req, con, device, on_result)
     for group in groups:
         todo = [s for s in group.specs if rerun or s.run_key not in done]
-        if not todo:
-            continue
+        if todo and group.protocol == fewshot.PROTOCOL:
+            _run_fewshot(group, todo, req, device, recorder)
+        elif todo:
+            _run_eval(group, todo[0], req, device, recorder)
+    return recorder.count
+
+
+def _run_fewshot(group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: _Recorder) -> None:
+    assert group.model.backend is not None
+    extraction = Clock(device)
+    model = _Model(group, keep_head=False)
+    parts = {"representation": group.specs[0].hparams["representation"]}  # LN(CLS) or tanh(Dense(LN(CLS)))
+    (train, train_new), (test, test_new) = [
+        _pass_over(group, s, req, device, extraction, parts, group.model.backend.features, model)
+        for s in group.dataset.fewshot_splits
+    ]
+    extracted = train_new or test_new
+    n_images = len(train.labels) + len(test.labels)
+    for spec in todo:
+        started = datetime.now(UTC)
+        solve = Clock(device)
+        with solve:
+            accs, n_train = fewshot.fewshot_accuracies(
+                train.as_pair(), test.as_pair(), group.dataset.num_classes, spec.shots or 0, spec.seed, group.l2s
+            )
+        share = 1 / len(todo)  # the one extraction is shared by the runs that needed it
+        recorder.record(
+            group,
+            spec,
+            _metrics(accs, spec.hparams["l2"]),
+            started,
+            seconds=extraction.seconds * share + solve.seconds,
+            images=n_images * share if extracted else 0.0,
+            n_train=n_train,
+            n_test=len(test.labels),
+            skipped=train.skipped + test.skipped,
+            notes={"features_from_cache": not extracted, "extraction_seconds": extraction.seconds},
+        )
+
+
+def _run_eval(group: Group, spec: RunSpec, req: Request, device: torch.device, recorder: _Recorder) -> None:
+    started = datetime.now(UTC)
+    clock = Clock(device)
+    split_name = group.dataset.final_splits[1]
+    split = group.splits[split_name]
+    logits, computed = _pass_over(
+        group, split_name, req, device, clock, {"outputs": "logits"}, lambda m, x: m(x), _Model(group, True)
+    )
+    real = [split.real_labels[i] for i in logits.indices] if split.real_labels is not None else None
+    metrics = evaluate.scores(logits.values, logits.labels, real)
+    recorder.record(
+        group,
+        spec,
+        metrics,
+        started,
+        seconds=clock.seconds,
+        images=float(len(logits.labels)) if computed else 0.0,
+        n_train=None,
+        n_test=len(logits.labels),
+        skipped=logits.skipped,
+        notes={"outputs_from_cache": not computed, "real_labels": split.real_labels is not None},
+    )
+
+
+class _Recorder:
+    """Writes each finished run as a shard and ingests it at once, with its full provenance."""
+
+    def __init__(self, req: Request, con, device: torch.device, on_result):
+        self.req, self.con, self.device, self.on_result = req, con, device, on_result
+        self.env, self.device_name = environment(), device_name(device)
+        self.count = 0
+
+    def record(
+        self,
+        group: Group,
+        spec: RunSpec,
+        metrics: dict[str, float],
+        started: datetime,
+        seconds: float,
+        images: float,
+        n_train: int | None,
+        n_test: int,
+        skipped: list[str],
+        notes: dict,
+    ) -> None:
         assert group.model.backend is not None
-        extraction = Clock(device)
-        (train, test), extracted = _representations(group, req, device, extraction)
         flops_per_image = group.model.backend.flops_per_image(group.model, group.res)
-        n_images = len(train[1]) + len(test[1])
-        for spec in todo:
-            started = datetime.now(UTC)
-            solve = Clock(device)
-            with solve:
-                accs, n_train = fewshot.fewshot_accuracies(
-                    train, test, group.dataset.num_classes, spec.shots or 0, spec.seed, group.l2s
-                )
-            metrics = _metrics(accs, spec.hparams["l2"])
-            share = 1 / len(todo)  # the one extraction is shared by the runs that needed it
-            run = {
-                "run_key": spec.run_key,
-                **asdict(spec),
-                "arch": group.model.arch,
-                "backend": group.model.backend.family,
-                "weights": group.weights,
-                "random_init": group.weights == RANDOM,
-                "data_dir": str(req.data_dir.resolve()) if req.data_dir else None,
-                "data_subset": any(s.is_subset for s in group.splits.values()),
-                "n_train": n_train,
-                "n_test": len(test[1]),
-                "status": "done",
-                "started_at": started.isoformat(),
-                "finished_at": datetime.now(UTC).isoformat(),
-                "device": device.type,
-                "device_name": dev_name,
-                "device_count": 1,
-                "device_seconds": extraction.seconds * share + solve.seconds,
-                "flops_per_image": flops_per_image,
-                "flops": flops_per_image * n_images * share if extracted else 0.0,
-                **env,
-                "notes": {"features_from_cache": not extracted, "extraction_seconds": extraction.seconds},
-            }
-            shard = shard_dir(req.results) / f"{spec.run_key}.json"
-            write_atomic(shard, canonical_json({"run": run, "metrics": metrics}))
-            ingest(con, [shard])
-            count += 1
-            if on_result:
-                on_result(spec, metrics)
-    return count
+        run = {
+            "run_key": spec.run_key,
+            **asdict(spec),
+            "arch": group.model.arch,
+            "backend": group.model.backend.family,
+            "weights": group.weights,
+            "random_init": group.weights == RANDOM,
+            "data_dir": str(self.req.data_dir.resolve()) if self.req.data_dir else None,
+            # a subset of the official split, or images left out as corrupt: not the paper's data
+            "data_subset": any(s.is_subset for s in group.splits.values()) or bool(skipped),
+            "n_train": n_train,
+            "n_test": n_test,
+            "skipped_images": len(skipped),
+            "status": "done",
+            "started_at": started.isoformat(),
+            "finished_at": datetime.now(UTC).isoformat(),
+            "device": self.device.type,
+            "device_name": self.device_name,
+            "device_count": 1,
+            "device_seconds": seconds,
+            "flops_per_image": flops_per_image,
+            "flops": flops_per_image * images,
+            **self.env,
+            "notes": {**notes, **({"skipped_corrupt": skipped} if skipped else {})},
+        }
+        shard = shard_dir(self.req.results) / f"{spec.run_key}.json"
+        write_atomic(shard, canonical_json({"run": run, "metrics": metrics}))
+        ingest(self.con, [shard])
+        self.count += 1
+        if self.on_result:
+            self.on_result(spec, metrics)
 
 
 def _metrics(accs: dict[float, float], l2_label: str) -> dict[str, float]:

@@ -53,6 +53,9 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (inspect_key, layer, head)
         )""",
     ],
+    [  # 3: images left out as corrupt (--skip-corrupt), counted with every result
+        "ALTER TABLE runs ADD COLUMN skipped_images INTEGER DEFAULT 0",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 RUN_COLUMNS = [
@@ -70,6 +73,7 @@ RUN_COLUMNS = [
     "data_subset",
     "n_train",
     "n_test",
+    "skipped_images",
     "protocol",
     "protocol_version",
     "hparams",
@@ -157,7 +161,9 @@ def ingest(con: duckdb.DuckDBPyConnection, shards: Iterable[Path]) -> int:
             con.execute("DELETE FROM metrics WHERE run_key = ?", [run["run_key"]])
             con.execute("DELETE FROM runs WHERE run_key = ?", [run["run_key"]])
             values = [json.dumps(run[c]) if c in ("hparams", "notes") else run.get(c) for c in RUN_COLUMNS]
-            con.execute(f"INSERT INTO runs VALUES ({', '.join('?' * len(RUN_COLUMNS))})", values)
+            con.execute(
+                f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join('?' * len(RUN_COLUMNS))})", values
+            )
             con.executemany(
                 "INSERT INTO metrics VALUES (?, ?, ?)", [[run["run_key"], k, v] for k, v in rec["metrics"].items()]
             )

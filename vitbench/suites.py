@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vitbench.datasets.vtab import TASKS, dataset_name
+
+VTAB = tuple(dataset_name(t) for t in TASKS)  # Table 9's order: natural, specialized, structured
+CLASSIC = ("imagenet", "cifar10", "cifar100", "pets", "flowers102")  # Table 2's rows, in its order
+
 
 @dataclass(frozen=True)
 class Suite:
@@ -26,6 +31,16 @@ SUITES: dict[str, Suite] = {
             defaults={"model": "vit-ti/16", "weights": "random"},
         ),
         Suite("cifar", ("cifar10", "cifar100"), "fewshot", "CIFAR-10 and CIFAR-100 (original pickles)"),
-        Suite("imagenet", ("imagenet",), "fewshot", "ImageNet-1k (train/ and val/ synset folders)"),
+        Suite("pets", ("pets",), "fewshot", "Oxford-IIIT Pets (images/ + annotations/)"),
+        Suite("flowers", ("flowers102",), "fewshot", "Oxford Flowers-102 (jpg/ + imagelabels.mat + setid.mat)"),
+        Suite("imagenet", ("imagenet",), "fewshot", "ImageNet-1k (train/ and val/; ReaL labels with --protocol eval)"),
+        Suite(
+            "vtab",
+            VTAB,
+            "fewshot",
+            "the 19 VTAB-1k tasks; the table rolls them up into natural / specialized / structured and the VTAB mean",
+        ),
+        Suite("table2", CLASSIC + VTAB, "fewshot", "every dataset behind a row of the paper's Table 2"),
+        Suite("fewshot", CLASSIC, "fewshot", "the paper's few-shot datasets (ImageNet, CIFAR-10/100, Pets, Flowers)"),
     ]
 }

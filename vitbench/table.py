@@ -14,14 +14,25 @@ import pandas as pd
 
 from vitbench import paper
 from vitbench.datasets import DATASETS
+from vitbench.datasets.vtab import GROUPS, TASKS, group_means
 
-ROW_ORDER = ["imagenet", "imagenet_real", "cifar10", "cifar100", "pets", "flowers102", "vtab", "digits"]
+VTAB_ROWS = ["vtab", *(f"vtab_{g}" for g in GROUPS)]  # the 19-task mean, then the group means
+ROW_ORDER = [
+    "imagenet",
+    "imagenet_real",
+    "cifar10",
+    "cifar100",
+    "pets",
+    "flowers102",
+    *VTAB_ROWS,
+    *(f"vtab/{t.key}" for t in TASKS),
+    "digits",
+]
 TITLES = {
-    "imagenet_real": "ImageNet ReaL",
-    "pets": "Oxford-IIIT Pets",
-    "flowers102": "Oxford Flowers-102",
-    "vtab": "VTAB (19 tasks)",
     **{k: v.title for k, v in DATASETS.items()},
+    "imagenet_real": "ImageNet ReaL",
+    "vtab": "VTAB (19 tasks)",
+    **{f"vtab_{g}": f"VTAB {g} ({sum(t.group == g for t in TASKS)} tasks)" for g in GROUPS},
 }
 RANDOM_MARK, SUBSET_MARK = "†", "‡"
 
@@ -77,14 +88,37 @@ def _cell(values: pd.Series, scale: float = 100.0) -> str:
     return f"{mean:.2f} ± {values.std(ddof=1) * scale:.2f} (n={len(values)})"
 
 
+def _real_as_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """ImageNet ReaL is a row of its own in Table 2: the `accuracy_real` metric of an ImageNet run."""
+    real = df[df["metric"] == "accuracy_real"].copy()
+    real["dataset"], real["metric"] = "imagenet_real", "accuracy"
+    return real
+
+
+def _vtab_rollups(acc: pd.DataFrame) -> pd.DataFrame:
+    """The VTAB mean and the group means as rows, per (column, protocol, shots, seed), computed only
+    where every task of the group has a result (unweighted, as in the paper)."""
+    tasks = acc[acc["dataset"].str.startswith("vtab/")]
+    rows = []
+    for _, part in tasks.groupby(["column", "protocol", "shots", "seed"], dropna=False, sort=False):
+        means = group_means(dict(zip(part["dataset"].str[len("vtab/") :], part["value"], strict=True)))
+        for name, value in means.items():
+            row = part.iloc[0].copy()
+            row["dataset"] = name if name == "vtab" else f"vtab_{name}"
+            row["value"], row["run_key"] = value, None  # a mean of runs, not a run: no cost of its own
+            rows.append(row)
+    return pd.DataFrame(rows) if rows else acc.iloc[0:0]
+
+
 def build(df: pd.DataFrame, compare: list[str] | tuple[str, ...] = (), shots: int | None = None) -> TableData:
     data = TableData()
     df, chosen = select_sweep_l2(df)
-    acc = df[df["metric"] == "accuracy"].copy()
+    acc = pd.concat([df[df["metric"] == "accuracy"], _real_as_rows(df)], ignore_index=True)
     if shots is not None:
         acc = acc[acc["shots"] == shots]
     if not acc.empty:
         acc["column"] = acc.apply(_column_label, axis=1)
+        acc = pd.concat([acc, _vtab_rollups(acc)], ignore_index=True)
         acc["order"] = acc["dataset"].map(lambda d: ROW_ORDER.index(d) if d in ROW_ORDER else len(ROW_ORDER))
         acc = acc.sort_values(["order", "dataset", "protocol", "shots"])
         acc["row"] = [
@@ -105,7 +139,7 @@ def build(df: pd.DataFrame, compare: list[str] | tuple[str, ...] = (), shots: in
             )
         # the cost of the measurement itself, not the paper's pre-training cost (a separate row)
         cost_row = "vitbench accelerator-days (this evaluation)"
-        runs = acc.drop_duplicates("run_key")
+        runs = acc.dropna(subset=["run_key"]).drop_duplicates("run_key")
         for col, part in runs.groupby("column", sort=False):
             days = part["device_seconds"].sum() / 86400
             data.cells[(cost_row, col)] = f"{days:.2g}"

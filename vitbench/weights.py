@@ -21,15 +21,18 @@ PRE_LOGITS = ("pre_logits.weight", "pre_logits.bias")  # the upstream representa
 RANDOM_INIT_SEED = 0
 
 
-def build_model(spec: ModelSpec, num_classes: int, img_size: int, weights: str, gelu: str = "exact") -> nn.Module:
+def build_model(
+    spec: ModelSpec, num_classes: int, img_size: int, weights: str, gelu: str = "exact", keep_head: bool = False
+) -> nn.Module:
     """The backbone at `img_size` with a zero-initialised `num_classes` head, and every other tensor
-    from `weights` (a checked path), or, for `random`, timm's init drawn from RANDOM_INIT_SEED."""
+    from `weights` (a checked path), or, for `random`, timm's init drawn from RANDOM_INIT_SEED.
+    With `keep_head` the checkpoint's own classifier is loaded too (the eval protocol)."""
     assert spec.backend is not None
     with torch.random.fork_rng(devices=[]):  # leave the caller's RNG as it was
         torch.manual_seed(RANDOM_INIT_SEED)
         model = spec.backend.create(spec, num_classes, img_size, gelu)
     if weights != RANDOM:
-        load_into(model, spec, Path(weights))
+        load_into(model, spec, Path(weights), keep_head)
     return model
 
 
@@ -86,22 +89,30 @@ def read_state_dict(path: Path, spec: ModelSpec | None = None) -> dict[str, torc
     return state
 
 
-def load_into(model: nn.Module, spec: ModelSpec, path: Path) -> None:
+def load_into(model: nn.Module, spec: ModelSpec, path: Path, keep_head: bool = False) -> None:
     """Load every tensor of `model` from `path`, except the head, which the protocols replace by a
-    fresh zero-initialised layer (paper App. B.1.1). Any missing, extra or mis-shaped tensor is an
-    error naming it: never a silently random layer."""
-    apply_state(model, spec, read_state_dict(path, spec), path)
+    fresh zero-initialised layer (paper App. B.1.1), unless `keep_head`. Any missing, extra or
+    mis-shaped tensor is an error naming it: never a silently random layer."""
+    apply_state(model, spec, read_state_dict(path, spec), path, keep_head)
 
 
-def apply_state(model: nn.Module, spec: ModelSpec, state: dict[str, torch.Tensor], path: Path) -> None:
+def apply_state(
+    model: nn.Module, spec: ModelSpec, state: dict[str, torch.Tensor], path: Path, keep_head: bool = False
+) -> None:
     """`load_into` for a state dict already read from `path` (named in the errors)."""
     assert spec.backend is not None
     head = spec.backend.head_prefix(model) + "."
-    state = {k: v for k, v in state.items() if not k.startswith(head)}
+    if keep_head:
+        _check_head(model, state, head, path)
+
+    def replaced(key: str) -> bool:  # the head is replaced by a fresh one, unless it is kept
+        return not keep_head and key.startswith(head)
+
+    state = {k: v for k, v in state.items() if not replaced(k)}
     if PRE_LOGITS[0] in state:
         spec.backend.add_pre_logits(model, spec, state[PRE_LOGITS[0]].shape)
     state = spec.backend.adapt_state_dict(state, model)
-    expected = {k: v for k, v in model.state_dict().items() if not k.startswith(head)}
+    expected = {k: v for k, v in model.state_dict().items() if not replaced(k)}
 
     missing = [k for k in expected if k not in state]
     extra = [k for k in state if k not in expected]
@@ -120,6 +131,19 @@ def apply_state(model: nn.Module, spec: ModelSpec, state: dict[str, torch.Tensor
                 f"{tuple(tensor.shape)}; weights of another architecture?"
             )
     model.load_state_dict(state, strict=False)
+
+
+def _check_head(model: nn.Module, state: dict[str, torch.Tensor], head: str, path: Path) -> None:
+    """The checkpoint's own classifier must be there and have the dataset's number of classes."""
+    weight = head + "weight"
+    if weight not in state:
+        raise UserError(f"{path}: has no classifier '{weight}'; scoring a checkpoint's own classifier needs one")
+    expected = model.state_dict()[weight].shape[0]
+    if state[weight].shape[0] != expected:
+        raise UserError(
+            f"{path}: its classifier has {state[weight].shape[0]} classes, the dataset has {expected}; "
+            "the eval protocol needs a checkpoint trained on the same classes"
+        )
 
 
 def _more(items: list[str]) -> str:

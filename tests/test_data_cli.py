@@ -1,0 +1,152 @@
+"""The datasets issue end to end: suites with missing data, corrupt images, the eval protocol
+(ReaL included), doctor, and the VTAB roll-up in the table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data, write_image
+
+from vitbench import evaluate, store, table
+from vitbench.datasets.vtab import TASKS, group_means
+
+FAST = ("--res", "32", "--workers", "0", "--batch-size", "256", "--model", "vit-ti/16", "--weights", "random")
+
+
+@pytest.fixture
+def results(tmp_path):
+    return tmp_path / "results"
+
+
+@pytest.fixture
+def pictures(tmp_path: Path) -> Path:
+    """An ImageFolder tree of real JPEGs, 2 classes, 4 train and 2 test images each."""
+    root = tmp_path / "pics"
+    for split, n in (("train", 4), ("test", 2)):
+        for c, cls in enumerate(("cat", "dog")):
+            for i in range(n):
+                write_image(root / split / cls / f"{i}.jpg", seed=10 * c + i)
+    return root
+
+
+def test_corrupt_jpeg_is_named_or_skipped_and_counted(cli, results, pictures):
+    bad = pictures / "test" / "dog" / "1.jpg"
+    bad.write_bytes(bad.read_bytes()[:200])  # truncated
+    args = ("run", "--results", results, "--dataset", f"folder:{pictures}", "--shots", "1", "--seeds", "0", *FAST)
+    code, _, err = cli(*args)
+    assert code == 2 and f"error: {bad}: corrupt or truncated image" in err and "--skip-corrupt" in err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(f"error: {bad}")  # one line
+    code, _, err = cli(*args, "--skip-corrupt")
+    assert code == 0, err
+    row = store.read_results(results).iloc[0]
+    assert row["skipped_images"] == 1 and row["n_test"] == 3 and row["data_subset"]  # marked ‡ in the table
+    assert str(bad) in row["notes"]
+
+
+def test_suite_with_missing_datasets_stops_or_skips(cli, results, cifar10_dir, caplog):
+    args = ("run", "--results", results, "--suite", "table2", "--data-dir", cifar10_dir, "--dry-run", *FAST)
+    code, _, err = cli(*args)
+    assert code == 2 and "23 of 24 datasets not found under" in err and "imagenet (imagenet)" in err
+    assert "vtab/dtd (vtab-1k/dtd)" in err and "--skip-missing" in err
+    code, out, _ = cli(*args, "--skip-missing")
+    assert code == 0 and "skipping 23 of 24 datasets" in caplog.text
+    assert "cifar10" in out and "imagenet" not in out
+
+
+def test_vtab_folder_runs_through_the_cli(cli, results, tmp_path):
+    root = tmp_path / "vtab-data"
+    for split, labels in {"train800val200": [0, 1, 0, 1], "test": [0, 1]}.items():
+        lines = []
+        for i, label in enumerate(labels):
+            write_image(root / "vtab-1k" / "dtd" / "images" / f"{split}{i}.jpg", seed=label)
+            lines.append(f"images/{split}{i}.jpg {label}")
+        (root / "vtab-1k" / "dtd" / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    code, _, err = cli(
+        "run", "--results", results, "--dataset", "vtab/dtd", "--data-dir", root, "--shots", "1", "--seeds", "0", *FAST
+    )
+    assert code == 0, err
+    row = store.read_results(results).iloc[0]
+    assert row["dataset"] == "vtab/dtd" and row["data_source"] == "vtab-folder" and row["n_test"] == 2
+
+
+def test_eval_scores_top1_top5_and_real():
+    logits = np.array([[0.9, 0.1, 0.0], [0.1, 0.2, 0.7], [0.5, 0.4, 0.1], [0.0, 0.0, 1.0]])
+    labels = np.array([0, 1, 1, 2])
+    real = [[0], [2, 1], [], [1]]  # image 3 has no ReaL labels: not scored
+    s = evaluate.scores(logits, labels, real)
+    assert s["accuracy"] == 0.5 and s["n_correct"] == 2 and s["accuracy_top3"] == 1.0
+    assert s["n_scored_real"] == 3 and s["n_correct_real"] == 2 and s["accuracy_real"] == pytest.approx(2 / 3)
+    assert "accuracy_real" not in evaluate.scores(logits, labels, None)
+
+
+@needs_shared_data
+def test_eval_reproduces_the_deit_tiny_reference_figures(cli, results):
+    """../shared/data/README.md: top-1 70.6 % (353 of 500), ReaL 76.6 % (364 of the 475 with labels)."""
+    code, out, err = cli(
+        "run", "--results", results, "--protocol", "eval", "--model", "deit-ti/16", "--weights", DEIT_WEIGHTS,
+        "--dataset", "imagenet", "--data-dir", SHARED_DATA, "--workers", "2",
+    )  # fmt: skip
+    assert code == 0, err
+    metrics = store.read_results(results).set_index("metric")["value"]
+    assert (metrics["n_correct"], metrics["n_scored"]) == (353, 500)
+    assert (metrics["n_correct_real"], metrics["n_scored_real"]) == (364, 475)
+    assert "ImageNet ReaL · eval" in out and "76.63 (n=1)" in out and "70.60 (n=1)" in out
+
+
+@needs_shared_data
+def test_eval_needs_a_classifier_with_the_datasets_classes(cli, results, cifar10_dir):
+    code, _, err = cli(
+        "run", "--results", results, "--protocol", "eval", "--model", "deit-ti/16", "--weights", DEIT_WEIGHTS,
+        "--dataset", "cifar10", "--data-dir", cifar10_dir, "--workers", "0",
+    )  # fmt: skip
+    assert code == 2 and "its classifier has 1000 classes, the dataset has 10" in err
+
+
+@needs_shared_data
+def test_doctor_reports_the_shared_subsets(cli):
+    code, out, _ = cli("doctor", "--data-dir", SHARED_DATA)
+    assert code == 0
+    flat = " ".join(out.split())
+    for expected in (
+        "train 1,102 / 50,000 (subset)",  # cifar10: only data_batch_1
+        "(4 of 6 key files missing)",
+        "train 486 / 50,000 (subset), test 916 / 10,000 (subset)",
+        "train 300 / 3,680 (subset), test 298 / 3,669 (subset)",
+        "train 1,020 / 1,020, val 204 / 1,020 (subset), test 306 / 6,149 (subset)",
+        "train —, val 500 / 50,000 (subset)",
+        "vtab/* (19 tasks) │ absent",
+    ):
+        assert expected in flat, expected
+
+
+def test_vtab_group_means_from_table9_match_table2():
+    paper = pd.read_csv(Path(__file__).parents[1] / "results/paper/table9.csv")
+    expected = {"vit-h/14-jft": 77.63, "vit-l/16-jft": 76.28, "vit-l/16-i21k": 72.72}  # Table 2's VTAB row
+    for column, vtab in expected.items():
+        tasks = paper[(paper["column"] == column) & (paper["task"] != "vtab")]
+        means = group_means({k[len("vtab/") :]: v for k, v in zip(tasks["task"], tasks["value"], strict=True)})
+        assert abs(means["vtab"] - vtab) < 0.02, column  # Table 9 rounds each task to 0.1
+
+
+def test_table_rolls_vtab_tasks_up_only_when_a_group_is_complete():
+    rows = []
+    for seed in (0, 1):
+        for i, task in enumerate(TASKS):
+            rows.append(
+                dict(
+                    run_key=f"{seed}-{task.key}", model="m", weights="w.safetensors", weights_sha256="ab" * 32,
+                    random_init=False, data_subset=False, dataset=f"vtab/{task.key}", protocol="fewshot",
+                    shots=10, seed=seed, metric="accuracy", value=0.5 + 0.01 * i + 0.1 * seed, device_seconds=1.0,
+                )
+            )  # fmt: skip
+    df = pd.DataFrame(rows)
+    md = table.to_markdown(table.build(df))
+    assert "| VTAB (19 tasks) · 10-shot | 64.00 ± 7.07 (n=2) |" in md  # mean of 0.5..0.68, seeds +0 / +0.1
+    assert "| VTAB natural (7 tasks) · 10-shot | 58.00 ± 7.07 (n=2) |" in md
+    assert "| vitbench accelerator-days (this evaluation) | 0.00044 |" in md  # 38 runs, not the roll-ups
+    partial = table.to_markdown(table.build(df[df["dataset"] != "vtab/dtd"]))
+    assert "VTAB (19 tasks)" not in partial and "VTAB natural" not in partial
+    assert "VTAB specialized (4 tasks)" in partial
