@@ -79,7 +79,7 @@ def test_flowers_splits_from_setid_and_labels_minus_one(flowers_dir):
     spec = DATASETS["flowers102"]
     train, val, test = (spec.load_split(flowers_dir, s) for s in ("train", "val", "test"))
     assert train.labels.tolist() == [4, 101] and val.labels.tolist() == [0, 6] and test.labels.tolist() == [4, 8]
-    assert [p.name for p in test.paths] == ["image_00005.jpg", "image_00006.jpg"]
+    assert [Path(p).name for p in test.paths] == ["image_00005.jpg", "image_00006.jpg"]
     assert train.image(1).mode == "RGB"  # a palette file
 
 

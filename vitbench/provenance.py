@@ -50,14 +50,17 @@ def sha256_file(path: Path, cache_dir: Path | None = None) -> str:
     return value
 
 
-def fingerprint_files(root: Path, files: Iterable[Path], content: bool) -> str:
+def fingerprint_files(root: Path, files: Iterable[str | Path], content: bool) -> str:
     """A dataset fingerprint from relative names and sizes (plus contents where `content`):
-    changes whenever the file set changes, without reading every image of a large dataset."""
+    changes whenever the file set changes, without reading every image of a large dataset.
+    Plain strings and os.stat keep it at seconds for ImageNet's 1.28M files (pathlib is ~10x slower)."""
     digest = hashlib.sha256()
-    for f in sorted(files):
-        digest.update(f"{f.relative_to(root)}|{f.stat().st_size}\n".encode())
+    prefix = os.path.join(os.fspath(root), "")
+    for f in sorted(str(f) for f in files):
+        relative = f[len(prefix) :] if f.startswith(prefix) else os.path.relpath(f, root)
+        digest.update(f"{relative}|{os.stat(f).st_size}\n".encode())
         if content:
-            digest.update(bytes.fromhex(sha256_file(f)))
+            digest.update(bytes.fromhex(sha256_file(Path(f))))
     return digest.hexdigest()[:16]
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +36,8 @@ def load_flowers(root: Path | None, split: str) -> Split:
     ids = _read_mat(setid, SET_KEYS[split])
     if len(ids) and (ids.min() < 1 or ids.max() > len(all_labels)):
         raise UserError(f"{setid}: {SET_KEYS[split]} has image ids outside 1..{len(all_labels)}")
-    paths = [root / "jpg" / f"image_{i:05d}.jpg" for i in ids]
-    missing = [p for p in paths if not p.is_file()]
+    paths = [str(root / "jpg" / f"image_{i:05d}.jpg") for i in ids]
+    missing = [p for p in paths if not os.path.isfile(p)]
     if missing:
         raise UserError(
             f"{setid}: {SET_KEYS[split]} names a missing image {missing[0]} ({len(missing)} of {len(paths)} missing)"

@@ -32,7 +32,7 @@ def folder_spec(name: str) -> DatasetSpec:
     has_val = (root / "val").is_dir()
 
     def load(_root: Path | None, split: str) -> Split:
-        paths: list[Path] = []
+        paths: list[str] = []
         labels: list[int] = []
         for class_dir, files in class_folders(root / split, f"'{split}' folder of the ImageFolder tree"):
             if class_dir.name not in index:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def real_labels_file(root: Path) -> Path:
     return local if local.exists() else _timm_info("imagenet_real_labels.json")
 
 
-def read_real_labels(root: Path, paths: list[Path]) -> tuple[list[list[int]] | None, Path]:
+def read_real_labels(root: Path, paths: list[str]) -> tuple[list[list[int]] | None, Path]:
     """Per val image, its ReaL label list (index = the val file number − 1); None where the file
     names do not carry the official val numbers."""
     source = real_labels_file(root)
@@ -55,7 +56,7 @@ def read_real_labels(root: Path, paths: list[Path]) -> tuple[list[list[int]] | N
         raise UserError(f"{source}: expected a list of 50,000 label lists (one per val image)")
     labels = []
     for path in paths:
-        match = VAL_NUMBER.search(path.name)
+        match = VAL_NUMBER.search(os.path.basename(path))
         if match is None:
             log.warning("%s: not an ILSVRC2012_val_XXXXXXXX file name, so no ReaL labels for this split", path)
             return None, source
@@ -81,17 +82,18 @@ def load_imagenet(root: Path | None, split: str) -> Split:
     folder = require_dir(root / split, f"ImageNet '{split}' folder")
     synsets = imagenet_synsets(root)
     index = {s: i for i, s in enumerate(synsets)}
-    paths: list[Path] = []
+    paths: list[str] = []
     labels: list[int] = []
     label_file: Path | None = None
     flat = image_files(folder)
     if flat:  # val/ILSVRC2012_val_XXXXXXXX.JPEG, labels from a list file
         label_file, table = _flat_labels(root, folder)
         for path in flat:
-            if path.name not in table:
+            name = os.path.basename(path)
+            if name not in table:
                 raise UserError(f"{label_file}: has no label for {path}")
             paths.append(path)
-            labels.append(table[path.name])
+            labels.append(table[name])
     else:
         for class_dir, files in class_folders(folder, f"ImageNet '{split}' folder"):
             if class_dir.name not in index:

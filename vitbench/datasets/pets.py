@@ -19,13 +19,13 @@ def load_pets(root: Path | None, split: str) -> Split:
     require_dir(root, "Oxford-IIIT Pets folder")
     listing = require(root / "annotations" / ANNOTATIONS[split], f"Pets {split} annotation file")
     images = require_dir(root / "images", "Pets images folder")
-    entries: list[tuple[int, Path]] = []
+    entries: list[tuple[int, str]] = []
     labels: list[int] = []
     for number, line in numbered_lines(listing):
         parts = line.split()
         if len(parts) < 2 or not parts[1].isdigit():
             raise UserError(f"{listing}:{number}: expected 'name class_id species breed_id', got {line!r}")
-        entries.append((number, images / f"{parts[0]}.jpg"))
+        entries.append((number, str(images / f"{parts[0]}.jpg")))
         labels.append(int(parts[1]) - 1)  # class ids are 1-based
     check_listed(listing, entries)
     paths = [path for _, path in entries]

@@ -67,7 +67,7 @@ def folder_loader(task: VtabTask):
         assert root is not None
         require_dir(root, f"VTAB-1k {task.title} folder")
         listing = require(root / f"{split}.txt", f"VTAB-1k {task.title} '{split}' list")
-        entries: list[tuple[int, Path]] = []
+        entries: list[tuple[int, str]] = []
         labels: list[int] = []
         for number, line in numbered_lines(listing):
             parts = line.rsplit(maxsplit=1)
@@ -76,7 +76,7 @@ def folder_loader(task: VtabTask):
             label = int(parts[1])
             if not 0 <= label < task.num_classes:
                 raise UserError(f"{listing}:{number}: label {label} is outside 0..{task.num_classes - 1}")
-            entries.append((number, root / parts[0]))
+            entries.append((number, str(root / parts[0])))
             labels.append(label)
         check_listed(listing, entries)
         paths = [path for _, path in entries]
