@@ -49,8 +49,8 @@ def test_corrupt_jpeg_is_named_or_skipped_and_counted(cli, results, pictures):
 def test_suite_with_missing_datasets_stops_or_skips(cli, results, cifar10_dir, caplog):
     args = ("run", "--results", results, "--suite", "table2", "--data-dir", cifar10_dir, "--dry-run", *FAST)
     code, _, err = cli(*args)
-    assert code == 2 and "23 of 24 datasets not found under" in err and "imagenet (imagenet)" in err
-    assert "vtab/dtd (vtab-1k/dtd)" in err and "--skip-missing" in err
+    assert code == 2 and "23 of 24 datasets not found under" in err
+    assert f"imagenet (no {cifar10_dir / 'imagenet'})" in err and "vtab/dtd (no " in err and "--skip-missing" in err
     code, out, _ = cli(*args, "--skip-missing")
     assert code == 0 and "skipping 23 of 24 datasets" in caplog.text
     assert "cifar10" in out and "imagenet" not in out
@@ -150,3 +150,12 @@ def test_table_rolls_vtab_tasks_up_only_when_a_group_is_complete():
     partial = table.to_markdown(table.build(df[df["dataset"] != "vtab/dtd"]))
     assert "VTAB (19 tasks)" not in partial and "VTAB natural" not in partial
     assert "VTAB specialized (4 tasks)" in partial
+
+
+def test_a_dataset_lacking_the_split_a_protocol_needs_counts_as_missing(cli, results, imagenet_dir):
+    """ImageNet with val/ only: few-shot needs train/ (missing), eval needs val/ only (there)."""
+    common = ("--dataset", "imagenet", "--data-dir", imagenet_dir, "--dry-run", *FAST)
+    code, _, err = cli("run", "--results", results, *common)
+    assert code == 2 and f"imagenet (no {imagenet_dir / 'imagenet' / 'train'})" in err
+    code, out, err = cli("run", "--results", results, "--protocol", "eval", *common)
+    assert code == 0 and "imagenet" in out and " eval seed=0" in out

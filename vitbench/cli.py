@@ -164,6 +164,8 @@ def run(
     if con is not None:
         store.ingest_pending(con, results)
         done = store.done_keys(con)
+    else:  # a dry run only reads the store (never creates or migrates it)
+        done = set(store.read_results(results)["run_key"])
     todo = [s for s in specs if rerun or s.run_key not in done]
     log.info("%d runs planned, %d already stored, %d to run", len(specs), len(specs) - len(todo), len(todo))
     if dry_run:

@@ -17,7 +17,7 @@ import torch
 
 from vitbench import evaluate, fewshot
 from vitbench.backend import ModelSpec, Preprocessing
-from vitbench.datasets import DatasetSpec, Split, find_status
+from vitbench.datasets import DatasetSpec, Split
 from vitbench.errors import UserError
 from vitbench.inference import Outputs, run_over
 from vitbench.provenance import (
@@ -117,17 +117,23 @@ def resolve(req: Request) -> tuple[str, tuple[str, ...], str, str]:
     return model, datasets, protocol, weights
 
 
-def present_datasets(names: tuple[str, ...], req: Request) -> list[DatasetSpec]:
-    """The datasets to run. One whose folder is absent under --data-dir stops the plan before any
+def protocol_splits(protocol: str, dataset: DatasetSpec) -> tuple[str, ...]:
+    """Few-shot: shots from the first split, scored on the second; eval: the final test split only."""
+    return dataset.fewshot_splits if protocol == fewshot.PROTOCOL else dataset.final_splits[1:]
+
+
+def present_datasets(names: tuple[str, ...], protocol: str, req: Request) -> list[DatasetSpec]:
+    """The datasets to run. One lacking a file the protocol's splits need stops the plan before any
     work, listing all of them, unless --skip-missing (then the rest run and the skipped are named)."""
     specs = [get_dataset(n) for n in names]
     if req.data_source is not None:  # another source (TFDS) reports its own absence when read
         return specs
-    missing = [(s, find_status(s, req.data_dir)) for s in specs if find_status(s, req.data_dir).startswith("absent")]
+    lacking = [(s, s.missing_for(req.data_dir, protocol_splits(protocol, s))) for s in specs]
+    missing = [(s, path) for s, path in lacking if path is not None]
     if not missing:
         return specs
     where = f"under {req.data_dir}" if req.data_dir else "(no --data-dir given)"
-    listed = ", ".join(f"{s.name} ({s.folder})" for s, _ in missing)
+    listed = ", ".join(f"{s.name} (no {path})" for s, path in missing)
     if not req.skip_missing:
         raise UserError(
             f"{len(missing)} of {len(specs)} datasets not found {where}: {listed}; "
@@ -155,9 +161,8 @@ def plan(req: Request) -> list[Group]:
     if weights != RANDOM:
         preprocessing = Preprocessing.from_weights_config(weights, preprocessing)
     groups = []
-    for dataset in present_datasets(dataset_names, req):
-        # few-shot: shots from the first split, scored on the second; eval: the final test split only
-        split_names = dataset.fewshot_splits if protocol == fewshot.PROTOCOL else dataset.final_splits[1:]
+    for dataset in present_datasets(dataset_names, protocol, req):
+        split_names = protocol_splits(protocol, dataset)
         splits = {s: dataset.load_split(req.data_dir, s, req.data_source) for s in split_names}
         first, scored = splits[split_names[0]], splits[split_names[-1]]
         hparams = {

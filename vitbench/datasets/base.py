@@ -145,6 +145,8 @@ class DatasetSpec:
     train_flip: bool = True  # BiT's random horizontal flip at train time (off for some structured tasks)
     train_crop: bool = True  # BiT's random crop at train time (off for some structured tasks)
     key_files: tuple[str, ...] = field(default=())  # files under `folder` whose presence means "found"
+    # the files each split needs (default: all key files); what decides "missing" for a protocol
+    split_files: dict[str, tuple[str, ...]] = field(default_factory=dict)
     source: str = ""  # the data source `load` reads (recorded with every result)
     # other sources by name (e.g. VTAB's "tfds"); their loaders get --data-dir itself
     other_sources: dict[str, Loader] = field(default_factory=dict)
@@ -167,6 +169,22 @@ class DatasetSpec:
     @property
     def sources(self) -> tuple[str, ...]:
         return (self.source, *self.other_sources)
+
+    def missing_for(self, data_dir: Path | None, splits: tuple[str, ...]) -> Path | None:
+        """The first file or folder that `splits` need and `data_dir` lacks; None when all are there."""
+        if self.folder is None:
+            return None
+        if data_dir is None:
+            return Path(self.folder)
+        root = data_dir / self.folder
+        if not root.is_dir():
+            return root
+        for split in splits:
+            on_disk = "train" if split in ("subtrain", "dev") and split not in self.official_sizes else split
+            for name in self.split_files.get(on_disk, self.key_files):
+                if not (root / name).exists():
+                    return root / name
+        return None
 
     def load_split(self, data_dir: Path | None, split: str, source: str | None = None) -> Split:
         if split not in self.split_names:

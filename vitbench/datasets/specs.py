@@ -33,6 +33,7 @@ CLASSIC = [
         cifar_loader("cifar10", [f"data_batch_{i}" for i in range(1, 6)], "test_batch", "labels"),
         dev_fraction=0.02,
         key_files=("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"),
+        split_files={"train": ("data_batch_1",), "test": ("test_batch",)},  # train reads the batches there
         source="cifar-pickle",
     ),
     DatasetSpec(
@@ -44,6 +45,7 @@ CLASSIC = [
         cifar_loader("cifar100", ["train"], "test", "fine_labels"),
         dev_fraction=0.02,
         key_files=("train", "test"),
+        split_files={"train": ("train",), "test": ("test",)},
         source="cifar-pickle",
     ),
     DatasetSpec(
@@ -55,6 +57,7 @@ CLASSIC = [
         load_pets,
         dev_fraction=0.1,
         key_files=("images", "annotations/trainval.txt", "annotations/test.txt"),
+        split_files={"train": ("images", "annotations/trainval.txt"), "test": ("images", "annotations/test.txt")},
         source="pets-folder",
     ),
     DatasetSpec(
@@ -79,6 +82,7 @@ CLASSIC = [
         final_splits=("train", "val"),
         dev_fraction=0.01,
         key_files=("train", "val"),
+        split_files={"train": ("train",), "val": ("val",)},
         source="imagenet-folder",
     ),
 ]
@@ -98,6 +102,7 @@ VTAB = [
         train_flip=task.flip,
         train_crop=task.crop,
         key_files=("train800.txt", "val200.txt", "train800val200.txt", "test.txt"),
+        split_files={s: (f"{s}.txt",) for s in ("train800", "val200", "train800val200", "test")},
         other_sources={"tfds": tfds_loader(task)},
         source="vtab-folder",
     )
