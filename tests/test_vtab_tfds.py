@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -106,13 +108,8 @@ def test_a_missing_tfds_split_is_named():
         t.split_strings(t.TFDS_TASKS["dtd"], {"train": 10})
 
 
-def test_tfds_source_without_tensorflow_datasets_says_how_to_install(tmp_path):
-    try:
-        import tensorflow_datasets  # noqa: F401
-
-        pytest.skip("tensorflow_datasets is installed")
-    except ImportError:
-        pass
+def test_tfds_source_without_tensorflow_datasets_says_how_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # as if the extra were not installed
     from vitbench.datasets import DATASETS
     from vitbench.errors import UserError
 
@@ -122,3 +119,41 @@ def test_tfds_source_without_tensorflow_datasets_says_how_to_install(tmp_path):
         DATASETS["vtab/dtd"].load_split(tmp_path, "test", "tfds")
     with pytest.raises(UserError, match=r"--data-source tfds: dataset cifar10 reads cifar-pickle"):
         DATASETS["cifar10"].load_split(tmp_path, "test", "tfds")
+
+
+def test_tfds_reader_end_to_end_on_a_prepared_builder(tmp_path):
+    """The real TFDS path (needs the `tfds` extra; skipped without it): a prepared `dtd` with the real
+    builder's features and version and synthetic images, read through vitbench and checked against
+    TFDS's own reading of the same slice."""
+    tfds = pytest.importorskip("tensorflow_datasets")
+    tf = pytest.importorskip("tensorflow")
+    from vitbench.datasets import DATASETS
+
+    empty = tfds.builder("dtd", data_dir=str(tmp_path / "empty"))
+    rng = np.random.default_rng(0)
+
+    def split(n, offset):
+        return tf.data.Dataset.from_tensor_slices(
+            {
+                "image": rng.integers(0, 255, (n, 12, 10, 3), dtype=np.uint8),
+                "label": ((np.arange(n) + offset) % 47).astype(np.int64),
+                "file_name": np.array([f"{offset}_{i}.jpg".encode() for i in range(n)]),
+            }
+        )
+
+    tfds.dataset_builders.store_as_tfds_dataset(
+        name="dtd",
+        version=str(empty.info.version),
+        features=empty.info.features,
+        split_datasets={"train": split(900, 0), "validation": split(210, 1), "test": split(30, 2)},
+        data_dir=str(tmp_path / "tfds"),
+    )
+    spec = DATASETS["vtab/dtd"]
+    sizes = {
+        s: len(spec.load_split(tmp_path / "tfds", s, "tfds")) for s in ("train800", "val200", "train800val200", "test")
+    }
+    assert sizes == {"train800": 800, "val200": 200, "train800val200": 1000, "test": 30}
+    val = spec.load_split(tmp_path / "tfds", "val200", "tfds")
+    direct = list(tfds.as_numpy(tfds.load("dtd", split="validation[:200]", data_dir=str(tmp_path / "tfds"))))
+    assert val.source == "tfds" and val.labels.tolist() == [int(r["label"]) for r in direct]
+    assert all(np.array_equal(r["image"], img) for r, img in zip(direct, val.images, strict=True))

@@ -17,6 +17,7 @@ import numpy as np
 from vitbench.datasets.base import Split
 from vitbench.datasets.vtab import TASKS_BY_KEY, VtabTask, dataset_name
 from vitbench.errors import UserError
+from vitbench.provenance import sha256_file
 
 Record = dict  # one TFDS example as numpy values (nested dicts for `objects`)
 
@@ -169,7 +170,11 @@ def tfds_loader(task: VtabTask):
         for record in tfds.as_numpy(ds):
             images.append(rule.image(record))
             labels.append(rule.label(record))
+        # the builder's name/version, the slice, and its dataset_info.json (split sizes, shard lengths)
         fingerprint = f"{builder.info.full_name}|{split_strings(rule, counts)[split]}"
+        info = Path(str(builder.data_dir)) / "dataset_info.json"
+        if info.is_file():
+            fingerprint += "|" + sha256_file(info)[:16]
         return Split(dataset_name(task), split, np.asarray(labels, dtype=np.int64), "tfds", fingerprint, images=images)
 
     return load
