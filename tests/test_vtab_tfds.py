@@ -10,6 +10,7 @@ import pytest
 
 from vitbench.datasets import vtab_tfds as t
 from vitbench.datasets.vtab import TASKS_BY_KEY
+from vitbench.errors import UserError
 
 
 def clevr(n_objects: int, depths=None) -> dict:
@@ -111,7 +112,6 @@ def test_a_missing_tfds_split_is_named():
 def test_tfds_source_without_tensorflow_datasets_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # as if the extra were not installed
     from vitbench.datasets import DATASETS
-    from vitbench.errors import UserError
 
     with pytest.raises(
         UserError, match=r"--data-source tfds needs TensorFlow Datasets: pip install 'vitbench\[tfds\]'"
@@ -157,3 +157,6 @@ def test_tfds_reader_end_to_end_on_a_prepared_builder(tmp_path):
     direct = list(tfds.as_numpy(tfds.load("dtd", split="validation[:200]", data_dir=str(tmp_path / "tfds"))))
     assert val.source == "tfds" and val.labels.tolist() == [int(r["label"]) for r in direct]
     assert all(np.array_equal(r["image"], img) for r, img in zip(direct, val.images, strict=True))
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(UserError, match=r"TFDS dtd:3.\*.\* is not prepared under .*nothing"):
+        spec.load_split(tmp_path / "nothing", "test", "tfds")

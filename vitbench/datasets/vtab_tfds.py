@@ -8,7 +8,10 @@ different numbers (different images), so the source is part of every result."""
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,11 +150,29 @@ TFDS_TASKS: dict[str, TfdsTask] = {
 }
 
 
+@contextmanager
+def _root_logging_kept():
+    """TensorFlow and absl add a handler to the root logger when imported, which would print every
+    vitbench log line a second time: remove whatever handler appears while TFDS is in use."""
+    root = logging.getLogger()
+    before = list(root.handlers)
+    try:
+        yield
+    finally:
+        for handler in [h for h in root.handlers if h not in before]:
+            root.removeHandler(handler)
+
+
 def tfds_loader(task: VtabTask):
     """Read one VTAB-1k split from a prepared TFDS data dir (`--data-dir`); never downloads."""
     rule = TFDS_TASKS[task.key]
 
     def load(data_dir: Path | None, split: str) -> Split:
+        with _root_logging_kept():
+            return read(data_dir, split)
+
+    def read(data_dir: Path | None, split: str) -> Split:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter, unless asked for
         try:
             import tensorflow_datasets as tfds
         except ImportError:
