@@ -68,6 +68,12 @@ def imagenet_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def results(tmp_path: Path) -> Path:
+    """A results folder that does not exist yet (vitbench creates it)."""
+    return tmp_path / "results"
+
+
+@pytest.fixture
 def cli(capsys, monkeypatch):
     """Run `vitbench ARGS` in-process; returns (exit code, stdout, stderr)."""
     monkeypatch.setenv("COLUMNS", "200")  # rich wraps to the terminal width: keep lines whole

@@ -10,11 +10,6 @@ from vitbench import fewshot, store
 FAST = ("--res", "32", "--workers", "0", "--batch-size", "256")
 
 
-@pytest.fixture
-def results(tmp_path):
-    return tmp_path / "results"
-
-
 def run_demo(cli, results, *extra):
     return cli("run", "--results", results, "--shots", "1,5", "--seeds", "0,1", *FAST, *extra)
 

@@ -17,11 +17,6 @@ FAST = ("--res", "32", "--workers", "0", "--batch-size", "256", "--model", "vit-
 
 
 @pytest.fixture
-def results(tmp_path):
-    return tmp_path / "results"
-
-
-@pytest.fixture
 def pictures(tmp_path: Path) -> Path:
     """An ImageFolder tree of real JPEGs, 2 classes, 4 train and 2 test images each."""
     root = tmp_path / "pics"

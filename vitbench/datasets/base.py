@@ -170,6 +170,16 @@ class DatasetSpec:
     def sources(self) -> tuple[str, ...]:
         return (self.source, *self.other_sources)
 
+    def needed_files(self, splits: tuple[str, ...] | None = None) -> list[str]:
+        """The files (under `folder`) that `splits` read; every key file when no splits are given."""
+        if splits is None:
+            return list(self.key_files)
+        names: list[str] = []
+        for split in splits:
+            on_disk = "train" if split in ("subtrain", "dev") and split not in self.official_sizes else split
+            names += [n for n in self.split_files.get(on_disk, self.key_files) if n not in names]
+        return names
+
     def missing_for(self, data_dir: Path | None, splits: tuple[str, ...]) -> Path | None:
         """The first file or folder that `splits` need and `data_dir` lacks; None when all are there."""
         if self.folder is None:
@@ -179,12 +189,8 @@ class DatasetSpec:
         root = data_dir / self.folder
         if not root.is_dir():
             return root
-        for split in splits:
-            on_disk = "train" if split in ("subtrain", "dev") and split not in self.official_sizes else split
-            for name in self.split_files.get(on_disk, self.key_files):
-                if not (root / name).exists():
-                    return root / name
-        return None
+        missing = [root / name for name in self.needed_files(splits) if not (root / name).exists()]
+        return missing[0] if missing else None
 
     def load_split(self, data_dir: Path | None, split: str, source: str | None = None) -> Split:
         if split not in self.split_names:

@@ -43,7 +43,7 @@ def find_status(spec: DatasetSpec, data_dir: Path | None) -> str:
         return "absent"
     if not root.is_dir():
         return f"incomplete: {root} is a file, expected a folder"
-    missing = [f for f in spec.key_files if not (root / f).exists()]
+    missing = [f for f in spec.needed_files() if not (root / f).exists()]
     if missing:
         more = f" ({len(missing)} of {len(spec.key_files)} key files missing)" if len(missing) > 1 else ""
         return f"incomplete: missing {root / missing[0]}{more}"
