@@ -76,7 +76,12 @@ def results(tmp_path: Path) -> Path:
 @pytest.fixture
 def cli(capsys, monkeypatch):
     """Run `vitbench ARGS` in-process; returns (exit code, stdout, stderr)."""
-    monkeypatch.setenv("COLUMNS", "200")  # rich wraps to the terminal width: keep lines whole
+    from vitbench import cli as cli_module
+
+    # rich wraps to the terminal width, read once when the console is made: widen both consoles
+    # so that a table cell holding a long path (CI's checkout may be deep) stays on one line.
+    for console in (cli_module.out, cli_module.err):
+        monkeypatch.setattr(console, "width", 1000)
 
     def run(*args: str) -> tuple[int, str, str]:
         from vitbench.cli import main

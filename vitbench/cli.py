@@ -387,7 +387,7 @@ def doctor(data_dir: DataDir = None) -> None:
     """Versions, accelerators, and which datasets are found under --data-dir."""
     import timm
     import torch
-    from rich.table import Table
+    from rich.table import Column, Table
 
     from vitbench.datasets import DATASETS, dataset_status
     from vitbench.datasets.vtab import ROOT_FOLDER as VTAB_ROOT
@@ -405,7 +405,7 @@ def doctor(data_dir: DataDir = None) -> None:
     data_dir = _check_data_dir(data_dir)
     t = Table(
         "dataset",
-        "status",
+        Column("status", overflow="fold"),  # fold, not ellipsis: the missing file's name matters
         "images per split (found / official)",
         title=f"datasets under {data_dir}" if data_dir else "datasets (no --data-dir)",
     )

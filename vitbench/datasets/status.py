@@ -32,8 +32,9 @@ class SplitCount:
 
 
 def find_status(spec: DatasetSpec, data_dir: Path | None) -> str:
-    """found / incomplete (naming the first missing file and how many are missing) / absent, from
-    the presence of the key files alone (nothing is loaded)."""
+    """found / incomplete (naming the first missing file, relative to data_dir, and how many are
+    missing) / absent, from the presence of the key files alone (nothing is loaded). Relative,
+    because doctor's title already names data_dir and a deep absolute path wraps the table cell."""
     if spec.folder is None:
         return "embedded"
     if data_dir is None:
@@ -42,11 +43,11 @@ def find_status(spec: DatasetSpec, data_dir: Path | None) -> str:
     if not root.exists():
         return "absent"
     if not root.is_dir():
-        return f"incomplete: {root} is a file, expected a folder"
+        return f"incomplete: {spec.folder} is a file, expected a folder"
     missing = [f for f in spec.needed_files() if not (root / f).exists()]
     if missing:
         more = f" ({len(missing)} of {len(spec.key_files)} key files missing)" if len(missing) > 1 else ""
-        return f"incomplete: missing {root / missing[0]}{more}"
+        return f"incomplete: missing {Path(spec.folder) / missing[0]}{more}"
     return "found"
 
 
