@@ -18,7 +18,12 @@ BACKEND = HybridBackend()
 
 MODELS = [
     ModelSpec(
-        "r50+vit-b/16", "vit_base_r50_s16_224", BACKEND, summary="ResNet-50 (3 stages) + ViT-Base", input_multiple=16
+        "r50+vit-b/16",
+        "vit_base_r50_s16_224",
+        BACKEND,
+        summary="ResNet-50 (3 stages) + ViT-Base",
+        input_multiple=16,
+        dropout=0.1,
     ),
     ModelSpec(
         "r50+vit-l/32", "vit_large_r50_s32_224", BACKEND, summary="ResNet-50 (4 stages) + ViT-Large", input_multiple=32

@@ -31,6 +31,11 @@ class ViTBackend(Backend):
     def representation_name(self, pre_logits: bool) -> str:
         return "tanh(Dense(LN(CLS)))" if pre_logits else self.representation
 
+    def dropout_kwargs(self, rate: float) -> dict:
+        # vit_jax drops after the position embeddings, after attention and in the MLP (twice):
+        # timm's pos_drop and proj_drop sit at the same places; attention dropout stays 0 in both
+        return {"pos_drop_rate": rate, "proj_drop_rate": rate}
+
     def add_pre_logits(self, model: nn.Module, spec: ModelSpec, shape: torch.Size) -> None:
         """The upstream representation layer (Dense D->D, then tanh), which timm drops on load."""
         model.pre_logits = nn.Linear(shape[1], shape[0])  # type: ignore[assignment]  # keys pre_logits.{weight,bias}
@@ -77,8 +82,11 @@ def _vit(
     summary: str,
     preprocessing: Preprocessing = BIG_VISION_FEWSHOT,
     paper_tag: str | None = None,
+    dropout: float = 0.0,
 ):
-    return ModelSpec(name, arch, BACKEND, preprocessing, summary, input_multiple=patch, paper_tag=paper_tag)
+    return ModelSpec(
+        name, arch, BACKEND, preprocessing, summary, input_multiple=patch, paper_tag=paper_tag, dropout=dropout
+    )
 
 
 MODELS = [
@@ -98,6 +106,7 @@ MODELS = [
         16,
         "ViT-Large, patch 16 (Table 1: 307M)",
         paper_tag="vit_large_patch16_224.orig_in21k",
+        dropout=0.1,
     ),
     _vit("vit-l/32", "vit_large_patch32_224", 32, "ViT-Large, patch 32", paper_tag="vit_large_patch32_224.orig_in21k"),
     _vit(
@@ -106,6 +115,7 @@ MODELS = [
         14,
         "ViT-Huge, patch 14 (Table 1: 632M)",
         paper_tag="vit_huge_patch14_224.orig_in21k",
+        dropout=0.1,
     ),
     _vit("deit-ti/16", "deit_tiny_patch16_224", 16, "DeiT-Tiny: ViT-Ti/16 trained on ImageNet-1k", _DEIT),
     _vit("deit-s/16", "deit_small_patch16_224", 16, "DeiT-Small: ViT-S/16 trained on ImageNet-1k", _DEIT),

@@ -121,6 +121,9 @@ class ModelSpec:
     paper_tag: str | None = None  # the timm weights tag of the paper's upstream checkpoint (`--weights timm:paper`)
     # Set for names that exist only as paper rows (their weights were never released): the reason.
     reference_only: str | None = None
+    # fine-tuning dropout, vit_jax's default for the model (configs/models.py: 0.1 for L/16, H/14
+    # and R50+B/16, else 0); inactive in the eval-mode protocols
+    dropout: float = 0.0
 
     @property
     def family(self) -> str:
@@ -152,12 +155,18 @@ class Backend:
     def representation_name(self, pre_logits: bool) -> str:
         return self.representation
 
+    def dropout_kwargs(self, rate: float) -> dict:
+        """timm keyword arguments for vit_jax's `dropout_rate`; families without one take none."""
+        return {}
+
     def add_pre_logits(self, model: nn.Module, spec: ModelSpec, shape: torch.Size) -> None:
         from vitbench.errors import UserError
 
         raise UserError(f"{spec.name}: the weights carry a pre_logits layer, which {self.family} models do not have")
 
-    def create(self, spec: ModelSpec, num_classes: int, img_size: int, gelu: str = "exact") -> nn.Module:
+    def create(
+        self, spec: ModelSpec, num_classes: int, img_size: int, gelu: str = "exact", dropout: float = 0.0
+    ) -> nn.Module:
         """The architecture at `img_size` with a fresh zero-initialised `num_classes` head.
 
         The paper replaces the whole pre-training head by one zero-initialised linear layer
@@ -166,7 +175,11 @@ class Backend:
         """
         self.check_img_size(spec, img_size)
         model: Any = timm.create_model(
-            spec.arch, pretrained=False, num_classes=num_classes, **self.timm_kwargs(img_size, gelu)
+            spec.arch,
+            pretrained=False,
+            num_classes=num_classes,
+            **self.timm_kwargs(img_size, gelu),
+            **(self.dropout_kwargs(dropout) if dropout else {}),
         )
         head = model.get_classifier()
         if isinstance(head, nn.Linear | nn.Conv2d):

@@ -93,7 +93,11 @@ def run(
     dataset: Annotated[str | None, typer.Option("--dataset", "-d", help="Dataset name(s), comma-separated.")] = None,
     protocol: Annotated[
         str | None,
-        typer.Option("--protocol", help="fewshot (default), or eval: score the checkpoint's own classifier."),
+        typer.Option(
+            "--protocol",
+            help="fewshot (default; the suite's own for vtab/table2: finetune), finetune (App. B: dev LR sweep, "
+            "then 3 seeds), or eval: score the checkpoint's own classifier.",
+        ),
     ] = None,
     weights: Annotated[
         str | None, typer.Option("--weights", "-w", help="A .safetensors/.pth file, or 'random'.")
@@ -105,7 +109,10 @@ def run(
     fewshot_l2: Annotated[
         str, typer.Option("--fewshot-l2", help="Ridge λ (1024, 2^10) or 'sweep' (2^-10..2^19).")
     ] = "1024",
-    res: Annotated[int | None, typer.Option("--res", help="Input resolution [default: the model's, 224].")] = None,
+    res: Annotated[
+        int | None,
+        typer.Option("--res", help="Input resolution [default: 384 for finetune (64 with --smoke), else the model's]."),
+    ] = None,
     gelu: Annotated[str, typer.Option("--gelu", help="exact (timm) or tanh (Flax's approximate GELU).")] = "exact",
     data_dir: DataDir = None,
     data_source: Annotated[
@@ -124,11 +131,46 @@ def run(
     workers: Annotated[int, typer.Option("--workers", min=0, help="DataLoader worker processes.")] = min(
         4, (os.cpu_count() or 2) // 2
     ),
+    steps: Annotated[
+        int | None, typer.Option("--steps", min=1, help="finetune: optimizer steps [default: Table 4's].")
+    ] = None,
+    batch: Annotated[
+        int | None, typer.Option("--batch", min=1, help="finetune: global batch over all devices [default: 512].")
+    ] = None,
+    micro_batch: Annotated[
+        int | None,
+        typer.Option("--micro-batch", min=1, help="finetune: images per pass per device; the rest is accumulated."),
+    ] = None,
+    lr: Annotated[
+        float | None, typer.Option("--lr", min=0.0, help="finetune: a fixed base LR instead of the dev sweep.")
+    ] = None,
+    polyak: Annotated[
+        float | None,
+        typer.Option("--polyak", min=0.0, max=1.0, help="finetune: parameter EMA decay (Table 2 ImageNet: 0.9999)."),
+    ] = None,
+    smoke: Annotated[
+        bool, typer.Option("--smoke", help="finetune: 20 steps, batch 32, 64 px; marked, never compared.")
+    ] = False,
+    precision: Annotated[
+        str, typer.Option("--precision", help="finetune: auto (bf16 on CUDA, fp32 on CPU), bf16 or fp32.")
+    ] = "auto",
+    compile_model: Annotated[bool, typer.Option("--compile", help="finetune: torch.compile the model.")] = False,
+    devices: Annotated[
+        int, typer.Option("--devices", min=1, help="finetune: data-parallel processes (torchrun + DDP).")
+    ] = 1,
+    checkpoint_every: Annotated[
+        int, typer.Option("--checkpoint-every", min=1, help="finetune: steps between resumable checkpoints.")
+    ] = 500,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the planned runs and stop.")] = False,
     rerun: Annotated[bool, typer.Option("--rerun", help="Run again even where results exist.")] = False,
 ) -> None:
     """Plan, run and store a benchmark. With no options: the embedded demo suite."""
-    from vitbench import fewshot, runner, store
+    from vitbench import distributed, fewshot, runner, store
+
+    if devices > 1:  # the same command, once per device, under torchrun
+        raise typer.Exit(distributed.launch(devices, distributed.strip_devices(sys.argv[1:])))
+    if precision not in ("auto", "bf16", "fp32"):
+        raise UserError(f"--precision {precision}: expected auto, bf16 or fp32")
 
     req = runner.Request(
         model=model,
@@ -149,34 +191,49 @@ def run(
         device=device,
         batch_size=batch_size,
         workers=workers,
+        steps=steps,
+        batch=batch,
+        micro_batch=micro_batch,
+        lr=lr,
+        polyak=polyak or None,
+        smoke=smoke,
+        precision=precision,
+        compile=compile_model,
+        checkpoint_every=checkpoint_every,
     )
     if 0 in req.shots:
         raise UserError("--shots: shot counts must be at least 1")
     from vitbench.provenance import resolve_device
 
-    resolve_device(device)  # a bad --device fails before any work
-    if not dry_run:
+    world, _ = distributed.setup(resolve_device(device))  # a bad --device fails before any work
+    if not dry_run and world.is_main:
         _writable_results(results)
     groups = runner.plan(req)
+    if world.size > 1 and any(g.protocol != "finetune" for g in groups):
+        raise UserError("--devices / torchrun: only the finetune protocol runs data-parallel")
     specs = [s for g in groups for s in g.specs]
-    con = None if dry_run else store.connect(results)
+    # only rank 0 opens the store (DuckDB has one writer); it tells the others what is done
+    con = None if dry_run or not world.is_main else store.connect(results)
     done: set[str] = set()
     if con is not None:
         store.ingest_pending(con, results)
         done = store.done_keys(con)
-    else:  # a dry run only reads the store (never creates or migrates it)
+    elif dry_run:  # a dry run only reads the store (never creates or migrates it)
         done = set(store.read_results(results)["run_key"])
+    done = distributed.broadcast(done, world)
     todo = [s for s in specs if rerun or s.run_key not in done]
     log.info("%d runs planned, %d already stored, %d to run", len(specs), len(specs) - len(todo), len(todo))
     if dry_run:
         for s in specs:
             shots = f" shots={s.shots}" if s.shots is not None else ""
+            if s.protocol == "finetune":
+                h = s.hparams
+                shots = f" {h['stage']} lr={h['lr']} steps={h['steps']} batch={h['batch']} res={h['res']}"
             out.print(
                 f"{s.run_key[:12]}  {s.model:12s} {s.dataset:18s} {s.protocol}{shots} seed={s.seed}"
                 f"  {'done' if s.run_key in done else 'todo'}"
             )
         return
-    assert con is not None
     finished = 0
 
     def report(spec, metrics) -> None:
@@ -184,9 +241,13 @@ def run(
         finished += 1
         value = metrics.get("accuracy")
         shown = f"accuracy {value * 100:.2f}%" if value is not None else f"{len(metrics)} λ values"
+        if value is None and "dev_accuracy" in metrics:
+            shown = f"dev accuracy {metrics['dev_accuracy'] * 100:.2f}%"
         if "accuracy_real" in metrics:
             shown += f", ReaL {metrics['accuracy_real'] * 100:.2f}%"
         what = f"{spec.shots}-shot seed {spec.seed}" if spec.shots is not None else spec.protocol
+        if spec.protocol == "finetune":
+            what = f"finetune {spec.hparams['stage']} lr={spec.hparams['lr']} seed {spec.seed}"
         log.info("[%d/%d] %s %s %s: %s", finished, len(todo), spec.model, spec.dataset, what, shown)
 
     try:
@@ -195,8 +256,10 @@ def run(
         err.print(f"interrupted: {finished} of {len(todo)} runs stored; run the same command again to do the rest")
         raise typer.Exit(130) from None
     finally:
-        con.close()
-    _print_table(results, compare=(), fmt="rich", shots=None)
+        if con is not None:
+            con.close()
+    if world.is_main:
+        _print_table(results, compare=(), fmt="rich", shots=None)
 
 
 def _print_table(results: Path, compare, fmt: str, shots: int | None) -> None:

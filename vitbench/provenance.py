@@ -148,8 +148,15 @@ class Clock:
     only time spent on device work counts, and CUDA is synchronised at the edges so the time is
     the kernels', not the launches'."""
 
-    def __init__(self, device: torch.device, devices: int = 1):
-        self.device, self.devices, self.seconds = device, devices, 0.0
+    def __init__(self, device: torch.device, devices: int = 1, seconds: float = 0.0):
+        # `seconds`: what earlier processes of the same run counted (a resumed fine-tune keeps counting)
+        self.device, self.devices, self.seconds = device, devices, seconds
+        self._start: float | None = None
+
+    def elapsed(self) -> float:
+        """Device-seconds so far, including the block in progress (what a checkpoint saves)."""
+        running = (time.perf_counter() - self._start) * self.devices if self._start is not None else 0.0
+        return self.seconds + running
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -162,4 +169,32 @@ class Clock:
 
     def __exit__(self, *exc) -> None:
         self._sync()
+        assert self._start is not None
         self.seconds += (time.perf_counter() - self._start) * self.devices
+        self._start = None
+
+
+# Dense bf16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' data sheets, matched against
+# torch.cuda.get_device_name() in order (more specific names first). A device not listed records
+# throughput only: no MFU is better than one against a guessed peak.
+PEAK_BF16_FLOPS: list[tuple[str, float]] = [
+    ("H200", 989e12),
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),  # SXM
+    ("GH200", 989e12),
+    ("B200", 2250e12),
+    ("A100", 312e12),
+    ("A800", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+    ("A10G", 70e12),
+    ("A10", 125e12),
+    ("RTX 4090", 165e12),
+    ("RTX 3090", 71e12),
+]
+
+
+def peak_flops(name: str) -> float | None:
+    """The device's dense bf16 peak, or None when it is not in the table (a CPU, say)."""
+    return next((peak for key, peak in PEAK_BF16_FLOPS if key in name), None)

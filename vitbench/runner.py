@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 
-from vitbench import evaluate, fewshot
+from vitbench import evaluate, fewshot, finetune
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec, Split
 from vitbench.errors import UserError
@@ -76,9 +76,23 @@ class Request:
     device: str = "auto"
     batch_size: int = 64
     workers: int = 1
+    # fine-tuning (None: Table 4's value for the dataset, or the protocol's default)
+    steps: int | None = None
+    batch: int | None = None
+    micro_batch: int | None = None
+    lr: float | None = None  # a fixed LR: no dev sweep
+    polyak: float | None = None
+    smoke: bool = False
+    precision: str = "auto"  # bf16 on CUDA, fp32 on CPU
+    compile: bool = False
+    checkpoint_every: int = 500
 
 
-PROTOCOLS = {fewshot.PROTOCOL: fewshot.VERSION, evaluate.PROTOCOL: evaluate.VERSION}
+PROTOCOLS = {
+    fewshot.PROTOCOL: fewshot.VERSION,
+    evaluate.PROTOCOL: evaluate.VERSION,
+    finetune.PROTOCOL: finetune.VERSION,
+}
 
 
 @dataclass
@@ -112,13 +126,15 @@ def resolve(req: Request) -> tuple[str, tuple[str, ...], str, str]:
         raise UserError("--weights is required: a .safetensors/.pth file, or 'random' for random-init weights")
     protocol = req.protocol or (suite.protocol if suite else fewshot.PROTOCOL)
     if protocol not in PROTOCOLS:
-        hint = "; 'finetune' is not built yet" if protocol == "finetune" else ""
-        raise UserError(f"--protocol {protocol}: expected {' or '.join(PROTOCOLS)}{hint}")
+        raise UserError(f"--protocol {protocol}: expected {', '.join(PROTOCOLS)}")
     return model, datasets, protocol, weights
 
 
 def protocol_splits(protocol: str, dataset: DatasetSpec) -> tuple[str, ...]:
-    """Few-shot: shots from the first split, scored on the second; eval: the final test split only."""
+    """Few-shot: shots from the first split, scored on the second; eval: the final test split only;
+    fine-tune: the dev sweep's (train on, score on), then the final runs' (train on, report on)."""
+    if protocol == finetune.PROTOCOL:
+        return tuple(dict.fromkeys(dataset.sweep_splits + dataset.final_splits))
     return dataset.fewshot_splits if protocol == fewshot.PROTOCOL else dataset.final_splits[1:]
 
 
@@ -152,7 +168,9 @@ def plan(req: Request) -> list[Group]:
     assert model.backend is not None
     weights = check_weights_arg(weights_arg, model)
     weights_sha = RANDOM if weights == RANDOM else sha256_file(Path(weights), req.results / "cache")
-    res = req.res or model.preprocessing.size
+    tuning = protocol == finetune.PROTOCOL
+    default_res = (finetune.smoke_res(model.input_multiple) if req.smoke else finetune.RES) if tuning else None
+    res = req.res or default_res or model.preprocessing.size
     model.backend.check_img_size(model, res)
     model.backend.timm_kwargs(res, req.gelu)  # an impossible --gelu fails before any work
     representation = model.backend.representation_name(has_pre_logits(weights))
@@ -160,6 +178,8 @@ def plan(req: Request) -> list[Group]:
     preprocessing = model.preprocessing.at(res)
     if weights != RANDOM:
         preprocessing = Preprocessing.from_weights_config(weights, preprocessing)
+    if tuning:  # evaluated after a plain resize (vit_jax), in the backend's value range
+        preprocessing = replace(preprocessing, crop_pct=1.0, crop_mode="squash")
     groups = []
     for dataset in present_datasets(dataset_names, protocol, req):
         split_names = protocol_splits(protocol, dataset)
@@ -176,6 +196,10 @@ def plan(req: Request) -> list[Group]:
         if protocol == fewshot.PROTOCOL:
             hparams |= {"l2": label, "representation": representation}
         group = Group(model, weights, dataset, protocol, splits, res, l2s, preprocessing)
+        if tuning:
+            group.specs = _finetune_specs(req, model, weights_sha, dataset, splits, hparams)
+            groups.append(group)
+            continue
         # eval is deterministic: one run, seed 0; few-shot: every (seed, shots)
         runs = (
             [(seed, shots) for seed in req.seeds for shots in req.shots]
@@ -199,6 +223,72 @@ def plan(req: Request) -> list[Group]:
             )
         groups.append(group)
     return groups
+
+
+def _finetune_specs(
+    req: Request, model: ModelSpec, weights_sha: str, dataset: DatasetSpec, splits: dict[str, Split], common: dict
+) -> list[RunSpec]:
+    """The dev sweep (one run per LR of Table 4's grid, seed 0, train on the sweep's train split,
+    scored on its dev split), then the final runs (one per seed, on the full train split) whose LR
+    is the sweep's best. With --lr, or a one-value grid (VTAB), there is nothing to choose: no sweep."""
+    from vitbench.provenance import resolve_device
+
+    steps, grid = finetune.table4(dataset, len(splits[dataset.final_splits[0]]))
+    if req.smoke:
+        steps = finetune.SMOKE_STEPS
+    steps = req.steps or steps
+    batch = req.batch or (finetune.SMOKE_BATCH if req.smoke else finetune.BATCH)
+    precision = req.precision
+    if precision == "auto":
+        precision = "bf16" if resolve_device(req.device).type == "cuda" else "fp32"
+    warmup = finetune.warmup_steps(steps)
+    hparams = {
+        **common,
+        "steps": steps,
+        "batch": batch,
+        "warmup": warmup,
+        "warmup_source": "vit_jax/big_vision default, not in the paper",
+        "optimizer": f"sgd(momentum={finetune.MOMENTUM}, wd=0)",
+        "clip_global_norm": finetune.CLIP_NORM,
+        "schedule": "linear warmup, cosine to 0",
+        "head": "zero-init linear (pre-training head and pre_logits dropped)",
+        "train_aug": ("inception_crop(area=0.05..1)" if dataset.train_crop else f"resize({common['res']})")
+        + ("|flip_lr" if dataset.train_flip else ""),
+        "precision": precision,
+        "polyak": req.polyak,
+        "dropout": model.dropout,
+        "smoke": req.smoke,
+    }
+    sweep = req.lr is None and len(grid) > 1
+    specs = []
+    if sweep:
+        train_on = splits[dataset.sweep_splits[0]]
+        for lr in grid:
+            h = {**hparams, "stage": "sweep", "lr": lr, "splits": list(dataset.sweep_splits)}
+            specs.append(_spec(model, weights_sha, dataset, train_on, h, seed=0))
+    final_lr: float | str = req.lr if req.lr is not None else ("best-on-dev" if sweep else grid[0])
+    train_on = splits[dataset.final_splits[0]]
+    for seed in req.seeds:
+        h = {**hparams, "stage": "final", "lr": final_lr, "lr_grid": list(grid) if sweep else None}
+        h["splits"] = list(dataset.final_splits)
+        specs.append(_spec(model, weights_sha, dataset, train_on, h, seed))
+    return specs
+
+
+def _spec(
+    model: ModelSpec, weights_sha: str, dataset: DatasetSpec, train_on: Split, hparams: dict, seed: int
+) -> RunSpec:
+    return RunSpec(
+        model.name,
+        weights_sha,
+        dataset.name,
+        train_on.source,
+        train_on.fingerprint,
+        finetune.PROTOCOL,
+        finetune.VERSION,
+        hparams,
+        seed,
+    )
 
 
 def _pass_over(
@@ -267,17 +357,142 @@ def execute(
 ) -> int:
     """Run every planned spec not yet done; each result is a shard and an ingest of its own, so an
     interruption loses at most the run in flight."""
+    from vitbench.distributed import setup
     from vitbench.provenance import resolve_device
 
-    device = resolve_device(req.device)
-    recorder = _Recorder(req, con, device, on_result)
+    world, device = setup(resolve_device(req.device))
+    recorder = _Recorder(req, con, device, on_result, world)
     for group in groups:
         todo = [s for s in group.specs if rerun or s.run_key not in done]
-        if todo and group.protocol == fewshot.PROTOCOL:
+        if todo and group.protocol == finetune.PROTOCOL:
+            _run_finetune(group, todo, req, device, recorder)
+        elif todo and group.protocol == fewshot.PROTOCOL:
             _run_fewshot(group, todo, req, device, recorder)
         elif todo:
             _run_eval(group, todo[0], req, device, recorder)
     return recorder.count
+
+
+def _run_finetune(group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: _Recorder) -> None:
+    """The sweep runs first, then the final runs with the LR the sweep chose (read from the store,
+    so a final run can follow a sweep made by an earlier command)."""
+    from vitbench.distributed import barrier, broadcast
+
+    world = recorder.world
+    sweep = [s for s in group.specs if s.hparams["stage"] == "sweep"]
+    for spec in todo:
+        h = spec.hparams
+        chosen: dict = {}
+        lr = h["lr"]
+        if lr == "best-on-dev":
+            chosen = broadcast(recorder.sweep_choice(sweep) if world.is_main else None, world)
+            lr = chosen["lr"]
+        train_split, scored_split = (group.splits[n] for n in h["splits"])
+        settings = finetune.Settings(
+            steps=h["steps"],
+            batch=h["batch"],
+            lr=lr,
+            warmup=h["warmup"],
+            res=h["res"],
+            crop=group.dataset.train_crop,
+            flip=group.dataset.train_flip,
+            precision=h["precision"],
+            polyak=h["polyak"],
+            seed=spec.seed,
+            micro_batch=req.micro_batch,
+            compile=req.compile,
+            channels_last=group.model.family in ("bit", "hybrid") and device.type == "cuda",
+            workers=req.workers,
+            log_every=max(1, min(50, h["steps"] // 10)),
+            checkpoint_every=req.checkpoint_every,
+        )
+        started = datetime.now(UTC)
+        model = build_model(
+            group.model,
+            group.dataset.num_classes,
+            group.res,
+            group.weights,
+            h["gelu"],
+            pre_logits=False,
+            dropout=h["dropout"],
+        )
+        what = f"{group.model.name} · {group.dataset.name} {h['stage']} lr={lr:g} seed={spec.seed}"
+        checkpoint = shard_dir(req.results) / spec.run_key / "checkpoint.pt"
+        outcome = finetune.train(
+            model,
+            train_split,
+            settings,
+            group.preprocessing,
+            device,
+            world,
+            checkpoint,
+            spec.run_key,
+            req.skip_corrupt,
+            what,
+        )
+        if world.is_main:  # one process scores the test (or dev) split; the others wait
+            eval_clock = Clock(device)
+            with eval_clock:
+                logits = run_over(
+                    finetune.logits_fn(device, settings.precision),
+                    outcome.model,
+                    scored_split,
+                    group.preprocessing,
+                    device,
+                    req.batch_size,
+                    req.workers,
+                    f"{what} · {scored_split.name}",
+                    req.skip_corrupt,
+                )
+            real = [scored_split.real_labels[i] for i in logits.indices] if scored_split.real_labels else None
+            scores = evaluate.scores(logits.values, logits.labels, real)
+            if h["stage"] == "sweep":
+                metrics = {"dev_accuracy": scores["accuracy"]}
+            else:
+                metrics = {**scores, "lr": float(lr)}
+                if chosen:
+                    metrics["dev_accuracy"] = chosen["dev_accuracy"]
+            seconds = outcome.seconds + eval_clock.seconds
+            train_seconds = outcome.seconds / world.size  # wall-clock seconds of the training loop
+            metrics["train_images_per_second"] = outcome.train_images / max(train_seconds, 1e-9)
+            metrics["final_train_loss"] = _last(outcome.curves["train_loss"])
+            flops_per_image = group.model.backend.flops_per_image(group.model, group.res)  # type: ignore[union-attr]
+            peak = recorder.peak
+            if peak:  # achieved training FLOP/s (3 x forward per image) against the devices' bf16 peak
+                metrics["mfu"] = 3 * flops_per_image * metrics["train_images_per_second"] / (peak * world.size)
+            recorder.record(
+                group,
+                spec,
+                metrics,
+                started,
+                seconds=seconds,
+                images=3.0 * outcome.train_images + len(logits.labels),
+                n_train=len(train_split),
+                n_test=len(logits.labels),
+                skipped=outcome.skipped + logits.skipped,
+                notes={
+                    "stage": h["stage"],
+                    "scored_split": scored_split.name,
+                    "sweep": chosen.get("sweep"),
+                    "restarts": outcome.restarts,
+                    "micro_batch": settings.micro(world.size),
+                    "accumulation_steps": settings.batch // (settings.micro(world.size) * world.size),
+                    "compile": settings.compile,
+                    "channels_last": settings.channels_last,
+                    "train_images": outcome.train_images,
+                    "train_device_seconds": outcome.seconds,
+                    "eval_device_seconds": eval_clock.seconds,
+                },
+                curves=outcome.curves,
+            )
+            checkpoint.unlink(missing_ok=True)  # the result is stored: the checkpoint has done its job
+            if checkpoint.parent.is_dir() and not any(checkpoint.parent.iterdir()):
+                checkpoint.parent.rmdir()
+        barrier(world)
+
+
+def _last(values: list[float]) -> float:
+    return values[-1] if values else float("nan")
 
 
 def _run_fewshot(group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: _Recorder) -> None:
@@ -340,10 +555,27 @@ def _run_eval(group: Group, spec: RunSpec, req: Request, device: torch.device, r
 class _Recorder:
     """Writes each finished run as a shard and ingests it at once, with its full provenance."""
 
-    def __init__(self, req: Request, con, device: torch.device, on_result):
+    def __init__(self, req: Request, con, device: torch.device, on_result, world=None):
+        from vitbench.distributed import World
+        from vitbench.provenance import peak_flops
+
         self.req, self.con, self.device, self.on_result = req, con, device, on_result
+        self.world = world or World()
         self.env, self.device_name = environment(), device_name(device)
+        self.peak = peak_flops(self.device_name) if device.type == "cuda" else None
         self.count = 0
+
+    def sweep_choice(self, sweep: list[RunSpec]) -> dict:
+        """The sweep's best LR by dev accuracy (the first of the grid on a tie), from the store."""
+        from vitbench.store import metric_values
+
+        found = metric_values(self.con, [s.run_key for s in sweep], "dev_accuracy")
+        missing = [s.hparams["lr"] for s in sweep if s.run_key not in found]
+        if missing:
+            raise UserError(f"the dev sweep has no result for lr {missing[0]:g}; run it first (drop --rerun filters)")
+        by_lr = {s.hparams["lr"]: found[s.run_key] for s in sweep}
+        best = max(by_lr, key=lambda lr: (by_lr[lr], -lr))
+        return {"lr": best, "dev_accuracy": by_lr[best], "sweep": {f"{lr:g}": acc for lr, acc in by_lr.items()}}
 
     def record(
         self,
@@ -357,6 +589,7 @@ class _Recorder:
         n_test: int,
         skipped: list[str],
         notes: dict,
+        curves: dict[str, list[float]] | None = None,
     ) -> None:
         assert group.model.backend is not None
         flops_per_image = group.model.backend.flops_per_image(group.model, group.res)
@@ -378,7 +611,7 @@ class _Recorder:
             "finished_at": datetime.now(UTC).isoformat(),
             "device": self.device.type,
             "device_name": self.device_name,
-            "device_count": 1,
+            "device_count": self.world.size,
             "device_seconds": seconds,
             "flops_per_image": flops_per_image,
             "flops": flops_per_image * images,
@@ -386,7 +619,7 @@ class _Recorder:
             "notes": {**notes, **({"skipped_corrupt": skipped} if skipped else {})},
         }
         shard = shard_dir(self.req.results) / f"{spec.run_key}.json"
-        write_atomic(shard, canonical_json({"run": run, "metrics": metrics}))
+        write_atomic(shard, canonical_json({"run": run, "metrics": metrics, "curves": curves or {}}))
         ingest(self.con, [shard])
         self.count += 1
         if self.on_result:

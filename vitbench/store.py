@@ -56,6 +56,12 @@ MIGRATIONS: list[list[str]] = [
     [  # 3: images left out as corrupt (--skip-corrupt), counted with every result
         "ALTER TABLE runs ADD COLUMN skipped_images INTEGER DEFAULT 0",
     ],
+    [  # 4: per-step training curves of fine-tuning runs (train_loss, lr, grad_norm), for plots
+        """CREATE TABLE curves (
+            run_key VARCHAR NOT NULL, name VARCHAR NOT NULL, step INTEGER NOT NULL, value DOUBLE,
+            PRIMARY KEY (run_key, name, step)
+        )""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 RUN_COLUMNS = [
@@ -167,11 +173,53 @@ def ingest(con: duckdb.DuckDBPyConnection, shards: Iterable[Path]) -> int:
             con.executemany(
                 "INSERT INTO metrics VALUES (?, ?, ?)", [[run["run_key"], k, v] for k, v in rec["metrics"].items()]
             )
+            con.execute("DELETE FROM curves WHERE run_key = ?", [run["run_key"]])
+            curves = pd.DataFrame(
+                [
+                    (run["run_key"], name, step, value)
+                    for name, values in rec.get("curves", {}).items()
+                    for step, value in enumerate(values, start=1)
+                ],
+                columns=["run_key", "name", "step", "value"],
+            )
+            if len(curves):  # one bulk insert: 20k steps x 3 curves would be slow row by row
+                con.register("curves_frame", curves)
+                con.execute("INSERT INTO curves SELECT run_key, name, step, value FROM curves_frame")
+                con.unregister("curves_frame")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
     return len(records)
+
+
+def metric_values(con: duckdb.DuckDBPyConnection, run_keys: list[str], name: str) -> dict[str, float]:
+    """{run_key: value} of one metric for the given runs (those that have it)."""
+    if not run_keys:
+        return {}
+    rows = con.execute(
+        f"SELECT run_key, value FROM metrics WHERE name = ? AND run_key IN ({', '.join('?' * len(run_keys))})",
+        [name, *run_keys],
+    ).fetchall()
+    return {k: float(v) for k, v in rows}
+
+
+def read_curves(results: Path, run_keys: list[str] | None = None) -> pd.DataFrame:
+    """The stored training curves (run_key, name, step, value), read-only; empty when there are none."""
+    path = results / DB_NAME
+    empty = pd.DataFrame(columns=["run_key", "name", "step", "value"])
+    if not path.exists():
+        return empty
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        version = _schema_version(con)
+        _check_not_newer(path, version)
+        if version < 4:
+            return empty
+        df = con.execute("SELECT * FROM curves ORDER BY run_key, name, step").df()
+    finally:
+        con.close()
+    return df if run_keys is None else df[df["run_key"].isin(run_keys)]
 
 
 def done_keys(con: duckdb.DuckDBPyConnection) -> set[str]:

@@ -22,17 +22,28 @@ RANDOM_INIT_SEED = 0
 
 
 def build_model(
-    spec: ModelSpec, num_classes: int, img_size: int, weights: str, gelu: str = "exact", keep_head: bool = False
+    spec: ModelSpec,
+    num_classes: int,
+    img_size: int,
+    weights: str,
+    gelu: str = "exact",
+    keep_head: bool = False,
+    pre_logits: bool = True,
+    dropout: float = 0.0,
 ) -> nn.Module:
     """The backbone at `img_size` with a zero-initialised `num_classes` head, and every other tensor
     from `weights` (a checked path), or, for `random`, timm's init drawn from RANDOM_INIT_SEED.
-    With `keep_head` the checkpoint's own classifier is loaded too (the eval protocol)."""
+    With `keep_head` the checkpoint's own classifier is loaded too (the eval protocol). Without
+    `pre_logits` an upstream representation layer is dropped with the head (fine-tuning, B.1.1)."""
     assert spec.backend is not None
     with torch.random.fork_rng(devices=[]):  # leave the caller's RNG as it was
         torch.manual_seed(RANDOM_INIT_SEED)
-        model = spec.backend.create(spec, num_classes, img_size, gelu)
+        model = spec.backend.create(spec, num_classes, img_size, gelu, dropout)
     if weights != RANDOM:
-        load_into(model, spec, Path(weights), keep_head)
+        state = read_state_dict(Path(weights), spec)
+        if not pre_logits:
+            state = {k: v for k, v in state.items() if k not in PRE_LOGITS}
+        apply_state(model, spec, state, Path(weights), keep_head)
     return model
 
 

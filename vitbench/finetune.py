@@ -1,0 +1,333 @@
+"""The paper's fine-tuning protocol (App. B.1.1, Table 4; PROTOCOLS.md §1).
+
+SGD with momentum 0.9, no weight decay, global-norm gradient clipping at 1, batch 512 (gradient
+accumulation gives the same effective batch where memory is short), linear warmup then cosine
+decay to 0 (vit_jax's `create_learning_rate_schedule`), 384 px, the pre-training head replaced
+by one zero-initialised linear layer, position embeddings zoomed bilinearly on the grid (the
+backend's `adapt_state_dict`), BiT's inception crop + flip for training and a plain resize for
+evaluation. The LR is chosen on the dev split from Table 4's grid; the final runs (3 seeds) train
+on the full train split and report test accuracy.
+
+One entry point, `train`, runs one fine-tune: resumable from an atomic checkpoint (model,
+optimizer, schedule, EMA, RNG, data position, accelerator clock), data-parallel under torchrun.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitbench.backend import Preprocessing
+from vitbench.datasets import DatasetSpec, Split
+from vitbench.distributed import World
+from vitbench.errors import UserError
+from vitbench.provenance import Clock
+from vitbench.train_data import Stream, train_loader, train_transform
+
+log = logging.getLogger("vitbench")
+
+PROTOCOL = "finetune"
+VERSION = "finetune/1"
+SEEDS = (0, 1, 2)
+BATCH = 512
+RES = 384
+MOMENTUM = 0.9
+CLIP_NORM = 1.0
+GRID = (0.001, 0.003, 0.01, 0.03)
+# Table 4: steps and base-LR grid. (ImageNet's 0.06 is the ResNet/hybrid addition of B.1.1; it sits
+# in the ImageNet row of the table, so it is swept here too.)
+TABLE4: dict[str, tuple[int, tuple[float, ...]]] = {
+    "imagenet": (20_000, (0.003, 0.01, 0.03, 0.06)),
+    "cifar10": (10_000, GRID),
+    "cifar100": (10_000, GRID),
+    "pets": (500, GRID),
+    "flowers102": (500, GRID),
+}
+VTAB_SETTING = (2_500, (0.01,))  # one setting for all 19 tasks (B.1.1)
+# --smoke: big_vision's `runlocal` in spirit. A pipeline check, never a number to compare.
+SMOKE_STEPS, SMOKE_BATCH, SMOKE_RES = 20, 32, 64
+
+
+def table4(dataset: DatasetSpec, n_train: int) -> tuple[int, tuple[float, ...]]:
+    """(steps, LR grid) for a dataset: Table 4's row; VTAB's one setting; for a dataset the paper
+    does not have, BiT-HyperRule's size rule (< 20k images: 500 steps, < 500k: 10k, else 20k)."""
+    if dataset.name in TABLE4:
+        return TABLE4[dataset.name]
+    if dataset.group is not None:
+        return VTAB_SETTING
+    return (500 if n_train < 20_000 else 10_000 if n_train < 500_000 else 20_000), GRID
+
+
+def warmup_steps(steps: int) -> int:
+    """vit_jax / big_vision defaults (not in the paper): 500 steps, 100 for the 500-step datasets;
+    at most a fifth of a shorter custom run, so that there is a decay phase at all."""
+    return min(100 if steps <= 500 else 500, steps // 5)
+
+
+def smoke_res(input_multiple: int) -> int:
+    """The smallest multiple of the patch size that is at least SMOKE_RES."""
+    return input_multiple * math.ceil(SMOKE_RES / input_multiple)
+
+
+def vit_jax_lr(step: int, base: float, total: int, warmup: int) -> float:
+    """vit_jax `utils.create_learning_rate_schedule` (decay_type='cosine'), the reference the
+    optimizer's schedule is tested against: the update at `step` (from 0) uses this LR."""
+    progress = min(max((step - warmup) / float(total - warmup), 0.0), 1.0)
+    lr = base * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return lr * min(1.0, step / warmup) if warmup else lr
+
+
+def schedule(optimizer: torch.optim.Optimizer, total: int, warmup: int):
+    """timm's cosine scheduler set up to equal `vit_jax_lr` (linear warmup from 0, cosine to 0)."""
+    from timm.scheduler import CosineLRScheduler
+
+    return CosineLRScheduler(
+        optimizer,
+        t_initial=total - warmup,
+        warmup_t=warmup,
+        warmup_lr_init=0.0,
+        warmup_prefix=True,
+        lr_min=0.0,
+        t_in_epochs=False,
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One fine-tune. Everything that changes the numbers goes into the run's hparams (and key);
+    `micro_batch`, `compile`, `channels_last`, `workers` and the intervals only change speed."""
+
+    steps: int
+    batch: int
+    lr: float
+    warmup: int
+    res: int
+    crop: bool  # BiT's train-time random crop (off for some structured VTAB tasks)
+    flip: bool  # BiT's train-time random flip (off for some structured VTAB tasks)
+    precision: str  # bf16 (autocast) or fp32
+    polyak: float | None = None  # parameter EMA, evaluated in place of the raw weights
+    seed: int = 0
+    micro_batch: int | None = None  # per process; None: the whole per-process batch at once
+    compile: bool = False
+    channels_last: bool = False
+    workers: int = 1
+    log_every: int = 50
+    checkpoint_every: int = 500
+
+    def micro(self, world: int) -> int:
+        per_process = self.batch // world
+        micro = min(self.micro_batch or per_process, per_process)
+        if self.batch % world or per_process % micro:
+            raise UserError(
+                f"--batch {self.batch}: must split evenly over {world} process(es) and into micro-batches of {micro}"
+            )
+        return micro
+
+
+@dataclass
+class Outcome:
+    """What `train` leaves for the caller: the weights to evaluate and the run's record."""
+
+    model: nn.Module  # the EMA weights with --polyak, else the trained ones
+    curves: dict[str, list[float]]  # per step: train_loss, lr, grad_norm
+    train_images: int  # images through forward+backward, over every process and restart
+    seconds: float  # device-seconds x devices, across restarts (the clock is saved with each checkpoint)
+    restarts: int
+    skipped: list[str] = field(default_factory=list)
+
+
+def _autocast(device: torch.device, precision: str):
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def logits_fn(device: torch.device, precision: str):
+    """The evaluation forward, in the precision the run trained in."""
+
+    def logits(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+        with _autocast(device, precision):
+            return model(images)
+
+    return logits
+
+
+def _save_checkpoint(path: Path, state: dict) -> None:
+    """Atomic: a reader (a restarted run) finds the previous checkpoint or this one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def _load_checkpoint(path: Path, run_key: str) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # the file is replaced atomically; unreadable means damaged on disk
+        log.warning(
+            "%s: unreadable checkpoint (%s); starting this run from step 0", path, " ".join(str(e).split())[:120]
+        )
+        return None
+    if state.get("run_key") != run_key:
+        log.warning("%s: belongs to another run; starting this run from step 0", path)
+        return None
+    return state
+
+
+def train(
+    model: nn.Module,
+    split: Split,
+    settings: Settings,
+    preprocessing: Preprocessing,
+    device: torch.device,
+    world: World,
+    checkpoint: Path,
+    run_key: str,
+    skip_corrupt: bool = False,
+    description: str = "fine-tune",
+) -> Outcome:
+    """Fine-tune `model` (head already zero-initialised) on `split`; resume from `checkpoint` if
+    one of this run is there. `preprocessing` gives the value range (its mean/std)."""
+    from timm.utils import ModelEmaV3
+
+    micro = settings.micro(world.size)
+    stream = Stream(len(split), settings.batch, micro, settings.seed, world.rank, world.size)
+    torch.manual_seed(settings.seed)  # dropout; the head is zeros and the data stream has its own seeds
+    model.to(device).train()
+    if settings.channels_last:
+        model.to(memory_format=torch.channels_last)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(params, lr=settings.lr, momentum=MOMENTUM, weight_decay=0.0)
+    scheduler = schedule(optimizer, settings.steps, settings.warmup)
+    ema = ModelEmaV3(model, decay=settings.polyak) if settings.polyak else None
+
+    state = _load_checkpoint(checkpoint, run_key)
+    curves: dict[str, list[float]] = {"train_loss": [], "lr": [], "grad_norm": []}
+    start, restarts, images_done, seconds_done = 0, 0, 0, 0.0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if ema is not None:
+            ema.module.load_state_dict(state["ema"])
+        torch.set_rng_state(state["rng_cpu"])
+        if device.type == "cuda" and state.get("rng_cuda") is not None:
+            torch.cuda.set_rng_state(state["rng_cuda"], device)
+        start, restarts = state["step"], state["restarts"] + 1
+        curves, images_done, seconds_done = state["curves"], state["train_images"], state["seconds"]
+        log.info("%s: resumed at step %d of %d (restart %d)", description, start, settings.steps, restarts)
+
+    forward: nn.Module = model
+    if world.size > 1:
+        forward = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    step_model = torch.compile(forward) if settings.compile else forward
+    transform = train_transform(settings.res, settings.crop, settings.flip, preprocessing.interpolation)
+    batches = iter(
+        train_loader(split, stream, start, settings.steps, transform, settings.workers, device.type == "cuda")
+    )
+    per_process = settings.batch // world.size
+    clock = Clock(device, world.size, seconds_done)
+    skipped: list[str] = []
+    losses, norms = [], []  # device tensors: read back only at logging intervals (no per-step sync)
+    report_every = max(1, settings.steps // 4)  # a log line with the loss at each quarter
+    steps = range(start, settings.steps)
+    if sys.stderr.isatty():
+        from vitbench.progress import track
+
+        steps = track(steps, settings.steps - start, description)  # type: ignore[assignment]
+
+    with clock:
+        for step in steps:
+            scheduler.step_update(step)
+            total_loss = torch.zeros((), device=device)
+            for m in range(stream.accum):
+                images, labels, _, bad = next(batches)
+                if bad and not skip_corrupt:
+                    raise UserError(bad[0][1])
+                skipped += [message for _, message in bad]
+                if images is None:
+                    continue
+                x = preprocessing.normalize(images.to(device, non_blocking=True))
+                if settings.channels_last:
+                    x = x.contiguous(memory_format=torch.channels_last)
+                y = labels.to(device, non_blocking=True)
+                # DDP all-reduces gradients on the last micro-batch of a step only
+                sync = nullcontext() if world.size == 1 or m == stream.accum - 1 else forward.no_sync()  # type: ignore[operator]
+                with sync:
+                    with _autocast(device, settings.precision):
+                        logits = step_model(x)
+                    # summed over the micro-batch, divided by the per-process batch: the accumulated
+                    # gradient is the mean over the global batch once DDP averages the processes
+                    loss = F.cross_entropy(logits.float(), y, reduction="sum") / per_process
+                    loss.backward()
+                total_loss += loss.detach()
+            norms.append(nn.utils.clip_grad_norm_(params, CLIP_NORM))
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if ema is not None:
+                ema.update(model, step=step)
+            losses.append(total_loss)
+            curves["lr"].append(optimizer.param_groups[0]["lr"])
+            done = step + 1
+            report = done % report_every == 0 or done == settings.steps
+            if report or done % settings.log_every == 0 or done % settings.checkpoint_every == 0:
+                _flush(losses, norms, curves, world)
+            if report:
+                loss_now, lr_now = curves["train_loss"][-1], curves["lr"][-1]
+                log.info("%s: step %d/%d, loss %.4f, lr %.4g", description, done, settings.steps, loss_now, lr_now)
+            if done % settings.checkpoint_every == 0 and done < settings.steps and world.is_main:
+                _save_checkpoint(
+                    checkpoint,
+                    {
+                        "run_key": run_key,
+                        "step": done,
+                        "restarts": restarts,
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "ema": ema.module.state_dict() if ema is not None else None,
+                        "rng_cpu": torch.get_rng_state(),
+                        "rng_cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+                        "curves": curves,
+                        "train_images": images_done + (done - start) * settings.batch,
+                        "seconds": clock.elapsed(),
+                        "settings": asdict(settings),
+                    },
+                )
+    eval_model = ema.module if ema is not None else model
+    return Outcome(
+        eval_model.eval(),
+        curves,
+        images_done + (settings.steps - start) * settings.batch,
+        clock.seconds,
+        restarts,
+        skipped,
+    )
+
+
+def _flush(losses: list[torch.Tensor], norms: list[torch.Tensor], curves: dict, world: World) -> None:
+    """Move the steps' losses and gradient norms to the host: the only syncs of the loop. The loss
+    is averaged over processes (each holds the mean over its share of the global batch)."""
+    if not losses:
+        return
+    loss = torch.stack(losses)
+    if world.size > 1:
+        import torch.distributed as dist
+
+        dist.all_reduce(loss)
+        loss /= world.size
+    curves["train_loss"] += loss.tolist()
+    curves["grad_norm"] += torch.stack(norms).tolist()
+    losses.clear()
+    norms.clear()
