@@ -167,8 +167,6 @@ def run(
     """Plan, run and store a benchmark. With no options: the embedded demo suite."""
     from vitbench import distributed, fewshot, runner, store
 
-    if devices > 1:  # the same command, once per device, under torchrun
-        raise typer.Exit(distributed.launch(devices, distributed.strip_devices(sys.argv[1:])))
     if precision not in ("auto", "bf16", "fp32"):
         raise UserError(f"--precision {precision}: expected auto, bf16 or fp32")
 
@@ -203,6 +201,10 @@ def run(
     )
     if 0 in req.shots:
         raise UserError("--shots: shot counts must be at least 1")
+    if devices > 1:  # the same command, once per device, under torchrun
+        if runner.resolve(req)[2] != "finetune":
+            raise UserError(f"--devices {devices}: only the finetune protocol runs data-parallel")
+        raise typer.Exit(distributed.launch(devices, distributed.strip_devices(sys.argv[1:])))
     from vitbench.provenance import resolve_device
 
     world, _ = distributed.setup(resolve_device(device))  # a bad --device fails before any work

@@ -78,16 +78,10 @@ def smoke_res(input_multiple: int) -> int:
     return input_multiple * math.ceil(SMOKE_RES / input_multiple)
 
 
-def vit_jax_lr(step: int, base: float, total: int, warmup: int) -> float:
-    """vit_jax `utils.create_learning_rate_schedule` (decay_type='cosine'), the reference the
-    optimizer's schedule is tested against: the update at `step` (from 0) uses this LR."""
-    progress = min(max((step - warmup) / float(total - warmup), 0.0), 1.0)
-    lr = base * 0.5 * (1.0 + math.cos(math.pi * progress))
-    return lr * min(1.0, step / warmup) if warmup else lr
-
-
 def schedule(optimizer: torch.optim.Optimizer, total: int, warmup: int):
-    """timm's cosine scheduler set up to equal `vit_jax_lr` (linear warmup from 0, cosine to 0)."""
+    """timm's cosine scheduler set up to equal vit_jax's `create_learning_rate_schedule` (cosine):
+    linear warmup from 0, then cosine to 0; the update at step k (from 0) uses the LR of step k, as
+    optax's schedules count updates from 0 (tests/test_finetune.py checks every step)."""
     from timm.scheduler import CosineLRScheduler
 
     return CosineLRScheduler(
@@ -277,7 +271,7 @@ def train(
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if ema is not None:
-                ema.update(model, step=step)
+                ema.update(model)  # no step: a plain EMA from the initial weights (no warm-up of the decay)
             losses.append(total_loss)
             curves["lr"].append(optimizer.param_groups[0]["lr"])
             done = step + 1

@@ -1,0 +1,149 @@
+"""`vitbench run --protocol finetune` end to end, as a user runs it: the dev sweep then the final
+runs, a run killed with SIGKILL and resumed, two data-parallel processes, and the smoke check that
+fine-tuning a pretrained ViT beats its own few-shot accuracy."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+from conftest import DEIT_WEIGHTS, needs_shared_data
+
+from vitbench.store import read_curves, read_results
+
+# a random-init ViT-Ti at 32 px (2x2 patches) on the embedded digits: seconds per run on a CPU
+TINY = ["--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--protocol", "finetune"]
+TINY += ["--res", "32", "--batch", "16", "--workers", "0", "--device", "cpu"]
+
+
+def finetune_runs(results: Path, stage: str | None = None):
+    df = read_results(results)
+    df = df[df["protocol"] == "finetune"].copy()
+    df["stage"] = df["hparams"].map(lambda h: json.loads(h)["stage"])
+    return df if stage is None else df[df["stage"] == stage]
+
+
+def vitbench(*args: str, results: Path, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "vitbench", "run", *args, "--results", str(results)],
+        env=env,
+        capture_output=True,
+        text=True,
+        **kw,
+    )
+
+
+@pytest.mark.slow
+def test_sweep_picks_the_best_dev_lr_and_the_final_runs_use_it(cli, results):
+    code, out, err = cli("run", *TINY, "--smoke", "--steps", "4", "--seeds", "0,1", "--results", results)
+    assert code == 0, err
+    sweep = finetune_runs(results, "sweep")
+    dev = sweep[sweep["metric"] == "dev_accuracy"]
+    assert len(dev) == 4  # Table's grid for a dataset of 1,000 images: 0.001, 0.003, 0.01, 0.03
+    by_lr = {json.loads(h)["lr"]: v for h, v in zip(dev["hparams"], dev["value"], strict=True)}
+    assert sorted(by_lr) == [0.001, 0.003, 0.01, 0.03]
+    assert set(dev["n_test"]) == {100} and set(dev["n_train"]) == {900}  # 10 % of train held out as dev
+    best = max(by_lr, key=lambda lr: (by_lr[lr], -lr))
+    final = finetune_runs(results, "final")
+    assert set(final["seed"]) == {0, 1} and set(final["n_train"]) == {1000} and set(final["n_test"]) == {797}
+    for metric, expected in [("lr", best), ("dev_accuracy", by_lr[best])]:
+        assert final.loc[final["metric"] == metric, "value"].tolist() == pytest.approx([expected, expected])
+    notes = json.loads(final["notes"].iloc[0])
+    assert notes["sweep"] == {f"{lr:g}": acc for lr, acc in by_lr.items()} and notes["restarts"] == 0
+    run = final.iloc[0]
+    assert run["device_seconds"] > 0 and run["flops"] > 3 * run["flops_per_image"] * 4 * 16  # 3 x forward per image
+    assert set(final["metric"]) >= {"accuracy", "train_images_per_second", "final_train_loss"}
+    assert "mfu" not in set(final["metric"])  # a CPU has no known peak: throughput only
+    curves = read_curves(results, list(final["run_key"].unique()))
+    assert set(curves["name"]) == {"train_loss", "lr", "grad_norm"} and curves["step"].max() == 4
+    assert "Digits (8x8, scikit-learn) · finetune" in " ".join(out.split())
+    # nothing left to do the second time; the plan shows each stage and LR
+    code, out, _ = cli("run", *TINY, "--smoke", "--steps", "4", "--seeds", "0,1", "--results", results, "--dry-run")
+    assert code == 0 and out.count("done") == 6 and "sweep lr=0.03 steps=4 batch=16 res=32" in out
+    assert not any((results / "runs").glob("*/checkpoint.pt"))  # checkpoints go once the result is stored
+
+
+def test_finetune_option_errors_are_one_line(cli, results):
+    code, _, err = cli("run", *TINY, "--batch", "10", "--micro-batch", "4", "--lr", "0.01", "--results", results)
+    assert code == 2 and "--batch 10: must split evenly over 1 process(es) and into micro-batches of 4" in err
+    assert "Traceback" not in err
+    code, _, err = cli("run", *TINY, "--precision", "fp16", "--results", results)
+    assert code == 2 and "--precision fp16: expected auto, bf16 or fp32" in err
+    code, _, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--devices", "2")
+    assert code == 2 and "only the finetune protocol runs data-parallel" in err
+
+
+@pytest.mark.slow
+def test_a_run_killed_with_sigkill_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
+    args = [*TINY, "--steps", "120", "--lr", "0.03", "--seeds", "0", "--checkpoint-every", "10"]
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vitbench", "run", *args, "--results", str(killed)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while not list((killed / "runs").glob("*/checkpoint.pt")) and time.monotonic() < deadline:
+        assert proc.poll() is None, "the run ended before its first checkpoint"
+        time.sleep(0.05)
+    time.sleep(0.3)  # let it run past the checkpoint: that work is lost and done again
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not list((killed / "runs").glob("*.json"))  # killed mid-run: no result yet
+    resumed = vitbench(*args, results=killed)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed at step" in resumed.stderr
+    straight = vitbench(*args, results=tmp_path / "straight")
+    assert straight.returncode == 0, straight.stderr
+
+    runs = {name: finetune_runs(tmp_path / name) for name in ("killed", "straight")}
+    curves = {name: read_curves(tmp_path / name) for name in runs}
+    for curve in ("train_loss", "lr", "grad_norm"):
+        a, b = (curves[n][curves[n]["name"] == curve]["value"].tolist() for n in runs)
+        assert len(a) == 120 and a == b  # the same trajectory, step for step
+    accuracy = {n: r.loc[r["metric"] == "accuracy", "value"].item() for n, r in runs.items()}
+    assert accuracy["killed"] == accuracy["straight"]
+    notes = json.loads(runs["killed"]["notes"].iloc[0])
+    assert notes["restarts"] == 1 and notes["train_images"] >= 120 * 16
+    # the clock kept counting across the restart (the first process's time is in the total)
+    assert runs["killed"]["device_seconds"].iloc[0] > notes["train_device_seconds"] - notes["eval_device_seconds"] > 0
+
+
+@pytest.mark.slow
+def test_two_data_parallel_processes_follow_the_single_process_trajectory(tmp_path):
+    args = [*TINY, "--steps", "6", "--lr", "0.03", "--seeds", "0"]
+    one = vitbench(*args, results=tmp_path / "one")
+    two = vitbench(*args, "--devices", "2", results=tmp_path / "two")
+    assert one.returncode == 0, one.stderr
+    assert two.returncode == 0, two.stderr
+    curves = {n: read_curves(tmp_path / n) for n in ("one", "two")}
+    for curve in ("train_loss", "grad_norm", "lr"):
+        a, b = (curves[n][curves[n]["name"] == curve]["value"].to_numpy() for n in curves)
+        assert len(a) == 6
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6)  # gloo's all-reduce sums in another order
+    with duckdb.connect(str(tmp_path / "two" / "vitbench.duckdb"), read_only=True) as con:
+        (count,) = con.execute("SELECT device_count FROM runs").fetchone()
+    assert count == 2
+
+
+@pytest.mark.slow
+@needs_shared_data
+def test_a_smoke_finetune_of_deit_on_digits_beats_its_own_fewshot_accuracy(cli, results):
+    common = ["--model", "deit-ti/16", "--weights", DEIT_WEIGHTS, "--dataset", "digits", "--seeds", "0"]
+    common += ["--workers", "0", "--results", results]
+    code, _, err = cli("run", *common, "--res", "64", "--shots", "25")
+    assert code == 0, err
+    code, _, err = cli("run", *common, "--protocol", "finetune", "--smoke", "--steps", "50", "--lr", "0.03")
+    assert code == 0, err
+    df = read_results(results)
+    acc = df[df["metric"] == "accuracy"].set_index("protocol")["value"]
+    assert acc["finetune"] > 0.5  # chance is 0.1
+    assert acc["finetune"] > acc["fewshot"]  # 25-shot linear probe on the same features at the same 64 px
