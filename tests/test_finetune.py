@@ -163,3 +163,27 @@ def test_mfu_peaks_are_known_by_device_name():
     assert peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
     assert peak_flops("CPU: AMD EPYC (2 cores)") is None  # unknown: throughput only, never a guessed MFU
     assert math.isclose(finetune.smoke_res(14), 70) and finetune.smoke_res(16) == 64
+
+
+class RunsOutOfMemoryAbove(torch.nn.Module):
+    """A model that fails as a GPU does when a micro-batch is too large (no GPU here to run out)."""
+
+    def __init__(self, model: torch.nn.Module, limit: int):
+        super().__init__()
+        self.model, self.limit = model, limit
+
+    def forward(self, x):
+        if x.shape[0] > self.limit:
+            raise torch.OutOfMemoryError(f"{x.shape[0]} images do not fit")
+        return self.model(x)
+
+
+def test_out_of_memory_halves_the_micro_batch_and_redoes_the_same_step(digits, tmp_path):
+    limited = train(RunsOutOfMemoryAbove(fresh_model(), 4), digits, tmp_path, "oom", batch=16)
+    assert limited.micro_batch == 4  # 16 -> 8 -> 4
+    explicit = train(RunsOutOfMemoryAbove(fresh_model(), 4), digits, tmp_path, "four", batch=16, micro_batch=4)
+    assert limited.curves["train_loss"] == explicit.curves["train_loss"]  # the same images, the same gradients
+    from vitbench.errors import UserError
+
+    with pytest.raises(UserError, match="out of device memory at micro-batch 8; give a smaller --micro-batch"):
+        train(RunsOutOfMemoryAbove(fresh_model(), 4), digits, tmp_path, "given", batch=16, micro_batch=8)

@@ -55,6 +55,9 @@ TABLE4: dict[str, tuple[int, tuple[float, ...]]] = {
 VTAB_SETTING = (2_500, (0.01,))  # one setting for all 19 tasks (B.1.1)
 # --smoke: big_vision's `runlocal` in spirit. A pipeline check, never a number to compare.
 SMOKE_STEPS, SMOKE_BATCH, SMOKE_RES = 20, 32, 64
+# A CPU cannot report running out of memory (the kernel kills the process), so it accumulates
+# micro-batches of at most this size unless told otherwise
+CPU_MICRO_BATCH = 32
 
 
 def table4(dataset: DatasetSpec, n_train: int) -> tuple[int, tuple[float, ...]]:
@@ -110,16 +113,19 @@ class Settings:
     precision: str  # bf16 (autocast) or fp32
     polyak: float | None = None  # parameter EMA, evaluated in place of the raw weights
     seed: int = 0
-    micro_batch: int | None = None  # per process; None: the whole per-process batch at once
+    # images per forward/backward pass per process; None: the whole per-process batch on a GPU
+    # (halved on an out-of-memory error until it fits), CPU_MICRO_BATCH on a CPU
+    micro_batch: int | None = None
     compile: bool = False
     channels_last: bool = False
     workers: int = 1
     log_every: int = 50
     checkpoint_every: int = 500
 
-    def micro(self, world: int) -> int:
+    def micro(self, world: int, device_type: str = "cpu") -> int:
         per_process = self.batch // world
-        micro = min(self.micro_batch or per_process, per_process)
+        default = per_process if device_type == "cuda" else math.gcd(per_process, CPU_MICRO_BATCH)
+        micro = min(self.micro_batch or default, per_process)
         if self.batch % world or per_process % micro:
             raise UserError(
                 f"--batch {self.batch}: must split evenly over {world} process(es) and into micro-batches of {micro}"
@@ -136,6 +142,7 @@ class Outcome:
     train_images: int  # images through forward+backward, over every process and restart
     seconds: float  # device-seconds x devices, across restarts (the clock is saved with each checkpoint)
     restarts: int
+    micro_batch: int  # what the run ended with (smaller than asked for after an out-of-memory error)
     skipped: list[str] = field(default_factory=list)
 
 
@@ -195,8 +202,7 @@ def train(
     one of this run is there. `preprocessing` gives the value range (its mean/std)."""
     from timm.utils import ModelEmaV3
 
-    micro = settings.micro(world.size)
-    stream = Stream(len(split), settings.batch, micro, settings.seed, world.rank, world.size)
+    micro = settings.micro(world.size, device.type)
     torch.manual_seed(settings.seed)  # dropout; the head is zeros and the data stream has its own seeds
     model.to(device).train()
     if settings.channels_last:
@@ -228,9 +234,13 @@ def train(
         )
     step_model = torch.compile(forward) if settings.compile else forward
     transform = train_transform(settings.res, settings.crop, settings.flip, preprocessing.interpolation)
-    batches = iter(
-        train_loader(split, stream, start, settings.steps, transform, settings.workers, device.type == "cuda")
-    )
+
+    def stream_from(step: int, micro: int):
+        stream = Stream(len(split), settings.batch, micro, settings.seed, world.rank, world.size)
+        pin = device.type == "cuda"
+        return stream, iter(train_loader(split, stream, step, settings.steps, transform, settings.workers, pin))
+
+    stream, batches = stream_from(start, micro)
     per_process = settings.batch // world.size
     clock = Clock(device, world.size, seconds_done)
     skipped: list[str] = []
@@ -242,31 +252,48 @@ def train(
 
         steps = track(steps, settings.steps - start, description)  # type: ignore[assignment]
 
+    def accumulate(accum: int) -> torch.Tensor:
+        """Forward and backward over the step's micro-batches; the gradient is the global-batch mean."""
+        total = torch.zeros((), device=device)
+        for m in range(accum):
+            images, labels, _, bad = next(batches)
+            if bad and not skip_corrupt:
+                raise UserError(bad[0][1])
+            skipped.extend(message for _, message in bad)
+            if images is None:
+                continue
+            x = preprocessing.normalize(images.to(device, non_blocking=True))
+            if settings.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            y = labels.to(device, non_blocking=True)
+            # DDP all-reduces gradients on the last micro-batch of a step only
+            last = world.size == 1 or m == accum - 1
+            with nullcontext() if last else forward.no_sync():  # type: ignore[operator]
+                with _autocast(device, settings.precision):
+                    logits = step_model(x)
+                # summed over the micro-batch, divided by the per-process batch: the accumulated
+                # gradient is the mean over the global batch once DDP averages the processes
+                loss = F.cross_entropy(logits.float(), y, reduction="sum") / per_process
+                loss.backward()
+            total += loss.detach()
+        return total
+
     with clock:
         for step in steps:
             scheduler.step_update(step)
-            total_loss = torch.zeros((), device=device)
-            for m in range(stream.accum):
-                images, labels, _, bad = next(batches)
-                if bad and not skip_corrupt:
-                    raise UserError(bad[0][1])
-                skipped += [message for _, message in bad]
-                if images is None:
-                    continue
-                x = preprocessing.normalize(images.to(device, non_blocking=True))
-                if settings.channels_last:
-                    x = x.contiguous(memory_format=torch.channels_last)
-                y = labels.to(device, non_blocking=True)
-                # DDP all-reduces gradients on the last micro-batch of a step only
-                sync = nullcontext() if world.size == 1 or m == stream.accum - 1 else forward.no_sync()  # type: ignore[operator]
-                with sync:
-                    with _autocast(device, settings.precision):
-                        logits = step_model(x)
-                    # summed over the micro-batch, divided by the per-process batch: the accumulated
-                    # gradient is the mean over the global batch once DDP averages the processes
-                    loss = F.cross_entropy(logits.float(), y, reduction="sum") / per_process
-                    loss.backward()
-                total_loss += loss.detach()
+            while True:
+                kept = len(skipped)
+                try:
+                    total_loss = accumulate(stream.accum)
+                    break
+                except torch.OutOfMemoryError:
+                    # the same step again in smaller micro-batches: the same images, the same gradient
+                    del skipped[kept:]
+                    optimizer.zero_grad(set_to_none=True)
+                    torch.cuda.empty_cache()
+                    micro = _halved(micro, settings, world)
+                    log.warning("%s: out of device memory; accumulating micro-batches of %d", description, micro)
+                    stream, batches = stream_from(step, micro)
             norms.append(nn.utils.clip_grad_norm_(params, CLIP_NORM))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -306,8 +333,18 @@ def train(
         images_done + (settings.steps - start) * settings.batch,
         clock.seconds,
         restarts,
+        micro,
         skipped,
     )
+
+
+def _halved(micro: int, settings: Settings, world: World) -> int:
+    """The next micro-batch size after an out-of-memory error, or a one-line error where there is none."""
+    if world.size > 1:  # the other processes are already waiting in the gradient all-reduce
+        raise UserError(f"out of device memory at micro-batch {micro}; give a smaller --micro-batch")
+    if settings.micro_batch is not None or micro == 1 or micro % 2:
+        raise UserError(f"out of device memory at micro-batch {micro}; give a smaller --micro-batch or --res")
+    return micro // 2
 
 
 def _flush(losses: list[torch.Tensor], norms: list[torch.Tensor], curves: dict, world: World) -> None:

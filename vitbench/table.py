@@ -7,6 +7,7 @@ adds the paper's columns. Random-init and subset-data columns carry a marker and
 from __future__ import annotations
 
 import io
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -34,7 +35,7 @@ TITLES = {
     "vtab": "VTAB (19 tasks)",
     **{f"vtab_{g}": f"VTAB {g} ({sum(t.group == g for t in TASKS)} tasks)" for g in GROUPS},
 }
-RANDOM_MARK, SUBSET_MARK = "†", "‡"
+RANDOM_MARK, SUBSET_MARK, SMOKE_MARK = "†", "‡", "§"
 
 
 @dataclass
@@ -71,7 +72,13 @@ def _column_label(run: pd.Series) -> str:
         else f"{str(run['weights']).rsplit('/', 1)[-1]} [{run['weights_sha256'][:8]}]"
     )
     marks = (RANDOM_MARK if run["random_init"] else "") + (SUBSET_MARK if run["data_subset"] else "")
+    marks += SMOKE_MARK if _is_smoke(run) else ""
     return f"{run['model']} ({weights}){marks}"
+
+
+def _is_smoke(run: pd.Series) -> bool:
+    hparams = run["hparams"]
+    return bool((json.loads(hparams) if isinstance(hparams, str) else hparams or {}).get("smoke"))
 
 
 def _row_label(dataset: str, protocol: str, shots) -> str:
@@ -113,6 +120,11 @@ def _vtab_rollups(acc: pd.DataFrame) -> pd.DataFrame:
 def build(df: pd.DataFrame, compare: list[str] | tuple[str, ...] = (), shots: int | None = None) -> TableData:
     data = TableData()
     df, chosen = select_sweep_l2(df)
+    smoke_left_out = 0
+    if compare and not df.empty:  # --smoke runs check a pipeline: never set beside the paper's numbers
+        smoke = df.apply(_is_smoke, axis=1).astype(bool)
+        smoke_left_out = df.loc[smoke, "run_key"].nunique()
+        df = df[~smoke]
     acc = pd.concat([df[df["metric"] == "accuracy"], _real_as_rows(df)], ignore_index=True)
     if shots is not None:
         acc = acc[acc["shots"] == shots]
@@ -139,7 +151,10 @@ def build(df: pd.DataFrame, compare: list[str] | tuple[str, ...] = (), shots: in
             )
         # the cost of the measurement itself, not the paper's pre-training cost (a separate row)
         cost_row = "vitbench accelerator-days (this evaluation)"
-        runs = acc.dropna(subset=["run_key"]).drop_duplicates("run_key")
+        # every run behind a column counts, the fine-tuning LR sweep's included
+        runs = df.drop_duplicates("run_key").copy()
+        runs["column"] = runs.apply(_column_label, axis=1)
+        runs = runs[runs["column"].isin(data.columns) & runs["dataset"].isin(set(acc["dataset"]))]
         for col, part in runs.groupby("column", sort=False):
             days = part["device_seconds"].sum() / 86400
             data.cells[(cost_row, col)] = f"{days:.2g}"
@@ -177,7 +192,9 @@ def build(df: pd.DataFrame, compare: list[str] | tuple[str, ...] = (), shots: in
             value = by_dataset["tpuv3_core_days"].value
             data.cells[(row, col)] = f"{value / 1000:.2g}k"
             data.numbers.append({"row": row, "column": col, "mean": value, "std": None, "n": None})
-        data.footnotes.append(f"{name} (paper): {paper_rows['source'].iloc[0]}; fine-tuned, not few-shot")
+        fewshot_measured = not acc.empty and (acc["protocol"] == "fewshot").any()
+        kind = "fine-tuned, not few-shot" if fewshot_measured else "fine-tuned"
+        data.footnotes.append(f"{name} (paper): {paper_rows['source'].iloc[0]}; {kind}")
 
     if any(RANDOM_MARK in c for c in data.columns):
         data.footnotes.append(f"{RANDOM_MARK} random-init weights: a pipeline check, not a pretrained backbone")
@@ -185,9 +202,17 @@ def build(df: pd.DataFrame, compare: list[str] | tuple[str, ...] = (), shots: in
         data.footnotes.append(
             f"{SUBSET_MARK} measured on a subset of the official splits: not comparable with the paper"
         )
+    if any(SMOKE_MARK in c for c in data.columns):
+        data.footnotes.append(
+            f"{SMOKE_MARK} --smoke: a few steps at a small resolution, a pipeline check, not a result"
+        )
+    if smoke_left_out:
+        data.footnotes.append(
+            f"{smoke_left_out} --smoke run(s) left out: smoke results are never compared with the paper's numbers"
+        )
     for k, l2 in sorted(chosen.items()):
         data.footnotes.append(f"{k}-shot: λ = {l2:g} chosen by mean rank across datasets (--fewshot-l2 sweep)")
-    if data.columns:
+    if any(not c.endswith("(paper)") for c in data.columns):
         data.footnotes.append("measured cells: top-1 accuracy (%), mean ± std over seeds (n runs)")
     return data
 
