@@ -14,6 +14,8 @@ SOURCES = ["vitbench", "plugins", "tests", "benchmarks", "noxfile.py"]
 def tests(session: nox.Session) -> None:
     session.install(*TEST_INSTALL)
     session.run("pytest", "-q", "-ra", *session.posargs)
+    if not session.posargs:  # the benchmarks run once each (no timing, no ratio): they must keep working
+        session.run("pytest", "benchmarks", "-q", "--benchmark-disable", "-p", "no:cacheprovider")
 
 
 @nox.session
