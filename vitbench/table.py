@@ -77,7 +77,7 @@ def _column_label(run: pd.Series) -> str:
 
 
 def _is_smoke(run: pd.Series) -> bool:
-    hparams = run["hparams"]
+    hparams = run.get("hparams")
     return bool((json.loads(hparams) if isinstance(hparams, str) else hparams or {}).get("smoke"))
 
 
