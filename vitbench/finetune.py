@@ -218,6 +218,7 @@ def train(
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
         if ema is not None:
             ema.module.load_state_dict(state["ema"])
         torch.set_rng_state(state["rng_cpu"])
@@ -317,6 +318,7 @@ def train(
                         "restarts": restarts,
                         "model": model.state_dict(),
                         "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(),
                         "ema": ema.module.state_dict() if ema is not None else None,
                         "rng_cpu": torch.get_rng_state(),
                         "rng_cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,

@@ -478,6 +478,7 @@ def _run_finetune(group: Group, todo: list[RunSpec], req: Request, device: torch
                     "micro_batch": outcome.micro_batch,
                     "accumulation_steps": settings.batch // (outcome.micro_batch * world.size),
                     "compile": settings.compile,
+                    "sdpa_attention": _fused_attention(),
                     "channels_last": settings.channels_last,
                     "train_images": outcome.train_images,
                     "train_device_seconds": outcome.seconds,
@@ -489,6 +490,13 @@ def _run_finetune(group: Group, todo: list[RunSpec], req: Request, device: torch
             if checkpoint.parent.is_dir() and not any(checkpoint.parent.iterdir()):
                 checkpoint.parent.rmdir()
         barrier(world)
+
+
+def _fused_attention() -> bool:
+    """Whether timm's attention runs through F.scaled_dot_product_attention (flash where available)."""
+    from timm.layers import use_fused_attn
+
+    return bool(use_fused_attn())
 
 
 def _last(values: list[float]) -> float:

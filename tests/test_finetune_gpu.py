@@ -1,0 +1,42 @@
+"""What only a GPU can show: bf16 autocast and torch.compile change the speed, not the result.
+Skipped (cleanly) where torch sees no CUDA device, as on CI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from vitbench import finetune, registry
+from vitbench.backend import Preprocessing
+from vitbench.datasets import DATASETS
+from vitbench.distributed import World
+from vitbench.weights import build_model
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+def curve(tmp_path, key: str, **kw) -> list[float]:
+    spec = registry.get_model("vit-ti/16")
+    split = DATASETS["digits"].load_split(None, "train").subset("few", np.arange(256))
+    settings = finetune.Settings(
+        **{
+            **dict(steps=20, batch=64, lr=0.03, warmup=4, res=64, crop=True, flip=True, precision="fp32", workers=2),
+            **kw,
+        }
+    )
+    model = build_model(spec, 10, 64, "random", pre_logits=False)
+    device = torch.device("cuda")
+    outcome = finetune.train(model, split, settings, Preprocessing(size=64), device, World(), tmp_path / key, key)
+    return outcome.curves["train_loss"]
+
+
+def test_bf16_follows_the_fp32_trajectory(tmp_path):
+    fp32, bf16 = curve(tmp_path, "fp32"), curve(tmp_path, "bf16", precision="bf16")
+    assert np.allclose(bf16, fp32, rtol=0.05, atol=0.02)
+
+
+def test_compile_gives_the_eager_trajectory(tmp_path):
+    eager = curve(tmp_path, "eager", precision="bf16")
+    compiled = curve(tmp_path, "compiled", precision="bf16", compile=True)
+    assert np.allclose(compiled, eager, rtol=0.02, atol=0.01)
