@@ -255,7 +255,14 @@ def run(
     try:
         runner.execute(groups, req, con, done, rerun=rerun, on_result=report)
     except KeyboardInterrupt:
-        err.print(f"interrupted: {finished} of {len(todo)} runs stored; run the same command again to do the rest")
+        err.print(
+            f"interrupted: {finished} of {len(todo)} runs stored; run the same command again to do the rest"
+            + (
+                " (a fine-tune continues from its last checkpoint)"
+                if any(s.protocol == "finetune" for s in todo)
+                else ""
+            )
+        )
         raise typer.Exit(130) from None
     finally:
         if con is not None:
