@@ -163,6 +163,7 @@ def test_mfu_peaks_are_known_by_device_name():
     assert peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
     assert peak_flops("CPU: AMD EPYC (2 cores)") is None  # unknown: throughput only, never a guessed MFU
     assert math.isclose(finetune.smoke_res(14), 70) and finetune.smoke_res(16) == 64
+    assert [finetune.checkpoint_interval(s) for s in (20, 500, 2_500, 20_000)] == [50, 50, 250, 500]
 
 
 class RunsOutOfMemoryAbove(torch.nn.Module):

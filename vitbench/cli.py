@@ -159,8 +159,13 @@ def run(
         int, typer.Option("--devices", min=1, help="finetune: data-parallel processes (torchrun + DDP).")
     ] = 1,
     checkpoint_every: Annotated[
-        int, typer.Option("--checkpoint-every", min=1, help="finetune: steps between resumable checkpoints.")
-    ] = 500,
+        int | None,
+        typer.Option(
+            "--checkpoint-every",
+            min=1,
+            help="finetune: steps between resumable checkpoints [default: steps/10, 50..500].",
+        ),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the planned runs and stop.")] = False,
     rerun: Annotated[bool, typer.Option("--rerun", help="Run again even where results exist.")] = False,
 ) -> None:

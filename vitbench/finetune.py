@@ -76,6 +76,12 @@ def warmup_steps(steps: int) -> int:
     return min(100 if steps <= 500 else 500, steps // 5)
 
 
+def checkpoint_interval(steps: int) -> int:
+    """Steps between checkpoints by default: a tenth of the run, at least 50 (a 500-step run
+    still checkpoints) and at most 500 (a ViT-H step can take seconds; a checkpoint, gigabytes)."""
+    return min(500, max(50, steps // 10))
+
+
 def smoke_res(input_multiple: int) -> int:
     """The smallest multiple of the patch size that is at least SMOKE_RES."""
     return input_multiple * math.ceil(SMOKE_RES / input_multiple)
@@ -218,7 +224,8 @@ def train(
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
+        if state.get("scheduler"):
+            scheduler.load_state_dict(state["scheduler"])
         if ema is not None:
             ema.module.load_state_dict(state["ema"])
         torch.set_rng_state(state["rng_cpu"])

@@ -85,7 +85,7 @@ class Request:
     smoke: bool = False
     precision: str = "auto"  # bf16 on CUDA, fp32 on CPU
     compile: bool = False
-    checkpoint_every: int = 500
+    checkpoint_every: int | None = None  # None: finetune.checkpoint_interval(steps)
 
 
 PROTOCOLS = {
@@ -404,7 +404,7 @@ def _run_finetune(group: Group, todo: list[RunSpec], req: Request, device: torch
             channels_last=group.model.family in ("bit", "hybrid") and device.type == "cuda",
             workers=req.workers,
             log_every=max(1, min(50, h["steps"] // 10)),
-            checkpoint_every=req.checkpoint_every,
+            checkpoint_every=req.checkpoint_every or finetune.checkpoint_interval(h["steps"]),
         )
         started = datetime.now(UTC)
         model = build_model(
