@@ -197,7 +197,9 @@ def plan(req: Request) -> list[Group]:
             hparams |= {"l2": label, "representation": representation}
         group = Group(model, weights, dataset, protocol, splits, res, l2s, preprocessing)
         if tuning:
-            group.specs = _finetune_specs(req, model, weights_sha, dataset, splits, hparams)
+            from vitbench import finetune_runs  # it builds on this module's types
+
+            group.specs = finetune_runs.plan_specs(req, model, weights_sha, dataset, splits, hparams)
             groups.append(group)
             continue
         # eval is deterministic: one run, seed 0; few-shot: every (seed, shots)
@@ -223,72 +225,6 @@ def plan(req: Request) -> list[Group]:
             )
         groups.append(group)
     return groups
-
-
-def _finetune_specs(
-    req: Request, model: ModelSpec, weights_sha: str, dataset: DatasetSpec, splits: dict[str, Split], common: dict
-) -> list[RunSpec]:
-    """The dev sweep (one run per LR of Table 4's grid, seed 0, train on the sweep's train split,
-    scored on its dev split), then the final runs (one per seed, on the full train split) whose LR
-    is the sweep's best. With --lr, or a one-value grid (VTAB), there is nothing to choose: no sweep."""
-    from vitbench.provenance import resolve_device
-
-    steps, grid = finetune.table4(dataset, len(splits[dataset.final_splits[0]]))
-    if req.smoke:
-        steps = finetune.SMOKE_STEPS
-    steps = req.steps or steps
-    batch = req.batch or (finetune.SMOKE_BATCH if req.smoke else finetune.BATCH)
-    precision = req.precision
-    if precision == "auto":
-        precision = "bf16" if resolve_device(req.device).type == "cuda" else "fp32"
-    warmup = finetune.warmup_steps(steps)
-    hparams = {
-        **common,
-        "steps": steps,
-        "batch": batch,
-        "warmup": warmup,
-        "warmup_source": "vit_jax/big_vision default, not in the paper",
-        "optimizer": f"sgd(momentum={finetune.MOMENTUM}, wd=0)",
-        "clip_global_norm": finetune.CLIP_NORM,
-        "schedule": "linear warmup, cosine to 0",
-        "head": "zero-init linear (pre-training head and pre_logits dropped)",
-        "train_aug": ("inception_crop(area=0.05..1)" if dataset.train_crop else f"resize({common['res']})")
-        + ("|flip_lr" if dataset.train_flip else ""),
-        "precision": precision,
-        "polyak": req.polyak,
-        "dropout": model.dropout,
-        "smoke": req.smoke,
-    }
-    sweep = req.lr is None and len(grid) > 1
-    specs = []
-    if sweep:
-        train_on = splits[dataset.sweep_splits[0]]
-        for lr in grid:
-            h = {**hparams, "stage": "sweep", "lr": lr, "splits": list(dataset.sweep_splits)}
-            specs.append(_spec(model, weights_sha, dataset, train_on, h, seed=0))
-    final_lr: float | str = req.lr if req.lr is not None else ("best-on-dev" if sweep else grid[0])
-    train_on = splits[dataset.final_splits[0]]
-    for seed in req.seeds:
-        h = {**hparams, "stage": "final", "lr": final_lr, "lr_grid": list(grid) if sweep else None}
-        h["splits"] = list(dataset.final_splits)
-        specs.append(_spec(model, weights_sha, dataset, train_on, h, seed))
-    return specs
-
-
-def _spec(
-    model: ModelSpec, weights_sha: str, dataset: DatasetSpec, train_on: Split, hparams: dict, seed: int
-) -> RunSpec:
-    return RunSpec(
-        model.name,
-        weights_sha,
-        dataset.name,
-        train_on.source,
-        train_on.fingerprint,
-        finetune.PROTOCOL,
-        finetune.VERSION,
-        hparams,
-        seed,
-    )
 
 
 def _pass_over(
@@ -357,15 +293,16 @@ def execute(
 ) -> int:
     """Run every planned spec not yet done; each result is a shard and an ingest of its own, so an
     interruption loses at most the run in flight."""
+    from vitbench import finetune_runs  # it builds on this module's types
     from vitbench.distributed import setup
     from vitbench.provenance import resolve_device
 
     world, device = setup(resolve_device(req.device))
-    recorder = _Recorder(req, con, device, on_result, world)
+    recorder = Recorder(req, con, device, on_result, world)
     for group in groups:
         todo = [s for s in group.specs if rerun or s.run_key not in done]
         if todo and group.protocol == finetune.PROTOCOL:
-            _run_finetune(group, todo, req, device, recorder)
+            finetune_runs.execute(group, todo, req, device, recorder)
         elif todo and group.protocol == fewshot.PROTOCOL:
             _run_fewshot(group, todo, req, device, recorder)
         elif todo:
@@ -373,137 +310,7 @@ def execute(
     return recorder.count
 
 
-def _run_finetune(group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: _Recorder) -> None:
-    """The sweep runs first, then the final runs with the LR the sweep chose (read from the store,
-    so a final run can follow a sweep made by an earlier command)."""
-    from vitbench.distributed import barrier, broadcast
-
-    world = recorder.world
-    sweep = [s for s in group.specs if s.hparams["stage"] == "sweep"]
-    for spec in todo:
-        h = spec.hparams
-        chosen: dict = {}
-        lr = h["lr"]
-        if lr == "best-on-dev":
-            chosen = broadcast(recorder.sweep_choice(sweep) if world.is_main else None, world)
-            lr = chosen["lr"]
-        train_split, scored_split = (group.splits[n] for n in h["splits"])
-        settings = finetune.Settings(
-            steps=h["steps"],
-            batch=h["batch"],
-            lr=lr,
-            warmup=h["warmup"],
-            res=h["res"],
-            crop=group.dataset.train_crop,
-            flip=group.dataset.train_flip,
-            precision=h["precision"],
-            polyak=h["polyak"],
-            seed=spec.seed,
-            micro_batch=req.micro_batch,
-            compile=req.compile,
-            channels_last=group.model.family in ("bit", "hybrid") and device.type == "cuda",
-            workers=req.workers,
-            log_every=max(1, min(50, h["steps"] // 10)),
-            checkpoint_every=req.checkpoint_every or finetune.checkpoint_interval(h["steps"]),
-        )
-        started = datetime.now(UTC)
-        model = build_model(
-            group.model,
-            group.dataset.num_classes,
-            group.res,
-            group.weights,
-            h["gelu"],
-            pre_logits=False,
-            dropout=h["dropout"],
-        )
-        what = f"{group.model.name} · {group.dataset.name} {h['stage']} lr={lr:g} seed={spec.seed}"
-        checkpoint = shard_dir(req.results) / spec.run_key / "checkpoint.pt"
-        outcome = finetune.train(
-            model,
-            train_split,
-            settings,
-            group.preprocessing,
-            device,
-            world,
-            checkpoint,
-            spec.run_key,
-            req.skip_corrupt,
-            what,
-        )
-        if world.is_main:  # one process scores the test (or dev) split; the others wait
-            eval_clock = Clock(device)
-            with eval_clock:
-                logits = run_over(
-                    finetune.logits_fn(device, settings.precision),
-                    outcome.model,
-                    scored_split,
-                    group.preprocessing,
-                    device,
-                    req.batch_size,
-                    req.workers,
-                    f"{what} · {scored_split.name}",
-                    req.skip_corrupt,
-                )
-            real = [scored_split.real_labels[i] for i in logits.indices] if scored_split.real_labels else None
-            scores = evaluate.scores(logits.values, logits.labels, real)
-            if h["stage"] == "sweep":
-                metrics = {"dev_accuracy": scores["accuracy"]}
-            else:
-                metrics = {**scores, "lr": float(lr)}
-                if chosen:
-                    metrics["dev_accuracy"] = chosen["dev_accuracy"]
-            seconds = outcome.seconds + eval_clock.seconds
-            train_seconds = outcome.seconds / world.size  # wall-clock seconds of the training loop
-            metrics["train_images_per_second"] = outcome.train_images / max(train_seconds, 1e-9)
-            metrics["final_train_loss"] = _last(outcome.curves["train_loss"])
-            flops_per_image = group.model.backend.flops_per_image(group.model, group.res)  # type: ignore[union-attr]
-            peak = recorder.peak
-            if peak:  # achieved training FLOP/s (3 x forward per image) against the devices' bf16 peak
-                metrics["mfu"] = 3 * flops_per_image * metrics["train_images_per_second"] / (peak * world.size)
-            recorder.record(
-                group,
-                spec,
-                metrics,
-                started,
-                seconds=seconds,
-                images=3.0 * outcome.train_images + len(logits.labels),
-                n_train=len(train_split),
-                n_test=len(logits.labels),
-                skipped=outcome.skipped + logits.skipped,
-                notes={
-                    "stage": h["stage"],
-                    "scored_split": scored_split.name,
-                    "sweep": chosen.get("sweep"),
-                    "restarts": outcome.restarts,
-                    "micro_batch": outcome.micro_batch,
-                    "accumulation_steps": settings.batch // (outcome.micro_batch * world.size),
-                    "compile": settings.compile,
-                    "sdpa_attention": _fused_attention(),
-                    "channels_last": settings.channels_last,
-                    "train_images": outcome.train_images,
-                    "train_device_seconds": outcome.seconds,
-                    "eval_device_seconds": eval_clock.seconds,
-                },
-                curves=outcome.curves,
-            )
-            checkpoint.unlink(missing_ok=True)  # the result is stored: the checkpoint has done its job
-            if checkpoint.parent.is_dir() and not any(checkpoint.parent.iterdir()):
-                checkpoint.parent.rmdir()
-        barrier(world)
-
-
-def _fused_attention() -> bool:
-    """Whether timm's attention runs through F.scaled_dot_product_attention (flash where available)."""
-    from timm.layers import use_fused_attn
-
-    return bool(use_fused_attn())
-
-
-def _last(values: list[float]) -> float:
-    return values[-1] if values else float("nan")
-
-
-def _run_fewshot(group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: _Recorder) -> None:
+def _run_fewshot(group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
     assert group.model.backend is not None
     extraction = Clock(device)
     model = _Model(group, keep_head=False)
@@ -536,7 +343,7 @@ def _run_fewshot(group: Group, todo: list[RunSpec], req: Request, device: torch.
         )
 
 
-def _run_eval(group: Group, spec: RunSpec, req: Request, device: torch.device, recorder: _Recorder) -> None:
+def _run_eval(group: Group, spec: RunSpec, req: Request, device: torch.device, recorder: Recorder) -> None:
     started = datetime.now(UTC)
     clock = Clock(device)
     split_name = group.dataset.final_splits[1]
@@ -560,7 +367,7 @@ def _run_eval(group: Group, spec: RunSpec, req: Request, device: torch.device, r
     )
 
 
-class _Recorder:
+class Recorder:
     """Writes each finished run as a shard and ingests it at once, with its full provenance."""
 
     def __init__(self, req: Request, con, device: torch.device, on_result, world=None):
