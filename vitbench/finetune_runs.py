@@ -101,7 +101,13 @@ def execute(group: Group, todo: list[RunSpec], req: Request, device: torch.devic
         settings = _finetune_settings(group, spec, lr, req, device)
         started = datetime.now(UTC)
         model = build_model(
-            group.model, group.dataset.num_classes, group.res, group.weights, h["gelu"], False, False, h["dropout"]
+            group.model,
+            group.dataset.num_classes,
+            group.res,
+            group.weights,
+            h["gelu"],
+            pre_logits=False,  # the whole pre-training head goes (B.1.1)
+            dropout=h["dropout"],
         )
         what = f"{group.model.name} · {group.dataset.name} {h['stage']} lr={lr:g} seed={spec.seed}"
         checkpoint = shard_dir(req.results) / spec.run_key / "checkpoint.pt"
