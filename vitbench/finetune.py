@@ -14,9 +14,9 @@ optimizer, schedule, EMA, RNG, data position, accelerator clock), data-parallel 
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
-import os
 import sys
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -30,7 +30,7 @@ from vitbench.backend import Preprocessing
 from vitbench.datasets import DatasetSpec, Split
 from vitbench.distributed import World
 from vitbench.errors import UserError
-from vitbench.provenance import Clock
+from vitbench.provenance import Clock, write_atomic
 from vitbench.train_data import Stream, train_loader, train_transform
 
 log = logging.getLogger("vitbench")
@@ -166,14 +166,6 @@ def logits_fn(device: torch.device, precision: str):
             return model(images)
 
     return logits
-
-
-def _save_checkpoint(path: Path, state: dict) -> None:
-    """Atomic: a reader (a restarted run) finds the previous checkpoint or this one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
 
 
 def _load_checkpoint(path: Path, run_key: str) -> dict | None:
@@ -317,24 +309,23 @@ def train(
                 loss_now, lr_now = curves["train_loss"][-1], curves["lr"][-1]
                 log.info("%s: step %d/%d, loss %.4f, lr %.4g", description, done, settings.steps, loss_now, lr_now)
             if done % settings.checkpoint_every == 0 and done < settings.steps and world.is_main:
-                _save_checkpoint(
-                    checkpoint,
-                    {
-                        "run_key": run_key,
-                        "step": done,
-                        "restarts": restarts,
-                        "model": model.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(),
-                        "ema": ema.module.state_dict() if ema is not None else None,
-                        "rng_cpu": torch.get_rng_state(),
-                        "rng_cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-                        "curves": curves,
-                        "train_images": images_done + (done - start) * settings.batch,
-                        "seconds": clock.elapsed(),
-                        "settings": asdict(settings),
-                    },
-                )
+                saved = {
+                    "run_key": run_key,
+                    "step": done,
+                    "restarts": restarts,
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "ema": ema.module.state_dict() if ema is not None else None,
+                    "rng_cpu": torch.get_rng_state(),
+                    "rng_cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+                    "curves": curves,
+                    "train_images": images_done + (done - start) * settings.batch,
+                    "seconds": clock.elapsed(),
+                    "settings": asdict(settings),
+                }
+                # atomic: a restarted run finds the previous checkpoint or this one, never half of one
+                write_atomic(checkpoint, functools.partial(torch.save, saved))
     eval_model = ema.module if ema is not None else model
     return Outcome(
         eval_model.eval(),

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -64,11 +64,15 @@ def fingerprint_files(root: Path, files: Iterable[str | Path], content: bool) ->
     return digest.hexdigest()[:16]
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Readers see the old file or the new one, never half of one (temp file + os.replace)."""
+def write_atomic(path: Path, text: str | Callable[[Path], object]) -> None:
+    """Readers see the old file or the new one, never half of one (temp file + os.replace).
+    `text` is the content, or a function that writes the file it is given (e.g. torch.save)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+    if isinstance(text, str):
+        tmp.write_text(text)
+    else:
+        text(tmp)
     os.replace(tmp, path)
 
 
