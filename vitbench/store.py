@@ -105,6 +105,9 @@ RUN_COLUMNS = [
 ]
 
 
+CURVE_COLUMNS = ["run_key", "name", "step", "value"]
+
+
 def shard_dir(results: Path) -> Path:
     return results / "runs"
 
@@ -189,7 +192,7 @@ def _replace_curves(con: duckdb.DuckDBPyConnection, run_key: str, curves: dict[s
     con.execute("DELETE FROM curves WHERE run_key = ?", [run_key])
     frame = pd.DataFrame(
         [(run_key, name, step, value) for name, values in curves.items() for step, value in enumerate(values, 1)],
-        columns=["run_key", "name", "step", "value"],
+        columns=CURVE_COLUMNS,
     )
     con.register("curves_frame", frame)
     con.execute("INSERT INTO curves SELECT run_key, name, step, value FROM curves_frame")
@@ -209,20 +212,25 @@ def metric_values(con: duckdb.DuckDBPyConnection, run_keys: list[str], name: str
 
 def read_curves(results: Path, run_keys: list[str] | None = None) -> pd.DataFrame:
     """The stored training curves (run_key, name, step, value), read-only; empty when there are none."""
+    df = _read_table(results, 4, "SELECT * FROM curves ORDER BY run_key, name, step", CURVE_COLUMNS)
+    return df if run_keys is None else df[df["run_key"].isin(run_keys)]
+
+
+def _read_table(results: Path, since_version: int, sql: str, columns: list[str]) -> pd.DataFrame:
+    """`sql` on the store opened read-only; an empty frame when the store, or the table (added by
+    migration `since_version`), is not there yet."""
     path = results / DB_NAME
-    empty = pd.DataFrame(columns=["run_key", "name", "step", "value"])
     if not path.exists():
-        return empty
+        return pd.DataFrame(columns=columns)
     con = duckdb.connect(str(path), read_only=True)
     try:
         version = _schema_version(con)
         _check_not_newer(path, version)
-        if version < 4:
-            return empty
-        df = con.execute("SELECT * FROM curves ORDER BY run_key, name, step").df()
+        if version < since_version:
+            return pd.DataFrame(columns=columns)
+        return con.execute(sql).df()
     finally:
         con.close()
-    return df if run_keys is None else df[df["run_key"].isin(run_keys)]
 
 
 def done_keys(con: duckdb.DuckDBPyConnection) -> set[str]:
@@ -297,15 +305,6 @@ def save_attention_distance(con: duckdb.DuckDBPyConnection, rows: list[dict]) ->
 
 
 def read_attention_distance(results: Path) -> pd.DataFrame:
-    path = results / DB_NAME
-    if not path.exists():
-        return pd.DataFrame(columns=ATTENTION_COLUMNS)
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        version = _schema_version(con)
-        _check_not_newer(path, version)
-        if version < 2:
-            return pd.DataFrame(columns=ATTENTION_COLUMNS)
-        return con.execute("SELECT * FROM attention_distance ORDER BY model, inspect_key, layer, head").df()
-    finally:
-        con.close()
+    return _read_table(
+        results, 2, "SELECT * FROM attention_distance ORDER BY model, inspect_key, layer, head", ATTENTION_COLUMNS
+    )
