@@ -181,8 +181,9 @@ def _score_finetuned(
     metrics["train_images_per_second"] = outcome.train_images / max(train_seconds, 1e-9)
     metrics["final_train_loss"] = _last(outcome.curves["train_loss"])
     if recorder.peak:  # achieved training FLOP/s (3 x forward per image) against the devices' bf16 peak
-        flops_per_image = group.model.backend.flops_per_image(group.model, group.res)  # type: ignore[union-attr]
-        metrics["mfu"] = 3 * flops_per_image * metrics["train_images_per_second"] / (recorder.peak * world.size)
+        metrics["mfu"] = (
+            3 * recorder.flops_per_image(group) * metrics["train_images_per_second"] / (recorder.peak * world.size)
+        )
     recorder.record(
         group,
         spec,

@@ -379,6 +379,16 @@ class Recorder:
         self.env, self.device_name = environment(), device_name(device)
         self.peak = peak_flops(self.device_name) if device.type == "cuda" else None
         self.count = 0
+        self._flops: dict[tuple[str, int], int] = {}
+
+    def flops_per_image(self, group: Group) -> int:
+        """Forward FLOPs per image, counted once per (model, resolution): a FlopCounterMode pass of
+        ViT-H takes a while, and a group records up to 12 runs."""
+        key = (group.model.name, group.res)
+        if key not in self._flops:
+            assert group.model.backend is not None
+            self._flops[key] = group.model.backend.flops_per_image(group.model, group.res)
+        return self._flops[key]
 
     def sweep_choice(self, sweep: list[RunSpec]) -> dict:
         """The sweep's best LR by dev accuracy (the first of the grid on a tie), from the store."""
@@ -406,13 +416,12 @@ class Recorder:
         notes: dict,
         curves: dict[str, list[float]] | None = None,
     ) -> None:
-        assert group.model.backend is not None
-        flops_per_image = group.model.backend.flops_per_image(group.model, group.res)
+        flops_per_image = self.flops_per_image(group)
         run = {
             "run_key": spec.run_key,
             **asdict(spec),
             "arch": group.model.arch,
-            "backend": group.model.backend.family,
+            "backend": group.model.family,
             "weights": group.weights,
             "random_init": group.weights == RANDOM,
             "data_dir": str(self.req.data_dir.resolve()) if self.req.data_dir else None,
