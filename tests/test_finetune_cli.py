@@ -81,6 +81,14 @@ def test_finetune_option_errors_are_one_line(cli, results):
     assert code == 2 and "only the finetune protocol runs data-parallel" in err
 
 
+def test_devices_mistakes_stop_before_torchrun_starts(cli, results):
+    # planned in the launching process: one line, not one per torchrun child plus torchrun's report
+    code, _, err = cli("run", *TINY, "--smoke", "--batch", "16", "--devices", "3", "--results", results)
+    assert code == 2 and err.strip() == "error: --batch 16: must split evenly over the 3 processes (--devices)"
+    code, _, err = cli("run", *TINY, "--dataset", "cifar10", "--devices", "2", "--results", results)
+    assert code == 2 and err.count("\n") == 1 and "cifar10 (no cifar-10-batches-py)" in err
+
+
 @pytest.mark.slow
 def test_a_run_killed_with_sigkill_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
     args = [*TINY, "--steps", "120", "--lr", "0.03", "--seeds", "0", "--checkpoint-every", "10"]

@@ -71,6 +71,21 @@ def _check_data_dir(data_dir: Path | None) -> Path | None:
     return data_dir
 
 
+def _check_before_launch(req, devices: int) -> None:
+    """Plan here, once, so that a mistake (a missing dataset, a batch that does not split over the
+    devices) is one line from this process, not the same error from every torchrun child followed
+    by torchrun's failure report."""
+    from vitbench import finetune, runner
+    from vitbench.provenance import resolve_device
+
+    device_type = resolve_device(req.device).type
+    for group in runner.plan(req):
+        if group.protocol != finetune.PROTOCOL:
+            raise UserError(f"--devices {devices}: only the finetune protocol runs data-parallel")
+        for spec in group.specs:
+            finetune.micro_batch_size(spec.hparams["batch"], devices, req.micro_batch, device_type)
+
+
 def _writable_results(results: Path) -> Path:
     try:
         results.mkdir(parents=True, exist_ok=True)
@@ -207,8 +222,7 @@ def run(
     if 0 in req.shots:
         raise UserError("--shots: shot counts must be at least 1")
     if devices > 1:  # the same command, once per device, under torchrun
-        if runner.resolve(req)[2] != "finetune":
-            raise UserError(f"--devices {devices}: only the finetune protocol runs data-parallel")
+        _check_before_launch(req, devices)
         raise typer.Exit(distributed.launch(devices, distributed.strip_devices(sys.argv[1:])))
     from vitbench.provenance import resolve_device
 

@@ -129,14 +129,22 @@ class Settings:
     checkpoint_every: int = 500
 
     def micro(self, world: int, device_type: str = "cpu") -> int:
-        per_process = self.batch // world
-        default = per_process if device_type == "cuda" else math.gcd(per_process, CPU_MICRO_BATCH)
-        micro = min(self.micro_batch or default, per_process)
-        if self.batch % world or per_process % micro:
-            raise UserError(
-                f"--batch {self.batch}: must split evenly over {world} process(es) and into micro-batches of {micro}"
-            )
-        return micro
+        return micro_batch_size(self.batch, world, self.micro_batch, device_type)
+
+
+def micro_batch_size(batch: int, world: int, asked: int | None, device_type: str) -> int:
+    """Images per forward/backward pass per process, or a one-line error when `batch` does not
+    split evenly over the processes and into passes of that size."""
+    if batch % world:
+        raise UserError(f"--batch {batch}: must split evenly over the {world} processes (--devices)")
+    per_process = batch // world
+    default = per_process if device_type == "cuda" else math.gcd(per_process, CPU_MICRO_BATCH)
+    micro = min(asked or default, per_process)
+    if per_process % micro:
+        raise UserError(
+            f"--batch {batch}: must split evenly over {world} process(es) and into micro-batches of {micro}"
+        )
+    return micro
 
 
 @dataclass
