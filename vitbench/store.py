@@ -216,17 +216,51 @@ def read_curves(results: Path, run_keys: list[str] | None = None) -> pd.DataFram
     return df if run_keys is None else df[df["run_key"].isin(run_keys)]
 
 
-def _read_table(results: Path, since_version: int, sql: str, columns: list[str]) -> pd.DataFrame:
-    """`sql` on the store opened read-only; an empty frame when the store, or the table (added by
-    migration `since_version`), is not there yet."""
+def _shard_snapshot(results: Path) -> duckdb.DuckDBPyConnection:
+    """An in-memory store built from the shards: what readers see while a `vitbench run` holds the
+    database file's write lock (DuckDB lets no other process open it meanwhile). Every finished
+    run is in a shard, so tables and plots stay complete; attention distances are not (empty)."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP, vitbench_version VARCHAR)")
+    for number, steps in enumerate(MIGRATIONS, start=1):
+        for sql in steps:
+            con.execute(sql)
+        con.execute("INSERT INTO schema_version VALUES (?, now(), NULL)", [number])
+    folder = shard_dir(results)
+    ingest(con, sorted(folder.glob("*.json")) if folder.is_dir() else [])
+    return con
+
+
+def _open_for_reading(results: Path) -> duckdb.DuckDBPyConnection | None:
+    """The store opened read-only (None when there is none yet); the shards' snapshot while a run
+    is writing to it."""
     path = results / DB_NAME
     if not path.exists():
-        return pd.DataFrame(columns=columns)
-    con = duckdb.connect(str(path), read_only=True)
+        return None
     try:
-        version = _schema_version(con)
-        _check_not_newer(path, version)
-        if version < since_version:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.IOException as e:
+        if "lock" not in str(e).lower():
+            raise UserError(f"{path}: cannot read the results store ({' '.join(str(e).split())[:200]})") from None
+        return _shard_snapshot(results)
+    except duckdb.Error as e:
+        raise UserError(f"{path}: cannot read the results store ({' '.join(str(e).split())[:200]})") from None
+    try:
+        _check_not_newer(path, _schema_version(con))
+    except UserError:
+        con.close()
+        raise
+    return con
+
+
+def _read_table(results: Path, since_version: int, sql: str, columns: list[str]) -> pd.DataFrame:
+    """`sql` on the store opened for reading; an empty frame when the store, or the table (added by
+    migration `since_version`), is not there yet."""
+    con = _open_for_reading(results)
+    if con is None:
+        return pd.DataFrame(columns=columns)
+    try:
+        if _schema_version(con) < since_version:
             return pd.DataFrame(columns=columns)
         return con.execute(sql).df()
     finally:
@@ -249,21 +283,13 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, results: Path) -> int:
 def read_results(results: Path) -> pd.DataFrame:
     """Every finished run joined with its metrics (one row per metric), read-only.
     An absent store is an empty frame, never an error."""
-    path = results / DB_NAME
-    if not path.exists():
-        return pd.DataFrame(columns=[*RUN_COLUMNS, "metric", "value"])
-    try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error as e:
-        raise UserError(f"{path}: cannot read the results store ({' '.join(str(e).split())[:200]})") from None
-    try:
-        _check_not_newer(path, _schema_version(con))
-        return con.execute(
-            "SELECT r.*, m.name AS metric, m.value FROM runs r JOIN metrics m USING (run_key) "
-            "WHERE r.status = 'done' ORDER BY r.model, r.dataset, r.shots, r.seed"
-        ).df()
-    finally:
-        con.close()
+    return _read_table(
+        results,
+        1,
+        "SELECT r.*, m.name AS metric, m.value FROM runs r JOIN metrics m USING (run_key) "
+        "WHERE r.status = 'done' ORDER BY r.model, r.dataset, r.shots, r.seed",
+        [*RUN_COLUMNS, "metric", "value"],
+    )
 
 
 ATTENTION_COLUMNS = [
