@@ -17,7 +17,7 @@ def run_demo(cli, results, *extra):
 def test_demo_runs_stores_and_renders(cli, results, caplog):
     code, out, _ = run_demo(cli, results)
     assert code == 0, out
-    assert "Digits (8x8, scikit-learn) · 5-shot" in out and "random init" in out and "†" in out
+    assert "Digits (8x8, scikit-learn)" in out and "vit-ti/16 (random init) · 5-shot†" in out
     df = store.read_results(results)
     assert len(df) == 4 and set(df["shots"]) == {1, 5} and set(df["seed"]) == {0, 1}
     row = df.iloc[0]
@@ -49,16 +49,16 @@ def test_table_formats_and_compare(cli, results):
     run_demo(cli, results)
     code, md, _ = cli("table", "--results", results, "--format", "md", "--compare", "bit-l")
     assert code == 0
-    assert "| | vit-ti/16 (random init)† | bit-l (paper) |" in md
-    assert "| paper TPUv3-core-days (pre-training) |  | 9.9k |" in md
-    assert " ± " in md and "(n=2)" in md
+    assert "| | vit-ti/16 (random init) · 1-shot† | vit-ti/16 (random init) · 5-shot† | bit-l (paper) |" in md
+    assert "| paper TPUv3-core-days (pre-training: cores × days) |  |  | 9.9k |" in md
+    assert "| CIFAR-10 |  |  | 99.37 ± 0.06 |" in md  # no measured cell: empty, never 0 (one cell: no bold)
+    assert " ± " in md and "(n=2)" in md and "(Δ" not in md  # random-init few-shot cells get no Δ
     code, latex, _ = cli("table", "--results", results, "--format", "latex")
     assert code == 0 and r"\toprule" in latex and r"$\pm$" in latex and r"$^\dagger$" in latex
     code, csv, _ = cli("table", "--results", results, "--format", "csv", "--shots", "5")
     assert code == 0 and csv.startswith("row,column,mean,std,n") and "1-shot" not in csv
     code, out, _ = cli("table", "--results", results, "--compare", "vit-l/16-i21k")
-    assert code == 0 and "99.15 ± 0.03" not in out  # the measured rows are digits: no CIFAR cell to show
-    assert "vit-l/16-i21k (paper)" in out and "0.23k" in out  # but the column and its cost row are there
+    assert code == 0 and "99.15 ± 0.03" in out and "vit-l/16-i21k (paper)" in out and "0.23k" in out
     code, out, _ = cli("table", "--results", results / "empty", "--compare", "bit-l")
     assert code == 0 and "99.37 ± 0.06" in out  # paper column alone on an empty store
 

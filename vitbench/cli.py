@@ -287,50 +287,186 @@ def run(
         if con is not None:
             con.close()
     if world.is_main:
-        _print_table(results, compare=(), fmt="rich", shots=None)
+        _print_table(results, compact=True)
 
 
-def _print_table(results: Path, compare, fmt: str, shots: int | None) -> None:
-    from vitbench import store, table
+def _print_table(results: Path, compact: bool = False) -> None:
+    """The summary after `vitbench run`: the default view, only the rows that have results."""
+    from vitbench import render, store, table
 
-    df = store.read_results(results)
-    _render(table.build(df, compare=compare, shots=shots), fmt, results)
+    data = table.accuracy_view(store.read_results(results), compact=compact)
+    if data.rows:
+        out.print(render.to_rich(data))
 
 
-def _render(data, fmt: str, results: Path) -> None:
-    from vitbench import store, table
+def _emit(text: str, out_file: Path | None) -> None:
+    if out_file is None:
+        sys.stdout.write(text)
+        return
+    from vitbench.provenance import write_atomic
 
+    if out_file.is_dir():
+        raise UserError(f"--out {out_file}: is a folder, expected a file name")
+    write_atomic(out_file, text)
+    err.print(f"wrote {out_file}")
+
+
+def _render(data, fmt: str, results: Path, out_file: Path | None = None) -> None:
+    from vitbench import render, store
+
+    if fmt not in render.FORMATS:
+        raise UserError(f"--format {fmt}: expected {', '.join(render.FORMATS)}")
     if not data.rows:
         err.print(f"no results in {results / store.DB_NAME} yet; try `vitbench run`")
         return
     if fmt == "rich":
-        out.print(table.to_rich(data))
+        if out_file is not None:
+            raise UserError("--out needs a file format: --format md, latex, csv or html")
+        out.print(render.to_rich(data))
     else:
-        renderers = {"md": table.to_markdown, "latex": table.to_latex, "csv": table.to_csv}
-        if fmt not in renderers:
-            raise UserError(f"--format {fmt}: expected rich, md, latex or csv")
-        sys.stdout.write(renderers[fmt](data))
+        _emit(render.render_text(data, fmt), out_file)
+
+
+Where = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--where",
+        help="Keep runs matching FIELD OP VALUE (OP: = != > < >= <= ~), repeatable: model=vit-b/16, "
+        "weights=deit*, data_source~cifar, 'date>=2026-11-01', hparams.res=384.",
+    ),
+]
+Protocol = Annotated[
+    str | None,
+    typer.Option("--protocol", help="finetune, eval or fewshot (default: fine-tuned results, else few-shot)."),
+]
 
 
 @app.command("table")
 def table_cmd(
-    compare: Annotated[list[str] | None, typer.Option("--compare", help="Paper column(s) to add, e.g. bit-l.")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="rich, md, latex or csv.")] = "rich",
+    names: Annotated[
+        list[str] | None, typer.Argument(help="More paper columns after --compare (`--compare bit-l vit-l/16-i21k`).")
+    ] = None,
+    compare: Annotated[
+        list[str] | None, typer.Option("--compare", help="Paper column(s) to add, e.g. bit-l (`vitbench ls models`).")
+    ] = None,
+    which: Annotated[str, typer.Option("--table", help="2 (default), 5, 6 or 9: the paper table's layout.")] = "2",
+    protocol: Protocol = None,
     shots: Annotated[int | None, typer.Option("--shots", help="Only this few-shot count.")] = None,
+    group_by: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--group-by", help="Columns by these stored fields instead of (model, weights), e.g. data_source."
+        ),
+    ] = None,
+    where: Where = None,
+    include_marked: Annotated[
+        bool, typer.Option("--include-marked", help="Give random-init, subset and smoke cells a Δ and a bold too.")
+    ] = False,
+    delta_to: Annotated[
+        str | None, typer.Option("--delta-to", help="The --compare column Δ is taken against (default: the first).")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="rich, md, latex, csv or html.")] = "rich",
+    out_file: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file instead of stdout.")] = None,
     view: Annotated[
         str, typer.Option("--view", help="accuracy, or attention (mean attention distance per layer).")
     ] = "accuracy",
     results: Results = Path("results"),
 ) -> None:
-    """Show stored results as a Table 2-style comparison."""
-    if view == "attention":
-        from vitbench import store, table
+    """Stored results in the paper's layouts, beside the paper's own numbers."""
+    from vitbench import query, store, table
 
-        _render(table.attention_view(store.read_attention_distance(results)), fmt, results)
+    if view == "attention":
+        _render(table.attention_view(store.read_attention_distance(results)), fmt, results, out_file)
         return
     if view != "accuracy":
         raise UserError(f"--view {view}: expected accuracy or attention")
-    _print_table(results, compare=compare or (), fmt=fmt, shots=shots)
+    if names and not compare:
+        raise UserError(f"unexpected argument {names[0]!r}: paper columns follow --compare (--compare {names[0]})")
+    compare = [*(compare or ()), *(names or ())]
+    if protocol is not None and protocol not in ("finetune", "eval", "fewshot"):
+        raise UserError(f"--protocol {protocol}: expected finetune, eval or fewshot")
+    if shots is not None and protocol not in (None, "fewshot"):
+        raise UserError(f"--shots {shots}: only few-shot runs have shots; drop --protocol {protocol}")
+    if shots is not None:
+        protocol = "fewshot"
+    df = query.apply_where(store.read_results(results), where)
+    fields = query.split_fields(group_by)
+    if which == "2":
+        data = table.accuracy_view(df, compare, protocol, shots, fields, include_marked, delta_to)
+    elif which == "9":
+        data = table.table9_view(df, compare, protocol, fields, include_marked, delta_to)
+    elif which in ("5", "6"):
+        if compare or fields or delta_to:
+            raise UserError(
+                f"--table {which}: shows the paper's whole table; --compare/--group-by/--delta-to are for 2 and 9"
+            )
+        view_fn = table.table5_view if which == "5" else table.table6_view
+        data = view_fn(df, protocol, include_marked)
+    else:
+        raise UserError(f"--table {which}: expected 2, 5, 6 or 9")
+    _render(data, fmt, results, out_file)
+
+
+@app.command("export")
+def export_cmd(
+    fmt: Annotated[str, typer.Option("--format", "-f", help="parquet, csv or json.")] = "parquet",
+    out_file: Annotated[
+        Path | None, typer.Option("--out", "-o", help="The file to write (default vitbench-runs.<format>).")
+    ] = None,
+    where: Where = None,
+    results: Results = Path("results"),
+) -> None:
+    """Every stored run × metric with its provenance, as Parquet, CSV or JSON (for pandas and sharing)."""
+    from vitbench.export import export
+
+    path = out_file or Path(f"vitbench-runs.{fmt}")
+    rows = export(results, fmt, path, where)
+    out.print(f"wrote {rows} rows (run × metric, with provenance) to {path}")
+
+
+@app.command("plot")
+def plot_cmd(
+    figures: Annotated[
+        list[str] | None, typer.Argument(help="vtab, cost, fewshot, curves (default: all four).")
+    ] = None,
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the figures.")] = Path("plots"),
+    formats: Annotated[str, typer.Option("--formats", help="Comma-separated: png, svg.")] = "png,svg",
+    cost: Annotated[str, typer.Option("--cost", help="The cost axis of `cost`: flops or days.")] = "flops",
+    run: Annotated[
+        str | None, typer.Option("--run", help="`curves`: the run_key (or its start) of a fine-tuning run.")
+    ] = None,
+    protocol: Protocol = None,
+    where: Where = None,
+    results: Results = Path("results"),
+) -> None:
+    """The paper's figures from the store: VTAB groups, accuracy vs cost, few-shot vs shots, fine-tuning curves."""
+    from vitbench import plots, query, store
+
+    chosen = figures or list(plots.FIGURES)
+    for name in chosen:
+        if name not in plots.FIGURES:
+            raise UserError(f"vitbench plot {name}: expected one of {', '.join(plots.FIGURES)}")
+    exts = tuple(f.strip().lower() for f in formats.split(",") if f.strip())
+    if not exts or any(e not in ("png", "svg") for e in exts):
+        raise UserError(f"--formats {formats}: expected png, svg or png,svg")
+    df = query.apply_where(store.read_results(results), where)
+    for name in chosen:
+        try:
+            if name == "vtab":
+                fig = plots.vtab_figure(df, out_dir, exts, protocol)
+            elif name == "cost":
+                fig = plots.cost_figure(df, out_dir, exts, protocol, cost)
+            elif name == "fewshot":
+                fig = plots.fewshot_figure(df, out_dir, exts)
+            else:
+                fig = plots.curves_figure(df, store.read_curves(results), out_dir, exts, run)
+        except UserError as e:
+            if figures:  # asked for by name: the reason is the error
+                raise
+            err.print(f"{name}: skipped, {e}", markup=False, highlight=False)
+            continue
+        out.print(f"[bold]{', '.join(str(f) for f in fig.files)}[/bold]")
+        out.print(fig.caption, markup=False, highlight=False)
 
 
 @app.command("ls")
@@ -407,7 +543,7 @@ def inspect_cmd(
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
 ) -> None:
     """Paper §4.5 views of a backbone: embedding filters, position similarity, attention distance, rollout."""
-    from vitbench import inspection, registry, store, table
+    from vitbench import inspection, registry, render, store, table
     from vitbench.provenance import device_name, resolve_device
 
     spec = registry.get_model(model)
@@ -431,7 +567,7 @@ def inspect_cmd(
         store.save_attention_distance(con, rows)
     finally:
         con.close()
-    out.print(table.to_rich(table.attention_view(store.read_attention_distance(results), only=key)))
+    out.print(render.to_rich(table.attention_view(store.read_attention_distance(results), only=key)))
     written = ["embedding_filters.png"] if found["filters_written"] else []
     written += [
         "position_similarity.png",

@@ -1,14 +1,25 @@
-"""Table 2-style comparisons: measured columns (mean ± std over seeds, with n) beside paper columns.
+"""The comparison views: stored runs (mean ± std over seeds, n) beside the paper's own numbers.
 
-Rows are (dataset, protocol, shots); one column per measured (model, weights); `--compare`
-adds the paper's columns. Random-init and subset-data columns carry a marker and a footnote.
+Every view builds a `TableData` (rows × columns of `Cell`s plus footnotes); `vitbench.render`
+turns it into rich, Markdown, LaTeX, CSV or HTML. Views:
+
+- `accuracy_view`: Table 2's layout — rows ImageNet, ReaL, CIFAR-10/100, Pets, Flowers, VTAB,
+  then the cost rows; one column per measured (model, weights, protocol, setting), or per
+  `--group-by` fields; `--compare` paper columns with Δ against one of them.
+- `table9_view`: VTAB-1k per task with the natural / specialized / structured means.
+- `table5_view`: Table 5's blocks by pre-training dataset, measured weights as blocks of their own.
+- `table6_view`: Table 6's models with pre-training exaFLOPs, measured columns as rows.
+- `attention_view`: mean attention distance per layer (`vitbench inspect`).
+
+Honesty: random-init (†), subset-data (‡) and smoke (§) results carry their symbol and a
+footnote in every view, get no Δ and are never the row's best unless `include_marked`.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -16,35 +27,87 @@ import pandas as pd
 from vitbench import paper
 from vitbench.datasets import DATASETS
 from vitbench.datasets.vtab import GROUPS, TASKS, group_means
+from vitbench.errors import UserError
+from vitbench.query import _json, field_values
 
-VTAB_ROWS = ["vtab", *(f"vtab_{g}" for g in GROUPS)]  # the 19-task mean, then the group means
-ROW_ORDER = [
-    "imagenet",
-    "imagenet_real",
-    "cifar10",
-    "cifar100",
-    "pets",
-    "flowers102",
-    *VTAB_ROWS,
-    *(f"vtab/{t.key}" for t in TASKS),
-    "digits",
-]
+RANDOM_MARK, SUBSET_MARK, SMOKE_MARK = "†", "‡", "§"
+TABLE2_ROWS = ["imagenet", "imagenet_real", "cifar10", "cifar100", "pets", "flowers102", "vtab"]
+TABLE5_ROWS = ["cifar10", "cifar100", "imagenet", "imagenet_real", "flowers102", "pets"]
+TABLE6_ROWS = ["imagenet", "imagenet_real", "cifar10", "cifar100", "pets", "flowers102"]
 TITLES = {
     **{k: v.title for k, v in DATASETS.items()},
     "imagenet_real": "ImageNet ReaL",
     "vtab": "VTAB (19 tasks)",
-    **{f"vtab_{g}": f"VTAB {g} ({sum(t.group == g for t in TASKS)} tasks)" for g in GROUPS},
+    **{f"vtab_{g}": f"{g.capitalize()} ({sum(t.group == g for t in TASKS)} tasks)" for g in GROUPS},
+    **{f"vtab/{t.key}": t.title for t in TASKS},
 }
-RANDOM_MARK, SUBSET_MARK, SMOKE_MARK = "†", "‡", "§"
+COST_ROW = "vitbench accelerator-days (this evaluation: devices × days)"
+PAPER_COST_ROW = "paper TPUv3-core-days (pre-training: cores × days)"
+# the paper's numbers are fine-tuned; a model's own head evaluated (`eval`) is fine-tuned too
+DELTA_PROTOCOLS = ("finetune", "eval")
+# hparams that differ between the runs of one setting (seeds, the LR sweep's stages)
+PER_RUN_HPARAMS = {"stage", "splits", "lr_grid", "test_fingerprint", "seed"}
+
+
+@dataclass
+class Cell:
+    mean: float | None = None
+    std: float | None = None
+    n: int | None = None
+    marks: str = ""
+    delta: float | None = None
+    text: str | None = None  # a preformatted value (cost rows)
+    is_paper: bool = False
+    rankable: bool = False  # takes part in the row's best (accuracy cells without a marker)
+
+    def value(self, pm: str = "±") -> str:
+        if self.text is not None:
+            return self.text
+        if self.mean is None:
+            return ""
+        out = f"{self.mean:.2f}"
+        if self.std is not None:
+            out += f" {pm} {self.std:.2f}"
+        if self.n is not None:
+            out += f" (n={self.n})"
+        return out
 
 
 @dataclass
 class TableData:
     rows: list[str] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
-    cells: dict[tuple[str, str], str] = field(default_factory=dict)
-    numbers: list[dict] = field(default_factory=list)  # the same cells, machine-readable (CSV)
+    cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
     footnotes: list[str] = field(default_factory=list)
+    title: str = ""
+    paper_columns: set[str] = field(default_factory=set)
+
+    def add_row(self, row: str) -> None:
+        if row not in self.rows:
+            self.rows.append(row)
+
+    def add_column(self, column: str, is_paper: bool = False) -> None:
+        if column not in self.columns:
+            self.columns.append(column)
+        if is_paper:
+            self.paper_columns.add(column)
+
+    def best(self) -> set[tuple[str, str]]:
+        """The highest rankable cell(s) of each row with at least two rankable cells (bold in print)."""
+        out: set[tuple[str, str]] = set()
+        for row in self.rows:
+            ranked: list[tuple[str, float]] = []
+            for c in self.columns:
+                cell = self.cells.get((row, c))
+                if cell is not None and cell.rankable and cell.mean is not None:
+                    ranked.append((c, cell.mean))
+            if len(ranked) >= 2:
+                top = max(m for _, m in ranked)
+                out |= {(row, c) for c, m in ranked if round(m, 2) == round(top, 2)}
+        return out
+
+
+# ---------------------------------------------------------------- measured runs → columns
 
 
 def select_sweep_l2(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
@@ -65,162 +128,522 @@ def select_sweep_l2(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
     return pd.concat([rest, picked.drop(columns="l2")], ignore_index=True), chosen
 
 
-def _column_label(run: pd.Series) -> str:
-    weights = (
-        "random init"
-        if run["random_init"]
-        else f"{str(run['weights']).rsplit('/', 1)[-1]} [{run['weights_sha256'][:8]}]"
-    )
-    marks = (RANDOM_MARK if run["random_init"] else "") + (SUBSET_MARK if run["data_subset"] else "")
-    marks += SMOKE_MARK if _is_smoke(run) else ""
-    return f"{run['model']} ({weights}){marks}"
+def _is_smoke(hparams) -> bool:
+    return bool(_json(hparams).get("smoke"))
 
 
-def _is_smoke(run: pd.Series) -> bool:
-    hparams = run.get("hparams")
-    return bool((json.loads(hparams) if isinstance(hparams, str) else hparams or {}).get("smoke"))
+def _setting(hparams) -> dict:
+    """A run's hparams without what differs between the runs of one setting; a sweep run belongs
+    to the setting whose final runs chose their LR on the dev split."""
+    h = dict(_json(hparams))
+    if h.get("stage") == "sweep":
+        h["lr"] = "best-on-dev"
+    return {k: v for k, v in h.items() if k not in PER_RUN_HPARAMS}
 
 
-def _row_label(dataset: str, protocol: str, shots) -> str:
-    title = TITLES.get(dataset, dataset)
-    if protocol == "fewshot" and shots is not None and not (isinstance(shots, float) and math.isnan(shots)):
-        return f"{title} · {int(shots)}-shot"
-    return f"{title} · {protocol}"
+def _short(value) -> str:
+    text = json.dumps(value) if isinstance(value, list | dict) else str(value)
+    return text if len(text) <= 28 else text[:27] + "…"
 
 
-def _cell(values: pd.Series, scale: float = 100.0) -> str:
-    mean = values.mean() * scale
-    if len(values) < 2:
-        return f"{mean:.2f} (n=1)"
-    return f"{mean:.2f} ± {values.std(ddof=1) * scale:.2f} (n={len(values)})"
+def weights_label(model: str, weights: str, sha: str, random_init: bool) -> str:
+    name = str(weights).rsplit("/", 1)[-1]
+    for ext in (".safetensors", ".npz", ".pth", ".pt", ".bin"):  # the full name is in the provenance footnote
+        name = name.removesuffix(ext)
+    shown = "random init" if random_init else f"{name} [{str(sha)[:8]}]"
+    return f"{model} ({shown})"
 
 
-def _real_as_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """ImageNet ReaL is a row of its own in Table 2: the `accuracy_real` metric of an ImageNet run."""
-    real = df[df["metric"] == "accuracy_real"].copy()
-    real["dataset"], real["metric"] = "imagenet_real", "accuracy"
-    return real
+@dataclass
+class Measured:
+    """Accuracy values (one per run and row dataset) with their column, and every run behind each
+    column (LR-sweep runs included) for the cost rows and the provenance footnotes."""
+
+    acc: pd.DataFrame
+    runs: pd.DataFrame
+    chosen_l2: dict[int, float]
+    protocols_hidden: dict[str, int] = field(default_factory=dict)
+
+
+def _base_key(run: pd.Series) -> tuple:
+    shots = run["shots"]
+    shots = None if pd.isna(shots) else int(shots)
+    return (run["model"], run["weights_sha256"], bool(run["random_init"]), run["protocol"], shots)
+
+
+def measure(
+    df: pd.DataFrame,
+    protocol: str | None = None,
+    shots: int | None = None,
+    group_by: Sequence[str] = (),
+) -> Measured:
+    """Label every run with its column. Default columns: (model, weights, protocol, shots, setting),
+    where a setting splits a column only by the hparams that differ between runs of one dataset
+    (e.g. `res=96` next to `res=384`, or smoke next to full); `group_by` replaces that key."""
+    df, chosen = select_sweep_l2(df)
+    hidden: dict[str, int] = {}
+    if protocol is None and not df.empty:  # Table 2 is fine-tuned: few-shot shows only when nothing else is stored
+        finetuned = df["protocol"].isin(DELTA_PROTOCOLS)
+        if finetuned.any():
+            hidden = df.loc[~finetuned].groupby("protocol")["run_key"].nunique().to_dict()
+            df = df[finetuned]
+    elif protocol is not None:
+        df = df[df["protocol"] == protocol]
+    if shots is not None:
+        df = df[df["shots"] == shots]
+    if df.empty:
+        empty = df.assign(column=pd.Series(dtype=str), smoke=pd.Series(dtype=bool))
+        return Measured(empty, empty.drop_duplicates("run_key"), chosen, hidden)
+
+    df = df.copy()
+    df["smoke"] = df["hparams"].map(_is_smoke)
+    df["base"] = df.apply(_base_key, axis=1)
+    if group_by:
+        values = [field_values(df, f, "--group-by").map(str) for f in group_by]
+        df["column"] = [
+            ", ".join(f"{f}={v}" for f, v in zip(group_by, vs, strict=True)) for vs in zip(*values, strict=True)
+        ]
+        marks = df.groupby("column").agg(random=("random_init", "any"), smoke=("smoke", "any"))
+        df["column"] = df["column"].map(
+            lambda c: (
+                c + (RANDOM_MARK if marks.loc[c, "random"] else "") + (SMOKE_MARK if marks.loc[c, "smoke"] else "")
+            )
+        )
+    else:
+        df["column"] = _default_columns(df)
+
+    runs = df.drop_duplicates("run_key")
+    accuracy = df[df["metric"] == "accuracy"]
+    real = df[df["metric"] == "accuracy_real"].assign(dataset="imagenet_real", metric="accuracy")
+    acc = pd.concat([accuracy, real], ignore_index=True)
+    return Measured(acc, runs, chosen, hidden)
+
+
+def _default_columns(df: pd.DataFrame) -> pd.Series:
+    settings = df["hparams"].map(_setting)
+    finals = df["metric"].isin(["accuracy", "accuracy_real"])
+    splitting: dict[tuple, set[str]] = {}  # base key → hparams that differ within one dataset
+    for (base, _dataset), idx in df[finals].groupby(["base", "dataset"], sort=False).groups.items():
+        seen: dict[str, set[str]] = {}
+        for setting in settings.loc[idx]:
+            for k, v in setting.items():
+                seen.setdefault(k, set()).add(json.dumps(v, sort_keys=True, default=str))
+        splitting.setdefault(base, set()).update(k for k, vs in seen.items() if len(vs) > 1)
+    several_protocols = df["protocol"].nunique() > 1
+    labels = []
+    for (_, run), setting in zip(df.iterrows(), settings, strict=True):
+        model, sha, random_init, protocol, shots = run["base"]
+        label = weights_label(model, run["weights"], sha, random_init)
+        if shots is not None:
+            label += f" · {shots}-shot"
+        elif several_protocols:
+            label += f" · {protocol}"
+        keys = sorted(splitting.get(run["base"], set()) - {"smoke"})
+        if keys:
+            label += " · " + ", ".join(f"{k}={_short(setting.get(k))}" for k in keys)
+        label += (RANDOM_MARK if random_init else "") + (SMOKE_MARK if _is_smoke(run["hparams"]) else "")
+        labels.append(label)
+    return pd.Series(labels, index=df.index)
 
 
 def _vtab_rollups(acc: pd.DataFrame) -> pd.DataFrame:
-    """The VTAB mean and the group means as rows, per (column, protocol, shots, seed), computed only
-    where every task of the group has a result (unweighted, as in the paper)."""
+    """The VTAB mean and the group means as rows, per (column, seed), computed only where every
+    task of the group has a result (unweighted, as in the paper)."""
     tasks = acc[acc["dataset"].str.startswith("vtab/")]
     rows = []
-    for _, part in tasks.groupby(["column", "protocol", "shots", "seed"], dropna=False, sort=False):
+    for _, part in tasks.groupby(["column", "seed"], sort=False):
         means = group_means(dict(zip(part["dataset"].str[len("vtab/") :], part["value"], strict=True)))
         for name, value in means.items():
             row = part.iloc[0].copy()
             row["dataset"] = name if name == "vtab" else f"vtab_{name}"
-            row["value"], row["run_key"] = value, None  # a mean of runs, not a run: no cost of its own
+            row["value"], row["data_subset"] = value, bool(part["data_subset"].any())
             rows.append(row)
     return pd.DataFrame(rows) if rows else acc.iloc[0:0]
 
 
-def build(df: pd.DataFrame, compare: list[str] | tuple[str, ...] = (), shots: int | None = None) -> TableData:
-    data = TableData()
-    df, chosen = select_sweep_l2(df)
-    smoke_left_out = 0
-    if compare and not df.empty:  # --smoke runs check a pipeline: never set beside the paper's numbers
-        smoke = df.apply(_is_smoke, axis=1).astype(bool)
-        smoke_left_out = df.loc[smoke, "run_key"].nunique()
-        df = df[~smoke]
-    acc = pd.concat([df[df["metric"] == "accuracy"], _real_as_rows(df)], ignore_index=True)
-    if shots is not None:
-        acc = acc[acc["shots"] == shots]
-    if not acc.empty:
-        acc["column"] = acc.apply(_column_label, axis=1)
-        acc = pd.concat([acc, _vtab_rollups(acc)], ignore_index=True)
-        acc["order"] = acc["dataset"].map(lambda d: ROW_ORDER.index(d) if d in ROW_ORDER else len(ROW_ORDER))
-        acc = acc.sort_values(["order", "dataset", "protocol", "shots"])
-        acc["row"] = [
-            _row_label(d, p, s) for d, p, s in zip(acc["dataset"], acc["protocol"], acc["shots"], strict=True)
-        ]
-        data.columns = list(dict.fromkeys(acc["column"]))
-        data.rows = list(dict.fromkeys(acc["row"]))
-        for (row, col), cell in acc.groupby(["row", "column"], sort=False):
-            data.cells[(row, col)] = _cell(cell["value"])
-            data.numbers.append(
-                {
-                    "row": row,
-                    "column": col,
-                    "mean": cell["value"].mean() * 100,
-                    "std": cell["value"].std(ddof=1) * 100 if len(cell) > 1 else None,
-                    "n": len(cell),
-                }
-            )
-        # the cost of the measurement itself, not the paper's pre-training cost (a separate row)
-        cost_row = "vitbench accelerator-days (this evaluation)"
-        # every run behind a column counts, the fine-tuning LR sweep's included
-        runs = df.drop_duplicates("run_key").copy()
-        runs["column"] = runs.apply(_column_label, axis=1)
-        runs = runs[runs["column"].isin(data.columns) & runs["dataset"].isin(set(acc["dataset"]))]
-        for col, part in runs.groupby("column", sort=False):
-            days = part["device_seconds"].sum() / 86400
-            data.cells[(cost_row, col)] = f"{days:.2g}"
-            data.numbers.append({"row": cost_row, "column": col, "mean": days, "std": None, "n": len(part)})
-        data.rows.append(cost_row)
-        row_dataset = dict(zip(acc["row"], acc["dataset"], strict=True))
-    else:
-        row_dataset = {}
+def _column_meta(runs: pd.DataFrame) -> dict[str, dict]:
+    meta: dict[str, dict] = {}
+    for col, part in runs.groupby("column", sort=False):
+        meta[str(col)] = {
+            "random": bool(part["random_init"].any()),
+            "smoke": bool(part["smoke"].any()),
+            "protocols": set(part["protocol"]),
+        }
+    return meta
 
+
+def _delta_allowed(meta: dict, cell: Cell, include_marked: bool) -> bool:
+    if not meta["protocols"] <= set(DELTA_PROTOCOLS):
+        return False
+    return include_marked or not (meta["random"] or meta["smoke"] or cell.marks)
+
+
+def _measured_cells(
+    data: TableData,
+    m: Measured,
+    row_of: dict[str, str],
+    include_marked: bool,
+) -> dict[str, dict]:
+    """Fill the measured columns' cells for the datasets in `row_of` (dataset → row label)."""
+    acc = pd.concat([m.acc, _vtab_rollups(m.acc)], ignore_index=True) if not m.acc.empty else m.acc
+    meta = _column_meta(m.runs)
+    for col in dict.fromkeys(m.runs["column"]):
+        data.add_column(str(col))
+    for (dataset, col), part in acc.groupby(["dataset", "column"], sort=False):
+        if dataset not in row_of:
+            continue
+        values = part["value"] * 100
+        column_meta = meta[str(col)]
+        cell = Cell(
+            mean=float(values.mean()),
+            std=float(values.std(ddof=1)) if len(values) > 1 else None,
+            n=len(values),
+            marks=SUBSET_MARK if part["data_subset"].any() else "",
+        )
+        cell.rankable = include_marked or not (column_meta["random"] or column_meta["smoke"] or cell.marks)
+        data.cells[(row_of[str(dataset)], str(col))] = cell
+    return meta
+
+
+def _cost_row(data: TableData, m: Measured, datasets: set[str]) -> None:
+    """Accelerator-days of every run behind each column (the fine-tuning LR sweep's included) on the
+    datasets shown; empty where a run recorded no device time."""
+    runs = m.runs
+    in_rows = runs["dataset"].isin(datasets) | (
+        runs["dataset"].str.startswith("vtab/") & bool(datasets & {"vtab", *(f"vtab_{g}" for g in GROUPS)})
+    )
+    any_cost = False
+    for col, part in runs[in_rows].groupby("column", sort=False):
+        seconds = pd.to_numeric(part["device_seconds"], errors="coerce") * pd.to_numeric(
+            part["device_count"], errors="coerce"
+        ).fillna(1)
+        if seconds.notna().any():
+            days = float(seconds.sum()) / 86400
+            data.cells[(COST_ROW, str(col))] = Cell(mean=days, n=len(part), text=f"{days:.2g}")
+            any_cost = True
+    if any_cost or data.columns:
+        data.add_row(COST_ROW)
+
+
+def _paper_columns(
+    data: TableData,
+    compare: Sequence[str],
+    row_of: dict[str, str],
+    values: dict[str, pd.DataFrame],
+    cost: bool = True,
+) -> None:
     for name in compare:
-        paper_rows = paper.column(name)
         col = f"{name} (paper)"
-        data.columns.append(col)
-        by_dataset = {r.dataset: r for r in paper_rows.itertuples()}
-        if not row_dataset:  # nothing measured: show the paper column on its own rows
-            for r in paper_rows.itertuples():
-                label = TITLES.get(r.dataset, r.dataset)
-                if r.dataset == "tpuv3_core_days":
-                    continue
-                row_dataset.setdefault(label, r.dataset)
-                if label not in data.rows:
-                    data.rows.append(label)
-        for row, dataset in row_dataset.items():
+        data.add_column(col, is_paper=True)
+        by_dataset = {r.dataset: r for r in values[name].itertuples()}
+        for dataset, row in row_of.items():
             if dataset in by_dataset:
                 r = by_dataset[dataset]
-                has_std = isinstance(r.std, float) and not math.isnan(r.std)
-                data.cells[(row, col)] = f"{r.value:.2f}" + (f" ± {r.std:.2f}" if has_std else "")
-                data.numbers.append(
-                    {"row": row, "column": col, "mean": r.value, "std": r.std if has_std else None, "n": None}
-                )
-        if "tpuv3_core_days" in by_dataset:
-            row = "paper TPUv3-core-days (pre-training)"
-            if row not in data.rows:
-                data.rows.append(row)
-            value = by_dataset["tpuv3_core_days"].value
-            data.cells[(row, col)] = f"{value / 1000:.2g}k"
-            data.numbers.append({"row": row, "column": col, "mean": value, "std": None, "n": None})
-        fewshot_measured = not acc.empty and (acc["protocol"] == "fewshot").any()
-        kind = "fine-tuned, not few-shot" if fewshot_measured else "fine-tuned"
-        data.footnotes.append(f"{name} (paper): {paper_rows['source'].iloc[0]}; {kind}")
+                std = float(r.std) if isinstance(r.std, int | float) and not math.isnan(r.std) else None
+                data.cells[(row, col)] = Cell(mean=float(r.value), std=std, is_paper=True, rankable=True)
+        if cost and "tpuv3_core_days" in by_dataset:
+            data.add_row(PAPER_COST_ROW)
+            value = float(by_dataset["tpuv3_core_days"].value)
+            data.cells[(PAPER_COST_ROW, col)] = Cell(mean=value, text=f"{value / 1000:g}k", is_paper=True)
 
-    if any(RANDOM_MARK in c for c in data.columns):
-        data.footnotes.append(f"{RANDOM_MARK} random-init weights: a pipeline check, not a pretrained backbone")
-    if any(SUBSET_MARK in c for c in data.columns):
+
+def _deltas(
+    data: TableData, meta: dict[str, dict], delta_to: str | None, row_of: dict[str, str], include_marked: bool
+) -> int:
+    """Δ = measured − the `delta_to` paper cell, in percentage points; returns how many were shown."""
+    if delta_to is None:
+        return 0
+    ref_col, shown = f"{delta_to} (paper)", 0
+    for row in row_of.values():
+        ref = data.cells.get((row, ref_col))
+        if ref is None or ref.mean is None:
+            continue
+        for col, column_meta in meta.items():
+            cell = data.cells.get((row, col))
+            if cell is not None and cell.mean is not None and _delta_allowed(column_meta, cell, include_marked):
+                cell.delta = cell.mean - ref.mean
+                shown += 1
+    return shown
+
+
+def _marker_footnotes(data: TableData, include_marked: bool, compared: bool) -> None:
+    texts = " ".join([*data.columns, *(c.marks for c in data.cells.values()), *data.rows])
+    left_out = "" if include_marked or not compared else "; no Δ, never bold (--include-marked to include)"
+    if RANDOM_MARK in texts:
         data.footnotes.append(
-            f"{SUBSET_MARK} measured on a subset of the official splits: not comparable with the paper"
+            f"{RANDOM_MARK} random-init weights: a pipeline check, not a pretrained backbone{left_out}"
         )
-    if any(SMOKE_MARK in c for c in data.columns):
+    if SUBSET_MARK in texts:
         data.footnotes.append(
-            f"{SMOKE_MARK} --smoke: a few steps at a small resolution, a pipeline check, not a result"
+            f"{SUBSET_MARK} measured on a subset of the official splits: not comparable with the paper{left_out}"
         )
-    if smoke_left_out:
+    if SMOKE_MARK in texts:
         data.footnotes.append(
-            f"{smoke_left_out} --smoke run(s) left out: smoke results are never compared with the paper's numbers"
+            f"{SMOKE_MARK} --smoke: a few steps at a small resolution, a pipeline check, not a result{left_out}"
         )
-    for k, l2 in sorted(chosen.items()):
-        data.footnotes.append(f"{k}-shot: λ = {l2:g} chosen by mean rank across datasets (--fewshot-l2 sweep)")
+
+
+def _provenance_footnotes(data: TableData, m: Measured) -> None:
+    """What stands behind each measured column: weights fingerprint, data source, protocol, seeds,
+    hardware and code version."""
+    for col, part in m.runs.groupby("column", sort=False):
+        weights = sorted(
+            {
+                "random init (seeded)" if r else f"{str(w).rsplit('/', 1)[-1]} sha256 {str(s)[:12]}"
+                for w, s, r in zip(part["weights"], part["weights_sha256"], part["random_init"], strict=True)
+            }
+        )
+        data_sources = sorted(
+            {
+                f"{d}: {src}@{str(fp)[:8]}" + (" (subset)" if sub else "")
+                for d, src, fp, sub in zip(
+                    part["dataset"], part["data_source"], part["data_fingerprint"], part["data_subset"], strict=True
+                )
+            }
+        )
+        seeds = ",".join(str(int(s)) for s in sorted(set(part["seed"])))
+        code = sorted(
+            {f"vitbench {v} (git {str(g)[:8]})" for v, g in zip(part["vitbench_version"], part["git_sha"], strict=True)}
+        )
+        devices = sorted({str(d) for d in part["device_name"] if d is not None})
+        data.footnotes.append(
+            f"[{col}] weights {'; '.join(weights)} · data {'; '.join(data_sources)} · "
+            f"{', '.join(sorted(set(part['protocol_version'])))} · seeds {seeds} · {'; '.join(devices)} · "
+            f"{'; '.join(code)}"
+        )
+
+
+def _common_footnotes(data: TableData, m: Measured, compare: Sequence[str], delta_to: str | None, deltas: int) -> None:
     if any(not c.endswith("(paper)") for c in data.columns):
         data.footnotes.append("measured cells: top-1 accuracy (%), mean ± std over seeds (n runs)")
+    if compare:
+        fewshot = not m.runs.empty and (m.runs["protocol"] == "fewshot").any()
+        data.footnotes.append("paper columns are fine-tuned results" + ("; few-shot cells get no Δ" if fewshot else ""))
+    if deltas and delta_to:
+        data.footnotes.append(f"Δ: measured − {delta_to} (paper), in percentage points")
+    for k, l2 in sorted(m.chosen_l2.items()):
+        data.footnotes.append(f"{k}-shot: λ = {l2:g} chosen by mean rank across datasets (--fewshot-l2 sweep)")
+    for protocol, count in sorted(m.protocols_hidden.items()):
+        data.footnotes.append(f"{count} {protocol} run(s) not shown: see them with --protocol {protocol}")
+
+
+def _paper_values(compare: Sequence[str]) -> dict[str, pd.DataFrame]:
+    return {name: paper.column(name) for name in compare}
+
+
+def _resolve_delta_to(compare: Sequence[str], delta_to: str | None) -> str | None:
+    if delta_to is not None and delta_to not in compare:
+        raise UserError(f"--delta-to {delta_to}: not one of the --compare columns ({', '.join(compare) or 'none'})")
+    return delta_to if delta_to is not None else (compare[0] if compare else None)
+
+
+def accuracy_view(
+    df: pd.DataFrame,
+    compare: Sequence[str] = (),
+    protocol: str | None = None,
+    shots: int | None = None,
+    group_by: Sequence[str] = (),
+    include_marked: bool = False,
+    delta_to: str | None = None,
+    compact: bool = False,
+) -> TableData:
+    """Table 2's layout: its seven dataset rows (then any other measured dataset), the cost rows,
+    measured columns, then the `compare` paper columns."""
+    delta_to = _resolve_delta_to(compare, delta_to)
+    values = _paper_values(compare)
+    m = measure(df, protocol, shots, group_by)
+    data = TableData(title="Table 2 layout: top-1 accuracy (%)")
+    measured_datasets = set(m.acc["dataset"]) if not m.acc.empty else set()
+    vtab_tasks = {d for d in measured_datasets if d.startswith("vtab/")}
+    extra = sorted(d for d in measured_datasets if d not in TABLE2_ROWS and not d.startswith("vtab/"))
+    datasets = [d for d in TABLE2_ROWS if not compact or d in measured_datasets or (d == "vtab" and vtab_tasks)]
+    if not m.runs.empty or compare:
+        datasets += extra
+    else:
+        datasets = []
+    row_of = {d: TITLES.get(d, d) for d in datasets}
+    for row in row_of.values():
+        data.add_row(row)
+    meta = _measured_cells(data, m, row_of, include_marked)
+    if not m.runs.empty:
+        _cost_row(data, m, set(datasets))
+    _paper_columns(data, compare, row_of, values)
+    shown = _deltas(data, meta, delta_to, row_of, include_marked)
+    _vtab_partial_footnote(data, m)
+    _common_footnotes(data, m, compare, delta_to, shown)
+    for name in compare:
+        data.footnotes.append(f"{name} (paper): {values[name]['source'].iloc[0]}")
+    _marker_footnotes(data, include_marked, bool(compare))
+    _provenance_footnotes(data, m)
+    return data
+
+
+def _vtab_partial_footnote(data: TableData, m: Measured) -> None:
+    if m.acc.empty:
+        return
+    tasks = m.acc[m.acc["dataset"].str.startswith("vtab/")]
+    for col, part in tasks.groupby("column", sort=False):
+        have = part["dataset"].nunique()
+        if have < len(TASKS):
+            data.footnotes.append(
+                f"VTAB (19 tasks) for [{col}]: {have} of {len(TASKS)} tasks stored; the mean needs all 19 "
+                "(--table 9 shows each task)"
+            )
+
+
+def table9_view(
+    df: pd.DataFrame,
+    compare: Sequence[str] = (),
+    protocol: str | None = None,
+    group_by: Sequence[str] = (),
+    include_marked: bool = False,
+    delta_to: str | None = None,
+) -> TableData:
+    """Table 9: the 19 VTAB-1k tasks, the three group means and the mean; paper columns from Table 9
+    (all three when `compare` is empty), their group means computed from the tasks as in Table 2."""
+    t9 = paper.table("9")
+    names = list(compare) or list(dict.fromkeys(t9["column"]))
+    unknown = [n for n in names if n not in set(t9["column"])]
+    if unknown:
+        raise UserError(f"--compare {unknown[0]}: Table 9 has {', '.join(dict.fromkeys(t9['column']))}")
+    delta_to = _resolve_delta_to(names, delta_to)
+    m = measure(df[df["dataset"].str.startswith("vtab/")] if not df.empty else df, protocol, None, group_by)
+    data = TableData(title="Table 9: VTAB-1k per task, top-1 accuracy (%)")
+    row_of: dict[str, str] = {}
+    for group in GROUPS:
+        for t in TASKS:
+            if t.group == group:
+                row_of[f"vtab/{t.key}"] = f"{t.title} ({group})"
+    for group in GROUPS:
+        row_of[f"vtab_{group}"] = f"{group.capitalize()} mean ({sum(t.group == group for t in TASKS)} tasks)"
+    row_of["vtab"] = "Mean (19 tasks)"
+    for row in row_of.values():
+        data.add_row(row)
+    meta = _measured_cells(data, m, row_of, include_marked)
+    values = {}
+    for name in names:
+        tasks = t9[(t9["column"] == name) & (t9["task"] != "vtab")]
+        task_values = {k[len("vtab/") :]: v for k, v in zip(tasks["task"], tasks["value"], strict=True)}
+        rows = [(task, value) for task, value in zip(tasks["task"], tasks["value"], strict=True)]
+        rows += [(k if k == "vtab" else f"vtab_{k}", v) for k, v in group_means(task_values).items()]
+        values[name] = pd.DataFrame(rows, columns=["dataset", "value"]).assign(std=float("nan"))
+    _paper_columns(data, names, row_of, values, cost=False)
+    shown = _deltas(data, meta, delta_to, row_of, include_marked)
+    _common_footnotes(data, m, names, delta_to, shown)
+    data.footnotes.append(
+        "paper columns: ViT paper Table 9 (one decimal per task); group means and the mean computed from its tasks"
+    )
+    _marker_footnotes(data, include_marked, True)
+    _provenance_footnotes(data, m)
+    return data
+
+
+def table5_view(df: pd.DataFrame, protocol: str | None = None, include_marked: bool = False) -> TableData:
+    """Table 5: rows by pre-training dataset × transfer dataset, one column per model. Measured
+    weights form blocks of their own under their model's column (Table 5 cannot know what your
+    weights were pre-trained on, so no Δ here: use `--compare vit-b/16-i21k` in the default view)."""
+    t5 = paper.table("5")
+    data = TableData(title="Table 5: top-1 accuracy (%) by pre-training dataset (paper: 384 px, no Polyak)")
+    for model in dict.fromkeys(t5["model"]):
+        data.add_column(str(model), is_paper=False)
+    for pretrain, block in t5.groupby("pretrain", sort=False):
+        for dataset in TABLE5_ROWS:
+            row = f"{pretrain} · {TITLES[dataset]}"
+            data.add_row(row)
+            for r in block[block["dataset"] == dataset].itertuples():
+                data.cells[(row, str(r.model))] = Cell(mean=float(r.value), is_paper=True, rankable=True)
+    m = measure(df, protocol)
+    if not m.acc.empty:
+        m.acc["block"] = m.acc.apply(
+            lambda r: (
+                weights_label(r["model"], r["weights"], r["weights_sha256"], bool(r["random_init"]))
+                .split(" (", 1)[1]
+                .rstrip(")")
+            ),
+            axis=1,
+        )
+        acc = m.acc[m.acc["dataset"].isin(TABLE5_ROWS)]
+        meta = _column_meta(m.runs)
+        for (block, col, model, dataset), part in acc.groupby(["block", "column", "model", "dataset"], sort=False):
+            column_meta = meta[str(col)]
+            marks = (RANDOM_MARK if column_meta["random"] else "") + (SMOKE_MARK if column_meta["smoke"] else "")
+            suffix = str(col).split(" · ", 1)[1] if " · " in str(col) else ""
+            row = f"measured: {block}{(' · ' + suffix) if suffix else ''}{marks} · {TITLES[str(dataset)]}"
+            data.add_row(row)
+            data.add_column(str(model))
+            values = part["value"] * 100
+            cell = Cell(
+                mean=float(values.mean()),
+                std=float(values.std(ddof=1)) if len(values) > 1 else None,
+                n=len(values),
+                marks=SUBSET_MARK if part["data_subset"].any() else "",
+            )
+            cell.rankable = include_marked or not (marks or cell.marks)
+            data.cells[(row, str(model))] = cell
+    data.footnotes.append("paper cells: ViT paper Table 5 (fine-tuned at 384 px, no Polyak averaging)")
+    if not m.acc.empty:
+        data.footnotes.append("measured cells: top-1 accuracy (%), mean ± std over seeds (n runs); no Δ in this view")
+    _marker_footnotes(data, include_marked, False)
+    _provenance_footnotes(data, m)
+    return data
+
+
+def table6_view(df: pd.DataFrame, protocol: str | None = None, include_marked: bool = False) -> TableData:
+    """Table 6: one row per model (the paper's, then each measured column), one column per dataset,
+    with the paper's pre-training exaFLOPs and vitbench's measured exaFLOPs as separate columns."""
+    t6 = paper.table("6")
+    data = TableData(title="Table 6: model scaling, top-1 accuracy (%) and compute")
+    cols = {d: TITLES[d] for d in TABLE6_ROWS}
+    paper_flops, our_flops = "paper pre-training exaFLOPs", "vitbench exaFLOPs (this evaluation)"
+    for title in [*cols.values(), paper_flops, our_flops]:
+        data.add_column(title)
+    for _, part in t6.groupby("column", sort=False):
+        first = part.iloc[0]
+        row = f"{first['model']} · {int(first['epochs'])} ep (paper)"
+        data.add_row(row)
+        for r in part.itertuples():
+            data.cells[(row, cols[str(r.dataset)])] = Cell(mean=float(r.value), is_paper=True, rankable=True)
+        data.cells[(row, paper_flops)] = Cell(
+            mean=float(first["pretrain_exaflops"]), text=f"{float(first['pretrain_exaflops']):g}", is_paper=True
+        )
+    m = measure(df, protocol)
+    if not m.runs.empty:
+        meta = _column_meta(m.runs)
+        for col, part in m.acc.groupby("column", sort=False):
+            data.add_row(str(col))
+            for dataset, values in part.groupby("dataset"):
+                if dataset in cols:
+                    v = values["value"] * 100
+                    cell = Cell(
+                        mean=float(v.mean()),
+                        std=float(v.std(ddof=1)) if len(v) > 1 else None,
+                        n=len(v),
+                        marks=SUBSET_MARK if values["data_subset"].any() else "",
+                    )
+                    cell.rankable = include_marked or not (
+                        meta[str(col)]["random"] or meta[str(col)]["smoke"] or cell.marks
+                    )
+                    data.cells[(str(col), cols[str(dataset)])] = cell
+        for col, part in m.runs.groupby("column", sort=False):
+            flops = pd.to_numeric(part["flops"], errors="coerce")
+            if flops.notna().any() and str(col) in data.rows:
+                exa = float(flops.sum()) / 1e18
+                data.cells[(str(col), our_flops)] = Cell(mean=exa, text=f"{exa:.2g}")
+    data.footnotes.append(
+        "paper rows: ViT paper Table 6 (JFT-300M pre-training); exaFLOPs there are pre-training compute, "
+        "vitbench's are the compute of the evaluation itself (not comparable units of work)"
+    )
+    if not m.runs.empty:
+        data.footnotes.append("measured cells: top-1 accuracy (%), mean ± std over seeds (n runs)")
+    _marker_footnotes(data, include_marked, False)
+    _provenance_footnotes(data, m)
     return data
 
 
 def attention_view(df: pd.DataFrame, only: str | None = None) -> TableData:
     """Mean attention distance per layer: one column per inspected (model, weights, resolution, images),
     each cell the range over heads and their mean, in pixels (Fig. 7 right, as numbers)."""
-    data = TableData()
+    data = TableData(title="Mean attention distance (pixels)")
     if only is not None:
         df = df[df["inspect_key"] == only]
     if df.empty:
@@ -229,73 +652,18 @@ def attention_view(df: pd.DataFrame, only: str | None = None) -> TableData:
         first = part.iloc[0]
         weights = "random init" if first["random_init"] else f"{str(first['weights']).rsplit('/', 1)[-1]}"
         col = f"{first['model']} ({weights}) @{first['res']}px, {first['n_images']} images"
-        data.columns.append(col)
+        if first["random_init"]:
+            col += RANDOM_MARK
+        data.add_column(col)
         for layer, heads in part.groupby("layer"):
             row = f"layer {int(layer)}"
-            if row not in data.rows:
-                data.rows.append(row)
+            data.add_row(row)
             lo, hi, mean = heads["distance_px"].min(), heads["distance_px"].max(), heads["distance_px"].mean()
-            data.cells[(row, col)] = f"{lo:.0f}–{hi:.0f} (mean {mean:.0f})"
-            data.numbers.append(
-                {"row": row, "column": col, "mean": mean, "std": heads["distance_px"].std(ddof=0), "n": len(heads)}
-            )
+            data.cells[(row, col)] = Cell(mean=float(mean), n=len(heads), text=f"{lo:.0f}–{hi:.0f} (mean {mean:.0f})")
     data.rows.sort(key=lambda r: int(r.split()[1]))
     data.footnotes.append("mean attention distance in pixels: min–max over heads (mean over heads)")
+    _marker_footnotes(data, True, False)
     return data
 
 
-def to_markdown(t: TableData) -> str:
-    lines = ["| | " + " | ".join(t.columns) + " |", "|---" * (len(t.columns) + 1) + "|"]
-    lines += ["| " + r + " | " + " | ".join(t.cells.get((r, c), "") for c in t.columns) + " |" for r in t.rows]
-    return "\n".join(lines + [""] + [f"- {n}" for n in t.footnotes]) + "\n"
-
-
-def _latex_escape(s: str) -> str:
-    return (
-        s.replace("\\", r"\textbackslash{}")
-        .replace("_", r"\_")
-        .replace("%", r"\%")
-        .replace("&", r"\&")
-        .replace("#", r"\#")
-        .replace("±", r"$\pm$")
-        .replace("†", r"$^\dagger$")
-        .replace("‡", r"$^\ddagger$")
-        .replace("·", r"$\cdot$")
-        .replace("λ", r"$\lambda$")
-    )
-
-
-def to_latex(t: TableData) -> str:
-    out = [
-        r"\begin{tabular}{l" + "c" * len(t.columns) + "}",
-        r"\toprule",
-        " & " + " & ".join(_latex_escape(c) for c in t.columns) + r" \\",
-        r"\midrule",
-    ]
-    out += [
-        _latex_escape(r) + " & " + " & ".join(_latex_escape(t.cells.get((r, c), "")) for c in t.columns) + r" \\"
-        for r in t.rows
-    ]
-    out += [r"\bottomrule", r"\end{tabular}"] + [f"% {_latex_escape(n)}" for n in t.footnotes]
-    return "\n".join(out) + "\n"
-
-
-def to_csv(t: TableData) -> str:
-    buf = io.StringIO()
-    pd.DataFrame(t.numbers, columns=["row", "column", "mean", "std", "n"]).to_csv(buf, index=False)
-    return buf.getvalue()
-
-
-def to_rich(t: TableData):
-    from rich.table import Table
-    from rich.text import Text  # Text, not markup: labels hold "[sha]" brackets
-
-    table = Table(
-        show_lines=False, caption=Text("\n".join(t.footnotes)) if t.footnotes else None, caption_justify="left"
-    )
-    table.add_column("")
-    for c in t.columns:
-        table.add_column(Text(c), justify="right", style="cyan" if c.endswith("(paper)") else None)
-    for r in t.rows:
-        table.add_row(Text(r), *[Text(t.cells.get((r, c), "")) for c in t.columns])
-    return table
+VIEWS = ("2", "5", "6", "9")

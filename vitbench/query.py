@@ -1,0 +1,108 @@
+"""Selecting and grouping stored runs by any stored field: `--where` and `--group-by`.
+
+A field is a `runs` column (`model`, `data_source`, `device_name`, …), `date` (the day a run
+finished, YYYY-MM-DD), or a key inside the JSON columns (`hparams.res`, `notes.restarts`).
+Shared by `vitbench table`, `export` and `plot`, so one filter means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+
+import pandas as pd
+
+from vitbench.errors import UserError
+from vitbench.store import RUN_COLUMNS
+
+OPERATORS = ("!=", ">=", "<=", "=", ">", "<", "~")  # two-character operators first
+_CLAUSE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(!=|>=|<=|=|>|<|~)\s*(.*?)\s*$")
+JSON_FIELDS = ("hparams", "notes")
+
+
+def _json(value) -> dict:
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return {}
+        return parsed if isinstance(parsed, dict) else {}
+    return {}
+
+
+def field_values(df: pd.DataFrame, name: str, option: str = "--where") -> pd.Series:
+    """The values of one field for every row, as strings where the field is text or JSON."""
+    if name == "date":
+        return pd.to_datetime(df["finished_at"], utc=True, errors="coerce").dt.strftime("%Y-%m-%d")
+    head, _, key = name.partition(".")
+    if key and head in JSON_FIELDS:
+        return df[head].map(lambda v: _json(v).get(key))
+    if name in df.columns and name in RUN_COLUMNS:
+        return df[name]
+    fields = ", ".join(["date", *RUN_COLUMNS, "hparams.<key>", "notes.<key>"])
+    raise UserError(f"{option} {name}: not a stored field; expected one of {fields}")
+
+
+def parse_clause(text: str) -> tuple[str, str, str]:
+    match = _CLAUSE.match(text)
+    if not match or not match.group(3):
+        raise UserError(
+            f"--where {text!r}: expected FIELD OP VALUE with OP one of {' '.join(OPERATORS)} "
+            "(e.g. model=vit-b/16, 'date>=2026-11-01', data_source~cifar)"
+        )
+    return match.group(1), match.group(2), match.group(3)
+
+
+def _matches_weights(df: pd.DataFrame, pattern: str) -> pd.Series:
+    """`weights=` matches the path, its file name (globs allowed), the sha256's start, or `random`."""
+    path = df["weights"].astype(str)
+    name = path.str.rsplit("/", n=1).str[-1]
+    sha = df["weights_sha256"].astype(str)
+    return (
+        path.map(lambda p: fnmatch.fnmatchcase(p, pattern))
+        | name.map(lambda n: fnmatch.fnmatchcase(n, pattern))
+        | sha.str.startswith(pattern.lower())
+    )
+
+
+def _compare(values: pd.Series, op: str, value: str) -> pd.Series:
+    if op == "~":
+        return values.astype(str).str.contains(value, case=False, regex=False)
+    if op in ("=", "!="):
+        if value.lower() in ("true", "false"):  # booleans: random_init=true, data_subset=false, hparams.smoke=true
+            hit = values.map(lambda v: str(v).lower() == value.lower())
+        else:
+            hit = values.map(lambda v: v is not None and fnmatch.fnmatchcase(str(v), value))
+        return hit if op == "=" else ~hit
+    numbers = pd.to_numeric(values, errors="coerce")
+    try:
+        target: float | str = float(value)
+    except ValueError:
+        target = value  # dates and other text compare as text (ISO dates sort correctly)
+        numbers = values.astype(str)
+    compare = {">": numbers.gt, "<": numbers.lt, ">=": numbers.ge, "<=": numbers.le}[op]
+    return compare(target).fillna(False).astype(bool)
+
+
+def apply_where(df: pd.DataFrame, clauses: list[str] | tuple[str, ...] | None) -> pd.DataFrame:
+    """Keep the rows every clause accepts (clauses are ANDed)."""
+    for text in clauses or ():
+        name, op, value = parse_clause(text)
+        if df.empty:
+            field_values(df.head(0).reindex(columns=[*RUN_COLUMNS]), name)  # still name a bad field
+            continue
+        if name == "weights" and op in ("=", "!="):
+            hit = _matches_weights(df, value)
+            keep = hit if op == "=" else ~hit
+        else:
+            keep = _compare(field_values(df, name), op, value)
+        df = df[keep.to_numpy()]
+    return df
+
+
+def split_fields(values: list[str] | None) -> list[str]:
+    """`--group-by model,data_source` and `--group-by model --group-by data_source` alike."""
+    return [f.strip() for v in values or () for f in v.split(",") if f.strip()]
