@@ -65,7 +65,7 @@ def test_sweep_picks_the_best_dev_lr_and_the_final_runs_use_it(cli, results):
     assert "mfu" not in set(final["metric"])  # a CPU has no known peak: throughput only
     curves = read_curves(results, list(final["run_key"].unique()))
     assert set(curves["name"]) == {"train_loss", "lr", "grad_norm"} and curves["step"].max() == 4
-    assert "Digits (8x8, scikit-learn) · finetune" in " ".join(out.split())
+    assert "Digits (8x8, scikit-learn)" in " ".join(out.split()) and "§" in out  # the smoke column, marked
     # nothing left to do the second time; the plan shows each stage and LR
     code, out, _ = cli("run", *TINY, "--smoke", "--steps", "4", "--seeds", "0,1", "--results", results, "--dry-run")
     assert code == 0 and out.count("done") == 6 and "sweep lr=0.03 steps=4 batch=16 res=32" in out

@@ -74,6 +74,15 @@ def latex_escape(s: str) -> str:
     return "".join(_LATEX.get(ch, ch) for ch in s)
 
 
+def _latex_header(column: str) -> str:
+    """A long column label stacked on lines (model / weights / protocol), so the table fits a page."""
+    parts = column.replace(" (", "\n(", 1).split(" · ")
+    lines = [line for part in parts for line in part.split("\n")]
+    if len(lines) == 1:
+        return latex_escape(column)
+    return r"\shortstack{" + r"\\".join(latex_escape(line) for line in lines) + "}"
+
+
 def to_latex(t: TableData) -> str:
     """A `table` float with a booktabs tabular: the best cell of each row in bold, ± as the paper
     prints it, Δ in small type, the footnotes under the table. Needs \\usepackage{booktabs}."""
@@ -91,7 +100,7 @@ def to_latex(t: TableData) -> str:
         return value
 
     out = [
-        r"% vitbench table: needs \usepackage{booktabs} in the preamble",
+        r"% vitbench table: needs \usepackage{booktabs}; a wide one fits in \resizebox{\linewidth}{!}{...}",
         r"\begin{table}[t]",
         r"\centering",
         r"\footnotesize",
@@ -101,7 +110,7 @@ def to_latex(t: TableData) -> str:
     out += [
         r"\begin{tabular}{l" + "r" * len(t.columns) + "}",
         r"\toprule",
-        " & " + " & ".join(latex_escape(c) for c in t.columns) + r" \\",
+        " & " + " & ".join(_latex_header(c) for c in t.columns) + r" \\",
         r"\midrule",
     ]
     out += [latex_escape(r) + " & " + " & ".join(show(r, c) for c in t.columns) + r" \\" for r in t.rows]
