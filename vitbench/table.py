@@ -272,6 +272,20 @@ def _column_meta(runs: pd.DataFrame) -> dict[str, dict]:
     return meta
 
 
+def _seed_cell(part: pd.DataFrame, column_meta: dict, include_marked: bool) -> Cell:
+    """One measured cell: mean ± std over the runs (seeds) of `part`, ‡ when any ran on a subset;
+    it ranks for bold only without a marker (or with --include-marked)."""
+    values = part["value"] * 100
+    cell = Cell(
+        mean=float(values.mean()),
+        std=float(values.std(ddof=1)) if len(values) > 1 else None,
+        n=len(values),
+        marks=SUBSET_MARK if part["data_subset"].any() else "",
+    )
+    cell.rankable = include_marked or not (column_meta["random"] or column_meta["smoke"] or cell.marks)
+    return cell
+
+
 def _delta_allowed(meta: dict, cell: Cell, include_marked: bool) -> bool:
     if not meta["protocols"] <= set(DELTA_PROTOCOLS):
         return False
@@ -292,16 +306,7 @@ def _measured_cells(
     for (dataset, col), part in acc.groupby(["dataset", "column"], sort=False):
         if dataset not in row_of:
             continue
-        values = part["value"] * 100
-        column_meta = meta[str(col)]
-        cell = Cell(
-            mean=float(values.mean()),
-            std=float(values.std(ddof=1)) if len(values) > 1 else None,
-            n=len(values),
-            marks=SUBSET_MARK if part["data_subset"].any() else "",
-        )
-        cell.rankable = include_marked or not (column_meta["random"] or column_meta["smoke"] or cell.marks)
-        data.cells[(row_of[str(dataset)], str(col))] = cell
+        data.cells[(row_of[str(dataset)], str(col))] = _seed_cell(part, meta[str(col)], include_marked)
     return meta
 
 
@@ -571,15 +576,7 @@ def table5_view(df: pd.DataFrame, protocol: str | None = None, include_marked: b
             row = f"measured: {block}{(' · ' + suffix) if suffix else ''}{marks} · {TITLES[str(dataset)]}"
             data.add_row(row)
             data.add_column(str(model))
-            values = part["value"] * 100
-            cell = Cell(
-                mean=float(values.mean()),
-                std=float(values.std(ddof=1)) if len(values) > 1 else None,
-                n=len(values),
-                marks=SUBSET_MARK if part["data_subset"].any() else "",
-            )
-            cell.rankable = include_marked or not (marks or cell.marks)
-            data.cells[(row, str(model))] = cell
+            data.cells[(row, str(model))] = _seed_cell(part, column_meta, include_marked)
     data.footnotes.append("paper cells: ViT paper Table 5 (fine-tuned at 384 px, no Polyak averaging)")
     if not m.acc.empty:
         data.footnotes.append("measured cells: top-1 accuracy (%), mean ± std over seeds (n runs); no Δ in this view")
@@ -613,17 +610,7 @@ def table6_view(df: pd.DataFrame, protocol: str | None = None, include_marked: b
             data.add_row(str(col))
             for dataset, values in part.groupby("dataset"):
                 if dataset in cols:
-                    v = values["value"] * 100
-                    cell = Cell(
-                        mean=float(v.mean()),
-                        std=float(v.std(ddof=1)) if len(v) > 1 else None,
-                        n=len(v),
-                        marks=SUBSET_MARK if values["data_subset"].any() else "",
-                    )
-                    cell.rankable = include_marked or not (
-                        meta[str(col)]["random"] or meta[str(col)]["smoke"] or cell.marks
-                    )
-                    data.cells[(str(col), cols[str(dataset)])] = cell
+                    data.cells[(str(col), cols[str(dataset)])] = _seed_cell(values, meta[str(col)], include_marked)
         for col, part in m.runs.groupby("column", sort=False):
             flops = pd.to_numeric(part["flops"], errors="coerce")
             if flops.notna().any() and str(col) in data.rows:
