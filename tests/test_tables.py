@@ -320,6 +320,7 @@ def test_plot_on_an_empty_store_skips_what_has_no_data(cli, tmp_path):
 
 
 def test_readers_see_the_shards_while_a_run_holds_the_store(stored):
+    write_run(stored, "late", {"accuracy": 0.5})  # a shard the database has not ingested: only the snapshot has it
     holder = subprocess.Popen(
         [sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(stored / store.DB_NAME)!r}); "
          "print('held', flush=True); time.sleep(60)"],
@@ -329,7 +330,7 @@ def test_readers_see_the_shards_while_a_run_holds_the_store(stored):
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         time.sleep(0.2)
         df = store.read_results(stored)
-        assert df["run_key"].nunique() == 14 and len(store.read_curves(stored)) == 6
+        assert df["run_key"].nunique() == 15 and len(store.read_curves(stored)) == 6  # 14 ingested + "late"
     finally:
         holder.kill()
         holder.wait()

@@ -144,18 +144,24 @@ def connect(results: Path) -> duckdb.DuckDBPyConnection:
     except UserError:
         con.close()
         raise
-    if version < SCHEMA_VERSION:
-        import vitbench
-
-        con.execute("BEGIN TRANSACTION")
-        if version == 0:
-            con.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP, vitbench_version VARCHAR)")
-        for number, steps in enumerate(MIGRATIONS[version:], start=version + 1):
-            for sql in steps:
-                con.execute(sql)
-            con.execute("INSERT INTO schema_version VALUES (?, now(), ?)", [number, vitbench.__version__])
-        con.execute("COMMIT")
+    _migrate(con, version)
     return con
+
+
+def _migrate(con: duckdb.DuckDBPyConnection, version: int) -> None:
+    """Apply the migrations after `version` in one transaction (0: a new, empty store)."""
+    if version >= SCHEMA_VERSION:
+        return
+    import vitbench
+
+    con.execute("BEGIN TRANSACTION")
+    if version == 0:
+        con.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP, vitbench_version VARCHAR)")
+    for number, steps in enumerate(MIGRATIONS[version:], start=version + 1):
+        for sql in steps:
+            con.execute(sql)
+        con.execute("INSERT INTO schema_version VALUES (?, now(), ?)", [number, vitbench.__version__])
+    con.execute("COMMIT")
 
 
 def ingest(con: duckdb.DuckDBPyConnection, shards: Iterable[Path]) -> int:
@@ -221,11 +227,7 @@ def _shard_snapshot(results: Path) -> duckdb.DuckDBPyConnection:
     database file's write lock (DuckDB lets no other process open it meanwhile). Every finished
     run is in a shard, so tables and plots stay complete; attention distances are not (empty)."""
     con = duckdb.connect()
-    con.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP, vitbench_version VARCHAR)")
-    for number, steps in enumerate(MIGRATIONS, start=1):
-        for sql in steps:
-            con.execute(sql)
-        con.execute("INSERT INTO schema_version VALUES (?, now(), NULL)", [number])
+    _migrate(con, 0)
     folder = shard_dir(results)
     ingest(con, sorted(folder.glob("*.json")) if folder.is_dir() else [])
     return con
