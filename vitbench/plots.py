@@ -26,6 +26,7 @@ import pandas as pd  # noqa: E402
 from vitbench import paper, table  # noqa: E402
 from vitbench.datasets.vtab import GROUPS, TASKS, group_means  # noqa: E402
 from vitbench.errors import UserError  # noqa: E402
+from vitbench.query import json_field  # noqa: E402
 
 DPI = 100
 SIZE = (9.0, 6.0)  # inches: every PNG is 900 x 600 pixels
@@ -100,20 +101,15 @@ def vtab_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], proto
 
     m = table.measure(df[df["dataset"].str.startswith("vtab/")] if not df.empty else df, protocol)
     used, incomplete = [], []
+    rollups = table.vtab_rollups(m.acc) if not m.acc.empty else m.acc  # per (column, seed), complete groups only
     for col, part in m.acc.groupby("column", sort=False):
-        per_seed = [
-            group_means(dict(zip(s["dataset"].str[len("vtab/") :], s["value"], strict=True)))
-            for _, s in part.groupby("seed")
-        ]
-        stats = [
-            _seed_stats(pd.Series([g[k] for g in per_seed if k in g]))
-            if any(k in g for g in per_seed)
-            else (np.nan, 0.0)
-            for k in keys
-        ]
-        if all(np.isnan(s[0]) for s in stats):
+        means = rollups[rollups["column"] == col] if not rollups.empty else rollups
+        if means.empty:
             incomplete.append(f"{col} ({part['dataset'].nunique()}/{len(TASKS)} tasks)")
             continue
+        rows = ["vtab", *(f"vtab_{g}" for g in GROUPS)]
+        stats = [_seed_stats(means.loc[means["dataset"] == r, "value"]) if (means["dataset"] == r).any()
+                 else (np.nan, 0.0) for r in rows]  # fmt: skip
         used += list(part["run_key"])
         bars.append((str(col), [s[0] for s in stats], [s[1] for s in stats], False))
 
@@ -182,8 +178,7 @@ def cost_figure(
         if cost == "flops":
             x = float(pd.to_numeric(runs["flops"], errors="coerce").sum()) / 1e18
         else:
-            seconds = pd.to_numeric(runs["device_seconds"], errors="coerce")
-            x = float((seconds * pd.to_numeric(runs["device_count"], errors="coerce").fillna(1)).sum()) / 86400
+            x = table.accelerator_days(runs) or 0.0
         if not x > 0:
             left_out.append(f"{col} (no recorded cost)")
             continue
@@ -269,7 +264,7 @@ def curves_figure(
     lr_ax.plot(lr["step"], lr["value"], lw=1, color="tab:orange")
     lr_ax.set_ylabel("learning rate")
     lr_ax.set_xlabel("step")
-    h = table._json(chosen["hparams"])
+    h = json_field(chosen["hparams"])
     label = table.weights_label(
         chosen["model"], chosen["weights"], chosen["weights_sha256"], bool(chosen["random_init"])
     )

@@ -21,7 +21,8 @@ _CLAUSE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(!=|>=|<=|=|>|<|~)\s*(.*?)\s*$")
 JSON_FIELDS = ("hparams", "notes")
 
 
-def _json(value) -> dict:
+def json_field(value) -> dict:
+    """A JSON column's value (hparams, notes) as a dict, whether stored as text or already parsed."""
     if isinstance(value, dict):
         return value
     if isinstance(value, str) and value:
@@ -39,7 +40,7 @@ def field_values(df: pd.DataFrame, name: str, option: str = "--where") -> pd.Ser
         return pd.to_datetime(df["finished_at"], utc=True, errors="coerce").dt.strftime("%Y-%m-%d")
     head, _, key = name.partition(".")
     if key and head in JSON_FIELDS:
-        return df[head].map(lambda v: _json(v).get(key))
+        return df[head].map(lambda v: json_field(v).get(key))
     if name in df.columns and name in RUN_COLUMNS:
         return df[name]
     fields = ", ".join(["date", *RUN_COLUMNS, "hparams.<key>", "notes.<key>"])

@@ -28,7 +28,7 @@ from vitbench import paper
 from vitbench.datasets import DATASETS
 from vitbench.datasets.vtab import GROUPS, TASKS, group_means
 from vitbench.errors import UserError
-from vitbench.query import _json, field_values
+from vitbench.query import field_values, json_field
 
 RANDOM_MARK, SUBSET_MARK, SMOKE_MARK = "†", "‡", "§"
 TABLE2_ROWS = ["imagenet", "imagenet_real", "cifar10", "cifar100", "pets", "flowers102", "vtab"]
@@ -129,13 +129,13 @@ def select_sweep_l2(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
 
 
 def _is_smoke(hparams) -> bool:
-    return bool(_json(hparams).get("smoke"))
+    return bool(json_field(hparams).get("smoke"))
 
 
 def _setting(hparams) -> dict:
     """A run's hparams without what differs between the runs of one setting; a sweep run belongs
     to the setting whose final runs chose their LR on the dev split."""
-    h = dict(_json(hparams))
+    h = dict(json_field(hparams))
     if h.get("stage") == "sweep":
         h["lr"] = "best-on-dev"
     return {k: v for k, v in h.items() if k not in PER_RUN_HPARAMS}
@@ -246,7 +246,7 @@ def _default_columns(df: pd.DataFrame) -> pd.Series:
     return pd.Series(labels, index=df.index)
 
 
-def _vtab_rollups(acc: pd.DataFrame) -> pd.DataFrame:
+def vtab_rollups(acc: pd.DataFrame) -> pd.DataFrame:
     """The VTAB mean and the group means as rows, per (column, seed), computed only where every
     task of the group has a result (unweighted, as in the paper)."""
     tasks = acc[acc["dataset"].str.startswith("vtab/")]
@@ -299,7 +299,7 @@ def _measured_cells(
     include_marked: bool,
 ) -> dict[str, dict]:
     """Fill the measured columns' cells for the datasets in `row_of` (dataset → row label)."""
-    acc = pd.concat([m.acc, _vtab_rollups(m.acc)], ignore_index=True) if not m.acc.empty else m.acc
+    acc = pd.concat([m.acc, vtab_rollups(m.acc)], ignore_index=True) if not m.acc.empty else m.acc
     meta = _column_meta(m.runs)
     for col in dict.fromkeys(m.runs["column"]):
         data.add_column(str(col))
@@ -308,6 +308,14 @@ def _measured_cells(
             continue
         data.cells[(row_of[str(dataset)], str(col))] = _seed_cell(part, meta[str(col)], include_marked)
     return meta
+
+
+def accelerator_days(runs: pd.DataFrame) -> float | None:
+    """Device-seconds × devices summed over `runs`, in days; None when no run recorded device time."""
+    seconds = pd.to_numeric(runs["device_seconds"], errors="coerce")
+    if not seconds.notna().any():
+        return None
+    return float((seconds * pd.to_numeric(runs["device_count"], errors="coerce").fillna(1)).sum()) / 86400
 
 
 def _cost_row(data: TableData, m: Measured, datasets: set[str]) -> None:
@@ -319,11 +327,8 @@ def _cost_row(data: TableData, m: Measured, datasets: set[str]) -> None:
     )
     any_cost = False
     for col, part in runs[in_rows].groupby("column", sort=False):
-        seconds = pd.to_numeric(part["device_seconds"], errors="coerce") * pd.to_numeric(
-            part["device_count"], errors="coerce"
-        ).fillna(1)
-        if seconds.notna().any():
-            days = float(seconds.sum()) / 86400
+        days = accelerator_days(part)
+        if days is not None:
             data.cells[(COST_ROW, str(col))] = Cell(mean=days, n=len(part), text=f"{days:.2g}")
             any_cost = True
     if any_cost or data.columns:
