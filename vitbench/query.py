@@ -92,8 +92,8 @@ def apply_where(df: pd.DataFrame, clauses: list[str] | tuple[str, ...] | None) -
     """Keep the rows every clause accepts (clauses are ANDed)."""
     for text in clauses or ():
         name, op, value = parse_clause(text)
-        if df.empty:
-            field_values(df.head(0).reindex(columns=[*RUN_COLUMNS]), name)  # still name a bad field
+        if df.empty:  # nothing to keep; a field that does not exist is still named
+            field_values(df, name)
             continue
         if name == "weights" and op in ("=", "!="):
             hit = _matches_weights(df, value)

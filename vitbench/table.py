@@ -196,8 +196,11 @@ def measure(
         return Measured(empty, empty.drop_duplicates("run_key"), chosen, hidden)
 
     df = df.copy()
-    df["smoke"] = df["hparams"].map(_is_smoke)
-    df["base"] = df.apply(_base_key, axis=1)
+    # per-run work once per run, not once per metric row (a --fewshot-l2 sweep stores 30 metrics a run)
+    first = df.drop_duplicates("run_key")
+    smoke = dict(zip(first["run_key"], first["hparams"].map(_is_smoke), strict=True))
+    base = dict(zip(first["run_key"], first.apply(_base_key, axis=1), strict=True))
+    df["smoke"], df["base"] = df["run_key"].map(smoke), df["run_key"].map(base)
     if group_by:
         values = [field_values(df, f, "--group-by").map(str) for f in group_by]
         df["column"] = [
@@ -210,7 +213,10 @@ def measure(
             )
         )
     else:
-        df["column"] = _default_columns(df)
+        scored = set(df.loc[df["metric"].isin(["accuracy", "accuracy_real"]), "run_key"])
+        runs = df.drop_duplicates("run_key")
+        labels = _default_columns(runs, runs["run_key"].isin(scored))
+        df["column"] = df["run_key"].map(dict(zip(runs["run_key"], labels, strict=True)))
 
     runs = df.drop_duplicates("run_key")
     accuracy = df[df["metric"] == "accuracy"]
@@ -219,9 +225,9 @@ def measure(
     return Measured(acc, runs, chosen, hidden)
 
 
-def _default_columns(df: pd.DataFrame) -> pd.Series:
+def _default_columns(df: pd.DataFrame, finals: pd.Series) -> pd.Series:
+    """One label per run (row of `df`); `finals` marks the runs with a scored accuracy."""
     settings = df["hparams"].map(_setting)
-    finals = df["metric"].isin(["accuracy", "accuracy_real"])
     splitting: dict[tuple, set[str]] = {}  # base key → hparams that differ within one dataset
     for (base, _dataset), idx in df[finals].groupby(["base", "dataset"], sort=False).groups.items():
         seen: dict[str, set[str]] = {}
