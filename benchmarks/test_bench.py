@@ -271,3 +271,31 @@ def test_train_step_ours_vs_bare(benchmark, tmp_path, capsys):
     ratio = alternately(benchmark, {"ours": ours, "bare": bare}, 8, capsys, f"train {name} @{res}", steps * batch)
     if not benchmark.disabled:  # `--benchmark-disable` (CI) runs each side once: a check that it runs, no timing
         assert ratio >= 0.95
+
+
+def test_bench_command_vitbench_over_bare(benchmark, capsys):
+    """The CPU goal of `vitbench bench`: on a tiny model its fine-tune step and its extraction loop
+    (synthetic batch) run at >= 0.95 of the bare loops' throughput, alternating rounds, median kept."""
+    from vitbench import bench
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    config = bench.Config.parse("vit-ti/16@64")
+    opts = bench.with_defaults(
+        bench.Options(batch=16, steps=30, warmup=3, precision="auto", compile=False, device=device, workers=0, rounds=7)
+    )
+    benchmark.group = f"vitbench bench: {config}, batch 16, vitbench loops vs bare loops"
+    if benchmark.disabled:
+        opts.rounds, opts.steps = 1, 1
+    rows = benchmark.pedantic(bench.measure, args=(config, opts), rounds=1)
+    rate = {(r.mode, r.runner, r.data): r.images_per_second for r in rows}
+    ratios = {
+        mode: rate[(mode, "vitbench", "synthetic")] / rate[(mode, "bare", "synthetic")]
+        for mode in ("train", "inference")
+    }
+    benchmark.extra_info.update({f"{m}_vitbench_over_bare": r for m, r in ratios.items()})
+    with capsys.disabled():
+        print(
+            f"\n  vitbench bench {config}: vitbench / bare = train {ratios['train']:.2f}, inference {ratios['inference']:.2f}"
+        )
+    if not benchmark.disabled:
+        assert min(ratios.values()) >= 0.95

@@ -86,6 +86,13 @@ def _check_before_launch(req, devices: int) -> None:
             finetune.micro_batch_size(spec.hparams["batch"], devices, req.micro_batch, device_type)
 
 
+def _check_pipeline(pipeline: str) -> None:
+    from vitbench.device_data import PIPELINES
+
+    if pipeline not in PIPELINES:
+        raise UserError(f"--input-pipeline {pipeline}: expected {', '.join(PIPELINES)}")
+
+
 def _writable_results(results: Path) -> Path:
     try:
         results.mkdir(parents=True, exist_ok=True)
@@ -146,6 +153,13 @@ def run(
     workers: Annotated[int, typer.Option("--workers", min=0, help="DataLoader worker processes.")] = min(
         4, (os.cpu_count() or 2) // 2
     ),
+    input_pipeline: Annotated[
+        str,
+        typer.Option(
+            "--input-pipeline",
+            help="Where images are decoded and augmented: auto (the device on a GPU, else workers), workers or device.",
+        ),
+    ] = "auto",
     steps: Annotated[
         int | None, typer.Option("--steps", min=1, help="finetune: optimizer steps [default: Table 4's].")
     ] = None,
@@ -189,6 +203,7 @@ def run(
 
     if precision not in ("auto", "bf16", "fp32"):
         raise UserError(f"--precision {precision}: expected auto, bf16 or fp32")
+    _check_pipeline(input_pipeline)
 
     req = runner.Request(
         model=model,
@@ -209,6 +224,7 @@ def run(
         device=device,
         batch_size=batch_size,
         workers=workers,
+        input_pipeline=input_pipeline,
         steps=steps,
         batch=batch,
         micro_batch=micro_batch,
@@ -370,11 +386,23 @@ def table_cmd(
     view: Annotated[
         str, typer.Option("--view", help="accuracy, or attention (mean attention distance per layer).")
     ] = "accuracy",
+    bench: Annotated[
+        bool, typer.Option("--bench", help="The throughput measurements of `vitbench bench` instead of accuracy.")
+    ] = False,
     results: Results = Path("results"),
 ) -> None:
     """Stored results in the paper's layouts, beside the paper's own numbers."""
     from vitbench import query, store, table
 
+    if bench:
+        from vitbench.bench_view import bench_view
+
+        data = bench_view(store.read_bench(results))
+        if not data.rows:
+            err.print(f"no throughput measurements in {results / store.DB_NAME} yet; try `vitbench bench`")
+            return
+        _render(data, fmt, results, out_file)
+        return
     if view == "attention":
         _render(table.attention_view(store.read_attention_distance(results)), fmt, results, out_file)
         return
@@ -405,6 +433,109 @@ def table_cmd(
     else:
         raise UserError(f"--table {which}: expected 2, 5, 6 or 9")
     _render(data, fmt, results, out_file)
+
+
+@app.command("bench")
+def bench_cmd(
+    config: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="MODEL@RES, repeatable [default on a GPU: vit-b/16@224, vit-b/16@384, vit-l/16@384, "
+            "r50+vit-b/16@384, bit-m-r50x1@448; on a CPU: vit-ti/16@64].",
+        ),
+    ] = None,
+    mode: Annotated[str, typer.Option("--mode", help="train, inference or both.")] = "both",
+    batch: Annotated[
+        int | None, typer.Option("--batch", min=1, help="Images per step [default: 256 on a GPU, 16 on a CPU].")
+    ] = None,
+    micro_batch: Annotated[
+        int | None,
+        typer.Option("--micro-batch", min=1, help="Training images per pass [default: chosen from free memory]."),
+    ] = None,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Timed steps (batches) per measurement.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed steps first (compilation, autotuning).")] = 5,
+    rounds: Annotated[
+        int, typer.Option("--rounds", min=1, help="Alternate vitbench and the bare loop this often; keep the median.")
+    ] = 1,
+    precision: Annotated[
+        str, typer.Option("--precision", help="auto (bf16 on CUDA, fp32 on CPU), bf16 or fp32.")
+    ] = "auto",
+    compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model (every runner).")] = False,
+    dataset: Annotated[
+        str,
+        typer.Option("--dataset", "-d", help="Real data for the input-pipeline rows (default: the embedded digits)."),
+    ] = "digits",
+    data_dir: DataDir = None,
+    input_pipeline: Annotated[
+        str, typer.Option("--input-pipeline", help="auto (the device on a GPU, else workers), workers or device.")
+    ] = "auto",
+    workers: Annotated[int, typer.Option("--workers", min=0, help="DataLoader worker processes.")] = min(
+        8, (os.cpu_count() or 2) // 2
+    ),
+    timm_benchmark: Annotated[
+        Path | None,
+        typer.Option(
+            "--timm-benchmark",
+            envvar="VITBENCH_TIMM_BENCHMARK",
+            help="timm's benchmark.py (from a pytorch-image-models checkout), run at the same settings.",
+        ),
+    ] = None,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
+    results: Results = Path("results"),
+) -> None:
+    """Throughput of vitbench's fine-tune and extraction loops (synthetic and real data) against bare
+    loops and timm's benchmark.py; images/s, MFU and peak memory into the store (`table --bench`)."""
+    import uuid
+
+    from vitbench import bench, render, store
+    from vitbench.bench_view import bench_view
+    from vitbench.provenance import resolve_device
+
+    if precision not in ("auto", "bf16", "fp32"):
+        raise UserError(f"--precision {precision}: expected auto, bf16 or fp32")
+    if mode not in ("train", "inference", "both"):
+        raise UserError(f"--mode {mode}: expected train, inference or both")
+    _check_pipeline(input_pipeline)
+    if timm_benchmark is not None and not timm_benchmark.is_file():
+        raise UserError(f"--timm-benchmark {timm_benchmark}: no such file (timm's benchmark.py from its repository)")
+    torch_device = resolve_device(device)
+    gpu = torch_device.type == "cuda"
+    configs = [bench.Config.parse(c) for c in (config or (bench.GPU_CONFIGS if gpu else bench.CPU_CONFIGS))]
+    size = batch or (256 if gpu else 16)
+    if micro_batch is not None and size % micro_batch:
+        raise UserError(f"--micro-batch {micro_batch}: must divide --batch {size}")
+    opts = bench.with_defaults(
+        bench.Options(
+            batch=size,
+            steps=steps,
+            warmup=warmup,
+            precision=precision,
+            compile=compile_model,
+            device=torch_device,
+            dataset=dataset,
+            data_dir=_check_data_dir(data_dir),
+            workers=workers,
+            input_pipeline=input_pipeline,
+            micro_batch=micro_batch,
+            timm_script=timm_benchmark,
+            modes=bench.MODES if mode == "both" else (mode,),
+            rounds=rounds,
+        )
+    )
+    _writable_results(results)
+    bench_id = uuid.uuid4().hex[:12]
+    for cfg in configs:
+        records = bench.to_records(bench.measure(cfg, opts), opts, bench_id)
+        con = store.connect(results)  # stored per configuration: a later failure loses nothing
+        try:
+            store.save_bench(con, records)
+        finally:
+            con.close()
+    frame = store.read_bench(results)
+    out.print(render.to_rich(bench_view(frame[frame["bench_id"] == bench_id])))
+    out.print(f"stored in {results / store.DB_NAME} (bench {bench_id}); all measurements: vitbench table --bench")
 
 
 @app.command("export")

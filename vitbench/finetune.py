@@ -18,9 +18,11 @@ import functools
 import logging
 import math
 import sys
+import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +30,13 @@ from torch import nn
 
 from vitbench.backend import Preprocessing
 from vitbench.datasets import DatasetSpec, Split
+from vitbench.device_data import (
+    Augmentation,
+    DeviceImages,
+    streamed_train_batches,
+    synthetic_batches,
+    train_batches,
+)
 from vitbench.distributed import World
 from vitbench.errors import UserError
 from vitbench.provenance import Clock, write_atomic
@@ -125,8 +134,14 @@ class Settings:
     compile: bool = False
     channels_last: bool = False
     workers: int = 1
+    # where augmentation runs: "workers" (DataLoader processes, PIL), "device" (device_data: the
+    # same draws on the accelerator) or "synthetic" (one random batch on the device: `vitbench bench`)
+    input_pipeline: str = "workers"
+    # activation checkpointing: None chooses it with the micro-batch from free memory (memory.py)
+    checkpointing: bool | None = None
     log_every: int = 50
     checkpoint_every: int = 500
+    timed_from: int = 0  # Outcome.timed_seconds counts from this step (a benchmark's warm-up excluded)
 
     def micro(self, world: int, device_type: str = "cpu") -> int:
         return micro_batch_size(self.batch, world, self.micro_batch, device_type)
@@ -158,6 +173,10 @@ class Outcome:
     restarts: int
     micro_batch: int  # what the run ended with (smaller than asked for after an out-of-memory error)
     skipped: list[str] = field(default_factory=list)
+    checkpointing: bool = False  # activation checkpointing was on
+    peak_memory_bytes: int | None = None  # the device's peak allocation while training (CUDA only)
+    memory_plan: str = ""  # why this micro-batch and checkpointing (memory.plan's reason)
+    timed_seconds: float = 0.0  # wall-clock seconds from step `Settings.timed_from` to the end
 
 
 def _autocast(device: torch.device, precision: str):
@@ -208,11 +227,19 @@ def train(
     one of this run is there. `preprocessing` gives the value range (its mean/std)."""
     from timm.utils import ModelEmaV3
 
+    from vitbench import memory
+
     micro = settings.micro(world.size, device.type)
     torch.manual_seed(settings.seed)  # dropout; the head is zeros and the data stream has its own seeds
     model.to(device).train()
     if settings.channels_last:
         model.to(memory_format=torch.channels_last)
+    plan = memory.choose(model, settings, micro, device, world, preprocessing)
+    micro = plan.micro
+    if plan.checkpointing:
+        model.set_grad_checkpointing(True)  # type: ignore[operator]  # timm: recompute blocks in backward
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.SGD(params, lr=settings.lr, momentum=MOMENTUM, weight_decay=0.0)
     scheduler = schedule(optimizer, settings.steps, settings.warmup)
@@ -243,8 +270,23 @@ def train(
     step_model = torch.compile(forward) if settings.compile else forward
     transform = train_transform(settings.res, settings.crop, settings.flip, preprocessing.interpolation)
 
+    images = None  # the split on the device, put there once (device pipeline)
+
     def stream_from(step: int, micro: int):
+        nonlocal images
         stream = Stream(len(split), settings.batch, micro, settings.seed, world.rank, world.size)
+        if settings.input_pipeline == "synthetic":
+            remaining = settings.steps - step
+            return stream, synthetic_batches(micro, settings.res, _num_classes(model), device, remaining, stream.accum)
+        if settings.input_pipeline == "device":
+            aug = Augmentation(settings.res, settings.crop, settings.flip, preprocessing.interpolation)
+            if not DeviceImages.fits(split):  # too large to hold: stream the files, decode on the device
+                return stream, streamed_train_batches(
+                    split, stream, step, settings.steps, aug, device, settings.workers
+                )
+            if images is None:
+                images = DeviceImages(split, device, skip_corrupt)
+            return stream, train_batches(images, split.labels, stream, step, settings.steps, aug)
         pin = device.type == "cuda"
         return stream, iter(train_loader(split, stream, step, settings.steps, transform, settings.workers, pin))
 
@@ -286,8 +328,13 @@ def train(
             total += loss.detach()
         return total
 
+    timer = time.perf_counter()
     with clock:
         for step in steps:
+            if step == settings.timed_from:  # one sync, at the end of the warm-up
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                timer = time.perf_counter()
             scheduler.step_update(step)
             while True:
                 kept = len(skipped)
@@ -334,7 +381,10 @@ def train(
                 }
                 # atomic: a restarted run finds the previous checkpoint or this one, never half of one
                 write_atomic(checkpoint, functools.partial(torch.save, saved))
+    timed_seconds = time.perf_counter() - timer  # the clock synchronised the device on exit
     eval_model = ema.module if ema is not None else model
+    if plan.checkpointing:
+        model.set_grad_checkpointing(False)  # type: ignore[operator]
     return Outcome(
         eval_model.eval(),
         curves,
@@ -343,7 +393,16 @@ def train(
         restarts,
         micro,
         skipped,
+        checkpointing=plan.checkpointing,
+        peak_memory_bytes=torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+        memory_plan=plan.reason,
+        timed_seconds=timed_seconds,
     )
+
+
+def _num_classes(model: nn.Module) -> int:
+    head: Any = model
+    return int(head.num_classes) if hasattr(head, "num_classes") else 1000
 
 
 def _halved(micro: int, settings: Settings, world: World) -> int:

@@ -11,6 +11,7 @@ import torch
 from vitbench import evaluate, finetune
 from vitbench.backend import ModelSpec
 from vitbench.datasets import DatasetSpec, Split
+from vitbench.device_data import choose as choose_pipeline
 from vitbench.inference import run_over
 from vitbench.provenance import Clock
 from vitbench.runner import Group, Recorder, Request, RunSpec
@@ -142,6 +143,7 @@ def _finetune_settings(group: Group, spec: RunSpec, lr: float, req: Request, dev
         compile=req.compile,
         channels_last=group.model.family in ("bit", "hybrid") and device.type == "cuda",
         workers=req.workers,
+        input_pipeline=choose_pipeline(req.input_pipeline, device),
         log_every=max(1, min(50, h["steps"] // 10)),
         checkpoint_every=req.checkpoint_every or finetune.checkpoint_interval(h["steps"]),
     )
@@ -168,6 +170,7 @@ def _score_finetuned(
         logits = run_over(
             finetune.logits_fn(device, settings.precision), outcome.model, scored_split, group.preprocessing,
             device, req.batch_size, req.workers, f"{what} · {scored_split.name}", req.skip_corrupt,
+            req.input_pipeline,
         )  # fmt: skip
     real = [scored_split.real_labels[i] for i in logits.indices] if scored_split.real_labels else None
     scores = evaluate.scores(logits.values, logits.labels, real)
@@ -180,6 +183,8 @@ def _score_finetuned(
     train_seconds = outcome.seconds / world.size  # the training loop's wall-clock seconds
     metrics["train_images_per_second"] = outcome.train_images / max(train_seconds, 1e-9)
     metrics["final_train_loss"] = _last(outcome.curves["train_loss"])
+    if outcome.peak_memory_bytes is not None:
+        metrics["peak_memory_bytes"] = float(outcome.peak_memory_bytes)
     if recorder.peak:  # achieved training FLOP/s (3 x forward per image) against the devices' bf16 peak
         metrics["mfu"] = (
             3 * recorder.flops_per_image(group) * metrics["train_images_per_second"] / (recorder.peak * world.size)
@@ -204,6 +209,9 @@ def _score_finetuned(
             "compile": settings.compile,
             "sdpa_attention": _fused_attention(),
             "channels_last": settings.channels_last,
+            "input_pipeline": settings.input_pipeline,
+            "activation_checkpointing": outcome.checkpointing,
+            "memory_plan": outcome.memory_plan,
             "train_images": outcome.train_images,
             "train_device_seconds": outcome.seconds,
             "eval_device_seconds": eval_clock.seconds,

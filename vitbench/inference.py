@@ -5,7 +5,8 @@ run with a one-line error naming the file, or, with `skip_corrupt`, are left out
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,13 +57,22 @@ def run_over(
     workers: int,
     description: str,
     skip_corrupt: bool = False,
+    pipeline: str = "workers",
 ) -> Outputs:
     """`fn(model, images)` for every image of the split, in split order. Workers decode, resize and
-    crop to uint8; the batch is normalised on the device (bit-identical to doing it per image)."""
-    batches = loader(split, preprocessing.transform(uint8=True), batch_size, workers, device)
+    crop to uint8 (or, with `pipeline="device"`, the device does: device_data.py); the batch is
+    normalised on the device (bit-identical to doing it per image)."""
+    from vitbench import device_data
+
+    batches: Iterable
+    if device_data.choose(pipeline, device, preprocessing) == "device":
+        batches = device_data.eval_batches(split, preprocessing, batch_size, device, workers, skip_corrupt)
+    else:
+        batches = loader(split, preprocessing.transform(uint8=True), batch_size, workers, device)
+    total = math.ceil(len(split) / batch_size)
     model.eval().to(device)
     values, labels, indices, skipped = [], [], [], []
-    for images, y, idx, bad in track(batches, total=len(batches), description=description):
+    for images, y, idx, bad in track(batches, total=total, description=description):
         if bad and not skip_corrupt:
             raise UserError(bad[0][1])
         skipped += [message for _, message in bad]

@@ -76,6 +76,7 @@ class Request:
     device: str = "auto"
     batch_size: int = 64
     workers: int = 1
+    input_pipeline: str = "auto"  # device_data.PIPELINES: where images are decoded and augmented
     # fine-tuning (None: Table 4's value for the dataset, or the protocol's default)
     steps: int | None = None
     batch: int | None = None
@@ -263,6 +264,7 @@ def _pass_over(
             req.workers,
             f"{group.model.name} · {group.dataset.name} {split_name}",
             req.skip_corrupt,
+            req.input_pipeline,
         )
     cache.save(key, found)
     return found, True

@@ -62,6 +62,20 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_key, name, step)
         )""",
     ],
+    [  # 5: throughput measurements (`vitbench bench`), one row per (config, mode, runner, data)
+        """CREATE TABLE bench (
+            bench_id VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL,
+            model VARCHAR NOT NULL, arch VARCHAR, res INTEGER NOT NULL,
+            mode VARCHAR NOT NULL, runner VARCHAR NOT NULL, data VARCHAR NOT NULL, input_pipeline VARCHAR,
+            batch INTEGER NOT NULL, micro_batch INTEGER, activation_checkpointing BOOLEAN,
+            precision VARCHAR NOT NULL, compile BOOLEAN NOT NULL, steps INTEGER, warmup_steps INTEGER,
+            images_per_second DOUBLE NOT NULL, mfu DOUBLE, peak_memory_bytes BIGINT, flops_per_image BIGINT,
+            device VARCHAR, device_name VARCHAR, device_count INTEGER,
+            git_sha VARCHAR, vitbench_version VARCHAR, torch_version VARCHAR, timm_version VARCHAR,
+            python_version VARCHAR, hostname VARCHAR, command VARCHAR, notes JSON,
+            PRIMARY KEY (bench_id, model, res, mode, runner, data)
+        )""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 RUN_COLUMNS = [
@@ -336,3 +350,56 @@ def read_attention_distance(results: Path) -> pd.DataFrame:
     return _read_table(
         results, 2, "SELECT * FROM attention_distance ORDER BY model, inspect_key, layer, head", ATTENTION_COLUMNS
     )
+
+
+BENCH_COLUMNS = [
+    "bench_id",
+    "created_at",
+    "model",
+    "arch",
+    "res",
+    "mode",
+    "runner",
+    "data",
+    "input_pipeline",
+    "batch",
+    "micro_batch",
+    "activation_checkpointing",
+    "precision",
+    "compile",
+    "steps",
+    "warmup_steps",
+    "images_per_second",
+    "mfu",
+    "peak_memory_bytes",
+    "flops_per_image",
+    "device",
+    "device_name",
+    "device_count",
+    "git_sha",
+    "vitbench_version",
+    "torch_version",
+    "timm_version",
+    "python_version",
+    "hostname",
+    "command",
+    "notes",
+]
+
+
+def save_bench(con: duckdb.DuckDBPyConnection, records: list[dict]) -> None:
+    """One `vitbench bench` invocation's rows, in one transaction."""
+    rows = [[json.dumps(r[c]) if c == "notes" else r[c] for c in BENCH_COLUMNS] for r in records]
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.executemany(
+            f"INSERT INTO bench ({', '.join(BENCH_COLUMNS)}) VALUES ({', '.join('?' * len(BENCH_COLUMNS))})", rows
+        )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def read_bench(results: Path) -> pd.DataFrame:
+    return _read_table(results, 5, "SELECT * FROM bench ORDER BY created_at, model, res, mode", BENCH_COLUMNS)

@@ -1,0 +1,131 @@
+"""The on-device input pipeline (device_data.py), run here on the CPU device: the same code, the
+same draws. In-memory images must come out bit-identical to the worker pipeline; decoded JPEGs
+within one grey level (PIL's resampler against torchvision's)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitbench import device_data, finetune
+from vitbench.backend import Preprocessing
+from vitbench.datasets import DATASETS, Split
+from vitbench.distributed import World
+from vitbench.errors import UserError
+from vitbench.inference import loader, run_over
+from vitbench.registry import get_model
+from vitbench.train_data import Stream, train_loader, train_transform
+from vitbench.weights import build_model
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return DATASETS["digits"].load_split(None, "train").subset("few", np.arange(48))
+
+
+def jpeg_split(folder: Path, n: int = 12, corrupt: int | None = None) -> Split:
+    """Real JPEG files of different sizes (photos are never one size), one of them truncated if asked."""
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(n):
+        h, w = 40 + 7 * i, 60 - 3 * i
+        gradient = np.linspace(0, 255, w)[None, :, None] * np.ones((h, 1, 3))
+        pixels = np.clip(gradient + rng.normal(0, 20, (h, w, 3)), 0, 255).astype(np.uint8)
+        path = folder / f"img{i:02d}.jpg"
+        Image.fromarray(pixels).save(path, quality=90)
+        if i == corrupt:
+            path.write_bytes(path.read_bytes()[:40])
+        paths.append(str(path))
+    return Split("photos", "train", np.arange(n) % 3, "folder", "fp", paths=paths)
+
+
+def both_train(split: Split, crop: bool = True, flip: bool = True):
+    stream = Stream(len(split), 8, 4, seed=5)
+    aug = device_data.Augmentation(32, crop, flip)
+    ours = list(device_data.train_batches(device_data.DeviceImages(split, CPU), split.labels, stream, 0, 3, aug))
+    workers = list(train_loader(split, stream, 0, 3, train_transform(32, crop, flip), 0, False))
+    return ours, workers
+
+
+@pytest.mark.parametrize("crop,flip", [(True, True), (False, True), (True, False)])
+def test_in_memory_augmentation_is_bit_identical_to_the_workers(digits, crop, flip):
+    ours, workers = both_train(digits, crop, flip)
+    assert len(ours) == len(workers) == 6  # 3 steps x 2 micro-batches
+    for (x, y, i, bad), (x2, y2, i2, bad2) in zip(ours, workers, strict=True):
+        assert x.dtype == torch.uint8 and x.shape == (4, 3, 32, 32)
+        assert torch.equal(i, i2) and torch.equal(y, y2) and bad == bad2 == []
+        assert torch.equal(x, x2)
+
+
+def test_jpeg_augmentation_matches_the_workers_within_a_grey_level(tmp_path):
+    split = jpeg_split(tmp_path)
+    ours, workers = both_train(split)
+    for (x, y, i, _), (x2, y2, i2, _) in zip(ours, workers, strict=True):
+        assert torch.equal(i, i2) and torch.equal(y, y2)
+        assert (x.int() - x2.int()).abs().max() <= 1  # same crop boxes and flips; PIL vs tensor resampling
+
+
+def test_streamed_jpegs_equal_preloaded_ones(tmp_path, monkeypatch):
+    split = jpeg_split(tmp_path)
+    stream = Stream(len(split), 8, 4, seed=1)
+    aug = device_data.Augmentation(32, True, True)
+    held = list(device_data.train_batches(device_data.DeviceImages(split, CPU), split.labels, stream, 0, 2, aug))
+    streamed = list(device_data.streamed_train_batches(split, stream, 0, 2, aug, CPU, 0))
+    for (x, y, i, _), (x2, y2, i2, _) in zip(held, streamed, strict=True):
+        assert torch.equal(x, x2) and torch.equal(y, y2) and torch.equal(i, i2)
+    monkeypatch.setattr(device_data, "PRELOAD_MAX_IMAGES", 0)  # eval: the streamed path for a large split
+    pre = Preprocessing(size=24)
+    streamed_eval = list(device_data.eval_batches(split, pre, 5, CPU, 0, False))
+    monkeypatch.setattr(device_data, "PRELOAD_MAX_IMAGES", 10**6)
+    held_eval = list(device_data.eval_batches(split, pre, 5, CPU, 0, False))
+    for (x, y, i, _), (x2, y2, i2, _) in zip(held_eval, streamed_eval, strict=True):
+        assert torch.equal(x, x2) and torch.equal(y, y2) and torch.equal(i, i2)
+
+
+@pytest.mark.parametrize("crop_mode", ["squash", "center"])
+def test_eval_resize_matches_timms_transform(digits, tmp_path, crop_mode):
+    pre = Preprocessing(size=28, crop_pct=0.875, crop_mode=crop_mode)
+    for split, tolerance in ((digits, 0), (jpeg_split(tmp_path), 1)):
+        ours = list(device_data.eval_batches(split, pre, 16, CPU, 0, False))
+        workers = list(loader(split, pre.transform(uint8=True), 16, 0, CPU))
+        for (x, y, i, _), (x2, y2, i2, _) in zip(ours, workers, strict=True):
+            assert torch.equal(i, i2) and torch.equal(y, y2)
+            assert (x.int() - x2.int()).abs().max() <= tolerance
+
+
+def test_a_corrupt_jpeg_is_named_or_skipped(tmp_path):
+    split = jpeg_split(tmp_path, corrupt=3)
+    spec = get_model("vit-ti/16")
+    model = spec.backend.create(spec, 3, 32)
+    pre = Preprocessing(size=32)
+    with pytest.raises(UserError, match=r"img03\.jpg: corrupt or truncated image"):
+        run_over(spec.backend.features, model, split, pre, CPU, 4, 0, "t", pipeline="device")
+    found = run_over(spec.backend.features, model, split, pre, CPU, 4, 0, "t", True, pipeline="device")
+    assert len(found.labels) == 11 and 3 not in found.indices and "img03.jpg" in found.skipped[0]
+
+
+def test_fine_tuning_on_the_device_pipeline_follows_the_same_trajectory(digits, tmp_path):
+    """In memory, the device pipeline feeds exactly the worker pipeline's pixels: same losses."""
+    spec = get_model("vit-ti/16")
+    curves = {}
+    for pipeline in ("workers", "device"):
+        settings = finetune.Settings(
+            steps=3, batch=8, lr=0.03, warmup=1, res=32, crop=True, flip=True, precision="fp32", workers=0,
+            input_pipeline=pipeline,
+        )  # fmt: skip
+        model = build_model(spec, 10, 32, "random", pre_logits=False)
+        outcome = finetune.train(
+            model, digits, settings, Preprocessing(size=32), CPU, World(), tmp_path / pipeline, "k"
+        )
+        curves[pipeline] = outcome.curves["train_loss"]
+    assert curves["workers"] == curves["device"]
+
+
+def test_auto_uses_the_device_on_a_gpu_and_workers_on_a_cpu():
+    assert device_data.choose("auto", CPU) == "workers"
+    assert device_data.choose("auto", torch.device("cuda")) == "device"
+    assert device_data.choose("device", torch.device("cuda"), Preprocessing(crop_mode="border")) == "workers"
