@@ -295,7 +295,8 @@ def test_bench_command_vitbench_over_bare(benchmark, capsys):
     benchmark.extra_info.update({f"{m}_vitbench_over_bare": r for m, r in ratios.items()})
     with capsys.disabled():
         print(
-            f"\n  vitbench bench {config}: vitbench / bare = train {ratios['train']:.2f}, inference {ratios['inference']:.2f}"
+            f"\n  vitbench bench {config}: vitbench / bare = train {ratios['train']:.2f}, "
+            f"inference {ratios['inference']:.2f}"
         )
     if not benchmark.disabled:
         assert min(ratios.values()) >= 0.95
