@@ -195,6 +195,40 @@ def run(
             help="finetune: steps between resumable checkpoints [default: steps/10, 50..500].",
         ),
     ] = None,
+    nnodes: Annotated[int, typer.Option("--nnodes", min=1, help="torchrun: nodes in the data-parallel job.")] = 1,
+    node_rank: Annotated[int, typer.Option("--node-rank", min=0, help="torchrun: this node's rank.")] = 0,
+    rdzv_endpoint: Annotated[
+        str | None, typer.Option("--rdzv-endpoint", help="torchrun: HOST:PORT every node joins (multi-node).")
+    ] = None,
+    rdzv_id: Annotated[str | None, typer.Option("--rdzv-id", help="torchrun: the job's rendezvous id.")] = None,
+    rdzv_backend: Annotated[str, typer.Option("--rdzv-backend", help="torchrun: rendezvous backend.")] = "c10d",
+    executor: Annotated[
+        str,
+        typer.Option(
+            "--executor", help="local (this process) or submitit (array jobs on SLURM, or local subprocesses)."
+        ),
+    ] = "local",
+    cluster: Annotated[
+        str, typer.Option("--cluster", help="submitit: auto (SLURM when sbatch is found), slurm or local.")
+    ] = "auto",
+    partition: Annotated[str | None, typer.Option("--partition", help="submitit: SLURM partition.")] = None,
+    gpus_per_job: Annotated[
+        int, typer.Option("--gpus-per-job", min=0, help="submitit: GPUs per node of each job (DDP over them).")
+    ] = 0,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, help="submitit: nodes per job (torchrun across them).")] = 1,
+    time_limit: Annotated[
+        int, typer.Option("--time-limit", min=1, help="submitit: minutes per job (then requeued, resuming).")
+    ] = 240,
+    cpus_per_job: Annotated[int | None, typer.Option("--cpus-per-job", min=1, help="submitit: CPUs per job.")] = None,
+    mem_gb: Annotated[int | None, typer.Option("--mem-gb", min=1, help="submitit: memory per node (GB).")] = None,
+    array_parallelism: Annotated[
+        int, typer.Option("--array-parallelism", min=1, help="submitit: jobs of the array running at once.")
+    ] = 64,
+    slurm_account: Annotated[str | None, typer.Option("--slurm-account", help="submitit: SLURM account.")] = None,
+    slurm_qos: Annotated[str | None, typer.Option("--slurm-qos", help="submitit: SLURM QOS.")] = None,
+    no_wait: Annotated[
+        bool, typer.Option("--no-wait", help="submitit: submit and return; `vitbench ingest` merges the shards later.")
+    ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the planned runs and stop.")] = False,
     rerun: Annotated[bool, typer.Option("--rerun", help="Run again even where results exist.")] = False,
 ) -> None:
@@ -237,9 +271,35 @@ def run(
     )
     if 0 in req.shots:
         raise UserError("--shots: shot counts must be at least 1")
-    if devices > 1:  # the same command, once per device, under torchrun
-        _check_before_launch(req, devices)
-        raise typer.Exit(distributed.launch(devices, distributed.strip_devices(sys.argv[1:])))
+    if executor not in ("local", "submitit"):
+        raise UserError(f"--executor {executor}: expected local or submitit")
+    if cluster not in ("auto", "slurm", "local"):
+        raise UserError(f"--cluster {cluster}: expected auto, slurm or local")
+    rdzv = distributed.Rendezvous(nnodes, node_rank, rdzv_endpoint, rdzv_id, rdzv_backend)
+    if executor == "submitit" and not dry_run:
+        from vitbench.cluster import ClusterOptions
+
+        opts = ClusterOptions(
+            cluster=cluster,
+            partition=partition,
+            gpus_per_job=gpus_per_job,
+            processes_per_node=max(gpus_per_job, devices),
+            nodes=nodes,
+            time_limit_min=time_limit,
+            cpus_per_task=cpus_per_job,
+            mem_gb=mem_gb,
+            array_parallelism=array_parallelism,
+            account=slurm_account,
+            qos=slurm_qos,
+            wait=not no_wait,
+        )
+        if opts.processes_per_node > 1 or nodes > 1:
+            _check_before_launch(req, opts.processes_per_node * nodes)
+        _run_on_cluster(req, opts, rerun)
+        return
+    if devices > 1 or nnodes > 1:  # the same command, once per device, under torchrun
+        _check_before_launch(req, devices * nnodes)
+        raise typer.Exit(distributed.launch(devices, distributed.strip_devices(sys.argv[1:]), rdzv))
     from vitbench.provenance import resolve_device
 
     world, _ = distributed.setup(resolve_device(device))  # a bad --device fails before any work
@@ -304,6 +364,46 @@ def run(
             con.close()
     if world.is_main:
         _print_table(results, compact=True)
+
+
+def _run_on_cluster(req, opts, rerun: bool) -> None:
+    """Plan here, submit the runs without a result as submitit jobs, merge their shards as they land."""
+    from vitbench import cluster, runner, store
+
+    _writable_results(req.results)
+    groups = runner.plan(req)
+    con = store.connect(req.results)  # closed again at once: the workers' shards are merged by `sync`
+    try:
+        store.ingest_pending(con, req.results)
+        done = store.done_keys(con)
+    finally:
+        con.close()
+    specs = [s for g in groups for s in g.specs]
+    todo = {s.run_key for s in specs if rerun or s.run_key not in done}
+    log.info("%d runs planned, %d already stored, %d to submit", len(specs), len(specs) - len(todo), len(todo))
+    if todo:
+        submitted, failed = cluster.submit_and_wait(req, groups, todo, opts, lambda: store.sync(req.results))
+        store.sync(req.results)
+        stored = len(todo & set(store.read_results(req.results)["run_key"]))
+        log.info("%d job(s) submitted; %d of %d runs now stored", submitted, stored, len(todo))
+        if opts.wait and not failed and stored < len(todo):
+            err.print(
+                f"{len(todo) - stored} run(s) have no result yet: leased by another job (see the job logs) or "
+                "waiting for their LR sweep; run the same command again to pick them up"
+            )
+        if failed:
+            for line in failed:
+                err.print(f"failed: {line}", markup=False, highlight=False, soft_wrap=True)
+            raise UserError(
+                f"{len(failed)} job(s) failed; run the same command again to resubmit what has no result "
+                "(fine-tunes resume from their last checkpoint)"
+            )
+        if not opts.wait:
+            out.print(
+                f"submitted; `vitbench ingest --results {req.results}` (or any `vitbench table`) merges the results"
+            )
+            return
+    _print_table(req.results, compact=True)
 
 
 def _print_table(results: Path, compact: bool = False) -> None:
@@ -417,6 +517,7 @@ def table_cmd(
         raise UserError(f"--shots {shots}: only few-shot runs have shots; drop --protocol {protocol}")
     if shots is not None:
         protocol = "fewshot"
+    store.sync(results)  # shards that cluster workers wrote since the last merge
     df = query.apply_where(store.read_results(results), where)
     fields = query.split_fields(group_by)
     if which == "2":
@@ -433,6 +534,18 @@ def table_cmd(
     else:
         raise UserError(f"--table {which}: expected 2, 5, 6 or 9")
     _render(data, fmt, results, out_file)
+
+
+@app.command("ingest")
+def ingest_cmd(results: Results = Path("results")) -> None:
+    """Merge result shards (from cluster jobs or interrupted runs) into the results database."""
+    from vitbench import store
+
+    folder = store.shard_dir(results)
+    if not folder.is_dir():
+        raise UserError(f"--results {results}: no runs/ folder of result shards there")
+    merged = store.sync(results)
+    out.print(f"merged {merged} new run(s) into {results / store.DB_NAME} ({len(store.shard_keys(results))} shards)")
 
 
 @app.command("bench")
@@ -580,6 +693,7 @@ def plot_cmd(
     exts = tuple(f.strip().lower() for f in formats.split(",") if f.strip())
     if not exts or any(e not in ("png", "svg") for e in exts):
         raise UserError(f"--formats {formats}: expected png, svg or png,svg")
+    store.sync(results)  # shards that cluster workers wrote since the last merge
     df = query.apply_where(store.read_results(results), where)
     for name in chosen:
         try:

@@ -12,7 +12,6 @@ import datetime
 import logging
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 
 import torch
@@ -73,33 +72,44 @@ def barrier(w: World) -> None:
         dist.barrier()
 
 
-def launch(devices: int, argv: list[str]) -> int:
-    """Run `vitbench <argv>` (without --devices) under torchrun with `devices` processes."""
+LAUNCH_OPTIONS = ("--devices", "--nnodes", "--node-rank", "--rdzv-endpoint", "--rdzv-id", "--rdzv-backend")
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """torchrun's multi-node options, passed through as given (`--nnodes 1`: one machine, standalone)."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    endpoint: str | None = None
+    run_id: str | None = None
+    backend: str = "c10d"
+
+
+def launch(devices: int, argv: list[str], rdzv: Rendezvous | None = None) -> int:
+    """Run `vitbench <argv>` (without the launch options) under torchrun with `devices` processes
+    on this node; across nodes with the rendezvous options."""
+    from vitbench.cluster import torchrun_command
+
     if os.environ.get(LAUNCHED_ENV) or world().size > 1:
         raise UserError("--devices: already running under torchrun; give the process count to torchrun only")
     if devices > 1 and torch.cuda.is_available() and devices > torch.cuda.device_count():
         raise UserError(f"--devices {devices}: only {torch.cuda.device_count()} CUDA device(s) are visible")
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={devices}",
-        "-m",
-        "vitbench",
-        *argv,
-    ]
+    r = rdzv or Rendezvous()
+    command = torchrun_command(
+        devices, ["-m", "vitbench", *argv], r.nnodes, r.node_rank, r.endpoint, r.run_id, r.backend
+    )
     return subprocess.call(command, env={**os.environ, LAUNCHED_ENV: "1"})
 
 
 def strip_devices(argv: list[str]) -> list[str]:
-    """The command line without its `--devices N` / `--devices=N`."""
+    """The command line without the options the launcher consumes (`--devices N`, the rendezvous)."""
     kept, skip = [], False
     for arg in argv:
         if skip:
             skip = False
-        elif arg == "--devices":
+        elif arg in LAUNCH_OPTIONS:
             skip = True
-        elif not arg.startswith("--devices="):
+        elif not arg.startswith(tuple(f"{o}=" for o in LAUNCH_OPTIONS)):
             kept.append(arg)
     return kept

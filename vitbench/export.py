@@ -24,6 +24,7 @@ def export(results: Path, fmt: str, out: Path, where: list[str] | None = None) -
     """Write the (filtered) runs × metrics to `out`; returns the number of rows written."""
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt}: expected {', '.join(FORMATS)}")
+    store.sync(results)  # shards that cluster workers wrote since the last merge
     df = apply_where(store.read_results(results), where)
     if df.empty:
         raise UserError(f"no stored runs in {results / store.DB_NAME}" + (" match --where" if where else ""))

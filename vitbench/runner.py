@@ -20,6 +20,7 @@ from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec, Split
 from vitbench.errors import UserError
 from vitbench.inference import Outputs, run_over
+from vitbench.lease import Lease, Leases
 from vitbench.provenance import (
     Clock,
     canonical_json,
@@ -300,16 +301,39 @@ def execute(
     from vitbench.provenance import resolve_device
 
     world, device = setup(resolve_device(req.device))
-    recorder = Recorder(req, con, device, on_result, world)
-    for group in groups:
-        todo = [s for s in group.specs if rerun or s.run_key not in done]
-        if todo and group.protocol == finetune.PROTOCOL:
-            finetune_runs.execute(group, todo, req, device, recorder)
-        elif todo and group.protocol == fewshot.PROTOCOL:
-            _run_fewshot(group, todo, req, device, recorder)
-        elif todo:
-            _run_eval(group, todo[0], req, device, recorder)
+    with Leases(req.results) as leases:
+        recorder = Recorder(req, con, device, on_result, world, leases)
+        for group in groups:
+            todo = _leased([s for s in group.specs if rerun or s.run_key not in done], req, leases, world, rerun)
+            if todo and group.protocol == finetune.PROTOCOL:
+                finetune_runs.execute(group, todo, req, device, recorder)
+            elif todo and group.protocol == fewshot.PROTOCOL:
+                _run_fewshot(group, todo, req, device, recorder)
+            elif todo:
+                _run_eval(group, todo[0], req, device, recorder)
     return recorder.count
+
+
+def _leased(todo: list[RunSpec], req: Request, leases: Leases, world, rerun: bool) -> list[RunSpec]:
+    """The runs of `todo` this process may execute: those whose lease it took (rank 0 takes them,
+    the other ranks follow) and that nobody finished meanwhile (their shard appeared)."""
+    from vitbench.distributed import broadcast
+
+    if not todo:
+        return []
+    keys: list[str] = []
+    if world.is_main:
+        folder = shard_dir(req.results)
+        pending = [s.run_key for s in todo if rerun or not (folder / f"{s.run_key}.json").exists()]
+        keys, busy = leases.take(pending)
+        for key in busy:
+            holder = Lease(req.results, key).holder()
+            where = f"{holder.get('host', '?')} pid {holder.get('pid', '?')}"
+            if holder.get("slurm_job"):
+                where += f", SLURM job {holder['slurm_job']}"
+            log.warning("%s: skipped, running elsewhere (%s)", key[:12], where)
+    keys = broadcast(keys, world)
+    return [s for s in todo if s.run_key in keys]
 
 
 def _run_fewshot(group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
@@ -372,11 +396,12 @@ def _run_eval(group: Group, spec: RunSpec, req: Request, device: torch.device, r
 class Recorder:
     """Writes each finished run as a shard and ingests it at once, with its full provenance."""
 
-    def __init__(self, req: Request, con, device: torch.device, on_result, world=None):
+    def __init__(self, req: Request, con, device: torch.device, on_result, world=None, leases: Leases | None = None):
         from vitbench.distributed import World
         from vitbench.provenance import peak_flops
 
         self.req, self.con, self.device, self.on_result = req, con, device, on_result
+        self.leases = leases
         self.world = world or World()
         self.env, self.device_name = environment(), device_name(device)
         self.peak = peak_flops(self.device_name) if device.type == "cuda" else None
@@ -394,9 +419,15 @@ class Recorder:
 
     def sweep_choice(self, sweep: list[RunSpec]) -> dict:
         """The sweep's best LR by dev accuracy (the first of the grid on a tie), from the store."""
-        from vitbench.store import metric_values
+        from vitbench.store import metric_values, shard_metric_values
 
-        found = metric_values(self.con, [s.run_key for s in sweep], "dev_accuracy")
+        keys = [s.run_key for s in sweep]
+        # a cluster worker has no database, only the shards the sweep's jobs wrote
+        found = (
+            metric_values(self.con, keys, "dev_accuracy")
+            if self.con
+            else shard_metric_values(self.req.results, keys, "dev_accuracy")
+        )
         missing = [s.hparams["lr"] for s in sweep if s.run_key not in found]
         if missing:
             raise UserError(f"the dev sweep has no result for lr {missing[0]:g}; run it first (drop --rerun filters)")
@@ -446,7 +477,10 @@ class Recorder:
         }
         shard = shard_dir(self.req.results) / f"{spec.run_key}.json"
         write_atomic(shard, canonical_json({"run": run, "metrics": metrics, "curves": curves or {}}))
-        ingest(self.con, [shard])
+        if self.con is not None:  # a cluster worker leaves the merge to `vitbench ingest`
+            ingest(self.con, [shard])
+        if self.leases is not None:
+            self.leases.release(spec.run_key)
         self.count += 1
         if self.on_result:
             self.on_result(spec, metrics)

@@ -230,6 +230,48 @@ def metric_values(con: duckdb.DuckDBPyConnection, run_keys: list[str], name: str
     return {k: float(v) for k, v in rows}
 
 
+def shard_metric_values(results: Path, run_keys: list[str], name: str) -> dict[str, float]:
+    """`metric_values` from the shards themselves (a cluster worker never opens the database)."""
+    found = {}
+    for key in run_keys:
+        path = shard_dir(results) / f"{key}.json"
+        if path.exists():
+            value = json.loads(path.read_text())["metrics"].get(name)
+            if value is not None:
+                found[key] = float(value)
+    return found
+
+
+def shard_keys(results: Path) -> set[str]:
+    folder = shard_dir(results)
+    return {p.stem for p in folder.glob("*.json")} if folder.is_dir() else set()
+
+
+def sync(results: Path) -> int:
+    """Merge shards the database lacks (cluster workers write only shards): what every reading
+    command does first. Skipped while another process holds the database (readers then see the
+    shards' snapshot anyway). Returns the number of runs merged."""
+    shards = shard_keys(results)
+    if not shards:
+        return 0
+    con = _open_for_reading(results)
+    if con is not None:
+        try:
+            known = done_keys(con) if _schema_version(con) >= 1 else set()
+        finally:
+            con.close()
+        if shards <= known:
+            return 0
+    try:
+        con = connect(results)
+    except UserError:
+        return 0  # locked by a running `vitbench run`, or not writable: read the snapshot instead
+    try:
+        return ingest_pending(con, results)
+    finally:
+        con.close()
+
+
 def read_curves(results: Path, run_keys: list[str] | None = None) -> pd.DataFrame:
     """The stored training curves (run_key, name, step, value), read-only; empty when there are none."""
     df = _read_table(results, 4, "SELECT * FROM curves ORDER BY run_key, name, step", CURVE_COLUMNS)

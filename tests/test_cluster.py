@@ -1,0 +1,175 @@
+"""Past one machine, tested on this one: submitit's local executor runs the jobs as real
+subprocesses (no SLURM), leases keep a run from executing twice, shards are merged by `ingest`
+(or any reading command), and a killed worker's fine-tune resumes when the command is run again."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from vitbench import cluster, runner, store
+from vitbench.lease import Lease
+
+pytestmark = pytest.mark.slow
+FEWSHOT = ("--res", "32", "--workers", "0", "--shots", "1,5", "--seeds", "0")
+FINETUNE = (
+    "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--protocol", "finetune",
+    "--lr", "0.01", "--seeds", "0", "--res", "32", "--batch", "8", "--workers", "0",
+)  # fmt: skip
+LOCAL = ("--executor", "submitit", "--cluster", "local")
+
+
+def test_a_lease_is_exclusive_until_released_or_stale(tmp_path):
+    first, second = Lease(tmp_path, "k"), Lease(tmp_path, "k")
+    assert first.acquire() and not second.acquire()
+    first.release()
+    assert second.acquire()
+    second.release()
+    stale = Lease(tmp_path, "s", seconds=0.2)
+    assert stale.acquire()
+    stale._stop.set()  # its holder stops beating (as a killed worker does)
+    time.sleep(0.5)
+    taker = Lease(tmp_path, "s", seconds=0.2)
+    assert taker.acquire() and taker.holder()["token"] == taker.token
+    stale.release()  # the old holder's release must not remove the new holder's lease
+    assert taker.path.exists()
+    taker.release()
+
+
+def test_a_lease_of_a_dead_process_on_this_host_is_taken_at_once(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    path = tmp_path / "leases" / "k.lease"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"token": "x", "host": os.uname().nodename, "pid": dead.pid}))
+    lease = Lease(tmp_path, "k")
+    assert lease.acquire()
+    lease.release()
+
+
+def test_a_run_leased_elsewhere_is_skipped_then_run_when_free(cli, results):
+    req = runner.Request(model="vit-ti/16", weights="random", datasets=("digits",), shots=(1,), seeds=(0,),
+                         res=32, workers=0, results=results)  # fmt: skip
+    key = runner.plan(req)[0].specs[0].run_key
+    held = Lease(results, key)
+    assert held.acquire()  # this (live) test process holds it
+    code, _, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--shots", "1",
+                       "--seeds", "0", "--res", "32", "--workers", "0", "--results", results)  # fmt: skip
+    assert code == 0 and "running elsewhere" in err
+    assert store.read_results(results).empty
+    held.release()
+    code, _, _ = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--shots", "1",
+                     "--seeds", "0", "--res", "32", "--workers", "0", "--results", results)  # fmt: skip
+    assert code == 0 and set(store.read_results(results)["run_key"]) == {key}
+    assert not list((results / "leases").glob("*.lease"))  # released once the result was stored
+
+
+def test_submitit_local_jobs_write_shards_that_are_merged(cli, results):
+    code, out, err = cli("run", *LOCAL, *FEWSHOT, "--results", results)
+    assert code == 0, err
+    df = store.read_results(results)
+    assert len(df) == 2 and set(df["shots"]) == {1, 5}
+    assert "wave 1: 1 job(s) submitted" in err  # one few-shot group: one job (one extraction)
+    logs = list((results / "jobs").rglob("*_log.out"))
+    assert logs and any("runs planned" not in p.read_text() for p in logs)
+    # the worker ran in another process: its hostname and pid are in the shard, not this process's
+    shard = json.loads(next((results / "runs").glob("*.json")).read_text())
+    assert shard["run"]["command"] != ""
+
+
+def test_no_wait_then_ingest_merges_the_shards(cli, results):
+    code, out, err = cli("run", *LOCAL, *FEWSHOT, "--no-wait", "--results", results)
+    assert code == 0 and "vitbench ingest" in out
+    deadline = time.time() + 120
+    while len(list((results / "runs").glob("*.json"))) < 2 and time.time() < deadline:
+        time.sleep(1)
+    assert len(list((results / "runs").glob("*.json"))) == 2
+    code, out, _ = cli("ingest", "--results", results)
+    assert code == 0 and "merged 2 new run(s)" in out
+    assert len(store.read_results(results)) == 2
+    code, out, _ = cli("ingest", "--results", results)
+    assert "merged 0 new run(s)" in out
+
+
+def test_reading_commands_merge_new_shards_themselves(cli, results):
+    assert cli("run", *FEWSHOT, "--results", results)[0] == 0
+    shard = next((results / "runs").glob("*.json"))
+    record = json.loads(shard.read_text())
+    record["run"]["run_key"] = "f" * 64  # a shard a worker elsewhere wrote
+    (results / "runs" / f"{'f' * 64}.json").write_text(json.dumps(record))
+    code, md, _ = cli("table", "--protocol", "fewshot", "--format", "csv", "--results", results)
+    assert code == 0
+    con = store.connect(results)
+    assert "f" * 64 in store.done_keys(con)
+    con.close()
+
+
+def test_a_killed_worker_resumes_from_its_checkpoint_when_resubmitted(cli, results):
+    """SIGKILL the job's process mid fine-tune (after a checkpoint), then run the command again:
+    the resubmitted job takes over the dead worker's lease and resumes at the checkpoint."""
+    req = runner.Request(model="vit-ti/16", weights="random", datasets=("digits",), protocol="finetune", lr=0.01,
+                         seeds=(0,), res=32, batch=8, workers=0, steps=300, checkpoint_every=10,
+                         results=results)  # fmt: skip
+    groups = runner.plan(req)
+    key = groups[0].specs[0].run_key
+    (job,) = cluster.submit(req, [[key]], cluster.ClusterOptions(cluster="local"))
+    checkpoint = results / "runs" / key / "checkpoint.pt"
+    deadline = time.time() + 180
+    while not checkpoint.exists() and time.time() < deadline:
+        time.sleep(0.5)
+    assert checkpoint.exists(), job.stderr()
+    lease = results / "leases" / f"{key}.lease"
+    worker = json.loads(lease.read_text())["pid"]  # submitit's local job runs the function in a child
+    for pid in (worker, job._process.pid):  # SIGKILL: no handler runs, as when a node dies
+        os.kill(pid, signal.SIGKILL)
+    job._process.wait()
+    assert lease.exists()  # left behind by the killed worker
+    assert not (results / "runs" / f"{key}.json").exists()
+
+    code, _, err = cli("run", *LOCAL, *FINETUNE, "--steps", "300", "--checkpoint-every", "10", "--results", results)
+    assert code == 0, err
+    df = store.read_results(results)
+    assert set(df["run_key"]) == {key}
+    notes = json.loads(df["notes"].iloc[0])
+    assert notes["restarts"] == 1  # resumed, not started over
+    curves = store.read_curves(results, [key])
+    assert curves[curves["name"] == "train_loss"]["step"].max() == 300
+
+
+def test_torchrun_gets_the_rendezvous_options_across_nodes():
+    one = cluster.torchrun_command(2, ["-m", "vitbench"])
+    assert "--standalone" in one and "--nproc_per_node=2" in one
+    many = cluster.torchrun_command(4, ["-m", "vitbench"], nnodes=2, node_rank=1, rdzv_endpoint="n1:29500", rdzv_id="7")
+    assert "--standalone" not in many
+    assert {"--nnodes=2", "--node_rank=1", "--rdzv_endpoint=n1:29500", "--rdzv_id=7", "--rdzv_backend=c10d"} <= set(
+        many
+    )
+
+
+def test_units_group_fewshot_runs_and_hold_back_final_finetunes(tmp_path):
+    req = runner.Request(model="vit-ti/16", weights="random", datasets=("digits",), protocol="finetune",
+                         seeds=(0, 1), res=32, batch=8, steps=2, results=tmp_path)  # fmt: skip
+    groups = runner.plan(req)
+    first, second = cluster.units(groups, {s.run_key for g in groups for s in g.specs})
+    assert len(first) == 4 and len(second) == 2  # the 4-LR dev sweep, then the 2 seeds on its best LR
+    few = runner.plan(runner.Request(model="vit-ti/16", weights="random", datasets=("digits",), results=tmp_path))
+    first, second = cluster.units(few, {s.run_key for g in few for s in g.specs})
+    assert len(first) == 1 and len(first[0]) == 12 and second == []
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("--executor", "slurm"), "--executor slurm: expected local or submitit"),
+        (("--executor", "submitit", "--cluster", "k8s"), "--cluster k8s: expected auto, slurm or local"),
+        (("--nnodes", "2", "--protocol", "finetune", "--smoke"), "--nnodes 2: give --rdzv-endpoint HOST:PORT"),
+    ],
+)
+def test_cluster_mistakes_are_one_line_errors(cli, results, args, message):
+    code, _, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", *args,
+                       "--results", results)  # fmt: skip
+    assert code != 0 and message in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,271 @@
+"""Past one machine: the planned runs fanned out as submitit jobs (SLURM array jobs, or local
+subprocesses with `--cluster local`), each worker writing its shards to the shared results folder.
+
+- Units: a few-shot or eval group is one job (its runs share one feature extraction); each
+  fine-tune run is one job. Final fine-tunes that choose their LR on the dev split go in a second
+  wave, once the sweep's shards exist.
+- Workers never open the database: they write shards; this process (or `vitbench ingest`, or any
+  reading command) merges them.
+- A run is leased (lease.py) while it executes: a resubmitted or concurrent job skips it.
+- A job that dies (pre-empted, timed out, killed) resumes its fine-tune from the last checkpoint
+  when resubmitted: submitit requeues pre-empted and timed-out jobs itself (`Checkpointable`),
+  and running the same command again resubmits whatever has no result.
+- A job with more than one process per node, or more than one node, runs the unit under torchrun
+  (DDP), its rendezvous on the job's first node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from vitbench.errors import UserError
+
+log = logging.getLogger("vitbench")
+
+CLUSTERS = ("auto", "slurm", "local")
+RDZV_PORT = 29500
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    cluster: str = "auto"  # submitit's: auto (SLURM if sbatch is found, else local), slurm, local
+    partition: str | None = None
+    gpus_per_job: int = 0
+    processes_per_node: int = 1  # DDP processes per node (the GPUs per job on a GPU cluster)
+    nodes: int = 1
+    time_limit_min: int = 240
+    cpus_per_task: int | None = None
+    mem_gb: int | None = None
+    array_parallelism: int = 64
+    account: str | None = None
+    qos: str | None = None
+    wait: bool = True
+    poll_seconds: float = 5.0
+
+
+def units(groups, todo_keys: set[str]) -> tuple[list[list[str]], list[list[str]]]:
+    """(first wave, second wave) of jobs, each a list of run_keys."""
+    first: list[list[str]] = []
+    second: list[list[str]] = []
+    for group in groups:
+        keys = [s for s in group.specs if s.run_key in todo_keys]
+        if not keys:
+            continue
+        if group.protocol != "finetune":
+            first.append([s.run_key for s in keys])
+            continue
+        for spec in keys:
+            wave = second if spec.hparams.get("lr") == "best-on-dev" else first
+            wave.append([spec.run_key])
+    return first, second
+
+
+class RunUnit:
+    """The job: a picklable callable that runs its unit's run_keys. As a submitit `Checkpointable`,
+    a pre-empted or timed-out job is requeued with the same unit and resumes from its checkpoints."""
+
+    def __init__(self, request, run_keys: list[str], opts: ClusterOptions):
+        self.request, self.run_keys, self.opts = request, run_keys, opts
+
+    def __call__(self) -> dict:
+        if self.opts.processes_per_node > 1 or self.opts.nodes > 1:
+            return self._under_torchrun()
+        return work(self.request, self.run_keys)
+
+    def checkpoint(self, *args, **kwargs):
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(RunUnit(self.request, self.run_keys, self.opts))
+
+    def _under_torchrun(self) -> dict:
+        """One torchrun per node; node 0's host is the rendezvous endpoint (c10d)."""
+        import subprocess
+
+        import submitit
+
+        env = submitit.JobEnvironment()
+        payload = Path(self.request.results) / "jobs" / f"unit-{env.job_id}.pkl"
+        if env.node == 0 or not payload.exists():
+            _write_payload(payload, self.request, self.run_keys)
+        command = torchrun_command(
+            self.opts.processes_per_node,
+            ["-m", "vitbench.cluster", str(payload)],
+            nnodes=self.opts.nodes,
+            node_rank=env.node,
+            rdzv_endpoint=f"{env.hostnames[0]}:{RDZV_PORT}",
+            rdzv_id=str(env.job_id),
+        )
+        code = subprocess.call(command)
+        if code:
+            raise RuntimeError(f"torchrun exited with {code}")
+        return {"ran": self.run_keys}
+
+
+def torchrun_command(
+    nproc_per_node: int,
+    target: list[str],
+    nnodes: int = 1,
+    node_rank: int = 0,
+    rdzv_endpoint: str | None = None,
+    rdzv_id: str | None = None,
+    rdzv_backend: str = "c10d",
+) -> list[str]:
+    """torchrun's command line: `--standalone` on one node, the rendezvous options across nodes."""
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc_per_node}"]
+    if nnodes == 1 and rdzv_endpoint is None:
+        command.append("--standalone")
+    else:
+        if rdzv_endpoint is None:
+            raise UserError(f"--nnodes {nnodes}: give --rdzv-endpoint HOST:PORT (the rendezvous every node joins)")
+        command += [
+            f"--nnodes={nnodes}",
+            f"--node_rank={node_rank}",
+            f"--rdzv_backend={rdzv_backend}",
+            f"--rdzv_endpoint={rdzv_endpoint}",
+            f"--rdzv_id={rdzv_id or 'vitbench'}",
+        ]
+    return command + target
+
+
+def _write_payload(path: Path, request, run_keys: list[str]) -> None:
+    import pickle
+
+    from vitbench.provenance import write_atomic
+
+    write_atomic(path, lambda tmp: tmp.write_bytes(pickle.dumps((request, run_keys))))
+
+
+def work(request, run_keys: list[str]) -> dict:
+    """Run `run_keys` of the request's plan in this process (or this torchrun world): the same plan
+    the submitting process made, re-made here from the same request, so the same keys."""
+    from vitbench import runner
+    from vitbench.store import shard_keys
+
+    groups = runner.plan(request)
+    planned = {s.run_key for g in groups for s in g.specs}
+    unknown = [k for k in run_keys if k not in planned]
+    if unknown:
+        raise UserError(
+            f"{len(unknown)} of this job's runs are not in the plan any more (the data, weights or vitbench "
+            "changed since submission); run the command again to plan afresh"
+        )
+    wanted = set(run_keys)
+    already = shard_keys(request.results) & wanted
+    done = {k for k in planned if k not in wanted} | already
+    count = runner.execute(groups, request, None, done)
+    return {"ran": count, "already_done": len(already), "host": socket.gethostname()}
+
+
+def make_executor(folder: Path, opts: ClusterOptions):
+    """submitit's SLURM executor (`--cluster slurm`, or auto where `sbatch` is on the PATH) or its
+    local one (real subprocesses on this machine). Not AutoExecutor: it needs pkg_resources."""
+    import shutil
+
+    try:
+        import submitit
+    except ImportError:
+        raise UserError("--executor submitit needs submitit: pip install 'vitbench[cluster]'") from None
+    kind = opts.cluster if opts.cluster != "auto" else ("slurm" if shutil.which("sbatch") else "local")
+    if kind == "local":
+        if opts.nodes > 1:
+            raise UserError(f"--nodes {opts.nodes}: the local cluster is this one machine; use --cluster slurm")
+        executor = submitit.LocalExecutor(folder=str(folder))
+        executor.update_parameters(timeout_min=opts.time_limit_min, gpus_per_node=opts.gpus_per_job, tasks_per_node=1)
+        return executor
+    slurm = submitit.SlurmExecutor(folder=str(folder))
+    params: dict = {
+        "job_name": "vitbench",
+        "time": opts.time_limit_min,
+        "nodes": opts.nodes,
+        "ntasks_per_node": 1,  # one worker per node; it starts torchrun's processes itself
+        "array_parallelism": opts.array_parallelism,
+    }
+    optional = {
+        "partition": opts.partition,
+        "gpus_per_node": opts.gpus_per_job or None,
+        "cpus_per_task": opts.cpus_per_task,
+        "mem": f"{opts.mem_gb}GB" if opts.mem_gb else None,
+        "account": opts.account,
+        "qos": opts.qos,
+    }
+    slurm.update_parameters(**params, **{k: v for k, v in optional.items() if v is not None})
+    return slurm
+
+
+def submit_and_wait(request, groups, todo_keys: set[str], opts: ClusterOptions, on_ingest) -> tuple[int, list[str]]:
+    """Submit the waves, merge shards as they land (`on_ingest()`), and return (jobs submitted,
+    one line per failed job). With `wait=False` only the first wave is submitted."""
+    first, second = units(groups, todo_keys)
+    failed: list[str] = []
+    submitted = 0
+    for number, wave in enumerate((first, second), start=1):
+        if not wave:
+            continue
+        if number == 2 and not opts.wait:
+            log.info("%d final fine-tune job(s) wait for their LR sweep: run the command again once done", len(wave))
+            break
+        jobs = submit(request, wave, opts)
+        submitted += len(jobs)
+        log.info("wave %d: %d job(s) submitted, logs under %s", number, len(jobs), jobs[0].paths.folder)
+        if not opts.wait:
+            break
+        failed += _wait(jobs, opts, on_ingest)
+    return submitted, failed
+
+
+def submit(request, wave: list[list[str]], opts: ClusterOptions) -> list:
+    """One job per unit of `wave`, as one SLURM array (submitit's batch)."""
+    executor = make_executor(Path(request.results) / "jobs" / time.strftime("%Y%m%d-%H%M%S"), opts)
+    # the workers re-plan the request: its paths made absolute (a SLURM job starts elsewhere)
+    request = replace(
+        request,
+        results=Path(request.results).resolve(),
+        data_dir=Path(request.data_dir).resolve() if request.data_dir else None,
+    )
+    with executor.batch():
+        jobs = [executor.submit(RunUnit(request, keys, opts)) for keys in wave]
+    return jobs
+
+
+def _wait(jobs, opts: ClusterOptions, on_ingest) -> list[str]:
+    pending = list(jobs)
+    failed = []
+    while pending:
+        time.sleep(opts.poll_seconds)
+        still = []
+        for job in pending:
+            if not job.done():
+                still.append(job)
+                continue
+            try:
+                job.result()
+            except Exception as e:  # the worker's error, as submitit re-raises it here
+                last = " ".join(str(e).strip().splitlines()[-1:]) or type(e).__name__
+                failed.append(f"job {job.job_id}: {last[:300]} (log: {job.paths.stderr})")
+        if len(still) != len(pending):
+            on_ingest()
+        pending = still
+    return failed
+
+
+def main(argv: list[str]) -> int:
+    """`python -m vitbench.cluster PAYLOAD`: one torchrun process of a multi-process job."""
+    import pickle
+
+    from vitbench.cli import _configure_logging
+
+    _configure_logging()
+    request, run_keys = pickle.loads(Path(argv[0]).read_bytes())
+    work(request, run_keys)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("VITBENCH_TORCHRUN", "1")
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,147 @@
+"""One run at a time: a lease per run_key on the (possibly shared, NFS) results directory.
+
+`results/leases/<run_key>.lease` is created with O_CREAT|O_EXCL (atomic on local disks and NFSv3+),
+holds who took it, and is kept fresh by a heartbeat thread touching its mtime. A lease whose
+heartbeat stopped longer than `seconds` ago (a killed worker, a lost node) is stale: the next
+taker renames it away (only one rename of a name can succeed) and creates its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+log = logging.getLogger("vitbench")
+
+LEASE_ENV = "VITBENCH_LEASE_SECONDS"
+DEFAULT_SECONDS = 600.0  # a heartbeat every tenth of it; a dead holder is taken over after it
+
+
+def lease_seconds() -> float:
+    return float(os.environ.get(LEASE_ENV, DEFAULT_SECONDS))
+
+
+def lease_dir(results: Path) -> Path:
+    return results / "leases"
+
+
+class Lease:
+    def __init__(self, results: Path, run_key: str, seconds: float | None = None):
+        self.path = lease_dir(results) / f"{run_key}.lease"
+        self.run_key = run_key
+        self.seconds = seconds if seconds is not None else lease_seconds()
+        self.token = uuid.uuid4().hex
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def holder(self) -> dict:
+        try:
+            return json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _create(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        owner = {
+            "token": self.token,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "slurm_job": os.environ.get("SLURM_JOB_ID"),
+            "taken_at": time.time(),
+        }
+        with os.fdopen(fd, "w") as f:
+            json.dump(owner, f)
+        return True
+
+    def _stale(self) -> bool:
+        """No heartbeat for `seconds`, or a holder on this host whose process is gone (a killed run
+        resumed at once, not after the lease runs out)."""
+        try:
+            if time.time() - self.path.stat().st_mtime > self.seconds:
+                return True
+        except FileNotFoundError:
+            return True
+        holder = self.holder()
+        if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+            return False
+        try:
+            os.kill(holder["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False  # alive, someone else's
+        return False
+
+    def acquire(self) -> bool:
+        """Take the lease (True), or find it held by a live holder (False)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self._create():
+            if not self._stale():
+                return False
+            log.warning("%s: taking over a stale lease (holder %s)", self.run_key[:12], self.holder() or "unknown")
+            try:
+                os.rename(self.path, self.path.with_name(f"{self.path.name}.stale-{self.token}"))
+            except FileNotFoundError:
+                pass  # another taker renamed it first; it may hold a fresh lease by now
+            else:
+                self.path.with_name(f"{self.path.name}.stale-{self.token}").unlink(missing_ok=True)
+            if not self._create():
+                return False
+        self._thread = threading.Thread(target=self._beat, daemon=True, name=f"lease-{self.run_key[:8]}")
+        self._thread.start()
+        return True
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.seconds / 10):
+            try:
+                os.utime(self.path)
+            except FileNotFoundError:
+                return
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.holder().get("token") == self.token:  # never remove a lease someone else took over
+            self.path.unlink(missing_ok=True)
+
+
+class Leases:
+    """The leases a process holds for the runs it is about to execute; released on exit."""
+
+    def __init__(self, results: Path):
+        self.results = results
+        self.held: dict[str, Lease] = {}
+
+    def take(self, run_keys: list[str]) -> tuple[list[str], list[str]]:
+        """(taken, held elsewhere) among `run_keys`."""
+        taken, busy = [], []
+        for key in run_keys:
+            lease = Lease(self.results, key)
+            if lease.acquire():
+                self.held[key] = lease
+                taken.append(key)
+            else:
+                busy.append(key)
+        return taken, busy
+
+    def release(self, run_key: str) -> None:
+        lease = self.held.pop(run_key, None)
+        if lease is not None:
+            lease.release()
+
+    def __enter__(self) -> Leases:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for key in list(self.held):
+            self.release(key)
