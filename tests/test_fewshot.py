@@ -1,7 +1,9 @@
+import json
+
 import numpy as np
 import pytest
 
-from vitbench import fewshot
+from vitbench import fewshot, store
 from vitbench.errors import UserError
 from vitbench.inference import Outputs
 
@@ -92,3 +94,29 @@ def test_a_damaged_cache_file_is_recomputed_not_fatal(tmp_path):
     cache.save("k", Outputs(np.ones((100, 8), np.float32), np.arange(100), np.arange(100)))
     cache.path("k").write_bytes(cache.path("k").read_bytes()[:300])  # truncated
     assert cache.load("k") is None
+
+
+def test_the_solve_on_tensors_equals_the_solve_on_arrays():
+    """The runner hands the solver features already on the device (torch); numpy gives the same."""
+    import torch
+
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(300, 24)).astype(np.float32), rng.integers(0, 6, 300)
+    xt, yt = rng.normal(size=(200, 24)).astype(np.float32), rng.integers(0, 6, 200)
+    arrays, n = fewshot.fewshot_accuracies((x, y), (xt, yt), 6, 10, 0, fewshot.L2_GRID)
+    tensors, n2 = fewshot.fewshot_accuracies((torch.from_numpy(x), y), (torch.from_numpy(xt), torch.from_numpy(yt)),
+                                             6, 10, 0, fewshot.L2_GRID)  # fmt: skip
+    assert n == n2 == 60 and arrays == pytest.approx(tensors, abs=1e-12)
+
+
+def test_bf16_extraction_is_a_run_of_its_own(cli, tmp_path):
+    results = tmp_path / "results"
+    args = ("run", "--res", "32", "--workers", "0", "--shots", "5", "--seeds", "0", "--results", results)
+    assert cli(*args)[0] == 0
+    assert cli(*args, "--precision", "bf16")[0] == 0
+    df = store.read_results(results)
+    assert df["run_key"].nunique() == 2  # bf16 features change the numbers: another key, another cache entry
+    precisions = sorted(json.loads(h).get("precision", "fp32") for h in df["hparams"])
+    assert precisions == ["bf16", "fp32"]
+    assert abs(df["value"].iloc[0] - df["value"].iloc[1]) < 0.05
+    assert len(list((results / "cache" / "features").glob("*.npz"))) == 4

@@ -181,9 +181,14 @@ def run(
         bool, typer.Option("--smoke", help="finetune: 20 steps, batch 32, 64 px; marked, never compared.")
     ] = False,
     precision: Annotated[
-        str, typer.Option("--precision", help="finetune: auto (bf16 on CUDA, fp32 on CPU), bf16 or fp32.")
+        str,
+        typer.Option(
+            "--precision", help="Fine-tuning and few-shot extraction: auto (bf16 on CUDA, fp32 on CPU), bf16 or fp32."
+        ),
     ] = "auto",
-    compile_model: Annotated[bool, typer.Option("--compile", help="finetune: torch.compile the model.")] = False,
+    compile_model: Annotated[
+        bool, typer.Option("--compile", help="torch.compile the model (fine-tuning and few-shot extraction).")
+    ] = False,
     devices: Annotated[
         int, typer.Option("--devices", min=1, help="finetune: data-parallel processes (torchrun + DDP).")
     ] = 1,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from vitbench.errors import UserError
 from vitbench.inference import Outputs
@@ -56,9 +57,17 @@ def sample_indices(labels: np.ndarray, num_classes: int, shots: int, seed: int) 
     return np.concatenate([idx[:shots] for idx in class_indices])
 
 
+Array = np.ndarray | torch.Tensor
+
+
+def _on(a: Array, device: torch.device | None, dtype: torch.dtype | None = None) -> torch.Tensor:
+    return torch.as_tensor(a, device=device, dtype=dtype)
+
+
 @dataclass
 class RidgeSolver:
-    """Closed-form ridge on whitened features, in float64.
+    """Closed-form ridge on whitened features, in float64, on whatever device the features are on
+    (an accelerator solves CIFAR-100's 2,500 x 769 system in milliseconds).
 
     With N points of D' = D + 1 dims the primal form solves (XᵀX + λI) W = XᵀY when N >= D', the
     kernel form W = Xᵀ (XXᵀ + λI)⁻¹ Y otherwise (the same solution). For one λ a direct
@@ -66,64 +75,74 @@ class RidgeSolver:
     is computed once and each λ costs one matrix product: W = lhs · diag(1 / (eigs + λ)) · rhs.
     """
 
-    mean: np.ndarray
-    std: np.ndarray
-    x: np.ndarray  # (N, D') whitened, with the bias feature
-    targets: np.ndarray  # (N, K) in {-1, 1}
-    eig: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (eigs, lhs, rhs), for many λ
+    mean: torch.Tensor
+    std: torch.Tensor
+    x: torch.Tensor  # (N, D') whitened, with the bias feature
+    targets: torch.Tensor  # (N, K) in {-1, 1}
+    eig: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (eigs, lhs, rhs), for many λ
 
     @classmethod
-    def fit(cls, x: np.ndarray, y: np.ndarray, num_classes: int, many_l2: bool = False) -> RidgeSolver:
-        x = x.astype(np.float64)
-        mean = x.mean(axis=0, keepdims=True)
-        std = x.std(axis=0, keepdims=True) + 1e-5  # population std, as jnp.std
-        solver = cls(mean, std, _with_bias((x - mean) / std), 2.0 * np.eye(num_classes)[y] - 1.0)
+    def fit(
+        cls, x: Array, y: Array, num_classes: int, many_l2: bool = False, device: torch.device | None = None
+    ) -> RidgeSolver:
+        x64 = _on(x, device, torch.float64)
+        labels = _on(y, x64.device, torch.long)
+        mean = x64.mean(dim=0, keepdim=True)
+        std = x64.std(dim=0, keepdim=True, unbiased=False) + 1e-5  # population std, as jnp.std
+        targets = 2.0 * torch.eye(num_classes, dtype=torch.float64, device=x64.device)[labels] - 1.0
+        solver = cls(mean, std, _with_bias((x64 - mean) / std), targets)
         if many_l2:
             solver.eig = solver._eigen()
         return solver
 
-    def _eigen(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _eigen(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         x, targets = self.x, self.targets
         if x.shape[0] >= x.shape[1]:
-            eigs, q = np.linalg.eigh(x.T @ x)
+            eigs, q = torch.linalg.eigh(x.T @ x)
             return eigs, q, q.T @ (x.T @ targets)
-        eigs, q = np.linalg.eigh(x @ x.T)
+        eigs, q = torch.linalg.eigh(x @ x.T)
         return eigs, x.T @ q, q.T @ targets
 
-    def weights(self, l2: float) -> np.ndarray:
+    def weights(self, l2: float) -> torch.Tensor:
         """(D', K) regression weights for ridge strength `l2`."""
         if self.eig is not None:
             eigs, lhs, rhs = self.eig
             return (lhs * (1.0 / (eigs + l2))[None, :]) @ rhs
         x, targets = self.x, self.targets
+        eye = torch.eye(min(x.shape), dtype=x.dtype, device=x.device)
         if x.shape[0] >= x.shape[1]:
-            gram = x.T @ x + l2 * np.eye(x.shape[1])
-            return np.linalg.solve(gram, x.T @ targets)
-        gram = x @ x.T + l2 * np.eye(x.shape[0])
-        return x.T @ np.linalg.solve(gram, targets)
+            return torch.linalg.solve(x.T @ x + l2 * eye, x.T @ targets)
+        return x.T @ torch.linalg.solve(x @ x.T + l2 * eye, targets)
 
-    def accuracy(self, x_test: np.ndarray, y_test: np.ndarray, l2: float) -> float:
-        x = _with_bias((x_test.astype(np.float64) - self.mean) / self.std)
-        return float(np.mean(np.argmax(x @ self.weights(l2), axis=1) == y_test))
+    def accuracy(self, x_test: Array, y_test: Array, l2: float) -> float:
+        x = _with_bias((_on(x_test, self.x.device, torch.float64) - self.mean) / self.std)
+        predicted = torch.argmax(x @ self.weights(l2), dim=1)
+        return float((predicted == _on(y_test, self.x.device, torch.long)).double().mean())
 
 
-def _with_bias(x: np.ndarray) -> np.ndarray:
-    return np.pad(x, ((0, 0), (0, 1)), constant_values=BIAS_CONSTANT)
+def _with_bias(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.pad(x, (0, 1), value=BIAS_CONSTANT)
 
 
 def fewshot_accuracies(
-    train: tuple[np.ndarray, np.ndarray],
-    test: tuple[np.ndarray, np.ndarray],
+    train: tuple[Array, np.ndarray],
+    test: tuple[Array, Array],
     num_classes: int,
     shots: int,
     seed: int,
     l2s: tuple[float, ...],
 ) -> tuple[dict[float, float], int]:
-    """{λ: test accuracy} for one (shots, seed), and the number of train points actually used."""
-    idx = sample_indices(train[1], num_classes, shots, seed)
+    """{λ: test accuracy} for one (shots, seed), and the number of train points actually used.
+    Features may be numpy arrays or tensors already on the accelerator (the solve runs there)."""
+    labels = np.asarray(train[1].cpu() if isinstance(train[1], torch.Tensor) else train[1])
+    idx = sample_indices(labels, num_classes, shots, seed)
     if len(idx) == 0:
         raise UserError("few-shot: the train split has no images")
-    solver = RidgeSolver.fit(train[0][idx], train[1][idx], num_classes, many_l2=len(l2s) > 1)
+    features = train[0]
+    chosen = (
+        features[torch.from_numpy(idx).to(features.device)] if isinstance(features, torch.Tensor) else features[idx]
+    )
+    solver = RidgeSolver.fit(chosen, labels[idx], num_classes, many_l2=len(l2s) > 1)
     return {l2: solver.accuracy(test[0], test[1], l2) for l2 in l2s}, len(idx)
 
 

@@ -197,6 +197,8 @@ def plan(req: Request) -> list[Group]:
         }
         if protocol == fewshot.PROTOCOL:
             hparams |= {"l2": label, "representation": representation}
+            if _extraction_precision(req) == "bf16":  # (fp32 is the default and stays out of the key)
+                hparams["precision"] = "bf16"
         group = Group(model, weights, dataset, protocol, splits, res, l2s, preprocessing)
         if tuning:
             from vitbench import finetune_runs  # it builds on this module's types
@@ -271,6 +273,18 @@ def _pass_over(
     return found, True
 
 
+class _Once:
+    """`make()` called at most once, on first use, however often the pass asks."""
+
+    def __init__(self, make):
+        self.make, self.model = make, None
+
+    def __call__(self):
+        if self.model is None:
+            self.model = self.make()
+        return self.model
+
+
 class _Model:
     """The model, built on first use only (a fully cached group never builds it)."""
 
@@ -336,23 +350,44 @@ def _leased(todo: list[RunSpec], req: Request, leases: Leases, world, rerun: boo
     return [s for s in todo if s.run_key in keys]
 
 
+def _extraction_precision(req: Request) -> str:
+    """Few-shot features: bf16 autocast on a GPU unless --precision fp32; fp32 on a CPU."""
+    from vitbench.provenance import resolve_device
+
+    if req.precision == "auto":
+        return "bf16" if resolve_device(req.device).type == "cuda" else "fp32"
+    return req.precision
+
+
 def _run_fewshot(group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
     assert group.model.backend is not None
+    backend = group.model.backend
     extraction = Clock(device)
-    model = _Model(group, keep_head=False)
+    built = _Model(group, keep_head=False)
+    model = _Once(lambda: torch.compile(built())) if req.compile else built  # built (compiled) on first use
     parts = {"representation": group.specs[0].hparams["representation"]}  # LN(CLS) or tanh(Dense(LN(CLS)))
+    bf16 = group.specs[0].hparams.get("precision") == "bf16"
+    if bf16:
+        parts["precision"] = "bf16"
+
+    def features(m: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            return backend.features(m, images)
+
     (train, train_new), (test, test_new) = [
-        _pass_over(group, s, req, device, extraction, parts, group.model.backend.features, model)
-        for s in group.dataset.fewshot_splits
+        _pass_over(group, s, req, device, extraction, parts, features, model) for s in group.dataset.fewshot_splits
     ]
     extracted = train_new or test_new
     n_images = len(train.labels) + len(test.labels)
+    # on the device once for every (shots, seed, λ): the solve runs there in float64
+    train_pair = (torch.from_numpy(train.values).to(device), train.labels)
+    test_pair = (torch.from_numpy(test.values).to(device), torch.from_numpy(test.labels).to(device))
     for spec in todo:
         started = datetime.now(UTC)
         solve = Clock(device)
         with solve:
             accs, n_train = fewshot.fewshot_accuracies(
-                train.as_pair(), test.as_pair(), group.dataset.num_classes, spec.shots or 0, spec.seed, group.l2s
+                train_pair, test_pair, group.dataset.num_classes, spec.shots or 0, spec.seed, group.l2s
             )
         share = 1 / len(todo)  # the one extraction is shared by the runs that needed it
         recorder.record(
