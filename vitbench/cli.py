@@ -86,6 +86,11 @@ def _check_before_launch(req, devices: int) -> None:
             finetune.micro_batch_size(spec.hparams["batch"], devices, req.micro_batch, device_type)
 
 
+def _check_precision(precision: str) -> None:
+    if precision not in ("auto", "bf16", "fp32"):
+        raise UserError(f"--precision {precision}: expected auto, bf16 or fp32")
+
+
 def _check_pipeline(pipeline: str) -> None:
     from vitbench.device_data import PIPELINES
 
@@ -240,8 +245,7 @@ def run(
     """Plan, run and store a benchmark. With no options: the embedded demo suite."""
     from vitbench import distributed, fewshot, runner, store
 
-    if precision not in ("auto", "bf16", "fp32"):
-        raise UserError(f"--precision {precision}: expected auto, bf16 or fp32")
+    _check_precision(precision)
     _check_pipeline(input_pipeline)
 
     req = runner.Request(
@@ -611,8 +615,7 @@ def bench_cmd(
     from vitbench.bench_view import bench_view
     from vitbench.provenance import resolve_device
 
-    if precision not in ("auto", "bf16", "fp32"):
-        raise UserError(f"--precision {precision}: expected auto, bf16 or fp32")
+    _check_precision(precision)
     if mode not in ("train", "inference", "both"):
         raise UserError(f"--mode {mode}: expected train, inference or both")
     _check_pipeline(input_pipeline)

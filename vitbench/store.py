@@ -78,6 +78,16 @@ MIGRATIONS: list[list[str]] = [
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+# provenance.environment()'s fields: which code, libraries, host and command produced a number
+ENVIRONMENT_COLUMNS = [
+    "git_sha",
+    "vitbench_version",
+    "torch_version",
+    "timm_version",
+    "python_version",
+    "hostname",
+    "command",
+]
 RUN_COLUMNS = [
     "run_key",
     "model",
@@ -108,13 +118,7 @@ RUN_COLUMNS = [
     "device_seconds",
     "flops_per_image",
     "flops",
-    "git_sha",
-    "vitbench_version",
-    "torch_version",
-    "timm_version",
-    "python_version",
-    "hostname",
-    "command",
+    *ENVIRONMENT_COLUMNS,
     "notes",
 ]
 
@@ -418,13 +422,7 @@ BENCH_COLUMNS = [
     "device",
     "device_name",
     "device_count",
-    "git_sha",
-    "vitbench_version",
-    "torch_version",
-    "timm_version",
-    "python_version",
-    "hostname",
-    "command",
+    *ENVIRONMENT_COLUMNS,
     "notes",
 ]
 
