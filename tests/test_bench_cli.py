@@ -93,3 +93,11 @@ def test_alternately_keeps_the_median_round_and_alternates_who_goes_first():
     assert order == ["a", "b", "b", "a", "a", "b"]
     assert [r.images_per_second for r in rows] == [2.0, 5.0]
     assert rows[0].notes["rounds"] == [3.0, 1.0, 2.0]
+
+
+def test_a_failing_timm_script_keeps_vitbenchs_rows(cli, results, tmp_path):
+    broken = tmp_path / "benchmark.py"
+    broken.write_text("import sys\nsys.exit('unrecognized arguments: --amp-dtype')\n")
+    code, _, err = cli("bench", *QUICK, "--mode", "inference", "--timm-benchmark", broken, "--results", results)
+    assert code == 0 and "unrecognized arguments: --amp-dtype" in err and "stored without timm's row" in err
+    assert set(store.read_bench(results)["runner"]) == {"vitbench", "bare"}

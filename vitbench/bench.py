@@ -319,6 +319,16 @@ def timm_benchmark(spec: ModelSpec, cfg: Config, opts: Options, mode: str, micro
     return Row(cfg, mode, "timm", "synthetic", float(found[key]), batch, batch, notes=notes)
 
 
+def _timm_row(spec: ModelSpec, cfg: Config, opts: Options, mode: str, micro: int) -> list[Row]:
+    """timm's row, or none with a warning: a failing external script must not cost the rows
+    vitbench already measured for this configuration."""
+    try:
+        return [timm_benchmark(spec, cfg, opts, mode, micro)]
+    except UserError as e:
+        log.warning("%s; stored without timm's row", e)
+        return []
+
+
 def _timm_result(stdout: str) -> dict:
     """The JSON that benchmark.py prints after its `--result` line."""
     _, marker, rest = stdout.partition("--result")
@@ -370,7 +380,7 @@ def measure(cfg: Config, opts: Options) -> list[Row]:
         rows += alternately({"synthetic": synthetic, "real": real, "bare": bare}, opts.rounds)
         if opts.timm_script:
             assert plan["row"].micro_batch is not None
-            rows.append(timm_benchmark(spec, cfg, opts, "train", plan["row"].micro_batch))
+            rows += _timm_row(spec, cfg, opts, "train", plan["row"].micro_batch)
     if "inference" in opts.modes:
         test = real_split(opts, "inference")
         log.info("bench %s: feature extraction (synthetic on the device, %s, bare loop)", cfg, test.dataset)
@@ -383,7 +393,7 @@ def measure(cfg: Config, opts: Options) -> list[Row]:
         }
         rows += alternately(runners, opts.rounds)
         if opts.timm_script:
-            rows.append(timm_benchmark(spec, cfg, opts, "inference", opts.batch))
+            rows += _timm_row(spec, cfg, opts, "inference", opts.batch)
     peak = peak_flops(device_name(opts.device)) if opts.device.type == "cuda" else None
     for row in rows:
         per_image = 3 * flops if row.mode == "train" else flops

@@ -3,6 +3,7 @@ resolution, mode), vitbench beside its baselines, with the ratios the performanc
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from vitbench.query import json_field
@@ -37,11 +38,8 @@ def bench_view(df: pd.DataFrame) -> TableData:
     data = TableData(title="Throughput in images/s: vitbench's loops against a bare loop and timm's benchmark.py")
     if df.empty:
         return data
-    df = df.assign(
-        kind=df["runner"].where(
-            df["runner"] != "vitbench", "vitbench-" + df["data"].ne("synthetic").map({True: "real", False: "synthetic"})
-        )
-    )
+    vitbench_kind = np.where(df["data"] == "synthetic", "vitbench-synthetic", "vitbench-real")
+    df = df.assign(kind=np.where(df["runner"] == "vitbench", vitbench_kind, df["runner"]))
     keys = ["device_name", "precision", "compile", "batch", "model", "res", "mode", "kind"]
     latest = df.sort_values("created_at").groupby(keys, sort=False).tail(1)
     settings = latest[["device_name", "precision", "compile", "batch"]].drop_duplicates()

@@ -11,6 +11,7 @@ is recorded in a run's notes and not in its key.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -121,6 +122,10 @@ class Augmentation:
     flip: bool
     interpolation: str = "bilinear"
 
+    @functools.cached_property
+    def _crop(self) -> v2.RandomResizedCrop:
+        return v2.RandomResizedCrop(self.res, scale=CROP_AREA)
+
     def draw(self, height: int, width: int, seed: int, position: int) -> tuple[int, int, int, int, bool]:
         """(top, left, h, w, flip) for one image: what `train_data.train_transform` draws for it from
         the generator `AugmentedSplit` seeds with (seed, position), in the same order."""
@@ -130,8 +135,7 @@ class Augmentation:
         try:
             top, left, h, w = 0, 0, height, width
             if self.crop:
-                crop = v2.RandomResizedCrop(self.res, scale=CROP_AREA)
-                box = crop.make_params([torch.empty((3, height, width), device="meta")])
+                box = self._crop.make_params([torch.empty((3, height, width), device="meta")])
                 top, left, h, w = box["top"], box["left"], box["height"], box["width"]
             flipped = self.flip and bool(torch.rand(1) < 0.5)  # v2.RandomHorizontalFlip: skip when rand >= p
             return top, left, h, w, flipped

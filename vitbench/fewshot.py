@@ -82,10 +82,8 @@ class RidgeSolver:
     eig: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (eigs, lhs, rhs), for many λ
 
     @classmethod
-    def fit(
-        cls, x: Array, y: Array, num_classes: int, many_l2: bool = False, device: torch.device | None = None
-    ) -> RidgeSolver:
-        x64 = _on(x, device, torch.float64)
+    def fit(cls, x: Array, y: Array, num_classes: int, many_l2: bool = False) -> RidgeSolver:
+        x64 = _on(x, None, torch.float64)  # stays on the features' device
         labels = _on(y, x64.device, torch.long)
         mean = x64.mean(dim=0, keepdim=True)
         std = x64.std(dim=0, keepdim=True, unbiased=False) + 1e-5  # population std, as jnp.std
@@ -134,7 +132,7 @@ def fewshot_accuracies(
 ) -> tuple[dict[float, float], int]:
     """{λ: test accuracy} for one (shots, seed), and the number of train points actually used.
     Features may be numpy arrays or tensors already on the accelerator (the solve runs there)."""
-    labels = np.asarray(train[1].cpu() if isinstance(train[1], torch.Tensor) else train[1])
+    labels = np.asarray(train[1])
     idx = sample_indices(labels, num_classes, shots, seed)
     if len(idx) == 0:
         raise UserError("few-shot: the train split has no images")

@@ -234,7 +234,7 @@ def train(
     model.to(device).train()
     if settings.channels_last:
         model.to(memory_format=torch.channels_last)
-    plan = memory.choose(model, settings, micro, device, world, preprocessing)
+    plan = memory.choose(model, settings, micro, device, world)
     micro = plan.micro
     if plan.checkpointing:
         model.set_grad_checkpointing(True)  # type: ignore[operator]  # timm: recompute blocks in backward

@@ -21,7 +21,6 @@ from torch import nn
 from vitbench.errors import UserError
 
 if TYPE_CHECKING:
-    from vitbench.backend import Preprocessing
     from vitbench.distributed import World
     from vitbench.finetune import Settings
 
@@ -77,9 +76,7 @@ def plan(per_process: int, free: float, plain: Footprint, checkpointed: Footprin
     )
 
 
-def choose(
-    model: nn.Module, settings: Settings, micro: int, device: torch.device, world: World, pre: Preprocessing
-) -> MemoryPlan:
+def choose(model: nn.Module, settings: Settings, micro: int, device: torch.device, world: World) -> MemoryPlan:
     """The plan for this run: what was asked for, the CPU default, or measured on the GPU."""
     asked = settings.checkpointing
     if device.type != "cuda" or settings.micro_batch is not None:

@@ -273,23 +273,11 @@ def _pass_over(
     return found, True
 
 
-class _Once:
-    """`make()` called at most once, on first use, however often the pass asks."""
-
-    def __init__(self, make):
-        self.make, self.model = make, None
-
-    def __call__(self):
-        if self.model is None:
-            self.model = self.make()
-        return self.model
-
-
 class _Model:
-    """The model, built on first use only (a fully cached group never builds it)."""
+    """The model, built (and compiled, if asked) on first use only: a fully cached group never builds it."""
 
-    def __init__(self, group: Group, keep_head: bool):
-        self.group, self.keep_head = group, keep_head
+    def __init__(self, group: Group, keep_head: bool, compile: bool = False):
+        self.group, self.keep_head, self.compile = group, keep_head, compile
         self.model: torch.nn.Module | None = None
 
     def __call__(self):
@@ -297,6 +285,8 @@ class _Model:
             g = self.group
             gelu = g.specs[0].hparams["gelu"]
             self.model = build_model(g.model, g.dataset.num_classes, g.res, g.weights, gelu, self.keep_head)
+            if self.compile:
+                self.model = torch.compile(self.model)  # type: ignore[assignment]
         return self.model
 
 
@@ -363,8 +353,7 @@ def _run_fewshot(group: Group, todo: list[RunSpec], req: Request, device: torch.
     assert group.model.backend is not None
     backend = group.model.backend
     extraction = Clock(device)
-    built = _Model(group, keep_head=False)
-    model = _Once(lambda: torch.compile(built())) if req.compile else built  # built (compiled) on first use
+    model = _Model(group, keep_head=False, compile=req.compile)
     parts = {"representation": group.specs[0].hparams["representation"]}  # LN(CLS) or tanh(Dense(LN(CLS)))
     bf16 = group.specs[0].hparams.get("precision") == "bf16"
     if bf16:
