@@ -1,7 +1,12 @@
 """`vitbench bench` and `vitbench table --bench` on the CPU: every runner measured in vitbench's own
 loops, stored with its provenance, shown with the ratios the performance goals are about."""
 
+import importlib.util
+import json
+from pathlib import Path
+
 import pytest
+import torch
 
 from vitbench import bench, store
 
@@ -101,3 +106,79 @@ def test_a_failing_timm_script_keeps_vitbenchs_rows(cli, results, tmp_path):
     code, _, err = cli("bench", *QUICK, "--mode", "inference", "--timm-benchmark", broken, "--results", results)
     assert code == 0 and "unrecognized arguments: --amp-dtype" in err and "stored without timm's row" in err
     assert set(store.read_bench(results)["runner"]) == {"vitbench", "bare"}
+
+
+# --- timm's own benchmark.py, run for real ------------------------------------------------------------
+
+TIMM_SCRIPT = Path(__file__).resolve().parents[2] / "shared" / "third_party" / "timm" / "benchmark.py"
+needs_timm_script = pytest.mark.skipif(
+    not TIMM_SCRIPT.is_file(), reason=f"timm's benchmark.py is not at {TIMM_SCRIPT} (shared/ beside the checkout)"
+)
+
+
+@needs_timm_script
+def test_timm_benchmark_runs_for_real_at_a_non_default_resolution_and_under_5_steps(cli, results):
+    """vit-ti/16 is a 224 px architecture: at 32 px timm's script needs img_size passed to the
+    model, and 2 timed steps are fewer than its log interval allows."""
+    code, _, err = cli("bench", *QUICK, "--timm-benchmark", TIMM_SCRIPT, "--results", results)
+    assert code == 0 and "stored without timm's row" not in err, err
+    df = store.read_bench(results)
+    timm_rows = df[df["runner"] == "timm"]
+    assert sorted(timm_rows["mode"]) == ["inference", "train"]
+    assert (timm_rows["images_per_second"] > 0).all() and (timm_rows["res"] == 32).all()
+    train = json.loads(timm_rows[timm_rows["mode"] == "train"].iloc[0]["notes"])
+    assert "img_size=32" in train["command"] and "--opt momentum" in train["command"]
+    assert any("timm timed 5 iterations, vitbench 2" in d for d in train["differences"])
+    _, md, _ = cli("table", "--bench", "--format", "md", "--results", results)
+    assert "timm benchmark.py (vit-ti/16 @32 · train)" in md and "does not clip gradients" in md
+
+
+def _timm_parser():
+    """benchmark.py's own argument parser (the module only runs `main()` as a script)."""
+    spec = importlib.util.spec_from_file_location("timm_benchmark_script", TIMM_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.parser
+
+
+@needs_timm_script
+@pytest.mark.parametrize("config", [*bench.GPU_CONFIGS, *bench.CPU_CONFIGS, "vit-s/16@384", "bit-m-r50x1@160"])
+@pytest.mark.parametrize("precision,compiled", [("fp32", False), ("bf16", True)])
+@pytest.mark.parametrize("mode", bench.MODES)
+def test_every_configuration_reaches_timms_script_as_vitbench_builds_it(config, precision, compiled, mode):
+    """What the script's parser makes of vitbench's arguments builds vitbench's architecture at its
+    image size (checked on the meta device, as the script would build it), at the same batch."""
+    import timm
+    from timm.data import resolve_data_config
+
+    from vitbench.registry import get_model
+
+    cfg = bench.Config.parse(config)
+    spec = get_model(cfg.model)
+    opts = bench.Options(batch=16, steps=3, warmup=0, precision=precision, compile=compiled, device=torch.device("cpu"))
+    chosen = bench.Row(cfg, "train", "vitbench", "synthetic", 1.0, 16, micro_batch=8, checkpointing=True)
+    run = bench.timm_run(spec, cfg, opts, mode, chosen if mode == "train" else None, 10)
+    args = _timm_parser().parse_args(run.args)
+    assert args.model == spec.arch and args.batch_size == run.batch == (8 if mode == "train" else 16)
+    assert args.num_bench_iter >= 5 and (args.amp_dtype == "bfloat16") == (precision == "bf16") == args.amp
+    assert (args.torchcompile == "inductor") == compiled
+    if mode == "train":
+        assert args.opt == "momentum" and args.grad_checkpointing and args.num_bench_iter == 3 * 2
+        assert any("accumulates 16" in d for d in run.differences)
+    with torch.device("meta"):
+        model = timm.create_model(args.model, num_classes=args.num_classes, **args.model_kwargs)
+    assert resolve_data_config(vars(args), model=model)["input_size"] == (3, cfg.res, cfg.res)
+    assert model.num_classes == (10 if mode == "train" else 0)
+
+
+def test_a_configuration_timm_cannot_express_is_refused_before_measuring(cli, results, monkeypatch):
+    from vitbench.registry import get_model
+
+    backend = get_model("vit-ti/16").backend
+    monkeypatch.setattr(type(backend), "timm_kwargs", lambda self, img_size, gelu="exact": {"act_layer": torch.nn.GELU})
+    script = Path(results) / "benchmark.py"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text("raise SystemExit('must not run')\n")
+    code, _, err = cli("bench", *QUICK, "--timm-benchmark", script, "--results", results)
+    assert code != 0 and "--model-kwargs cannot express" in err and len(err.strip().splitlines()) == 1
+    assert not (Path(results) / store.DB_NAME).exists()  # nothing measured, nothing stored

@@ -95,6 +95,15 @@ def bench_view(df: pd.DataFrame) -> TableData:
         "vitbench / bare: vitbench's own loop (fine-tune step or extraction) over a bare loop on the same "
         "synthetic batch; real / synthetic < 1 means the input pipeline, not the device, sets the pace."
     )
+    timm_notes: dict[str, list[str]] = {}  # differences -> the rows timm measured that way
+    for _, row in latest[latest["runner"] == "timm"].iterrows():
+        notes = json_field(row["notes"])
+        said = "; ".join(notes.get("differences") or ["the same model, image size, batch and precision"])
+        timm_notes.setdefault(f"`{notes.get('command', '')}`: {said}", []).append(
+            f"{row['model']} @{row['res']} · {row['mode']}"
+        )
+    for text, where in timm_notes.items():
+        data.footnotes.append(f"timm benchmark.py ({', '.join(dict.fromkeys(where))}): {text}")
     for bench_id in shown_ids:
         row = df[df["bench_id"] == bench_id].iloc[0]
         notes = json_field(row["notes"])

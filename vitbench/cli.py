@@ -645,6 +645,7 @@ def bench_cmd(
             rounds=rounds,
         )
     )
+    bench.check_timm_configs(configs, opts)  # before any measuring: a GPU run must not end without timm's row
     _writable_results(results)
     bench_id = uuid.uuid4().hex[:12]
     for cfg in configs:
