@@ -20,8 +20,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff")
+    """ruff, and the architecture's import contract (pyproject's [tool.importlinter]): layers point
+    down, no cycles. import-linter reads the source only, so vitbench need not be installed."""
+    session.install("ruff", "import-linter>=2.1")
     session.run("ruff", "check", *SOURCES)
+    session.run("lint-imports", "--no-cache", env={"PYTHONPATH": "."})
 
 
 @nox.session

@@ -13,8 +13,10 @@ import torch
 from PIL import Image
 from torchvision import transforms
 
-from vitbench import fewshot, inference, registry
+from vitbench import registry
 from vitbench.datasets import DATASETS, Split
+from vitbench.engine import inference, ridge
+from vitbench.protocols import fewshot as fewshot_protocol
 
 N_IMAGES = 128
 SHARED_PETS = Path(__file__).resolve().parents[2] / "shared" / "data" / "oxford-iiit-pet" / "images"
@@ -93,7 +95,7 @@ def solve_problem():
 @pytest.mark.benchmark(group="few-shot solve: 10 shots x 100 classes x 768 dims")
 def test_solve_ours(benchmark, solve_problem):
     x, y, xt, yt = solve_problem
-    benchmark(fewshot.fewshot_accuracies, (x, y), (xt, yt), 100, 10, 0, (1024.0,))
+    benchmark(ridge.fewshot_accuracies, (x, y), (xt, yt), 100, 10, 0, (1024.0,))
 
 
 def whitened_with_bias(x, y, xt):
@@ -120,7 +122,7 @@ def test_solve_baseline_dense(benchmark, solve_problem):
 @pytest.mark.benchmark(group="few-shot solve, 30-value λ sweep")
 def test_solve_sweep_ours(benchmark, solve_problem):
     x, y, xt, yt = solve_problem
-    benchmark(fewshot.fewshot_accuracies, (x, y), (xt, yt), 100, 10, 0, fewshot.L2_GRID)
+    benchmark(ridge.fewshot_accuracies, (x, y), (xt, yt), 100, 10, 0, fewshot_protocol.L2_GRID)
 
 
 @pytest.mark.benchmark(group="few-shot solve, 30-value λ sweep")
@@ -132,7 +134,7 @@ def test_solve_sweep_baseline_dense(benchmark, solve_problem):
         gram, rhs = xb.T @ xb, xb.T @ targets
         return [
             np.mean(np.argmax(xtb @ np.linalg.solve(gram + l2 * np.eye(len(gram)), rhs), 1) == yt)
-            for l2 in fewshot.L2_GRID
+            for l2 in fewshot_protocol.L2_GRID
         ]
 
     benchmark(dense_sweep)
@@ -217,13 +219,13 @@ def training_setup():
 
 
 def test_train_step_ours_vs_bare(benchmark, tmp_path, capsys):
-    """`finetune.train` (its DataLoader with BiT augmentation from uint8 images, normalisation on
+    """`training.train` (its DataLoader with BiT augmentation from uint8 images, normalisation on
     the device, accumulation bookkeeping, clipping, the schedule, curve collection) against the
     bare loop on pre-made device tensors: forward, loss, backward, clip, SGD step. Same model,
     batch, resolution and precision; the ratio must stay >= 0.95."""
-    from vitbench import finetune
     from vitbench.backend import Preprocessing
-    from vitbench.distributed import World
+    from vitbench.engine import training
+    from vitbench.engine.distributed import World
 
     name, res, batch, steps, precision = training_setup()
     benchmark.group = f"fine-tune step: {name} @{res}, batch {batch}, {precision}, ours and bare alternately"
@@ -232,7 +234,7 @@ def test_train_step_ours_vs_bare(benchmark, tmp_path, capsys):
     rng = np.random.default_rng(0)
     images = torch.from_numpy(rng.integers(0, 256, (4 * batch, res, res, 3), dtype=np.uint8))
     split = Split("synthetic", "train", rng.integers(0, 10, 4 * batch), "synthetic", "-", images=images)
-    settings = finetune.Settings(
+    settings = training.Settings(
         steps=steps,
         batch=batch,
         lr=0.01,
@@ -254,7 +256,7 @@ def test_train_step_ours_vs_bare(benchmark, tmp_path, capsys):
     y = torch.randint(0, 10, (batch,), device=device)
 
     def ours():
-        finetune.train(ours_model, split, settings, Preprocessing(size=res), device, World(), tmp_path / "c.pt", "b")
+        training.train(ours_model, split, settings, Preprocessing(size=res), device, World(), tmp_path / "c.pt", "b")
 
     def bare():
         optimizer = torch.optim.SGD(bare_model.parameters(), lr=0.01, momentum=0.9)
@@ -276,17 +278,19 @@ def test_train_step_ours_vs_bare(benchmark, tmp_path, capsys):
 def test_bench_command_vitbench_over_bare(benchmark, capsys):
     """The CPU goal of `vitbench bench`: on a tiny model its fine-tune step and its extraction loop
     (synthetic batch) run at >= 0.95 of the bare loops' throughput, alternating rounds, median kept."""
-    from vitbench import bench
+    from vitbench.engine import bench, bench_types
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    config = bench.Config.parse("vit-ti/16@64")
+    config = bench_types.Config.parse("vit-ti/16@64")
     opts = bench.with_defaults(
-        bench.Options(batch=16, steps=30, warmup=3, precision="auto", compile=False, device=device, workers=0, rounds=7)
+        bench_types.Options(
+            batch=16, steps=30, warmup=3, precision="auto", compile=False, device=device, workers=0, rounds=7
+        )
     )
     benchmark.group = f"vitbench bench: {config}, batch 16, vitbench loops vs bare loops"
     if benchmark.disabled:
         opts.rounds, opts.steps = 1, 1
-    rows = benchmark.pedantic(bench.measure, args=(config, opts), rounds=1)
+    rows = benchmark.pedantic(bench.measure_config, args=(config, opts), rounds=1)
     rate = {(r.mode, r.runner, r.data): r.images_per_second for r in rows}
     ratios = {
         mode: rate[(mode, "vitbench", "synthetic")] / rate[(mode, "bare", "synthetic")]

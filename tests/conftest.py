@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import pickle
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -93,3 +97,32 @@ def cli(capsys, monkeypatch):
         return int(exit_info.value.code or 0), captured.out, captured.err
 
     return run
+
+
+def install_wheel(folder: Path, name: str, modules: dict[str, str], entry_points: str) -> Path:
+    """Build a minimal but real wheel (a zip with dist-info and RECORD) holding `modules` and
+    `entry_points`, and pip-install it into `folder/site`, as a user installs a third-party
+    package; returns the site folder to put on PYTHONPATH."""
+    base = name.replace("-", "_")
+    dist = f"{base}-1.0.dist-info"
+    files = {
+        **modules,
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist}/entry_points.txt": entry_points,
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    files[f"{dist}/RECORD"] = "\n".join(record + [f"{dist}/RECORD,,"]) + "\n"
+    wheel = folder / f"{base}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+    target = folder / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
+        check=True,
+    )
+    return target

@@ -1,4 +1,4 @@
-"""Write timm models into the original Google .npz key layouts (PROTOCOLS.md §6.2, §6.3), with
+"""Write timm models into the original Google .npz key layouts (docs/protocols.md, "Weights files"), with
 numpy: the inverse of timm's loaders, so tests can check that loading reproduces the source model."""
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitbench import bench, store
+from vitbench import store
+from vitbench.engine import bench, bench_timm, bench_types
 
 QUICK = ("--config", "vit-ti/16@32", "--steps", "2", "--warmup", "1", "--batch", "8", "--workers", "0")
 
@@ -80,8 +81,8 @@ def test_table_bench_on_an_empty_store_says_what_to_do(cli, results):
 
 def test_timm_results_are_read_from_its_result_marker():
     out = 'INFO: Running train...\n--result\n{"model": "vit_tiny", "train_samples_per_sec": 12.5}\n'
-    assert bench._timm_result(out)["train_samples_per_sec"] == 12.5
-    assert bench._timm_result("no marker") == {}
+    assert bench_timm.timm_result(out)["train_samples_per_sec"] == 12.5
+    assert bench_timm.timm_result("no marker") == {}
 
 
 def test_alternately_keeps_the_median_round_and_alternates_who_goes_first():
@@ -90,7 +91,7 @@ def test_alternately_keeps_the_median_round_and_alternates_who_goes_first():
     def runner(name, rates):
         def run():
             order.append(name)
-            return bench.Row(bench.Config("m", 32), "train", name, "synthetic", rates.pop(0), 8)
+            return bench_types.Row(bench_types.Config("m", 32), "train", name, "synthetic", rates.pop(0), 8)
 
         return run
 
@@ -144,7 +145,7 @@ def _timm_parser():
 @needs_timm_script
 @pytest.mark.parametrize("config", [*bench.GPU_CONFIGS, *bench.CPU_CONFIGS, "vit-s/16@384", "bit-m-r50x1@160"])
 @pytest.mark.parametrize("precision,compiled", [("fp32", False), ("bf16", True)])
-@pytest.mark.parametrize("mode", bench.MODES)
+@pytest.mark.parametrize("mode", bench_types.MODES)
 def test_every_configuration_reaches_timms_script_as_vitbench_builds_it(config, precision, compiled, mode):
     """What the script's parser makes of vitbench's arguments builds vitbench's architecture at its
     image size (checked on the meta device, as the script would build it), at the same batch."""
@@ -153,11 +154,13 @@ def test_every_configuration_reaches_timms_script_as_vitbench_builds_it(config, 
 
     from vitbench.registry import get_model
 
-    cfg = bench.Config.parse(config)
+    cfg = bench_types.Config.parse(config)
     spec = get_model(cfg.model)
-    opts = bench.Options(batch=16, steps=3, warmup=0, precision=precision, compile=compiled, device=torch.device("cpu"))
-    chosen = bench.Row(cfg, "train", "vitbench", "synthetic", 1.0, 16, micro_batch=8, checkpointing=True)
-    run = bench.timm_run(spec, cfg, opts, mode, chosen if mode == "train" else None, 10)
+    opts = bench_types.Options(
+        batch=16, steps=3, warmup=0, precision=precision, compile=compiled, device=torch.device("cpu")
+    )
+    chosen = bench_types.Row(cfg, "train", "vitbench", "synthetic", 1.0, 16, micro_batch=8, checkpointing=True)
+    run = bench_timm.timm_run(spec, cfg, opts, mode, chosen if mode == "train" else None, 10)
     args = _timm_parser().parse_args(run.args)
     assert args.model == spec.arch and args.batch_size == run.batch == (8 if mode == "train" else 16)
     assert args.num_bench_iter >= 5 and (args.amp_dtype == "bfloat16") == (precision == "bf16") == args.amp

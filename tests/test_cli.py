@@ -5,7 +5,8 @@ import pytest
 from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data
 from safetensors.torch import save_file
 
-from vitbench import fewshot, store
+from vitbench import store
+from vitbench.protocols import fewshot
 
 FAST = ("--res", "32", "--workers", "0", "--batch-size", "256")
 
@@ -21,7 +22,9 @@ def test_demo_runs_stores_and_renders(cli, results, caplog):
     df = store.read_results(results)
     assert len(df) == 4 and set(df["shots"]) == {1, 5} and set(df["seed"]) == {0, 1}
     row = df.iloc[0]
-    assert row["random_init"] and row["weights_sha256"] == "random" and row["protocol_version"] == fewshot.VERSION
+    assert (
+        row["random_init"] and row["weights_sha256"] == "random" and row["protocol_version"] == fewshot.FEWSHOT.version
+    )
     for column in (
         "data_fingerprint",
         "device_name",
@@ -175,7 +178,7 @@ def test_ls_doctor_version(cli, cifar10_dir):
     code, out, _ = cli("doctor", "--data-dir", cifar10_dir)
     assert code == 0 and "torch" in out and "found" in out and "absent" in out
     code, _, err = cli("ls", "widgets")
-    assert code == 2 and "expected models, datasets, suites or plugins" in err
+    assert code == 2 and "expected models, datasets, suites, protocols or plugins" in err
     assert "Usage" in cli("run", "-h")[1]
 
 

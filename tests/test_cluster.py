@@ -12,8 +12,12 @@ import time
 
 import pytest
 
-from vitbench import cluster, runner, store
-from vitbench.lease import Lease
+from vitbench import store
+from vitbench.api import work
+from vitbench.execution import cluster, launch
+from vitbench.execution.lease import Lease
+from vitbench.execution.plan import plan
+from vitbench.protocols.base import Request
 
 pytestmark = pytest.mark.slow
 FEWSHOT = ("--res", "32", "--workers", "0", "--shots", "1,5", "--seeds", "0")
@@ -53,9 +57,9 @@ def test_a_lease_of_a_dead_process_on_this_host_is_taken_at_once(tmp_path):
 
 
 def test_a_run_leased_elsewhere_is_skipped_then_run_when_free(cli, results):
-    req = runner.Request(model="vit-ti/16", weights="random", datasets=("digits",), shots=(1,), seeds=(0,),
+    req = Request(model="vit-ti/16", weights="random", datasets=("digits",), shots=(1,), seeds=(0,),
                          res=32, workers=0, results=results)  # fmt: skip
-    key = runner.plan(req)[0].specs[0].run_key
+    key = plan(req)[0].specs[0].run_key
     held = Lease(results, key)
     assert held.acquire()  # this (live) test process holds it
     code, _, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--shots", "1",
@@ -111,12 +115,12 @@ def test_reading_commands_merge_new_shards_themselves(cli, results):
 def test_a_killed_worker_resumes_from_its_checkpoint_when_resubmitted(cli, results):
     """SIGKILL the job's process mid fine-tune (after a checkpoint), then run the command again:
     the resubmitted job takes over the dead worker's lease and resumes at the checkpoint."""
-    req = runner.Request(model="vit-ti/16", weights="random", datasets=("digits",), protocol="finetune", lr=0.01,
+    req = Request(model="vit-ti/16", weights="random", datasets=("digits",), protocol="finetune", lr=0.01,
                          seeds=(0,), res=32, batch=8, workers=0, steps=300, checkpoint_every=10,
                          results=results)  # fmt: skip
-    groups = runner.plan(req)
+    groups = plan(req)
     key = groups[0].specs[0].run_key
-    (job,) = cluster.submit(req, [[key]], cluster.ClusterOptions(cluster="local"))
+    (job,) = cluster.submit(work, req, [[key]], cluster.ClusterOptions(cluster="local"))
     checkpoint = results / "runs" / key / "checkpoint.pt"
     deadline = time.time() + 180
     while not checkpoint.exists() and time.time() < deadline:
@@ -141,9 +145,9 @@ def test_a_killed_worker_resumes_from_its_checkpoint_when_resubmitted(cli, resul
 
 
 def test_torchrun_gets_the_rendezvous_options_across_nodes():
-    one = cluster.torchrun_command(2, ["-m", "vitbench"])
+    one = launch.torchrun_command(2, ["-m", "vitbench"])
     assert "--standalone" in one and "--nproc_per_node=2" in one
-    many = cluster.torchrun_command(4, ["-m", "vitbench"], nnodes=2, node_rank=1, rdzv_endpoint="n1:29500", rdzv_id="7")
+    many = launch.torchrun_command(4, ["-m", "vitbench"], nnodes=2, node_rank=1, rdzv_endpoint="n1:29500", rdzv_id="7")
     assert "--standalone" not in many
     assert {"--nnodes=2", "--node_rank=1", "--rdzv_endpoint=n1:29500", "--rdzv_id=7", "--rdzv_backend=c10d"} <= set(
         many
@@ -151,12 +155,12 @@ def test_torchrun_gets_the_rendezvous_options_across_nodes():
 
 
 def test_units_group_fewshot_runs_and_hold_back_final_finetunes(tmp_path):
-    req = runner.Request(model="vit-ti/16", weights="random", datasets=("digits",), protocol="finetune",
+    req = Request(model="vit-ti/16", weights="random", datasets=("digits",), protocol="finetune",
                          seeds=(0, 1), res=32, batch=8, steps=2, results=tmp_path)  # fmt: skip
-    groups = runner.plan(req)
+    groups = plan(req)
     first, second = cluster.units(groups, {s.run_key for g in groups for s in g.specs})
     assert len(first) == 4 and len(second) == 2  # the 4-LR dev sweep, then the 2 seeds on its best LR
-    few = runner.plan(runner.Request(model="vit-ti/16", weights="random", datasets=("digits",), results=tmp_path))
+    few = plan(Request(model="vit-ti/16", weights="random", datasets=("digits",), results=tmp_path))
     first, second = cluster.units(few, {s.run_key for g in few for s in g.specs})
     assert len(first) == 1 and len(first[0]) == 12 and second == []
 

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data, write_image
 
-from vitbench import evaluate, store
+from vitbench import store
 from vitbench.datasets.vtab import group_means
+from vitbench.engine import scoring
 
 FAST = ("--res", "32", "--workers", "0", "--batch-size", "256", "--model", "vit-ti/16", "--weights", "random")
 
@@ -71,10 +72,10 @@ def test_eval_scores_top1_top5_and_real():
     logits = np.array([[0.9, 0.1, 0.0], [0.1, 0.2, 0.7], [0.5, 0.4, 0.1], [0.0, 0.0, 1.0]])
     labels = np.array([0, 1, 1, 2])
     real = [[0], [2, 1], [], [1]]  # image 3 has no ReaL labels: not scored
-    s = evaluate.scores(logits, labels, real)
+    s = scoring.scores(logits, labels, real)
     assert s["accuracy"] == 0.5 and s["n_correct"] == 2 and s["accuracy_top3"] == 1.0
     assert s["n_scored_real"] == 3 and s["n_correct_real"] == 2 and s["accuracy_real"] == pytest.approx(2 / 3)
-    assert "accuracy_real" not in evaluate.scores(logits, labels, None)
+    assert "accuracy_real" not in scoring.scores(logits, labels, None)
 
 
 @needs_shared_data

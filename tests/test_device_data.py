@@ -9,14 +9,14 @@ import pytest
 import torch
 from PIL import Image
 
-from vitbench import device_data, finetune
 from vitbench.backend import Preprocessing
 from vitbench.datasets import DATASETS, Split
-from vitbench.distributed import World
+from vitbench.engine import device_data, training
+from vitbench.engine.distributed import World
+from vitbench.engine.inference import loader, run_over
+from vitbench.engine.train_data import Stream, train_loader, train_transform
 from vitbench.errors import UserError
-from vitbench.inference import loader, run_over
 from vitbench.registry import get_model
-from vitbench.train_data import Stream, train_loader, train_transform
 from vitbench.weights import build_model
 
 CPU = torch.device("cpu")
@@ -113,12 +113,12 @@ def test_fine_tuning_on_the_device_pipeline_follows_the_same_trajectory(digits, 
     spec = get_model("vit-ti/16")
     curves = {}
     for pipeline in ("workers", "device"):
-        settings = finetune.Settings(
+        settings = training.Settings(
             steps=3, batch=8, lr=0.03, warmup=1, res=32, crop=True, flip=True, precision="fp32", workers=0,
             input_pipeline=pipeline,
         )  # fmt: skip
         model = build_model(spec, 10, 32, "random", pre_logits=False)
-        outcome = finetune.train(
+        outcome = training.train(
             model, digits, settings, Preprocessing(size=32), CPU, World(), tmp_path / pipeline, "k"
         )
         curves[pipeline] = outcome.curves["train_loss"]

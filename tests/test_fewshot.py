@@ -3,9 +3,12 @@ import json
 import numpy as np
 import pytest
 
-from vitbench import fewshot, store
+from vitbench import store
+from vitbench.engine import ridge
+from vitbench.engine.features import FeatureCache
+from vitbench.engine.inference import Outputs
 from vitbench.errors import UserError
-from vitbench.inference import Outputs
+from vitbench.protocols import fewshot as fewshot_protocol
 
 
 def dense_ridge_accuracy(x, y, x_test, y_test, num_classes, l2):
@@ -24,7 +27,7 @@ def test_solver_matches_dense_solve(n, d, many_l2):
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(n, d)), rng.integers(0, 5, n)
     xt, yt = rng.normal(size=(300, d)), rng.integers(0, 5, 300)
-    solver = fewshot.RidgeSolver.fit(x, y, 5, many_l2=many_l2)
+    solver = ridge.RidgeSolver.fit(x, y, 5, many_l2=many_l2)
     for l2 in (2.0**-3, 1.0, 1024.0):
         w_ref, acc_ref = dense_ridge_accuracy(x, y, xt, yt, 5, l2)
         np.testing.assert_allclose(solver.weights(l2), w_ref, rtol=1e-6, atol=1e-6)
@@ -33,13 +36,13 @@ def test_solver_matches_dense_solve(n, d, many_l2):
 
 def test_sampling_is_big_visions_nested_per_class_permutation():
     labels = np.repeat(np.arange(4), 30)
-    one, five = (fewshot.sample_indices(labels, 4, k, seed=1) for k in (1, 5))
+    one, five = (ridge.sample_indices(labels, 4, k, seed=1) for k in (1, 5))
     assert len(five) == 20 and np.bincount(labels[five]).tolist() == [5, 5, 5, 5]
     assert set(one) <= set(five)  # per-class permutations are shared across shot counts
     rng = np.random.default_rng(1)
     expected = np.concatenate([rng.permutation(np.flatnonzero(labels == c))[:5] for c in range(4)])
     np.testing.assert_array_equal(five, expected)
-    assert not np.array_equal(five, fewshot.sample_indices(labels, 4, 5, seed=2))
+    assert not np.array_equal(five, ridge.sample_indices(labels, 4, 5, seed=2))
 
 
 def test_linear_probe_separates_separable_features():
@@ -47,20 +50,20 @@ def test_linear_probe_separates_separable_features():
     centers = rng.normal(size=(10, 32)) * 5
     y = np.repeat(np.arange(10), 50)
     x = centers[y] + rng.normal(size=(500, 32))
-    accs, n = fewshot.fewshot_accuracies((x, y), (x, y), 10, shots=5, seed=0, l2s=(1024.0,))
+    accs, n = ridge.fewshot_accuracies((x, y), (x, y), 10, shots=5, seed=0, l2s=(1024.0,))
     assert n == 50 and accs[1024.0] > 0.9
 
 
 @pytest.mark.parametrize("text, label", [("1024", "1024"), ("2^10", "1024"), ("0.5", "0.5")])
 def test_parse_l2(text, label):
-    assert fewshot.parse_l2(text)[0] == label
+    assert fewshot_protocol.parse_l2(text)[0] == label
 
 
 def test_parse_l2_sweep_and_errors():
-    assert fewshot.parse_l2("sweep")[1] == tuple(2.0**i for i in range(-10, 20))
+    assert fewshot_protocol.parse_l2("sweep")[1] == tuple(2.0**i for i in range(-10, 20))
     for bad in ("-1", "abc", "0"):
         with pytest.raises(UserError, match="--fewshot-l2"):
-            fewshot.parse_l2(bad)
+            fewshot_protocol.parse_l2(bad)
 
 
 def test_cache_key_covers_everything_that_changes_features(tmp_path):
@@ -76,12 +79,12 @@ def test_cache_key_covers_everything_that_changes_features(tmp_path):
         preprocessing="resize(256)|crop(224)",
         representation="LN(CLS)",
     )
-    base = fewshot.FeatureCache.key(**parts)
-    assert fewshot.FeatureCache.key(**dict(parts)) == base
+    base = FeatureCache.key(**parts)
+    assert FeatureCache.key(**dict(parts)) == base
     for name in parts:
         changed = {**parts, name: str(parts[name]) + "x" if not isinstance(parts[name], int) else 384}
-        assert fewshot.FeatureCache.key(**changed) != base, name
-    cache = fewshot.FeatureCache(tmp_path)
+        assert FeatureCache.key(**changed) != base, name
+    cache = FeatureCache(tmp_path)
     assert cache.load(base) is None
     cache.save(base, Outputs(np.ones((3, 2), np.float32), np.arange(3), np.array([0, 2, 3]), ["x.jpg: corrupt"]))
     found = cache.load(base)
@@ -90,7 +93,7 @@ def test_cache_key_covers_everything_that_changes_features(tmp_path):
 
 
 def test_a_damaged_cache_file_is_recomputed_not_fatal(tmp_path):
-    cache = fewshot.FeatureCache(tmp_path)
+    cache = FeatureCache(tmp_path)
     cache.save("k", Outputs(np.ones((100, 8), np.float32), np.arange(100), np.arange(100)))
     cache.path("k").write_bytes(cache.path("k").read_bytes()[:300])  # truncated
     assert cache.load("k") is None
@@ -103,9 +106,9 @@ def test_the_solve_on_tensors_equals_the_solve_on_arrays():
     rng = np.random.default_rng(1)
     x, y = rng.normal(size=(300, 24)).astype(np.float32), rng.integers(0, 6, 300)
     xt, yt = rng.normal(size=(200, 24)).astype(np.float32), rng.integers(0, 6, 200)
-    arrays, n = fewshot.fewshot_accuracies((x, y), (xt, yt), 6, 10, 0, fewshot.L2_GRID)
-    tensors, n2 = fewshot.fewshot_accuracies((torch.from_numpy(x), y), (torch.from_numpy(xt), torch.from_numpy(yt)),
-                                             6, 10, 0, fewshot.L2_GRID)  # fmt: skip
+    arrays, n = ridge.fewshot_accuracies((x, y), (xt, yt), 6, 10, 0, fewshot_protocol.L2_GRID)
+    tensors, n2 = ridge.fewshot_accuracies((torch.from_numpy(x), y), (torch.from_numpy(xt), torch.from_numpy(yt)),
+                                             6, 10, 0, fewshot_protocol.L2_GRID)  # fmt: skip
     assert n == n2 == 60 and arrays == pytest.approx(tensors, abs=1e-12)
 
 

@@ -11,12 +11,14 @@ import pytest
 import scipy.ndimage
 import torch
 
-from vitbench import finetune, registry
+from vitbench import registry
 from vitbench.backend import Preprocessing
 from vitbench.datasets import DATASETS
-from vitbench.distributed import World
-from vitbench.provenance import peak_flops
-from vitbench.train_data import Stream
+from vitbench.devices import peak_flops
+from vitbench.engine import training
+from vitbench.engine.distributed import World
+from vitbench.engine.train_data import Stream
+from vitbench.protocols import finetune as finetune_protocol
 from vitbench.weights import build_model
 
 VIT_TI = registry.get_model("vit-ti/16")
@@ -35,10 +37,10 @@ def vit_jax_cosine(step, base_lr, total_steps, warmup_steps):
 
 @pytest.mark.parametrize(("total", "base"), [(500, 0.003), (10_000, 0.01), (2_500, 0.01), (20, 0.03)])
 def test_schedule_equals_vit_jax_step_by_step(total, base):
-    warmup = finetune.warmup_steps(total)
+    warmup = finetune_protocol.warmup_steps(total)
     assert warmup == {500: 100, 10_000: 500, 2_500: 500, 20: 4}[total]
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=base, momentum=0.9)
-    scheduler = finetune.schedule(optimizer, total, warmup)
+    scheduler = training.schedule(optimizer, total, warmup)
     for step in range(total):
         scheduler.step_update(step)
         assert optimizer.param_groups[0]["lr"] == pytest.approx(
@@ -47,16 +49,16 @@ def test_schedule_equals_vit_jax_step_by_step(total, base):
 
 
 def test_table4_settings():
-    assert finetune.table4(DATASETS["imagenet"], 1_281_167) == (20_000, (0.003, 0.01, 0.03, 0.06))
-    assert finetune.table4(DATASETS["cifar100"], 50_000) == (10_000, (0.001, 0.003, 0.01, 0.03))
-    assert finetune.table4(DATASETS["pets"], 3_680)[0] == 500
-    assert finetune.table4(DATASETS["vtab/dtd"], 1_000) == (2_500, (0.01,))
-    assert finetune.table4(DATASETS["digits"], 1_000)[0] == 500  # not in the paper: BiT's size rule
+    assert finetune_protocol.table4(DATASETS["imagenet"], 1_281_167) == (20_000, (0.003, 0.01, 0.03, 0.06))
+    assert finetune_protocol.table4(DATASETS["cifar100"], 50_000) == (10_000, (0.001, 0.003, 0.01, 0.03))
+    assert finetune_protocol.table4(DATASETS["pets"], 3_680)[0] == 500
+    assert finetune_protocol.table4(DATASETS["vtab/dtd"], 1_000) == (2_500, (0.01,))
+    assert finetune_protocol.table4(DATASETS["digits"], 1_000)[0] == 500  # not in the paper: BiT's size rule
 
 
-def settings(**kw) -> finetune.Settings:
+def settings(**kw) -> training.Settings:
     base = dict(steps=4, batch=8, lr=0.03, warmup=1, res=32, crop=True, flip=True, precision="fp32", workers=0)
-    return finetune.Settings(**{**base, **kw})
+    return training.Settings(**{**base, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +71,7 @@ def fresh_model():
 
 
 def train(model, split, tmp_path: Path, key="k", **kw):
-    return finetune.train(
+    return training.train(
         model, split, settings(**kw), Preprocessing(size=32), CPU, World(), tmp_path / key / "c.pt", key
     )
 
@@ -79,9 +81,9 @@ def test_clipping_bounds_the_global_norm(digits, tmp_path):
     model = fresh_model()
     before = [p.detach().clone() for p in model.parameters()]
     outcome = train(model, digits, tmp_path, steps=1, warmup=0, lr=1.0)
-    assert outcome.curves["grad_norm"][0] > finetune.CLIP_NORM  # the raw gradient was larger: clipping acted
+    assert outcome.curves["grad_norm"][0] > training.CLIP_NORM  # the raw gradient was larger: clipping acted
     update = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(model.parameters(), before, strict=True)))
-    assert float(update) == pytest.approx(finetune.CLIP_NORM, rel=1e-4)
+    assert float(update) == pytest.approx(training.CLIP_NORM, rel=1e-4)
 
 
 def test_head_starts_at_zero_and_pre_logits_is_dropped(tmp_path):
@@ -162,8 +164,8 @@ def test_mfu_peaks_are_known_by_device_name():
     assert peak_flops("NVIDIA H200") == 989e12
     assert peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
     assert peak_flops("CPU: AMD EPYC (2 cores)") is None  # unknown: throughput only, never a guessed MFU
-    assert math.isclose(finetune.smoke_res(14), 70) and finetune.smoke_res(16) == 64
-    assert [finetune.checkpoint_interval(s) for s in (20, 500, 2_500, 20_000)] == [50, 50, 250, 500]
+    assert math.isclose(finetune_protocol.smoke_res(14), 70) and finetune_protocol.smoke_res(16) == 64
+    assert [finetune_protocol.checkpoint_interval(s) for s in (20, 500, 2_500, 20_000)] == [50, 50, 250, 500]
 
 
 class RunsOutOfMemoryAbove(torch.nn.Module):

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from vitbench import finetune, registry
+from vitbench import registry
 from vitbench.backend import Preprocessing
 from vitbench.datasets import DATASETS
-from vitbench.distributed import World
+from vitbench.engine import training
+from vitbench.engine.distributed import World
 from vitbench.weights import build_model
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -19,7 +20,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 def curve(tmp_path, key: str, **kw) -> list[float]:
     spec = registry.get_model("vit-ti/16")
     split = DATASETS["digits"].load_split(None, "train").subset("few", np.arange(256))
-    settings = finetune.Settings(
+    settings = training.Settings(
         **{
             **dict(steps=20, batch=64, lr=0.03, warmup=4, res=64, crop=True, flip=True, precision="fp32", workers=2),
             **kw,
@@ -27,7 +28,7 @@ def curve(tmp_path, key: str, **kw) -> list[float]:
     )
     model = build_model(spec, 10, 64, "random", pre_logits=False)
     device = torch.device("cuda")
-    outcome = finetune.train(model, split, settings, Preprocessing(size=64), device, World(), tmp_path / key, key)
+    outcome = training.train(model, split, settings, Preprocessing(size=64), device, World(), tmp_path / key, key)
     return outcome.curves["train_loss"]
 
 
@@ -50,13 +51,13 @@ def test_device_pipeline_follows_the_worker_pipeline_on_the_gpu(tmp_path):
 
 
 def test_memory_plan_measures_and_checkpointing_keeps_the_trajectory(tmp_path):
-    from vitbench import memory
+    from vitbench.engine import memory
 
     spec = registry.get_model("vit-b/16")
     model = build_model(spec, 10, 224, "random", pre_logits=False).cuda()
-    settings = finetune.Settings(steps=1, batch=64, lr=0.01, warmup=0, res=224, crop=True, flip=True, precision="bf16")
-    plain = memory.measure(model, settings, torch.device("cuda"), checkpointing=False)
-    ckpt = memory.measure(model, settings, torch.device("cuda"), checkpointing=True)
+    settings = training.Settings(steps=1, batch=64, lr=0.01, warmup=0, res=224, crop=True, flip=True, precision="bf16")
+    plain = memory.measure_footprint(model, settings, torch.device("cuda"), checkpointing=False)
+    ckpt = memory.measure_footprint(model, settings, torch.device("cuda"), checkpointing=True)
     assert 0 < ckpt.per_image < plain.per_image  # recomputing activations keeps fewer of them
     eager = curve(tmp_path, "plain", precision="bf16", checkpointing=False)
     recomputed = curve(tmp_path, "ckpt", precision="bf16", checkpointing=True)

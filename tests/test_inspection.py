@@ -10,8 +10,9 @@ import torch
 from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data
 from PIL import Image
 
-from vitbench import inspection, registry, store
-from vitbench.inspection_plots import DPI, SIZES
+from vitbench import registry, store
+from vitbench.views import inspection
+from vitbench.views.inspection_plots import DPI, SIZES
 
 
 def brute_force_mean_pairwise_distance(grid, patch_px):

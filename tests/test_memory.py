@@ -3,8 +3,8 @@ measurement needs a GPU (tests/test_finetune_gpu.py); the decision is arithmetic
 
 import pytest
 
+from vitbench.engine.memory import Footprint, plan
 from vitbench.errors import UserError
-from vitbench.memory import Footprint, plan
 
 GIB = 2**30
 

@@ -18,8 +18,8 @@ from vitbench_plugins.hybrid import BACKEND as HYBRID
 from vitbench import registry, store
 from vitbench.backend import ModelSpec
 from vitbench.errors import UserError
-from vitbench.npz import read_npz
 from vitbench.weights import check_weights_arg, load_into
+from vitbench.weights.npz import read_npz
 
 VIT_TI = registry.get_model("vit-ti/16")
 TINY_HYBRID = ModelSpec("test-hybrid", "vitbench_test_hybrid", HYBRID, input_multiple=8)

@@ -1,4 +1,4 @@
-"""The paper's tables as data: the numbers are PROTOCOLS.md §5's, and they agree with each other."""
+"""The paper's tables as data: the numbers are those docs/protocols.md transcribes, and they agree with each other."""
 
 import pytest
 

@@ -1,13 +1,11 @@
 """A backend from a second, separately installed distribution is discovered like the built-ins."""
 
-import base64
-import hashlib
 import os
 import subprocess
 import sys
-import zipfile
 
 import pytest
+from conftest import install_wheel
 
 PLUGIN_SOURCE = """
 from vitbench.backend import ModelSpec
@@ -18,37 +16,11 @@ MODELS = [ModelSpec("acme-vit/16", "vit_tiny_patch16_224", BACKEND, summary="thi
 """
 
 
-def build_wheel(folder):
-    """A minimal but real wheel (a zip with dist-info and RECORD): pip installs it with no build backend."""
-    dist = "acme_vitbench_backend-1.0.dist-info"
-    files = {
-        "acme_backend.py": PLUGIN_SOURCE,
-        f"{dist}/METADATA": "Metadata-Version: 2.1\nName: acme-vitbench-backend\nVersion: 1.0\n",
-        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        f"{dist}/entry_points.txt": "[vitbench.backends]\nacme = acme_backend:MODELS\n",
-    }
-    record = []
-    for name, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(text.encode())}")
-    files[f"{dist}/RECORD"] = "\n".join(record + [f"{dist}/RECORD,,"]) + "\n"
-    path = folder / "acme_vitbench_backend-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        for name, text in files.items():
-            zf.writestr(name, text)
-    return path
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     folder = tmp_path_factory.mktemp("plugin")
-    wheel = build_wheel(folder)
-    target = folder / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
-        check=True,
-    )
-    return target
+    files = {"acme_backend.py": PLUGIN_SOURCE}
+    return install_wheel(folder, "acme-vitbench-backend", files, "[vitbench.backends]\nacme = acme_backend:MODELS\n")
 
 
 def vitbench(site, *args, disable=False):

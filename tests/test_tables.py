@@ -16,8 +16,9 @@ import duckdb
 import pytest
 from PIL import Image
 
-from vitbench import render, store, table
+from vitbench import store
 from vitbench.datasets.vtab import TASKS
+from vitbench.views import render, table
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("VITBENCH_UPDATE_GOLDEN") == "1"  # regenerate after a deliberate change, then review the diff
@@ -142,7 +143,7 @@ def test_table2_cells_deltas_markers_and_empty_cells(stored):
     assert round(other.cells[("CIFAR-10", ft)].delta, 2) == round(99.02 - 99.15, 2)
 
 
-# PROTOCOLS.md §5.2, verbatim: every paper cell the default view shows must read back as printed here
+# docs/protocols.md's Table 2, verbatim: every paper cell the default view shows must read back as printed here
 TABLE2_MD = """\
 | ImageNet | 88.55 ± 0.04 | 87.76 ± 0.03 | 85.30 ± 0.02 | 87.54 ± 0.02 | 88.4 / 88.5* |
 | ImageNet ReaL | 90.72 ± 0.05 | 90.54 ± 0.03 | 88.62 ± 0.05 | 90.54 | 90.55 |
@@ -153,7 +154,7 @@ TABLE2_MD = """\
 | VTAB (19 tasks) | 77.63 ± 0.23 | 76.28 ± 0.46 | 72.72 ± 0.21 | 76.29 ± 1.70 | − |
 | TPUv3-core-days | 2.5k | 0.68k | 0.23k | 9.9k | 12.3k |"""
 TABLE2_COLUMNS = ["vit-h/14-jft", "vit-l/16-jft", "vit-l/16-i21k", "bit-l", "noisy-student"]
-PROTOCOLS_MD = Path(__file__).resolve().parents[2] / "shared" / "PROTOCOLS.md"
+PROTOCOLS_MD = Path(__file__).resolve().parents[1] / "docs" / "protocols.md"
 
 
 def _numbers(text: str) -> list[float]:
@@ -161,8 +162,7 @@ def _numbers(text: str) -> list[float]:
 
 
 def test_paper_columns_reproduce_protocols_table2_exactly(tmp_path):
-    if PROTOCOLS_MD.exists():  # the copy above is the document's own text
-        assert TABLE2_MD.replace("\n", "") in PROTOCOLS_MD.read_text().replace("\n", "")
+    assert TABLE2_MD in PROTOCOLS_MD.read_text()  # the copy above is the document's own text
     data = table.accuracy_view(store.read_results(tmp_path), compare=TABLE2_COLUMNS)
     for line in TABLE2_MD.splitlines():
         title, *cells = [c.strip() for c in line.strip("|").split("|")]
@@ -231,7 +231,7 @@ def test_fewshot_view_group_by_and_where(stored):
     grouped = table.accuracy_view(df, group_by=["device_name", "hparams.res"])
     assert grouped.columns[:2] == ["device_name=NVIDIA H100 80GB HBM3, hparams.res=384",
                                    "device_name=NVIDIA H100 80GB HBM3, hparams.res=64§"]  # fmt: skip
-    from vitbench.query import apply_where
+    from vitbench.store.query import apply_where
 
     assert set(apply_where(df, ["dataset=pets"])["run_key"]) == {"pets-0", "pets-1"}
     assert set(apply_where(df, ["weights=ViT-B_*", "seed>=1", "protocol!=eval"])["dataset"]) == {

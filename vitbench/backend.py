@@ -16,6 +16,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from vitbench.errors import UserError
+
 
 @dataclass(frozen=True)
 class Preprocessing:
@@ -137,7 +139,6 @@ class Backend:
     representation = "pre-logits"  # recorded with every few-shot result
 
     def check_img_size(self, spec: ModelSpec, img_size: int) -> None:
-        from vitbench.errors import UserError
 
         if img_size <= 0 or img_size % spec.input_multiple:
             raise UserError(
@@ -146,7 +147,6 @@ class Backend:
             )
 
     def timm_kwargs(self, img_size: int, gelu: str = "exact") -> dict:
-        from vitbench.errors import UserError
 
         if gelu != "exact":
             raise UserError(f"--gelu {gelu}: only transformer backends have a GELU to change, not {self.family}")
@@ -160,7 +160,6 @@ class Backend:
         return {}
 
     def add_pre_logits(self, model: nn.Module, spec: ModelSpec, shape: torch.Size) -> None:
-        from vitbench.errors import UserError
 
         raise UserError(f"{spec.name}: the weights carry a pre_logits layer, which {self.family} models do not have")
 

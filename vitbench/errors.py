@@ -9,3 +9,9 @@ class UserError(Exception):
     """
 
     exit_code = 2
+
+
+def one_line(error: BaseException, limit: int = 200) -> str:
+    """A library's error message folded onto one line and cut to `limit` characters, for the
+    `(...)` after a UserError's own words."""
+    return " ".join(str(error).split())[:limit]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench.errors import UserError
+from vitbench.registry import lookup
 
 TABLES = {"1": "table1.csv", "2": "table2.csv", "5": "table5.csv", "6": "table6.csv", "9": "table9.csv"}
 
@@ -50,7 +51,6 @@ def column(name: str) -> pd.DataFrame:
             out["std"] = rows["std"] if "std" in rows else float("nan")
             out["source"] = rows["source"]
             return out.reset_index(drop=True)
-    from vitbench.registry import lookup
 
     lookup("paper column", name, {c: c for c in columns()})  # raises with suggestions
     raise AssertionError

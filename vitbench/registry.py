@@ -1,25 +1,26 @@
-"""Name -> model / dataset / suite. Backends are discovered through the `vitbench.backends`
-entry-point group, lazily: listing plugins reads package metadata only; models are imported on
-first use. A built-in backend registers exactly like a third-party package."""
+"""Name -> model / dataset / suite. Backends and datasets are discovered through the
+`vitbench.backends` and `vitbench.datasets` entry-point groups (entry_points.py), lazily: listing
+plugins reads package metadata only; models are imported on first use. A built-in backend
+registers exactly like a third-party package."""
 
 from __future__ import annotations
 
 import difflib
-import importlib
 import logging
-import os
-from dataclasses import dataclass
 from functools import cache
-from importlib.metadata import entry_points
 
+from vitbench import entry_points
 from vitbench.backend import ModelSpec
+from vitbench.datasets import DATASETS, DatasetSpec
+from vitbench.datasets.folder import PREFIX as FOLDER_PREFIX
+from vitbench.datasets.folder import folder_spec
+from vitbench.entry_points import BACKENDS, PluginInfo
+from vitbench.entry_points import DATASETS as DATASET_PLUGINS
 from vitbench.errors import UserError
+from vitbench.suites import SUITES, Suite
 
 log = logging.getLogger("vitbench")
 
-GROUP = "vitbench.backends"
-AUTOLOAD_ENV = "VITBENCH_DISABLE_PLUGIN_AUTOLOAD"
-BUILTIN_DIST = "vitbench"
 BUILTIN_MODULES = ("vitbench_plugins.vit", "vitbench_plugins.hybrid", "vitbench_plugins.bit")
 
 # Models that exist only as paper rows: their weights were never released.
@@ -55,62 +56,34 @@ REFERENCE_ONLY = [
 ]
 
 
-@dataclass(frozen=True)
-class PluginInfo:
-    name: str
-    target: str  # "module:attr", not imported
-    distribution: str
-    version: str
-
-    @property
-    def builtin(self) -> bool:
-        return self.distribution == BUILTIN_DIST
-
-
-def autoload_disabled() -> bool:
-    return os.environ.get(AUTOLOAD_ENV, "") not in ("", "0")
-
-
 def plugins() -> list[PluginInfo]:
-    """Entry points of the group, from metadata alone (nothing is imported). With autoload off
-    only vitbench's own built-ins remain."""
-    found = []
-    for ep in entry_points(group=GROUP):
-        dist = ep.dist.name if ep.dist else "?"
-        info = PluginInfo(ep.name, ep.value, dist, ep.dist.version if ep.dist else "?")
-        if info.builtin or not autoload_disabled():
-            found.append(info)
-    return sorted(found, key=lambda p: (not p.builtin, p.name))
-
-
-def _load_target(target: str) -> list[ModelSpec]:
-    module_name, _, attr = target.partition(":")
-    obj = getattr(importlib.import_module(module_name), attr or "MODELS")
-    specs = obj() if callable(obj) else obj
-    if not all(isinstance(s, ModelSpec) for s in specs):
-        raise TypeError(f"{target} must be a list of vitbench.backend.ModelSpec")
-    return list(specs)
+    """The backend plugins, from metadata alone (`vitbench ls plugins`)."""
+    return entry_points.plugins(BACKENDS)
 
 
 @cache
 def models() -> dict[str, ModelSpec]:
-    targets = [(p.name, p.target) for p in plugins()]
-    if not any(p.builtin for p in plugins()):  # a source tree that was never pip-installed
-        targets = [(m.rsplit(".", 1)[1], f"{m}:MODELS") for m in BUILTIN_MODULES] + targets
+    builtins = [(m.rsplit(".", 1)[1], f"{m}:MODELS") for m in BUILTIN_MODULES]
     found: dict[str, ModelSpec] = {}
-    for name, target in targets:
-        try:
-            specs = _load_target(target)
-        except Exception as e:  # a broken third-party plugin must not take the built-ins down
-            log.warning("plugin %s (%s) failed to load and is skipped: %s", name, target, e)
+    for name, spec in entry_points.load_group(BACKENDS, "MODELS", ModelSpec, builtins):
+        if spec.name in found:
+            log.warning("plugin %s redefines model %s; keeping the first definition", name, spec.name)
             continue
-        for spec in specs:
-            if spec.name in found:
-                log.warning("plugin %s redefines model %s; keeping the first definition", name, spec.name)
-                continue
-            found[spec.name] = spec
+        found[spec.name] = spec
     for spec in REFERENCE_ONLY:
         found.setdefault(spec.name, spec)
+    return found
+
+
+@cache
+def datasets() -> dict[str, DatasetSpec]:
+    """The built-in datasets, then those of `vitbench.datasets` plugins (which may not replace one)."""
+    found = dict(DATASETS)
+    for name, spec in entry_points.load_group(DATASET_PLUGINS, "DATASETS", DatasetSpec):
+        if spec.name in found:
+            log.warning("plugin %s redefines dataset %s; keeping the first definition", name, spec.name)
+            continue
+        found[spec.name] = spec
     return found
 
 
@@ -130,17 +103,12 @@ def get_model(name: str, runnable: bool = True) -> ModelSpec:
     return spec
 
 
-def get_dataset(name: str):
-    """A dataset of the table, or `folder:<path>` (any ImageFolder tree with train/ and test/)."""
-    from vitbench.datasets import DATASETS
-    from vitbench.datasets.folder import PREFIX, folder_spec
-
-    if name.startswith(PREFIX):
+def get_dataset(name: str) -> DatasetSpec:
+    """A dataset of the table or of a plugin, or `folder:<path>` (any ImageFolder tree with train/ and test/)."""
+    if name.startswith(FOLDER_PREFIX):
         return folder_spec(name)
-    return lookup("dataset", name, DATASETS)
+    return lookup("dataset", name, datasets())
 
 
-def get_suite(name: str):
-    from vitbench.suites import SUITES
-
+def get_suite(name: str) -> Suite:
     return lookup("suite", name, SUITES)

@@ -1,5 +1,5 @@
-"""VTAB-1k: the 19 tasks of PROTOCOLS.md §4.2 (names, groups, classes, test sizes, BiT's flip/crop
-exceptions), read from the folder layout PyTorch fine-tuning papers use:
+"""VTAB-1k: task_adaptation's 19 tasks (names, groups, classes, test sizes, BiT's flip/crop
+exceptions; docs/protocols.md, "VTAB-1k"), read from the folder layout PyTorch fine-tuning papers use:
 `vtab-1k/<folder>/{train800,val200,train800val200,test}.txt`, lines `relative/path label`."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from vitbench.errors import UserError
 from vitbench.provenance import fingerprint_files, sha256_file
 
 ROOT_FOLDER = "vtab-1k"
-SPLITS = ("train800", "val200", "train800val200", "test")
 GROUPS = ("natural", "specialized", "structured")
 
 

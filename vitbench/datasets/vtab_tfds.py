@@ -1,6 +1,6 @@
 """VTAB-1k from the official TFDS builders (optional extra `vitbench[tfds]`), built exactly as
 google-research/task_adaptation builds it: the same TFDS versions, the same split arithmetic for
-train800 / val200 / train800val200 / test, and the same label rules (PROTOCOLS.md §4.2).
+train800 / val200 / train800val200 / test, and the same label rules (docs/protocols.md, "VTAB-1k").
 
 The rules and the arithmetic are plain functions on plain records, so they are tested without
 TensorFlow; only `load_tfds` imports tensorflow_datasets. The folder layout and TFDS give

@@ -1,0 +1,36 @@
+"""The README's Python API example runs as written, and the API's own mistakes are one-line errors."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+import vitbench
+from vitbench.errors import UserError
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_the_readme_python_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    section = README.read_text().split("## Python API", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "2 runs planned, 2 run now" in out
+    frame = vitbench.results(tmp_path / "results")
+    assert sorted(frame["shots"]) == [1, 5] and frame["value"].between(0, 1).all()
+    # the same call again: everything is stored, nothing runs
+    summary = vitbench.run(model="vit-ti/16", weights="random", datasets="digits", shots=(1, 5), seeds=(0,),
+                           res=32, workers=0, results=tmp_path / "results")  # fmt: skip
+    assert summary.ran == 0 and len(summary.todo) == 0 and len(summary.table()) == 2
+
+
+def test_plan_runs_nothing(tmp_path):
+    groups = vitbench.plan(model="vit-ti/16", weights="random", datasets="digits", shots=(5,), results=tmp_path)
+    assert [len(g.specs) for g in groups] == [3] and not (tmp_path / "vitbench.duckdb").exists()
+
+
+def test_an_unknown_option_is_a_one_line_error():
+    with pytest.raises(UserError, match="vitbench.run: unknown option 'shot'; expected one of"):
+        vitbench.run(model="vit-ti/16", weights="random", shot=5)

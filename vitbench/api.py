@@ -1,0 +1,192 @@
+"""The one way in: a whole benchmark session, as `vitbench run`, its torchrun children, its
+cluster workers and a notebook call it.
+
+    import vitbench
+    summary = vitbench.run(model="vit-ti/16", weights="random", datasets=("digits",), shots=(5,), seeds=(0,))
+    frame = vitbench.results("results")        # every stored run x metric, with its provenance
+
+`run` checks that the results folder is writable, plans, merges pending shards, skips finished
+runs, leases, executes (here, under torchrun, or as submitit jobs), stores and closes the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from vitbench import store
+from vitbench.devices import resolve_device
+from vitbench.engine.distributed import broadcast, setup
+from vitbench.errors import UserError, one_line
+from vitbench.execution import cluster
+from vitbench.execution.plan import plan as plan_groups
+from vitbench.execution.runner import execute
+from vitbench.protocols.base import Group, Request, RunSpec
+from vitbench.protocols.registry import get_protocol, protocols
+from vitbench.store.query import apply_where
+
+log = logging.getLogger("vitbench")
+
+
+@dataclass
+class Summary:
+    """What a session planned and did. `specs` in plan order; `done` holds the run_keys stored
+    before the session started (a dry run changes nothing)."""
+
+    specs: list[RunSpec]
+    done: set[str]
+    results: Path
+    ran: int = 0
+    failed: list[str] = field(default_factory=list)  # one line per failed cluster job
+    waiting: int = 0  # cluster runs without a result yet (leased elsewhere, or waiting for their sweep)
+
+    @property
+    def todo(self) -> list[RunSpec]:
+        return [s for s in self.specs if s.run_key not in self.done]
+
+    def table(self) -> pd.DataFrame:
+        """The stored results of this session's runs (run x metric)."""
+        frame = store.read_results(self.results)
+        return frame[frame["run_key"].isin({s.run_key for s in self.specs})]
+
+
+def request(**options) -> Request:
+    """A Request from keyword options (the names of `vitbench run`'s options, lists as tuples)."""
+    known = set(Request.__dataclass_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UserError(f"vitbench.run: unknown option {unknown[0]!r}; expected one of {', '.join(sorted(known))}")
+    for key in ("datasets", "seeds", "shots"):
+        if isinstance(options.get(key), str | int):
+            options[key] = (options[key],)
+    if options.get("results") is not None:
+        options["results"] = Path(options["results"])
+    if options.get("data_dir") is not None:
+        options["data_dir"] = Path(options["data_dir"])
+    return Request(**options)
+
+
+def writable_results(results: Path) -> Path:
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+        probe = results / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"--results {results}: cannot write there ({e.strerror or one_line(e)})") from None
+    return results
+
+
+def plan(req: Request | None = None, **options) -> list[Group]:
+    """The planned groups of run specs (nothing is run or stored)."""
+    return plan_groups(req or request(**options))
+
+
+def run(
+    req: Request | None = None,
+    *,
+    rerun: bool = False,
+    dry_run: bool = False,
+    on_plan: Callable[[Summary], None] | None = None,
+    on_result: Callable[[RunSpec, dict], None] | None = None,
+    cluster_options: cluster.ClusterOptions | None = None,
+    **options,
+) -> Summary:
+    """Plan, skip what is stored, run the rest and store each result; returns what was done.
+    `on_plan(summary)` is called once the plan is made, before anything runs; `on_result(spec,
+    metrics)` after each stored run. With `cluster_options`, the runs go out as submitit jobs and
+    their shards are merged as they land."""
+    req = req or request(**options)
+    if cluster_options is not None and not dry_run:
+        return _run_on_cluster(req, cluster_options, rerun)
+    world, _ = setup(resolve_device(req.device))  # a bad --device fails before any work
+    if not dry_run and world.is_main:
+        writable_results(req.results)
+    groups = plan_groups(req)
+    if world.size > 1 and not all(get_protocol(g.protocol).data_parallel for g in groups):
+        raise UserError(f"--devices / torchrun: {data_parallel_only()}")
+    specs = [s for g in groups for s in g.specs]
+    # only rank 0 opens the store (DuckDB has one writer); it tells the others what is done
+    con = None if dry_run or not world.is_main else store.connect(req.results)
+    done: set[str] = set()
+    if con is not None:
+        store.ingest_pending(con, req.results)
+        done = store.done_keys(con)
+    elif dry_run:  # a dry run only reads (never creates or migrates the store); a shard is a finished run
+        done = set(store.read_results(req.results)["run_key"]) | store.shard_keys(req.results)
+    done = broadcast(done, world)
+    summary = Summary(specs, set() if rerun else done, req.results)
+    log.info(
+        "%d runs planned, %d already stored, %d to run", len(specs), len(specs) - len(summary.todo), len(summary.todo)
+    )
+    if on_plan is not None:
+        on_plan(summary)
+    if dry_run:
+        summary.done = done
+        return summary
+    try:
+        summary.ran = execute(groups, req, con, done, rerun=rerun, on_result=on_result)
+    finally:
+        if con is not None:
+            con.close()
+    return summary
+
+
+def data_parallel_only() -> str:
+    """The one-line reason a protocol cannot run under torchrun."""
+    names = " and ".join(p.name for p in protocols().values() if p.data_parallel)
+    return f"only the {names} protocol runs data-parallel"
+
+
+def work(req: Request, run_keys: list[str]) -> dict:
+    """A cluster job's body: run `run_keys` of the request's plan in this process (or this torchrun
+    world), the same plan the submitting process made, re-made here from the same request."""
+    groups = plan_groups(req)
+    planned = {s.run_key for g in groups for s in g.specs}
+    unknown = [k for k in run_keys if k not in planned]
+    if unknown:
+        raise UserError(
+            f"{len(unknown)} of this job's runs are not in the plan any more (the data, weights or vitbench "
+            "changed since submission); run the command again to plan afresh"
+        )
+    # the other runs of the plan count as done; of ours, those with a shard already are skipped
+    count = execute(groups, req, None, planned - set(run_keys))
+    return {"ran": count, "host": socket.gethostname()}
+
+
+def _run_on_cluster(req: Request, opts: cluster.ClusterOptions, rerun: bool) -> Summary:
+    """Plan here, submit the runs without a result as submitit jobs, merge their shards as they land."""
+    writable_results(req.results)
+    groups = plan_groups(req)
+    con = store.connect(req.results)  # closed again at once: the workers' shards are merged by `sync`
+    try:
+        store.ingest_pending(con, req.results)
+        done = store.done_keys(con)
+    finally:
+        con.close()
+    specs = [s for g in groups for s in g.specs]
+    summary = Summary(specs, set() if rerun else done, req.results)
+    todo = {s.run_key for s in summary.todo}
+    log.info("%d runs planned, %d already stored, %d to submit", len(specs), len(specs) - len(todo), len(todo))
+    if not todo:
+        return summary
+    submitted, summary.failed = cluster.submit_and_wait(work, req, groups, todo, opts, lambda: store.sync(req.results))
+    store.sync(req.results)
+    stored = len(todo & set(store.read_results(req.results)["run_key"]))
+    log.info("%d job(s) submitted; %d of %d runs now stored", submitted, stored, len(todo))
+    summary.ran, summary.waiting = stored, len(todo) - stored
+    return summary
+
+
+def results(results: str | Path = "results", where: list[str] | tuple[str, ...] | None = None) -> pd.DataFrame:
+    """Every stored run x metric with its provenance (shards not yet merged included), filtered
+    by `where` clauses as `vitbench table --where` takes them."""
+    path = Path(results)
+    store.sync(path)
+    return apply_where(store.read_results(path), where)

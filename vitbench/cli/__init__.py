@@ -1,0 +1,32 @@
+"""The `vitbench` command: one module per command group, each parsing its options and calling the
+Python API (vitbench/api.py) or a view. No protocol logic lives here."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from vitbench.cli import backbones, bench, info, run, tables  # noqa: F401  (each registers its commands)
+from vitbench.cli.app import app, err, out
+from vitbench.errors import UserError
+from vitbench.logs import configure_logging
+
+__all__ = ["app", "err", "main", "out"]
+
+
+def main() -> None:
+    configure_logging()
+    try:
+        code = app(standalone_mode=False)
+    except UserError as e:
+        err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(e.exit_code)
+    except typer.TyperException as e:  # click's usage errors (typer vendors click: no direct import)
+        message = e.format_message() if hasattr(e, "format_message") else str(e)
+        err.print(f"error: {message} (see -h)", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(getattr(e, "exit_code", 2))
+    except (KeyboardInterrupt, typer.Abort):
+        err.print("interrupted")
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,96 @@
+"""`vitbench inspect` (the paper's §4.5 figures of a backbone) and `vitbench weights` (what a
+weights file holds, and its conversion to safetensors)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from vitbench import registry, store
+from vitbench.api import writable_results
+from vitbench.cli.app import app, err, out
+from vitbench.cli.options import DataDir, Device, Results, check_data_dir
+from vitbench.devices import device_name, resolve_device
+from vitbench.views import inspection, render, table
+from vitbench.weights.describe import convert, describe
+
+
+@app.command("inspect")
+def inspect_cmd(
+    model: Annotated[str, typer.Option("--model", "-m", help="A ViT or hybrid (`vitbench ls models`).")],
+    weights: Annotated[
+        str, typer.Option("--weights", "-w", help="A .npz/.safetensors/.pth file, timm:<tag>, or 'random'.")
+    ],
+    images: Annotated[Path | None, typer.Option("--images", help="A folder of images.")] = None,
+    dataset: Annotated[str | None, typer.Option("--dataset", "-d", help="Or: a dataset's test images.")] = None,
+    data_dir: DataDir = None,
+    res: Annotated[
+        int | None, typer.Option("--res", help="Input resolution (position embeddings interpolated).")
+    ] = None,
+    num_images: Annotated[int, typer.Option("--num-images", min=1, help="Images for the attention distances.")] = 32,
+    rollout_images: Annotated[
+        int, typer.Option("--rollout-images", min=0, help="Images to draw rollout maps for.")
+    ] = 8,
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the PNG files.")] = Path("inspect"),
+    results: Results = Path("results"),
+    device: Device = "auto",
+) -> None:
+    """Paper §4.5 views of a backbone: embedding filters, position similarity, attention distance, rollout."""
+    spec = registry.get_model(model)
+    torch_device = resolve_device(device)
+    writable_results(results)
+    found = inspection.inspect_backbone(
+        spec,
+        weights,
+        res,
+        images,
+        dataset,
+        check_data_dir(data_dir),
+        out_dir,
+        torch_device,
+        num_images=num_images,
+        rollout_images=rollout_images,
+    )
+    key, rows = inspection.attention_distance_rows(spec, found, device_name(torch_device))
+    con = store.connect(results)
+    try:
+        store.save_attention_distance(con, rows)
+    finally:
+        con.close()
+    out.print(render.to_rich(table.attention_view(store.read_attention_distance(results), only=key)))
+    written = ["embedding_filters.png"] if found["filters_written"] else []
+    written += [
+        "position_similarity.png",
+        "attention_distance.png",
+        f"attention_rollout/ ({len(found['rollout_files'])} images)",
+    ]
+    if not found["filters_written"]:
+        err.print("embedding filters skipped: a hybrid's patch embedding projects ResNet features, not RGB patches")
+    out.print(f"wrote {', '.join(written)} under {out_dir}; attention distances stored in {results / store.DB_NAME}")
+
+
+weights_app = typer.Typer(help="Inspect and convert weights files.", no_args_is_help=True)
+app.add_typer(weights_app, name="weights")
+
+
+@weights_app.command("inspect")
+def weights_inspect(path: Annotated[Path, typer.Argument(help="A .npz, .safetensors or .pth file.")]) -> None:
+    """Format, inferred architecture, parameters, patch/grid/width/depth/heads, head, pre_logits."""
+    t = Table("field", "value", show_header=False)
+    for key, value in describe(path).items():
+        t.add_row(key, str(value))
+    out.print(t)
+
+
+@weights_app.command("convert")
+def weights_convert(
+    path: Annotated[Path, typer.Argument(help="A Google .npz checkpoint.")],
+    output: Annotated[Path, typer.Argument(help="The .safetensors file to write.")],
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Architecture, if it cannot be inferred.")] = None,
+) -> None:
+    """Convert a Google .npz once into safetensors (every tensor checked), keeping pre_logits."""
+    name = convert(path, model, output)
+    out.print(f"wrote {output} ({name})")

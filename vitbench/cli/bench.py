@@ -1,0 +1,138 @@
+"""`vitbench bench`: throughput of vitbench's loops against bare loops and timm's benchmark.py."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vitbench import store
+from vitbench.api import writable_results
+from vitbench.cli import options as o
+from vitbench.cli.app import app, out
+from vitbench.devices import resolve_device
+from vitbench.engine import bench as engine_bench
+from vitbench.engine.bench_timm import check_timm_configs
+from vitbench.engine.bench_types import MODES, Config, Options
+from vitbench.errors import UserError
+from vitbench.views import bench_table, render
+
+BENCH_WORKERS = min(8, (os.cpu_count() or 2) // 2)
+BenchConfigs = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--config",
+        "-c",
+        help="MODEL@RES, repeatable [default on a GPU: vit-b/16@224, vit-b/16@384, vit-l/16@384, "
+        "r50+vit-b/16@384, bit-m-r50x1@448; on a CPU: vit-ti/16@64].",
+    ),
+]
+BenchMode = Annotated[str, typer.Option("--mode", help="train, inference or both.")]
+BenchBatch = Annotated[
+    int | None, typer.Option("--batch", min=1, help="Images per step [default: 256 on a GPU, 16 on a CPU].")
+]
+BenchMicroBatch = Annotated[
+    int | None,
+    typer.Option("--micro-batch", min=1, help="Training images per pass [default: chosen from free memory]."),
+]
+BenchSteps = Annotated[int, typer.Option("--steps", min=1, help="Timed steps (batches) per measurement.")]
+BenchWarmup = Annotated[int, typer.Option("--warmup", min=0, help="Untimed steps first (compilation, autotuning).")]
+BenchRounds = Annotated[
+    int, typer.Option("--rounds", min=1, help="Alternate vitbench and the bare loop this often; keep the median.")
+]
+BenchPrecision = Annotated[str, typer.Option("--precision", help="auto (bf16 on CUDA, fp32 on CPU), bf16 or fp32.")]
+BenchCompile = Annotated[bool, typer.Option("--compile", help="torch.compile the model (every runner).")]
+BenchDataset = Annotated[
+    str,
+    typer.Option("--dataset", "-d", help="Real data for the input-pipeline rows (default: the embedded digits)."),
+]
+BenchInputPipeline = Annotated[
+    str, typer.Option("--input-pipeline", help="auto (the device on a GPU, else workers), workers or device.")
+]
+BenchWorkers = Annotated[int, typer.Option("--workers", min=0, help="DataLoader worker processes.")]
+TimmBenchmark = Annotated[
+    Path | None,
+    typer.Option(
+        "--timm-benchmark",
+        envvar="VITBENCH_TIMM_BENCHMARK",
+        help="timm's benchmark.py (from a pytorch-image-models checkout), run at the same settings.",
+    ),
+]
+
+
+@app.command("bench")
+def bench_cmd(
+    config: BenchConfigs = None,
+    mode: BenchMode = "both",
+    batch: BenchBatch = None,
+    micro_batch: BenchMicroBatch = None,
+    steps: BenchSteps = 20,
+    warmup: BenchWarmup = 5,
+    rounds: BenchRounds = 1,
+    precision: BenchPrecision = "auto",
+    compile_model: BenchCompile = False,
+    dataset: BenchDataset = "digits",
+    data_dir: o.DataDir = None,
+    input_pipeline: BenchInputPipeline = "auto",
+    workers: BenchWorkers = BENCH_WORKERS,
+    timm_benchmark: TimmBenchmark = None,
+    device: o.Device = "auto",
+    results: o.Results = Path("results"),
+) -> None:
+    """Throughput of vitbench's fine-tune and extraction loops (synthetic and real data) against bare
+    loops and timm's benchmark.py; images/s, MFU and peak memory into the store (`table --bench`)."""
+    given = dict(locals())
+    opts = _options(given)
+    configs = [
+        Config.parse(c)
+        for c in (config or (engine_bench.GPU_CONFIGS if opts.device.type == "cuda" else engine_bench.CPU_CONFIGS))
+    ]
+    check_timm_configs(configs, opts)  # before any measuring: a GPU run must not end without timm's row
+    writable_results(results)
+    bench_id = uuid.uuid4().hex[:12]
+    for cfg in configs:
+        records = engine_bench.to_records(engine_bench.measure_config(cfg, opts), opts, bench_id)
+        con = store.connect(results)  # stored per configuration: a later failure loses nothing
+        try:
+            store.save_bench(con, records)
+        finally:
+            con.close()
+    frame = store.read_bench(results)
+    out.print(render.to_rich(bench_table.bench_view(frame[frame["bench_id"] == bench_id])))
+    out.print(f"stored in {results / store.DB_NAME} (bench {bench_id}); all measurements: vitbench table --bench")
+
+
+def _options(given: dict) -> Options:
+    """The measurement's Options from the command line, every value checked."""
+    o.check_choice("--precision", given["precision"], o.PRECISIONS, "or")
+    o.check_choice("--mode", given["mode"], (*MODES, "both"), "or")
+    o.check_choice("--input-pipeline", given["input_pipeline"], o.PIPELINES)
+    script = given["timm_benchmark"]
+    if script is not None and not script.is_file():
+        raise UserError(f"--timm-benchmark {script}: no such file (timm's benchmark.py from its repository)")
+    device = resolve_device(given["device"])
+    size = given["batch"] or (256 if device.type == "cuda" else 16)
+    micro = given["micro_batch"]
+    if micro is not None and size % micro:
+        raise UserError(f"--micro-batch {micro}: must divide --batch {size}")
+    return engine_bench.with_defaults(
+        Options(
+            batch=size,
+            steps=given["steps"],
+            warmup=given["warmup"],
+            precision=given["precision"],
+            compile=given["compile_model"],
+            device=device,
+            dataset=given["dataset"],
+            data_dir=o.check_data_dir(given["data_dir"]),
+            workers=given["workers"],
+            input_pipeline=given["input_pipeline"],
+            micro_batch=micro,
+            timm_script=script,
+            modes=MODES if given["mode"] == "both" else (given["mode"],),
+            rounds=given["rounds"],
+        )
+    )

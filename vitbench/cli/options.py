@@ -1,0 +1,73 @@
+"""Every command-line option, declared once, and the checks their values share. Choices are
+checked against the constants the code already has (engine.device_data.PIPELINES,
+devices.PRECISIONS, views.render.FORMATS, …) with vitbench's one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vitbench.devices import PRECISIONS
+from vitbench.engine.device_data import PIPELINES
+from vitbench.errors import UserError
+from vitbench.protocols.base import DEFAULT_L2
+
+__all__ = ["DEFAULT_L2", "PIPELINES", "PRECISIONS"]
+
+
+def check_choice(option: str, value: str, choices, joiner: str = "") -> str:
+    """`value` if it is one of `choices`, else `OPTION VALUE: expected a, b or c` (joiner "or") or
+    `expected a, b, c`."""
+    if value not in choices:
+        names = list(choices)
+        listed = f"{', '.join(names[:-1])} {joiner} {names[-1]}" if joiner and len(names) > 1 else ", ".join(names)
+        raise UserError(f"{option} {value}: expected {listed}")
+    return value
+
+
+def int_list(option: str, text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or any(v < 0 for v in values):
+        raise UserError(f"{option} {text}: expected comma-separated non-negative integers, e.g. 0,1,2")
+    return values
+
+
+def check_data_dir(data_dir: Path | None) -> Path | None:
+    if data_dir is None:
+        return None
+    if not data_dir.exists():
+        raise UserError(f"--data-dir {data_dir}: no such folder")
+    if not data_dir.is_dir():
+        raise UserError(f"--data-dir {data_dir}: is a file, expected the folder that holds the datasets")
+    return data_dir
+
+
+# --- shared by several commands ------------------------------------------------------------------
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option("--data-dir", envvar="VITBENCH_DATA", help="Root holding datasets in torchvision's layout."),
+]
+Results = Annotated[
+    Path, typer.Option("--results", envvar="VITBENCH_RESULTS", help="Results folder: vitbench.duckdb, runs/, cache/.")
+]
+Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
+Where = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--where",
+        help="Keep runs matching FIELD OP VALUE (OP: = != > < >= <= ~), repeatable: model=vit-b/16, "
+        "weights=deit*, data_source~cifar, 'date>=2026-11-01', hparams.res=384.",
+    ),
+]
+ViewProtocol = Annotated[
+    str | None,
+    typer.Option("--protocol", help="finetune, eval or fewshot (default: fine-tuned results, else few-shot)."),
+]

@@ -1,0 +1,46 @@
+"""What commands print or write: the summary table after a run, a rendered view to the terminal or
+to a file (atomically)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from vitbench import store
+from vitbench.atomic import write_atomic
+from vitbench.cli.app import err, out
+from vitbench.cli.options import check_choice
+from vitbench.errors import UserError
+from vitbench.views import render, table
+from vitbench.views.cells import TableData
+
+
+def print_summary_table(results: Path) -> None:
+    """The summary after `vitbench run`: the default view, only the rows that have results."""
+    data = table.accuracy_view(store.read_results(results), compact=True)
+    if data.rows:
+        out.print(render.to_rich(data))
+
+
+def emit(text: str, out_file: Path | None) -> None:
+    if out_file is None:
+        sys.stdout.write(text)
+        return
+    if out_file.is_dir():
+        raise UserError(f"--out {out_file}: is a folder, expected a file name")
+    write_atomic(out_file, text)
+    err.print(f"wrote {out_file}")
+
+
+def show(data: TableData, fmt: str, results: Path, out_file: Path | None = None) -> None:
+    """`data` in `fmt` on the terminal (rich) or as text to stdout or `out_file`."""
+    check_choice("--format", fmt, render.FORMATS)
+    if not data.rows:
+        err.print(f"no results in {results / store.DB_NAME} yet; try `vitbench run`")
+        return
+    if fmt == "rich":
+        if out_file is not None:
+            raise UserError("--out needs a file format: --format md, latex, csv or html")
+        out.print(render.to_rich(data))
+    else:
+        emit(render.render_text(data, fmt), out_file)

@@ -1,0 +1,175 @@
+"""`vitbench run`: parse the options into a Request, then one call of the Python API (or torchrun,
+which runs this same command once per device)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import typer
+
+from vitbench import api
+from vitbench.cli import options as o
+from vitbench.cli import run_options as ro
+from vitbench.cli.app import app, err, out
+from vitbench.cli.output import print_summary_table
+from vitbench.cli.run_cluster import cluster_options, report
+from vitbench.devices import resolve_device
+from vitbench.engine.distributed import world
+from vitbench.engine.training import micro_batch_size
+from vitbench.errors import UserError
+from vitbench.execution import launch
+from vitbench.protocols.base import DEFAULT_L2, SEEDS, SHOTS, Request, RunSpec
+from vitbench.protocols.registry import get_protocol
+
+log = logging.getLogger("vitbench")
+
+EXECUTORS = ("local", "submitit")
+CLUSTERS = ("auto", "slurm", "local")
+
+
+@app.command()
+def run(
+    model: ro.Model = None,
+    suite: ro.SuiteName = None,
+    dataset: ro.Datasets = None,
+    protocol: ro.RunProtocol = None,
+    weights: ro.Weights = None,
+    seeds: ro.Seeds = None,
+    shots: ro.Shots = None,
+    fewshot_l2: ro.FewshotL2 = DEFAULT_L2,
+    res: ro.Res = None,
+    gelu: ro.Gelu = "exact",
+    data_dir: o.DataDir = None,
+    data_source: ro.DataSource = None,
+    skip_missing: ro.SkipMissing = False,
+    skip_corrupt: ro.SkipCorrupt = False,
+    results: o.Results = Path("results"),
+    device: o.Device = "auto",
+    batch_size: ro.ExtractionBatch = 64,
+    workers: ro.RunWorkers = ro.RUN_WORKERS,
+    input_pipeline: ro.InputPipeline = "auto",
+    steps: ro.Steps = None,
+    batch: ro.Batch = None,
+    micro_batch: ro.MicroBatch = None,
+    lr: ro.Lr = None,
+    polyak: ro.Polyak = None,
+    smoke: ro.Smoke = False,
+    precision: ro.Precision = "auto",
+    compile_model: ro.Compile = False,
+    devices: ro.Devices = 1,
+    checkpoint_every: ro.CheckpointEvery = None,
+    nnodes: ro.Nnodes = 1,
+    node_rank: ro.NodeRank = 0,
+    rdzv_endpoint: ro.RdzvEndpoint = None,
+    rdzv_id: ro.RdzvId = None,
+    rdzv_backend: ro.RdzvBackend = "c10d",
+    executor: ro.Executor = "local",
+    cluster: ro.Cluster = "auto",
+    partition: ro.Partition = None,
+    gpus_per_job: ro.GpusPerJob = 0,
+    nodes: ro.Nodes = 1,
+    time_limit: ro.TimeLimit = 240,
+    cpus_per_job: ro.CpusPerJob = None,
+    mem_gb: ro.MemGb = None,
+    array_parallelism: ro.ArrayParallelism = 64,
+    slurm_account: ro.SlurmAccount = None,
+    slurm_qos: ro.SlurmQos = None,
+    no_wait: ro.NoWait = False,
+    dry_run: ro.DryRun = False,
+    rerun: ro.Rerun = False,
+) -> None:
+    """Plan, run and store a benchmark. With no options: the embedded demo suite."""
+    given = dict(locals())
+    req = _request(given)
+    o.check_choice("--executor", executor, EXECUTORS, "or")
+    o.check_choice("--cluster", cluster, CLUSTERS, "or")
+    if executor == "submitit" and not dry_run:
+        submit = cluster_options(given)
+        processes = submit.processes_per_node * nodes
+        if processes > 1:
+            _check_before_launch(req, processes)
+        report(api.run(req, rerun=rerun, cluster_options=submit), submit.wait)
+        return
+    if devices > 1 or nnodes > 1:  # the same command, once per device, under torchrun
+        _check_before_launch(req, devices * nnodes)
+        rdzv = launch.Rendezvous(nnodes, node_rank, rdzv_endpoint, rdzv_id, rdzv_backend)
+        raise typer.Exit(launch.launch(devices, launch.strip_devices(sys.argv[1:]), rdzv))
+    _run_here(req, rerun, dry_run)
+
+
+def _run_here(req: Request, rerun: bool, dry_run: bool) -> None:
+    """This process (or this torchrun rank): the API's session, its progress lines, then the
+    planned runs (dry run) or the summary table."""
+    progress = _Progress()
+    try:
+        summary = api.run(req, rerun=rerun, dry_run=dry_run, on_plan=progress.planned, on_result=progress)
+    except KeyboardInterrupt:
+        resumable = any(get_protocol(s.protocol).resumable for s in progress.todo)
+        hint = " (a fine-tune continues from its last checkpoint)" if resumable else ""
+        err.print(
+            f"interrupted: {progress.finished} of {len(progress.todo)} runs stored; "
+            f"run the same command again to do the rest{hint}"
+        )
+        raise typer.Exit(130) from None
+    if dry_run:
+        for s in summary.specs:
+            detail = get_protocol(s.protocol).dry_run_detail(s)
+            state = "done" if s.run_key in summary.done else "todo"
+            out.print(f"{s.run_key[:12]}  {s.model:12s} {s.dataset:18s} {s.protocol}{detail} seed={s.seed}  {state}")
+    elif world().is_main:
+        print_summary_table(req.results)
+
+
+def _request(given: dict) -> Request:
+    """The API's Request from the command line's values (the names differ where the CLI's are older)."""
+    o.check_choice("--precision", given["precision"], o.PRECISIONS, "or")
+    o.check_choice("--input-pipeline", given["input_pipeline"], o.PIPELINES)
+    req_shots = o.int_list("--shots", given["shots"]) or SHOTS
+    if 0 in req_shots:
+        raise UserError("--shots: shot counts must be at least 1")
+    dataset = given["dataset"]
+    fields = {k: given[k] for k in Request.__dataclass_fields__ if k in given}
+    return Request(
+        **{
+            **fields,
+            "datasets": tuple(d.strip() for d in dataset.split(",") if d.strip()) if dataset else (),
+            "seeds": o.int_list("--seeds", given["seeds"]) or SEEDS,
+            "shots": req_shots,
+            "data_dir": o.check_data_dir(given["data_dir"]),
+            "extraction_batch": given["batch_size"],
+            "polyak": given["polyak"] or None,
+            "compile": given["compile_model"],
+        }
+    )
+
+
+def _check_before_launch(req: Request, devices: int) -> None:
+    """Plan here, once, so that a mistake (a missing dataset, a batch that does not split over the
+    devices) is one line from this process, not the same error from every torchrun child followed
+    by torchrun's failure report."""
+    device_type = resolve_device(req.device).type
+    for group in api.plan(req):
+        if not get_protocol(group.protocol).data_parallel:
+            raise UserError(f"--devices {devices}: {api.data_parallel_only()}")
+        for spec in group.specs:
+            micro_batch_size(spec.hparams["batch"], devices, req.micro_batch, device_type)
+
+
+class _Progress:
+    """The `[k/n] model dataset what: result` line after each stored run."""
+
+    def __init__(self) -> None:
+        self.finished = 0
+        self.todo: list[RunSpec] = []
+
+    def planned(self, summary: api.Summary) -> None:
+        self.todo = summary.todo
+
+    def __call__(self, spec: RunSpec, metrics: dict) -> None:
+        self.finished += 1
+        protocol = get_protocol(spec.protocol)
+        total = len(self.todo) or "?"
+        what, shown = protocol.describe(spec), protocol.result_text(metrics)
+        log.info("[%d/%s] %s %s %s: %s", self.finished, total, spec.model, spec.dataset, what, shown)

@@ -1,0 +1,49 @@
+"""`vitbench run --executor submitit`: the cluster options from the command line, and what a
+cluster session reports at its end."""
+
+from __future__ import annotations
+
+from vitbench import api
+from vitbench.cli.app import err, out
+from vitbench.cli.output import print_summary_table
+from vitbench.errors import UserError
+from vitbench.execution.cluster import ClusterOptions
+
+
+def cluster_options(given: dict) -> ClusterOptions:
+    return ClusterOptions(
+        cluster=given["cluster"],
+        partition=given["partition"],
+        gpus_per_job=given["gpus_per_job"],
+        processes_per_node=max(given["gpus_per_job"], given["devices"]),
+        nodes=given["nodes"],
+        time_limit_min=given["time_limit"],
+        cpus_per_task=given["cpus_per_job"],
+        mem_gb=given["mem_gb"],
+        array_parallelism=given["array_parallelism"],
+        account=given["slurm_account"],
+        qos=given["slurm_qos"],
+        wait=not given["no_wait"],
+    )
+
+
+def report(summary: api.Summary, waited: bool) -> None:
+    """What a cluster session left: failures, runs without a result yet, or the summary table."""
+    if waited and not summary.failed and summary.waiting:
+        err.print(
+            f"{summary.waiting} run(s) have no result yet: leased by another job (see the job logs) or "
+            "waiting for their LR sweep; run the same command again to pick them up"
+        )
+    if summary.failed:
+        for line in summary.failed:
+            err.print(f"failed: {line}", markup=False, highlight=False, soft_wrap=True)
+        raise UserError(
+            f"{len(summary.failed)} job(s) failed; run the same command again to resubmit what has no result "
+            "(fine-tunes resume from their last checkpoint)"
+        )
+    if not waited and summary.todo:
+        out.print(
+            f"submitted; `vitbench ingest --results {summary.results}` (or any `vitbench table`) merges the results"
+        )
+        return
+    print_summary_table(summary.results)

@@ -1,0 +1,171 @@
+"""`vitbench table`, `ingest`, `export` and `plot`: the store read back as the paper's tables, files
+and figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vitbench import store
+from vitbench.cli.app import app, err, out
+from vitbench.cli.options import Results, ViewProtocol, Where, check_choice
+from vitbench.cli.output import show
+from vitbench.errors import UserError
+from vitbench.protocols.registry import protocols, shots_protocol
+from vitbench.store import query
+from vitbench.store.export import export
+from vitbench.views import bench_table, plots, table
+
+
+def _view_protocol(protocol: str | None, shots: int | None) -> str | None:
+    """The protocol a view shows: `--protocol`, or the one whose runs have shots when `--shots` is given."""
+    known = protocols()
+    if protocol is not None:
+        # the views' order: fine-tuned results first (the registry's, reversed)
+        check_choice("--protocol", protocol, list(known)[::-1], "or")
+    if shots is None:
+        return protocol
+    if protocol is not None and protocol != shots_protocol():
+        raise UserError(f"--shots {shots}: only few-shot runs have shots; drop --protocol {protocol}")
+    return shots_protocol()
+
+
+@app.command("table")
+def table_cmd(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="More paper columns after --compare (`--compare bit-l vit-l/16-i21k`).")
+    ] = None,
+    compare: Annotated[
+        list[str] | None, typer.Option("--compare", help="Paper column(s) to add, e.g. bit-l (`vitbench ls models`).")
+    ] = None,
+    which: Annotated[str, typer.Option("--table", help="2 (default), 5, 6 or 9: the paper table's layout.")] = "2",
+    protocol: ViewProtocol = None,
+    shots: Annotated[int | None, typer.Option("--shots", help="Only this few-shot count.")] = None,
+    group_by: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--group-by", help="Columns by these stored fields instead of (model, weights), e.g. data_source."
+        ),
+    ] = None,
+    where: Where = None,
+    include_marked: Annotated[
+        bool, typer.Option("--include-marked", help="Give random-init, subset and smoke cells a Δ and a bold too.")
+    ] = False,
+    delta_to: Annotated[
+        str | None, typer.Option("--delta-to", help="The --compare column Δ is taken against (default: the first).")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="rich, md, latex, csv or html.")] = "rich",
+    out_file: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file instead of stdout.")] = None,
+    view: Annotated[
+        str, typer.Option("--view", help="accuracy, or attention (mean attention distance per layer).")
+    ] = "accuracy",
+    bench: Annotated[
+        bool, typer.Option("--bench", help="The throughput measurements of `vitbench bench` instead of accuracy.")
+    ] = False,
+    results: Results = Path("results"),
+) -> None:
+    """Stored results in the paper's layouts, beside the paper's own numbers."""
+    if bench:
+        data = bench_table.bench_view(store.read_bench(results))
+        if not data.rows:
+            err.print(f"no throughput measurements in {results / store.DB_NAME} yet; try `vitbench bench`")
+            return
+        show(data, fmt, results, out_file)
+        return
+    if view == "attention":
+        show(table.attention_view(store.read_attention_distance(results)), fmt, results, out_file)
+        return
+    if view != "accuracy":
+        raise UserError(f"--view {view}: expected accuracy or attention")
+    if names and not compare:
+        raise UserError(f"unexpected argument {names[0]!r}: paper columns follow --compare (--compare {names[0]})")
+    compare = [*(compare or ()), *(names or ())]
+    protocol = _view_protocol(protocol, shots)
+    store.sync(results)  # shards that cluster workers wrote since the last merge
+    df = query.apply_where(store.read_results(results), where)
+    fields = query.split_fields(group_by)
+    if which == "2":
+        data = table.accuracy_view(df, compare, protocol, shots, fields, include_marked, delta_to)
+    elif which == "9":
+        data = table.table9_view(df, compare, protocol, fields, include_marked, delta_to)
+    elif which in ("5", "6"):
+        if compare or fields or delta_to:
+            raise UserError(
+                f"--table {which}: shows the paper's whole table; --compare/--group-by/--delta-to are for 2 and 9"
+            )
+        view_fn = table.table5_view if which == "5" else table.table6_view
+        data = view_fn(df, protocol, include_marked)
+    else:
+        raise UserError(f"--table {which}: expected 2, 5, 6 or 9")
+    show(data, fmt, results, out_file)
+
+
+@app.command("ingest")
+def ingest_cmd(results: Results = Path("results")) -> None:
+    """Merge result shards (from cluster jobs or interrupted runs) into the results database."""
+    folder = store.shard_dir(results)
+    if not folder.is_dir():
+        raise UserError(f"--results {results}: no runs/ folder of result shards there")
+    merged = store.sync(results)
+    out.print(f"merged {merged} new run(s) into {results / store.DB_NAME} ({len(store.shard_keys(results))} shards)")
+
+
+@app.command("export")
+def export_cmd(
+    fmt: Annotated[str, typer.Option("--format", "-f", help="parquet, csv or json.")] = "parquet",
+    out_file: Annotated[
+        Path | None, typer.Option("--out", "-o", help="The file to write (default vitbench-runs.<format>).")
+    ] = None,
+    where: Where = None,
+    results: Results = Path("results"),
+) -> None:
+    """Every stored run × metric with its provenance, as Parquet, CSV or JSON (for pandas and sharing)."""
+    path = out_file or Path(f"vitbench-runs.{fmt}")
+    rows = export(results, fmt, path, where)
+    out.print(f"wrote {rows} rows (run × metric, with provenance) to {path}")
+
+
+@app.command("plot")
+def plot_cmd(
+    figures: Annotated[
+        list[str] | None, typer.Argument(help="vtab, cost, fewshot, curves (default: all four).")
+    ] = None,
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the figures.")] = Path("plots"),
+    formats: Annotated[str, typer.Option("--formats", help="Comma-separated: png, svg.")] = "png,svg",
+    cost: Annotated[str, typer.Option("--cost", help="The cost axis of `cost`: flops or days.")] = "flops",
+    run: Annotated[
+        str | None, typer.Option("--run", help="`curves`: the run_key (or its start) of a fine-tuning run.")
+    ] = None,
+    protocol: ViewProtocol = None,
+    where: Where = None,
+    results: Results = Path("results"),
+) -> None:
+    """The paper's figures from the store: VTAB groups, accuracy vs cost, few-shot vs shots, fine-tuning curves."""
+    chosen = figures or list(plots.FIGURES)
+    for name in chosen:
+        if name not in plots.FIGURES:
+            raise UserError(f"vitbench plot {name}: expected one of {', '.join(plots.FIGURES)}")
+    exts = tuple(f.strip().lower() for f in formats.split(",") if f.strip())
+    if not exts or any(e not in ("png", "svg") for e in exts):
+        raise UserError(f"--formats {formats}: expected png, svg or png,svg")
+    store.sync(results)  # shards that cluster workers wrote since the last merge
+    df = query.apply_where(store.read_results(results), where)
+    for name in chosen:
+        try:
+            if name == "vtab":
+                fig = plots.vtab_figure(df, out_dir, exts, protocol)
+            elif name == "cost":
+                fig = plots.cost_figure(df, out_dir, exts, protocol, cost)
+            elif name == "fewshot":
+                fig = plots.fewshot_figure(df, out_dir, exts)
+            else:
+                fig = plots.curves_figure(df, store.read_curves(results), out_dir, exts, run)
+        except UserError as e:
+            if figures:  # asked for by name: the reason is the error
+                raise
+            err.print(f"{name}: skipped, {e}", markup=False, highlight=False)
+            continue
+        out.print(f"[bold]{', '.join(str(f) for f in fig.files)}[/bold]")
+        out.print(fig.caption, markup=False, highlight=False)

@@ -1,0 +1,113 @@
+"""The accelerator a run uses: which one, its name and bf16 peak, and device-seconds spent on it."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+
+import torch
+
+from vitbench.errors import UserError
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"--device {name}: expected auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {name}: no CUDA device is visible to torch")
+    return device
+
+
+PRECISIONS = ("auto", "bf16", "fp32")
+
+
+def resolve_precision(precision: str, device_type: str) -> str:
+    """`auto`: bf16 on a GPU, fp32 on a CPU (which has no fast bf16 path)."""
+    if precision not in PRECISIONS:
+        raise UserError(f"--precision {precision}: expected auto, bf16 or fp32")
+    if precision == "auto":
+        return "bf16" if device_type == "cuda" else "fp32"
+    return precision
+
+
+def autocast(device: torch.device, precision: str) -> AbstractContextManager:
+    """bf16 autocast for `precision` bf16; nothing for fp32."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"CPU: {line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+
+
+class Clock:
+    """Accumulates device-seconds across `with clock:` blocks (big_vision's Chrono, in spirit):
+    only time spent on device work counts, and CUDA is synchronised at the edges so the time is
+    the kernels', not the launches'."""
+
+    def __init__(self, device: torch.device, devices: int = 1, seconds: float = 0.0):
+        # `seconds`: what earlier processes of the same run counted (a resumed fine-tune keeps counting)
+        self.device, self.devices, self.seconds = device, devices, seconds
+        self._start: float | None = None
+
+    def elapsed(self) -> float:
+        """Device-seconds so far, including the block in progress (what a checkpoint saves)."""
+        running = (time.perf_counter() - self._start) * self.devices if self._start is not None else 0.0
+        return self.seconds + running
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def __enter__(self) -> Clock:
+        self._sync()
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._sync()
+        assert self._start is not None
+        self.seconds += (time.perf_counter() - self._start) * self.devices
+        self._start = None
+
+
+# Dense bf16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' data sheets, matched against
+# torch.cuda.get_device_name() in order (more specific names first). A device not listed records
+# throughput only: no MFU is better than one against a guessed peak.
+PEAK_BF16_FLOPS: list[tuple[str, float]] = [
+    ("H200", 989e12),
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),  # SXM
+    ("GH200", 989e12),
+    ("B200", 2250e12),
+    ("A100", 312e12),
+    ("A800", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+    ("A10G", 70e12),
+    ("A10", 125e12),
+    ("RTX 4090", 165e12),
+    ("RTX 3090", 71e12),
+]
+
+
+def peak_flops(name: str) -> float | None:
+    """The device's dense bf16 peak, or None when it is not in the table (a CPU, say)."""
+    return next((peak for key, peak in PEAK_BF16_FLOPS if key in name), None)

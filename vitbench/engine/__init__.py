@@ -1,0 +1,3 @@
+"""The loops every protocol shares: the training step and its checkpoints, feature extraction and
+its cache, the few-shot ridge solve, scoring, input pipelines (DataLoader workers or on the
+device), memory planning, data parallelism, and throughput measurement (`vitbench bench`)."""

@@ -1,0 +1,291 @@
+"""The input pipeline on the accelerator: images held as uint8 on the device (or decoded there from
+JPEG bytes), cropped, flipped and resized there, so that a GPU step is never waiting on CPU workers.
+
+It reproduces the worker pipeline's choices exactly, not approximately: each image's inception
+crop and flip are drawn on the CPU from the same (seed, stream position) generator that
+`train_data.AugmentedSplit` seeds, so the crop boxes and flips are identical; only the resampling
+runs elsewhere (torchvision's antialiased bilinear on tensors, which follows PIL's to within a grey
+level; tests/test_device_data.py checks both). Choosing it changes speed, not the protocol, so it
+is recorded in a run's notes and not in its key.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as TF
+
+from vitbench.backend import Preprocessing
+from vitbench.datasets import CorruptImage, Split
+from vitbench.datasets.base import decode
+from vitbench.engine.train_data import CROP_AREA, MicroBatches, Stream, _item_seed
+
+log = logging.getLogger("vitbench")
+
+PIPELINES = ("auto", "workers", "device")
+# A file-backed split is decoded into device memory only when it is small (VTAB-1k: 800-1,000
+# train images); a large one (ImageNet) streams its JPEG bytes and is decoded per batch instead.
+PRELOAD_MAX_IMAGES = 20_000
+JPEG_MAGIC = b"\xff\xd8"
+
+
+def choose(pipeline: str, device: torch.device, pre: Preprocessing | None = None) -> str:
+    """`auto`: on the device for a GPU (it frees the CPU cores), DataLoader workers on a CPU. An
+    eval crop mode other than timm's squash / center stays with the workers' exact transform."""
+    if pre is not None and pre.crop_mode not in ("squash", "center"):
+        return "workers"
+    if pipeline == "auto":
+        return "device" if device.type == "cuda" else "workers"
+    return pipeline
+
+
+def _decode_bytes(data: torch.Tensor, device: torch.device, where: str) -> torch.Tensor:
+    """(3, H, W) uint8 on `device` from an encoded file: JPEGs with nvjpeg on a GPU, the rest (and
+    JPEGs nvjpeg refuses, e.g. CMYK) on the CPU. A corrupt file is a CorruptImage naming it."""
+    if device.type == "cuda" and bytes(data[:2].tolist()) == JPEG_MAGIC:
+        try:
+            return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+        except RuntimeError:
+            pass  # fall through to the CPU decoder, which names the problem if there is one
+    try:
+        return decode_image(data, mode=ImageReadMode.RGB).to(device)
+    except RuntimeError:
+        # torchvision cannot read it: PIL's decoder (palette PNGs, odd JPEGs) or its error
+        pixels = np.asarray(decode(where))
+        return torch.from_numpy(pixels).permute(2, 0, 1).contiguous().to(device)
+
+
+class DeviceImages:
+    """A split's images as uint8 (3, H, W) tensors on the device: one (N, 3, H, W) tensor when
+    they share a size (CIFAR), else one tensor per image (VTAB-1k, decoded once)."""
+
+    def __init__(self, split: Split, device: torch.device, skip_corrupt: bool = False):
+        self.device = device
+        self.bad: dict[int, str] = {}  # split index -> "path: reason" (only with skip_corrupt)
+        self.stacked: torch.Tensor | None = None
+        self.each: list[torch.Tensor | None] = []
+        if isinstance(split.images, torch.Tensor):  # (N, H, W, 3) uint8
+            self.stacked = split.images.permute(0, 3, 1, 2).contiguous().to(device)
+        elif split.images is not None:
+            self.each = [torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1).to(device) for a in split.images]
+        else:
+            assert split.paths is not None
+            for index, path in enumerate(split.paths):
+                try:
+                    self.each.append(_read(path, device))
+                except CorruptImage as e:
+                    if not skip_corrupt:
+                        raise
+                    self.bad[index] = str(e)
+                    self.each.append(None)
+
+    @staticmethod
+    def fits(split: Split) -> bool:
+        """Whether the split is held in memory already or small enough to be decoded into it."""
+        return split.images is not None or len(split) <= PRELOAD_MAX_IMAGES
+
+    def size(self, index: int) -> tuple[int, int]:
+        image = self.stacked[index] if self.stacked is not None else self.each[index]
+        assert image is not None
+        return int(image.shape[-2]), int(image.shape[-1])
+
+    def get(self, index: int) -> torch.Tensor:
+        image = self.stacked[index] if self.stacked is not None else self.each[index]
+        assert image is not None
+        return image
+
+
+def _read(path: str, device: torch.device) -> torch.Tensor:
+    from torchvision.io import read_file
+
+    try:
+        data = read_file(path)
+    except RuntimeError as e:
+        raise CorruptImage(path, e) from None
+    return _decode_bytes(data, device, path)
+
+
+# --- training: BiT's augmentation, the same draws as the worker pipeline -----------------------
+
+
+@dataclass(frozen=True)
+class Augmentation:
+    res: int
+    crop: bool
+    flip: bool
+    interpolation: str = "bilinear"
+
+    @functools.cached_property
+    def _crop(self) -> v2.RandomResizedCrop:
+        return v2.RandomResizedCrop(self.res, scale=CROP_AREA)
+
+    def draw(self, height: int, width: int, seed: int, position: int) -> tuple[int, int, int, int, bool]:
+        """(top, left, h, w, flip) for one image: what `train_data.train_transform` draws for it from
+        the generator `AugmentedSplit` seeds with (seed, position), in the same order."""
+        generator = torch.default_generator
+        saved = generator.get_state()
+        generator.manual_seed(_item_seed(seed, position))
+        try:
+            top, left, h, w = 0, 0, height, width
+            if self.crop:
+                box = self._crop.make_params([torch.empty((3, height, width), device="meta")])
+                top, left, h, w = box["top"], box["left"], box["height"], box["width"]
+            flipped = self.flip and bool(torch.rand(1) < 0.5)  # v2.RandomHorizontalFlip: skip when rand >= p
+            return top, left, h, w, flipped
+        finally:
+            generator.set_state(saved)
+
+    def apply(self, image: torch.Tensor, box: tuple[int, int, int, int, bool]) -> torch.Tensor:
+        """(3, H, W) uint8 -> (3, res, res) uint8 on the image's device."""
+        top, left, h, w, flipped = box
+        out = TF.resized_crop(
+            image, top, left, h, w, [self.res, self.res], interpolation=v2.InterpolationMode(self.interpolation),
+            antialias=True,
+        )  # fmt: skip
+        return out.flip(-1) if flipped else out
+
+
+def train_batches(
+    images: DeviceImages, labels: np.ndarray, stream: Stream, start_step: int, total_steps: int, aug: Augmentation
+) -> Iterator[tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, list[tuple[int, str]]]]:
+    """Micro-batches (images (B, 3, res, res) uint8 on the device, labels, split indices, bad) in
+    the stream's order: the worker loader's contract, without the workers."""
+    for items in stream.micro_batches(start_step, total_steps):
+        bad = [(i, images.bad[i]) for i, _ in items if i in images.bad]
+        good = [(i, p) for i, p in items if i not in images.bad]
+        if not good:
+            yield None, None, torch.empty(0, dtype=torch.long), bad
+            continue
+        batch = torch.stack([aug.apply(images.get(i), aug.draw(*images.size(i), stream.seed, p)) for i, p in good])
+        index = torch.tensor([i for i, _ in good])
+        yield batch, torch.from_numpy(labels[index.numpy()]), index, bad
+
+
+def streamed_train_batches(
+    split: Split, stream: Stream, start_step: int, total_steps: int, aug: Augmentation, device: torch.device,
+    workers: int,
+):  # fmt: skip
+    """`train_batches` for a split too large to hold (ImageNet): workers only read the files in
+    stream order; JPEGs are decoded on the device, then cropped and flipped there."""
+
+    loader = torch.utils.data.DataLoader(
+        _FileBytes(split),
+        batch_sampler=MicroBatches(stream, start_step, total_steps),
+        num_workers=workers,
+        collate_fn=_FileBytes.collate,
+        pin_memory=False,
+    )
+    for data, labels, items in loader:
+        out, kept, bad = [], [], []
+        for raw, label, (index, position) in zip(data, labels.tolist(), items, strict=True):
+            try:
+                image = _decode_bytes(raw, device, split.paths[index])  # type: ignore[index]
+            except CorruptImage as e:  # reported like the worker loader's: the caller stops or skips
+                bad.append((index, str(e)))
+                continue
+            out.append(aug.apply(image, aug.draw(int(image.shape[-2]), int(image.shape[-1]), stream.seed, position)))
+            kept.append((index, label))
+        if not out:
+            yield None, None, torch.empty(0, dtype=torch.long), bad
+            continue
+        yield torch.stack(out), torch.tensor([y for _, y in kept]), torch.tensor([i for i, _ in kept]), bad
+
+
+def synthetic_batches(micro: int, res: int, num_classes: int, device: torch.device, steps: int, accum: int):
+    """The compute ceiling: one random uint8 batch already on the device, served for every pass
+    (what timm's benchmark.py measures)."""
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (micro, 3, res, res), dtype=torch.uint8, generator=generator).to(device)
+    labels = torch.randint(0, num_classes, (micro,), generator=generator)
+    index = torch.arange(micro)
+    for _ in range(steps * accum):
+        yield images, labels, index, []
+
+
+# --- evaluation: the eval transform on the device -------------------------------------------------
+
+
+def eval_resize(images: torch.Tensor | list[torch.Tensor], pre: Preprocessing) -> torch.Tensor:
+    """timm's eval transform (resize to floor(size / crop_pct), squash or shorter side, then centre
+    crop) on uint8 images on the device: one call for a same-sized batch, else one per image."""
+    scale = int(pre.size / pre.crop_pct)
+    size = [scale, scale] if pre.crop_mode == "squash" else [scale]
+    mode = v2.InterpolationMode(pre.interpolation)
+
+    def one(x: torch.Tensor) -> torch.Tensor:
+        return TF.center_crop(TF.resize(x, size, interpolation=mode, antialias=True), [pre.size, pre.size])
+
+    if isinstance(images, torch.Tensor):
+        return one(images)
+    return torch.stack([one(x) for x in images])
+
+
+def eval_batches(
+    split: Split, pre: Preprocessing, batch_size: int, device: torch.device, workers: int, skip_corrupt: bool
+) -> Iterator[tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, list[tuple[int, str]]]]:
+    """Batches (uint8 (B, 3, size, size) on the device, labels, indices, bad) in split order, as
+    `inference.loader` yields them. In-memory and small splits are put on the device once; a large
+    file-backed split streams its bytes through workers and is decoded on the device per batch."""
+    if DeviceImages.fits(split):
+        held = DeviceImages(split, device, skip_corrupt)
+        for start in range(0, len(split), batch_size):
+            index = [i for i in range(start, min(start + batch_size, len(split))) if i not in held.bad]
+            bad = [(i, held.bad[i]) for i in range(start, min(start + batch_size, len(split))) if i in held.bad]
+            if not index:
+                yield None, None, torch.empty(0, dtype=torch.long), bad
+                continue
+            if held.stacked is not None:
+                batch = eval_resize(held.stacked[start : start + len(index)], pre)
+            else:
+                batch = eval_resize([held.get(i) for i in index], pre)
+            yield batch, torch.from_numpy(split.labels[index]), torch.tensor(index), bad
+        return
+    for data, labels, items in _byte_loader(split, batch_size, workers):
+        decoded, kept, bad = [], [], []
+        for position, (raw, i) in enumerate(zip(data, items, strict=True)):
+            try:
+                decoded.append(_decode_bytes(raw, device, split.paths[i]))  # type: ignore[index]
+                kept.append((position, i))
+            except CorruptImage as e:
+                bad.append((i, str(e)))
+        if not decoded:
+            yield None, None, torch.empty(0, dtype=torch.long), bad
+            continue
+        keep = torch.tensor([p for p, _ in kept])
+        yield eval_resize(decoded, pre), labels[keep], torch.tensor([i for _, i in kept]), bad
+
+
+class _FileBytes(torch.utils.data.Dataset):
+    """Workers only read files (the decode happens on the device)."""
+
+    def __init__(self, split: Split):
+        self.split = split
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, item: int | tuple[int, int]):
+        """`item`: a split index, or (split index, stream position) from the training stream."""
+        from torchvision.io import read_file
+
+        assert self.split.paths is not None
+        index = item[0] if isinstance(item, tuple) else item
+        return read_file(self.split.paths[index]), int(self.split.labels[index]), item
+
+    @staticmethod
+    def collate(batch):
+        items = [b[2] for b in batch]
+        return [b[0] for b in batch], torch.tensor([b[1] for b in batch]), items
+
+
+def _byte_loader(split: Split, batch_size: int, workers: int):
+    return torch.utils.data.DataLoader(
+        _FileBytes(split), batch_size=batch_size, shuffle=False, num_workers=workers, collate_fn=_FileBytes.collate
+    )

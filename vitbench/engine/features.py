@@ -1,0 +1,117 @@
+"""Frozen representations (or logits) of a split, computed once and cached on disk, and the model
+behind them built only when something is not cached."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vitbench.devices import Clock
+from vitbench.engine.inference import Outputs, run_over
+from vitbench.provenance import canonical_json, sha256_text
+from vitbench.weights import build_model
+
+FEATURES_VERSION = "features/3"  # 3: kept indices and skipped corrupt images
+
+
+class FeatureCache:
+    """Representations on disk, keyed on everything that changes them: the weights fingerprint,
+    the model and resolution, the dataset, its source and fingerprint, the split, the preprocessing
+    and the representation. Shared by every shot count, seed and λ."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    @staticmethod
+    def key(**parts: object) -> str:
+        return sha256_text(canonical_json({"version": FEATURES_VERSION, **parts}))
+
+    def path(self, key: str) -> Path:
+        return self.root / f"{key}.npz"
+
+    def load(self, key: str) -> Outputs | None:
+        try:
+            with np.load(self.path(key)) as f:
+                return Outputs(f["features"], f["labels"], f["indices"], [str(s) for s in f["skipped"]])
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+            return None  # absent or damaged (a full disk, a killed write): recompute
+
+    def save(self, key: str, found: Outputs) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{key}.{os.getpid()}.tmp.npz"
+        skipped = np.asarray(found.skipped, dtype=str)
+        np.savez(tmp, features=found.values, labels=found.labels, indices=found.indices, skipped=skipped)
+        os.replace(tmp, self.path(key))
+
+
+class LazyModel:
+    """The model, built (and compiled, if asked) on first use only: a fully cached group never builds it."""
+
+    def __init__(self, build: Callable[[], torch.nn.Module], compile: bool = False):
+        self.build, self.compile = build, compile
+        self.model: torch.nn.Module | None = None
+
+    def __call__(self) -> torch.nn.Module:
+        if self.model is None:
+            self.model = self.build()
+            if self.compile:
+                self.model = torch.compile(self.model)  # type: ignore[assignment]
+        assert self.model is not None
+        return self.model
+
+
+def outputs_over(
+    group, split_name: str, req, device: torch.device, clock: Clock, cache_parts: dict, fn, model: LazyModel
+):
+    """The model's outputs over one split of a protocol group: from the cache, or computed now
+    (timed on `clock`). Returns (outputs, computed)."""
+    split = group.splits[split_name]
+    cache = FeatureCache(req.results / "cache" / "features")
+    spec = group.specs[0]
+    key = cache.key(
+        model=group.model.name,
+        arch=group.model.arch,
+        weights=spec.weights_sha256,
+        res=group.res,
+        dataset=group.dataset.name,
+        source=split.source,
+        fingerprint=split.fingerprint,
+        split=split_name,
+        preprocessing=spec.hparams["preprocessing"],
+        gelu=spec.hparams["gelu"],
+        init_seed=spec.hparams.get("init_seed"),
+        skip_corrupt=req.skip_corrupt,
+        **cache_parts,
+    )
+    found = cache.load(key)
+    if found is not None:
+        return found, False
+    with clock:
+        found = run_over(
+            fn,
+            model(),
+            split,
+            group.preprocessing,
+            device,
+            req.extraction_batch,
+            req.workers,
+            f"{group.model.name} · {group.dataset.name} {split_name}",
+            req.skip_corrupt,
+            req.input_pipeline,
+        )
+    cache.save(key, found)
+    return found, True
+
+
+def group_model(group, keep_head: bool, compile: bool = False) -> LazyModel:
+    """The group's backbone with its weights, built on first use (`keep_head`: the checkpoint's own classifier)."""
+    gelu = group.specs[0].hparams["gelu"]
+    return LazyModel(
+        lambda: build_model(group.model, group.dataset.num_classes, group.res, group.weights, gelu, keep_head),
+        compile,
+    )

@@ -1,0 +1,91 @@
+"""One pass of a model over a split, the way every protocol feeds it: decoding and preprocessing
+in DataLoader workers, batches to the device, outputs back in split order. Corrupt images stop the
+run with a one-line error naming the file, or, with `skip_corrupt`, are left out and counted."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from vitbench.backend import Preprocessing
+from vitbench.datasets import Split, TransformedSplit
+from vitbench.engine import device_data
+from vitbench.engine.progress import track
+from vitbench.errors import UserError
+
+log = logging.getLogger("vitbench")
+
+
+@dataclass
+class Outputs:
+    """What a pass returns, aligned row by row: `indices` are positions in the split (skipped
+    images have none), `skipped` the messages naming each corrupt file left out."""
+
+    values: np.ndarray  # (N, D) float32
+    labels: np.ndarray  # (N,) int64
+    indices: np.ndarray  # (N,) int64
+    skipped: list[str] = field(default_factory=list)
+
+
+def loader(split: Split, transform: Callable, batch_size: int, workers: int, device: torch.device):
+    return torch.utils.data.DataLoader(
+        TransformedSplit(split, transform),
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
+        collate_fn=TransformedSplit.collate,
+    )
+
+
+@torch.inference_mode()
+def run_over(
+    fn: Callable[[nn.Module, torch.Tensor], torch.Tensor],
+    model: nn.Module,
+    split: Split,
+    preprocessing: Preprocessing,
+    device: torch.device,
+    batch_size: int,
+    workers: int,
+    description: str,
+    skip_corrupt: bool = False,
+    pipeline: str = "workers",
+) -> Outputs:
+    """`fn(model, images)` for every image of the split, in split order. Workers decode, resize and
+    crop to uint8 (or, with `pipeline="device"`, the device does: device_data.py); the batch is
+    normalised on the device (bit-identical to doing it per image)."""
+
+    batches: Iterable
+    if device_data.choose(pipeline, device, preprocessing) == "device":
+        batches = device_data.eval_batches(split, preprocessing, batch_size, device, workers, skip_corrupt)
+    else:
+        batches = loader(split, preprocessing.transform(uint8=True), batch_size, workers, device)
+    total = math.ceil(len(split) / batch_size)
+    model.eval().to(device)
+    values, labels, indices, skipped = [], [], [], []
+    for images, y, idx, bad in track(batches, total=total, description=description):
+        if bad and not skip_corrupt:
+            raise UserError(bad[0][1])
+        skipped += [message for _, message in bad]
+        if images is None:
+            continue
+        images = preprocessing.normalize(images.to(device, non_blocking=True))
+        values.append(fn(model, images).float().cpu())
+        labels.append(y)
+        indices.append(idx)
+    if skipped:
+        log.warning("%s: skipped %d corrupt image(s), first: %s", description, len(skipped), skipped[0])
+    if not values:
+        raise UserError(f"{split.dataset} {split.name}: no readable images")
+    return Outputs(
+        torch.cat(values).numpy(),
+        torch.cat(labels).numpy().astype(np.int64),
+        torch.cat(indices).numpy().astype(np.int64),
+        skipped,
+    )

@@ -1,0 +1,131 @@
+"""The fine-tuning input stream: BiT-style augmentation, and an order that depends only on
+(seed, position), so that a resumed run and a data-parallel run see exactly the images, and the
+same random crops, that an uninterrupted single-process run sees.
+
+The stream is the concatenation of per-epoch permutations of the train split (epoch e shuffled by
+a generator seeded with (seed, e)); optimizer step k consumes positions [k·B, (k+1)·B). Each image's
+crop and flip are drawn from a generator seeded with (seed, position), not from a worker's RNG, so
+neither the number of DataLoader workers nor the number of processes changes a single pixel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torchvision.transforms import v2
+
+from vitbench.datasets import Split, TransformedSplit
+
+# vit_jax's inception crop: tf.image.sample_distorted_bounding_box(area_range=(0.05, 1.0)), with TF's
+# default aspect-ratio range (3/4, 4/3), then a resize to the training resolution (App. B, BiT).
+CROP_AREA = (0.05, 1.0)
+
+
+def train_transform(res: int, crop: bool, flip: bool, interpolation: str = "bilinear"):
+    """PIL image -> uint8 (3, res, res): inception crop (or, for BiT's no-crop VTAB tasks, a plain
+    resize of the whole image) and a random horizontal flip (unless the task forbids it)."""
+    mode = v2.InterpolationMode(interpolation)
+    steps: list = [
+        v2.RandomResizedCrop(res, scale=CROP_AREA, interpolation=mode, antialias=True)
+        if crop
+        else v2.Resize((res, res), interpolation=mode, antialias=True)
+    ]
+    if flip:
+        steps.append(v2.RandomHorizontalFlip())
+    steps.append(v2.PILToTensor())
+    return v2.Compose(steps)
+
+
+def _item_seed(seed: int, position: int) -> int:
+    # a fixed, well-mixed 63-bit seed per (run seed, stream position)
+    return int(np.random.SeedSequence([seed, position]).generate_state(2, np.uint64)[0] >> np.uint64(1))
+
+
+class AugmentedSplit(TransformedSplit):
+    """Items are (split index, stream position); the transform runs with torch's CPU generator
+    seeded by the position, and the caller's generator state is restored afterwards."""
+
+    def __init__(self, split: Split, transform, seed: int):
+        super().__init__(split, transform)
+        self.seed = seed
+
+    def __getitem__(self, item: tuple[int, int]):  # type: ignore[override]
+        index, position = item
+        # torchvision's transforms draw from the CPU default generator: seed it for this image and
+        # put the caller's state back after (6 us; torch.manual_seed + fork_rng cost 0.3 ms an image)
+        generator = torch.default_generator
+        saved = generator.get_state()
+        generator.manual_seed(_item_seed(self.seed, position))
+        try:
+            return super().__getitem__(index)
+        finally:
+            generator.set_state(saved)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Which split indices the micro-batches of a step hold, for one process of `world`."""
+
+    n: int  # images in the train split
+    batch: int  # global batch (all processes, all accumulation steps)
+    micro: int  # images per forward/backward pass, per process
+    seed: int
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def accum(self) -> int:
+        return self.batch // (self.micro * self.world)
+
+    def _epoch(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(self.n)
+
+    def positions(self, step: int) -> range:
+        """This process's share of step `step`: a contiguous slice of the global batch."""
+        per_rank = self.batch // self.world
+        start = step * self.batch + self.rank * per_rank
+        return range(start, start + per_rank)
+
+    def micro_batches(self, start_step: int, total_steps: int) -> Iterator[list[tuple[int, int]]]:
+        """[(split index, position), ...] per micro-batch, from `start_step` on (resume = restart here)."""
+        cached_epoch, order = -1, np.empty(0, dtype=np.int64)
+        for step in range(start_step, total_steps):
+            items = []
+            for position in self.positions(step):
+                epoch = position // self.n
+                if epoch != cached_epoch:
+                    cached_epoch, order = epoch, self._epoch(epoch)
+                items.append((int(order[position % self.n]), position))
+            for m in range(self.accum):
+                yield items[m * self.micro : (m + 1) * self.micro]
+
+
+class MicroBatches(torch.utils.data.Sampler):
+    """The stream as a batch sampler: generated lazily (20k steps x 512 would be 10M tuples)."""
+
+    def __init__(self, stream: Stream, start_step: int, total_steps: int):
+        self.stream, self.start, self.total = stream, start_step, total_steps
+
+    def __iter__(self):
+        return self.stream.micro_batches(self.start, self.total)
+
+    def __len__(self) -> int:
+        return max(0, self.total - self.start) * self.stream.accum
+
+
+def train_loader(split: Split, stream: Stream, start_step: int, total_steps: int, transform, workers: int, pin: bool):
+    """Micro-batches of uint8 images in stream order (collated as TransformedSplit does)."""
+    return torch.utils.data.DataLoader(
+        AugmentedSplit(split, transform, stream.seed),
+        batch_sampler=MicroBatches(stream, start_step, total_steps),
+        num_workers=workers,
+        pin_memory=pin,
+        collate_fn=TransformedSplit.collate,
+        # the workers' base seed comes from here, not from torch's global RNG (dropout's), so
+        # starting a loader never shifts the model's random stream; augmentation ignores it anyway
+        generator=torch.Generator().manual_seed(stream.seed),
+        persistent_workers=False,
+    )

@@ -1,0 +1,321 @@
+"""The fine-tuning loop: SGD with momentum 0.9, no weight decay, global-norm gradient clipping at
+1, linear warmup then cosine decay to 0 (vit_jax's `create_learning_rate_schedule`), gradient
+accumulation where memory is short. The recipe around it (Table 4's steps and LR grid, batch 512,
+384 px, the dev sweep) is the fine-tuning protocol's (protocols/finetune.py).
+
+One entry point, `train`, runs one fine-tune: resumable from an atomic checkpoint (model,
+optimizer, schedule, EMA, RNG, data position, accelerator clock), data-parallel under torchrun.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitbench.backend import Preprocessing
+from vitbench.datasets import Split
+from vitbench.devices import Clock, autocast
+from vitbench.engine import memory, train_checkpoint
+from vitbench.engine.device_data import (
+    Augmentation,
+    DeviceImages,
+    streamed_train_batches,
+    synthetic_batches,
+    train_batches,
+)
+from vitbench.engine.distributed import World
+from vitbench.engine.progress import track
+from vitbench.engine.train_data import Stream, train_loader, train_transform
+from vitbench.engine.train_settings import Settings, micro_batch_size  # noqa: F401  (the loop's public types)
+from vitbench.errors import UserError
+
+log = logging.getLogger("vitbench")
+
+MOMENTUM = 0.9
+CLIP_NORM = 1.0
+
+
+def schedule(optimizer: torch.optim.Optimizer, total: int, warmup: int):
+    """timm's cosine scheduler set up to equal vit_jax's `create_learning_rate_schedule` (cosine):
+    linear warmup from 0, then cosine to 0; the update at step k (from 0) uses the LR of step k, as
+    optax's schedules count updates from 0 (tests/test_finetune.py checks every step)."""
+    from timm.scheduler import CosineLRScheduler
+
+    return CosineLRScheduler(
+        optimizer,
+        t_initial=total - warmup,
+        warmup_t=warmup,
+        warmup_lr_init=0.0,
+        warmup_prefix=True,
+        lr_min=0.0,
+        t_in_epochs=False,
+    )
+
+
+@dataclass
+class Outcome:
+    """What `train` leaves for the caller: the weights to evaluate and the run's record."""
+
+    model: nn.Module  # the EMA weights with --polyak, else the trained ones
+    curves: dict[str, list[float]]  # per step: train_loss, lr, grad_norm
+    train_images: int  # images through forward+backward, over every process and restart
+    seconds: float  # device-seconds x devices, across restarts (the clock is saved with each checkpoint)
+    restarts: int
+    micro_batch: int  # what the run ended with (smaller than asked for after an out-of-memory error)
+    skipped: list[str] = field(default_factory=list)
+    checkpointing: bool = False  # activation checkpointing was on
+    peak_memory_bytes: int | None = None  # the device's peak allocation while training (CUDA only)
+    memory_plan: str = ""  # why this micro-batch and checkpointing (memory.plan's reason)
+    timed_seconds: float = 0.0  # wall-clock seconds from step `Settings.timed_from` to the end
+
+
+def logits_fn(device: torch.device, precision: str):
+    """The evaluation forward, in the precision the run trained in."""
+
+    def logits(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+        with autocast(device, precision):
+            return model(images)
+
+    return logits
+
+
+class _Feed:
+    """The training batches of one run and the forward/backward over a step's micro-batches; after
+    an out-of-memory error it restarts the same step in smaller micro-batches (the same images)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        split: Split,
+        settings: Settings,
+        preprocessing: Preprocessing,
+        device: torch.device,
+        world: World,
+        skip_corrupt: bool,
+        forward: nn.Module,
+        step_model: nn.Module,
+    ):
+        self.model, self.split, self.settings, self.preprocessing = model, split, settings, preprocessing
+        self.device, self.world, self.skip_corrupt = device, world, skip_corrupt
+        self.forward, self.step_model = forward, step_model  # DDP wrapper (or the model), and its compiled form
+        self.per_process = settings.batch // world.size
+        self.skipped: list[str] = []
+        self.images: DeviceImages | None = None  # the split on the device, put there once (device pipeline)
+        self.transform = train_transform(settings.res, settings.crop, settings.flip, preprocessing.interpolation)
+
+    def start(self, step: int, micro: int) -> None:
+        """Batches from `step` on, in micro-batches of `micro`."""
+        s, split, device = self.settings, self.split, self.device
+        self.micro = micro
+        self.stream = Stream(len(split), s.batch, micro, s.seed, self.world.rank, self.world.size)
+        if s.input_pipeline == "synthetic":
+            remaining = s.steps - step
+            self.batches = synthetic_batches(
+                micro, s.res, _num_classes(self.model), device, remaining, self.stream.accum
+            )
+        elif s.input_pipeline == "device":
+            aug = Augmentation(s.res, s.crop, s.flip, self.preprocessing.interpolation)
+            if not DeviceImages.fits(split):  # too large to hold: stream the files, decode on the device
+                self.batches = streamed_train_batches(split, self.stream, step, s.steps, aug, device, s.workers)
+            else:
+                if self.images is None:
+                    self.images = DeviceImages(split, device, self.skip_corrupt)
+                self.batches = train_batches(self.images, split.labels, self.stream, step, s.steps, aug)
+        else:
+            pin = device.type == "cuda"
+            self.batches = iter(train_loader(split, self.stream, step, s.steps, self.transform, s.workers, pin))
+
+    def step_loss(self, step: int, optimizer: torch.optim.Optimizer, description: str) -> torch.Tensor:
+        """Forward and backward over one step's micro-batches (the gradient is the global-batch mean);
+        the step's summed loss, on the device."""
+        while True:
+            kept = len(self.skipped)
+            try:
+                return self._accumulate()
+            except torch.OutOfMemoryError:
+                del self.skipped[kept:]
+                optimizer.zero_grad(set_to_none=True)
+                torch.cuda.empty_cache()
+                micro = _halved(self.micro, self.settings, self.world)
+                log.warning("%s: out of device memory; accumulating micro-batches of %d", description, micro)
+                self.start(step, micro)
+
+    def _accumulate(self) -> torch.Tensor:
+        total = torch.zeros((), device=self.device)
+        accum = self.stream.accum
+        for m in range(accum):
+            images, labels, _, bad = next(self.batches)
+            if bad and not self.skip_corrupt:
+                raise UserError(bad[0][1])
+            self.skipped.extend(message for _, message in bad)
+            if images is None:
+                continue
+            x = self.preprocessing.normalize(images.to(self.device, non_blocking=True))  # (B, 3, H, W)
+            if self.settings.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            y = labels.to(self.device, non_blocking=True)
+            # DDP all-reduces gradients on the last micro-batch of a step only
+            last = self.world.size == 1 or m == accum - 1
+            with nullcontext() if last else self.forward.no_sync():  # type: ignore[operator]
+                with autocast(self.device, self.settings.precision):
+                    logits = self.step_model(x)
+                # summed over the micro-batch, divided by the per-process batch: the accumulated
+                # gradient is the mean over the global batch once DDP averages the processes
+                loss = F.cross_entropy(logits.float(), y, reduction="sum") / self.per_process
+                loss.backward()
+            total += loss.detach()
+        return total
+
+
+def train(
+    model: nn.Module,
+    split: Split,
+    settings: Settings,
+    preprocessing: Preprocessing,
+    device: torch.device,
+    world: World,
+    checkpoint: Path,
+    run_key: str,
+    skip_corrupt: bool = False,
+    description: str = "fine-tune",
+) -> Outcome:
+    """Fine-tune `model` (head already zero-initialised) on `split`; resume from `checkpoint` if
+    one of this run is there. `preprocessing` gives the value range (its mean/std)."""
+    from timm.utils import ModelEmaV3
+
+    torch.manual_seed(settings.seed)  # dropout; the head is zeros and the data stream has its own seeds
+    model.to(device).train()
+    if settings.channels_last:
+        model.to(memory_format=torch.channels_last)
+    plan = memory.choose(model, settings, settings.micro(world.size, device.type), device, world)
+    if plan.checkpointing:
+        model.set_grad_checkpointing(True)  # type: ignore[operator]  # timm: recompute blocks in backward
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(params, lr=settings.lr, momentum=MOMENTUM, weight_decay=0.0)
+    ema = ModelEmaV3(model, decay=settings.polyak) if settings.polyak else None
+    parts = train_checkpoint.Trainables(model, optimizer, schedule(optimizer, settings.steps, settings.warmup), ema)
+    progress = train_checkpoint.restore(checkpoint, run_key, parts, device)
+    if progress.restarts:
+        log.info(
+            "%s: resumed at step %d of %d (restart %d)", description, progress.step, settings.steps, progress.restarts
+        )
+    forward: nn.Module = model
+    if world.size > 1:
+        forward = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    step_model: nn.Module = torch.compile(forward) if settings.compile else forward  # type: ignore[assignment]
+    feed = _Feed(model, split, settings, preprocessing, device, world, skip_corrupt, forward, step_model)
+    feed.start(progress.step, plan.micro)
+    start = progress.step
+    clock = Clock(device, world.size, progress.seconds)
+    timed_seconds = _steps(feed, parts, params, progress, clock, settings, checkpoint, run_key, description)
+    eval_model = ema.module if ema is not None else model
+    if plan.checkpointing:
+        model.set_grad_checkpointing(False)  # type: ignore[operator]
+    return Outcome(
+        eval_model.eval(),
+        progress.curves,
+        progress.train_images + (settings.steps - start) * settings.batch,
+        clock.seconds,
+        progress.restarts,
+        feed.micro,
+        feed.skipped,
+        checkpointing=plan.checkpointing,
+        peak_memory_bytes=torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+        memory_plan=plan.reason,
+        timed_seconds=timed_seconds,
+    )
+
+
+def _steps(
+    feed: _Feed,
+    parts: train_checkpoint.Trainables,
+    params: list[nn.Parameter],
+    progress: train_checkpoint.Progress,
+    clock: Clock,
+    settings: Settings,
+    checkpoint: Path,
+    run_key: str,
+    description: str,
+) -> float:
+    """The steps from `progress.step` to the end: one optimizer update each, the curves read back at
+    logging intervals only, a checkpoint every `checkpoint_every` steps. Returns the wall-clock
+    seconds from step `settings.timed_from` on."""
+    device, world, optimizer = feed.device, feed.world, parts.optimizer
+    start, curves = progress.step, progress.curves
+    losses: list[torch.Tensor] = []  # device tensors: read back only at logging intervals (no per-step sync)
+    norms: list[torch.Tensor] = []
+    report_every = max(1, settings.steps // 4)  # a log line with the loss at each quarter
+    steps = range(start, settings.steps)
+    if sys.stderr.isatty():
+        steps = track(steps, settings.steps - start, description)  # type: ignore[assignment]
+    timer = time.perf_counter()
+    with clock:
+        for step in steps:
+            if step == settings.timed_from:  # one sync, at the end of the warm-up
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                timer = time.perf_counter()
+            parts.scheduler.step_update(step)
+            losses.append(feed.step_loss(step, optimizer, description))
+            norms.append(nn.utils.clip_grad_norm_(params, CLIP_NORM))
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if parts.ema is not None:
+                parts.ema.update(parts.model)  # no step: a plain EMA from the initial weights (no warm-up of the decay)
+            curves["lr"].append(optimizer.param_groups[0]["lr"])
+            done = step + 1
+            report = done % report_every == 0 or done == settings.steps
+            if report or done % settings.log_every == 0 or done % settings.checkpoint_every == 0:
+                _flush(losses, norms, curves, world)
+            if report:
+                loss_now, lr_now = curves["train_loss"][-1], curves["lr"][-1]
+                log.info("%s: step %d/%d, loss %.4f, lr %.4g", description, done, settings.steps, loss_now, lr_now)
+            if done % settings.checkpoint_every == 0 and done < settings.steps and world.is_main:
+                images = progress.train_images + (done - start) * settings.batch
+                at = train_checkpoint.Progress(done, progress.restarts, curves, images, clock.elapsed())
+                train_checkpoint.save(checkpoint, run_key, parts, device, at, asdict(settings))
+    return time.perf_counter() - timer  # the clock synchronised the device on exit
+
+
+def _num_classes(model: nn.Module) -> int:
+    head: Any = model
+    return int(head.num_classes) if hasattr(head, "num_classes") else 1000
+
+
+def _halved(micro: int, settings: Settings, world: World) -> int:
+    """The next micro-batch size after an out-of-memory error, or a one-line error where there is none."""
+    if world.size > 1:  # the other processes are already waiting in the gradient all-reduce
+        raise UserError(f"out of device memory at micro-batch {micro}; give a smaller --micro-batch")
+    if settings.micro_batch is not None or micro == 1 or micro % 2:
+        raise UserError(f"out of device memory at micro-batch {micro}; give a smaller --micro-batch or --res")
+    return micro // 2
+
+
+def _flush(losses: list[torch.Tensor], norms: list[torch.Tensor], curves: dict, world: World) -> None:
+    """Move the steps' losses and gradient norms to the host: the only syncs of the loop. The loss
+    is averaged over processes (each holds the mean over its share of the global batch)."""
+    if not losses:
+        return
+    loss = torch.stack(losses)
+    if world.size > 1:
+        import torch.distributed as dist
+
+        dist.all_reduce(loss)
+        loss /= world.size
+    curves["train_loss"] += loss.tolist()
+    curves["grad_norm"] += torch.stack(norms).tolist()
+    losses.clear()
+    norms.clear()

@@ -1,0 +1,2 @@
+"""Turning a request into stored results: planning run specs, skipping finished ones, leasing,
+running them here, under torchrun, or as submitit jobs, and recording each as a shard."""

@@ -1,0 +1,94 @@
+"""A request becomes groups of run specs: (model, weights) x datasets x the protocol's own
+expansion (seeds, shots, LR sweep). Planning reads every split's listing and fingerprint, never
+an image, and is what `--dry-run`, the runner, torchrun children and cluster workers all do, so
+that each computes the same run keys."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from vitbench.backend import Preprocessing
+from vitbench.datasets import DatasetSpec
+from vitbench.errors import UserError
+from vitbench.protocols.base import Group, Request
+from vitbench.protocols.registry import get_protocol
+from vitbench.provenance import sha256_file
+from vitbench.registry import get_dataset, get_model, get_suite
+from vitbench.weights import RANDOM, RANDOM_INIT_SEED, check_weights_arg
+
+log = logging.getLogger("vitbench")
+
+
+def resolve(req: Request) -> tuple[str, tuple[str, ...], str, str]:
+    """(model, datasets, protocol, weights) from the request and its suite's defaults."""
+    if req.suite and req.datasets:
+        raise UserError("give --suite or --dataset, not both")
+    # explicit datasets run on their own; otherwise the named suite, or the embedded demo
+    suite = None if req.datasets else get_suite(req.suite or "demo")
+    datasets = suite.datasets if suite else req.datasets
+    defaults = suite.defaults if suite else {}
+    model = req.model or defaults.get("model")
+    if not model:
+        raise UserError("--model is required (see `vitbench ls models`)")
+    weights = req.weights or defaults.get("weights")
+    if not weights:
+        raise UserError("--weights is required: a .safetensors/.pth file, or 'random' for random-init weights")
+    protocol = get_protocol(req.protocol or (suite.protocol if suite else "fewshot")).name
+    return model, datasets, protocol, weights
+
+
+def present_datasets(names: tuple[str, ...], protocol: str, req: Request) -> list[DatasetSpec]:
+    """The datasets to run. One lacking a file the protocol's splits need stops the plan before any
+    work, listing all of them, unless --skip-missing (then the rest run and the skipped are named)."""
+    specs = [get_dataset(n) for n in names]
+    if req.data_source is not None:  # another source (TFDS) reports its own absence when read
+        return specs
+    lacking = [(s, s.missing_for(req.data_dir, get_protocol(protocol).splits(s))) for s in specs]
+    missing = [(s, path) for s, path in lacking if path is not None]
+    if not missing:
+        return specs
+    where = f"under {req.data_dir}" if req.data_dir else "(no --data-dir given)"
+    listed = ", ".join(f"{s.name} (no {path})" for s, path in missing)
+    if not req.skip_missing:
+        raise UserError(
+            f"{len(missing)} of {len(specs)} datasets not found {where}: {listed}; "
+            "add --skip-missing to run the others (see `vitbench doctor`)"
+        )
+    log.warning("skipping %d of %d datasets not found %s: %s", len(missing), len(specs), where, listed)
+    kept = [s for s in specs if all(s is not m for m, _ in missing)]
+    if not kept:
+        raise UserError(f"none of the {len(specs)} datasets was found {where}; see `vitbench doctor`")
+    return kept
+
+
+def plan(req: Request) -> list[Group]:
+    model_name, dataset_names, protocol_name, weights_arg = resolve(req)
+    protocol = get_protocol(protocol_name)
+    model = get_model(model_name)
+    assert model.backend is not None
+    weights = check_weights_arg(weights_arg, model)
+    weights_sha = RANDOM if weights == RANDOM else sha256_file(Path(weights), req.results / "cache")
+    res = req.res or protocol.resolution(model, req)
+    model.backend.check_img_size(model, res)
+    model.backend.timm_kwargs(res, req.gelu)  # an impossible --gelu fails before any work
+    preprocessing = model.preprocessing.at(res)
+    if weights != RANDOM:
+        preprocessing = Preprocessing.from_weights_config(weights, preprocessing)
+    preprocessing = protocol.preprocessing(preprocessing)
+    groups = []
+    for dataset in present_datasets(dataset_names, protocol_name, req):
+        split_names = protocol.splits(dataset)
+        splits = {s: dataset.load_split(req.data_dir, s, req.data_source) for s in split_names}
+        hparams = {
+            "res": res,
+            "preprocessing": preprocessing.describe(),
+            "gelu": req.gelu,
+            **({"init_seed": RANDOM_INIT_SEED} if weights == RANDOM else {}),
+            "splits": list(split_names),
+            "test_fingerprint": splits[split_names[-1]].fingerprint,
+        }
+        group = Group(model, weights, dataset, protocol.name, splits, res, preprocessing)
+        group.specs = protocol.plan(group, req, weights_sha, hparams)
+        groups.append(group)
+    return groups

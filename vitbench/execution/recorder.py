@@ -1,0 +1,96 @@
+"""Each finished run becomes a shard (atomically) and, where this process holds the database, an
+ingest of its own, with its full provenance: an interruption loses at most the run in flight."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import UTC, datetime
+
+import torch
+
+from vitbench.atomic import write_atomic
+from vitbench.devices import device_name, peak_flops
+from vitbench.engine.distributed import World
+from vitbench.execution.lease import Leases
+from vitbench.protocols.base import Group, Request, RunSpec
+from vitbench.provenance import canonical_json, environment
+from vitbench.store import ingest, metric_values, shard_dir, shard_metric_values
+from vitbench.weights import RANDOM
+
+
+class Recorder:
+    """Writes each finished run as a shard and ingests it at once, with its full provenance."""
+
+    def __init__(self, req: Request, con, device: torch.device, on_result, world=None, leases: Leases | None = None):
+        self.req, self.con, self.device, self.on_result = req, con, device, on_result
+        self.leases = leases
+        self.world = world or World()
+        self.env, self.device_name = environment(), device_name(device)
+        self.peak = peak_flops(self.device_name) if device.type == "cuda" else None
+        self.count = 0
+        self._flops: dict[tuple[str, int], int] = {}
+
+    def flops_per_image(self, group: Group) -> int:
+        """Forward FLOPs per image, counted once per (model, resolution): a FlopCounterMode pass of
+        ViT-H takes a while, and a group records up to 12 runs."""
+        key = (group.model.name, group.res)
+        if key not in self._flops:
+            assert group.model.backend is not None
+            self._flops[key] = group.model.backend.flops_per_image(group.model, group.res)
+        return self._flops[key]
+
+    def metric_values(self, run_keys: list[str], name: str) -> dict[str, float]:
+        """{run_key: value} of one stored metric; a cluster worker has no database, only the shards."""
+        if self.con is not None:
+            return metric_values(self.con, run_keys, name)
+        return shard_metric_values(self.req.results, run_keys, name)
+
+    def record(
+        self,
+        group: Group,
+        spec: RunSpec,
+        metrics: dict[str, float],
+        started: datetime,
+        seconds: float,
+        images: float,
+        n_train: int | None,
+        n_test: int,
+        skipped: list[str],
+        notes: dict,
+        curves: dict[str, list[float]] | None = None,
+    ) -> None:
+        flops_per_image = self.flops_per_image(group)
+        run = {
+            "run_key": spec.run_key,
+            **asdict(spec),
+            "arch": group.model.arch,
+            "backend": group.model.family,
+            "weights": group.weights,
+            "random_init": group.weights == RANDOM,
+            "data_dir": str(self.req.data_dir.resolve()) if self.req.data_dir else None,
+            # a subset of the official split, or images left out as corrupt: not the paper's data
+            "data_subset": any(s.is_subset for s in group.splits.values()) or bool(skipped),
+            "n_train": n_train,
+            "n_test": n_test,
+            "skipped_images": len(skipped),
+            "status": "done",
+            "started_at": started.isoformat(),
+            "finished_at": datetime.now(UTC).isoformat(),
+            "device": self.device.type,
+            "device_name": self.device_name,
+            "device_count": self.world.size,
+            "device_seconds": seconds,
+            "flops_per_image": flops_per_image,
+            "flops": flops_per_image * images,
+            **self.env,
+            "notes": {**notes, **({"skipped_corrupt": skipped} if skipped else {})},
+        }
+        shard = shard_dir(self.req.results) / f"{spec.run_key}.json"
+        write_atomic(shard, canonical_json({"run": run, "metrics": metrics, "curves": curves or {}}))
+        if self.con is not None:  # a cluster worker leaves the merge to `vitbench ingest`
+            ingest(self.con, [shard])
+        if self.leases is not None:
+            self.leases.release(spec.run_key)
+        self.count += 1
+        if self.on_result:
+            self.on_result(spec, metrics)

@@ -1,0 +1,2 @@
+"""The evaluation protocols, one module each behind one interface (base.py), found through a
+registry that other packages extend with the `vitbench.protocols` entry-point group."""

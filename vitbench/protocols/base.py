@@ -1,0 +1,201 @@
+"""The protocol interface, and the types every protocol and the runner share.
+
+A protocol is one class with one instance, registered by name (registry.py): its name and
+version, the splits it reads, how it expands a request into run specs, how it runs a group of
+them, and how its results are labelled. The runner, the cluster executor, the tables and the
+CLI ask it these questions instead of testing its name.
+
+A RunSpec holds everything that changes a number; its run_key is the sha256 of its canonical
+JSON. Paths are not part of it (the same weights or data elsewhere give the same number); they
+are recorded as provenance beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import ClassVar
+from typing import Protocol as TypingProtocol
+
+import torch
+
+from vitbench.backend import ModelSpec, Preprocessing
+from vitbench.datasets import DatasetSpec, Split
+from vitbench.engine.distributed import World
+from vitbench.provenance import canonical_json, sha256_text
+
+SEEDS = (0, 1, 2)  # the paper's three runs per setting (App. B; big_vision's few-shot seeds)
+SHOTS = (1, 5, 10, 25)  # the paper's few-shot counts (Fig. 2, Table 6)
+DEFAULT_L2 = "1024"  # big_vision's few-shot l2_reg, as `--fewshot-l2` takes it
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    model: str
+    weights_sha256: str  # "random" for random-init weights
+    dataset: str
+    data_source: str
+    data_fingerprint: str
+    protocol: str
+    protocol_version: str
+    hparams: dict
+    seed: int
+    shots: int | None = None
+
+    @property
+    def run_key(self) -> str:
+        return sha256_text(canonical_json(asdict(self)))
+
+
+@dataclass
+class Request:
+    """What the user asked for, after parsing (see `vitbench run -h`). `extraction_batch` and the
+    fine-tuning `batch` are different things: images per forward pass when extracting features,
+    and images per optimizer step."""
+
+    model: str | None = None
+    suite: str | None = None
+    datasets: tuple[str, ...] = ()
+    protocol: str | None = None
+    weights: str | None = None
+    seeds: tuple[int, ...] = SEEDS
+    shots: tuple[int, ...] = SHOTS
+    fewshot_l2: str = DEFAULT_L2
+    res: int | None = None
+    gelu: str = "exact"
+    data_dir: Path | None = None
+    data_source: str | None = None  # None: each dataset's own (folder) source; "tfds" for VTAB from TFDS
+    skip_missing: bool = False
+    skip_corrupt: bool = False
+    results: Path = Path("results")
+    device: str = "auto"
+    extraction_batch: int = 64
+    workers: int = 1
+    input_pipeline: str = "auto"  # engine.device_data.PIPELINES: where images are decoded and augmented
+    # fine-tuning (None: Table 4's value for the dataset, or the protocol's default)
+    steps: int | None = None
+    batch: int | None = None
+    micro_batch: int | None = None
+    lr: float | None = None  # a fixed LR: no dev sweep
+    polyak: float | None = None
+    smoke: bool = False
+    precision: str = "auto"  # bf16 on CUDA, fp32 on CPU
+    compile: bool = False
+    checkpoint_every: int | None = None  # None: a tenth of the run (protocols.finetune)
+
+
+@dataclass
+class Group:
+    """The runs that share one model and one dataset, hence one pass over each split."""
+
+    model: ModelSpec
+    weights: str
+    dataset: DatasetSpec
+    protocol: str
+    splits: dict[str, Split]
+    res: int
+    preprocessing: Preprocessing
+    specs: list[RunSpec] = field(default_factory=list)
+
+
+class Recorder(TypingProtocol):
+    """What a protocol asks of the runner's recorder (execution.recorder.Recorder)."""
+
+    world: World
+    peak: float | None
+
+    def flops_per_image(self, group: Group) -> int: ...
+
+    def metric_values(self, run_keys: list[str], name: str) -> dict[str, float]: ...
+
+    def record(
+        self,
+        group: Group,
+        spec: RunSpec,
+        metrics: dict[str, float],
+        started: datetime,
+        seconds: float,
+        images: float,
+        n_train: int | None,
+        n_test: int,
+        skipped: list[str],
+        notes: dict,
+        curves: dict[str, list[float]] | None = None,
+    ) -> None: ...
+
+
+class Protocol:
+    """One evaluation protocol. Subclasses set the class attributes and implement `splits`, `plan`
+    and `run`; the rest has defaults that suit a protocol scoring frozen features."""
+
+    name: ClassVar[str]  # `--protocol NAME`, stored with every run
+    version: ClassVar[str]  # bumped whenever a change alters the numbers: old and new never average
+    summary: ClassVar[str]  # one line for `vitbench ls protocols` and `--protocol`'s help
+    label: ClassVar[str]  # how tables speak of its results, e.g. "few-shot"
+    # its accuracies are comparable with the paper's fine-tuned Table 2 cells (a Δ is shown)
+    compares_with_paper: ClassVar[bool] = False
+    data_parallel: ClassVar[bool] = False  # it can run under torchrun (`--devices N`)
+    resumable: ClassVar[bool] = False  # an interrupted run continues from a checkpoint
+    has_shots: ClassVar[bool] = False  # its runs are labelled by shot count (`--shots`)
+
+    def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
+        """The dataset's splits it reads, in the order it uses them (the last one is scored)."""
+        raise NotImplementedError
+
+    def resolution(self, model: ModelSpec, req: Request) -> int:
+        """The input resolution when `--res` is not given."""
+        return model.preprocessing.size
+
+    def preprocessing(self, pre: Preprocessing) -> Preprocessing:
+        """The evaluation preprocessing, from the model's at the run's resolution."""
+        return pre
+
+    def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
+        """The runs of one (model, dataset): `hparams` holds what every protocol records (resolution,
+        preprocessing, GELU, splits, test fingerprint); add what this protocol's numbers depend on."""
+        raise NotImplementedError
+
+    def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
+        """Run `todo` (a subset of `group.specs`), calling `recorder.record` once per finished run."""
+        raise NotImplementedError
+
+    def jobs(self, specs: list[RunSpec]) -> list[list[list[RunSpec]]]:
+        """How a cluster executor splits the runs: waves (each waits for the one before) of jobs
+        (each a list of runs). Default: one job, so that its runs share one feature extraction."""
+        return [[specs]] if specs else []
+
+    def describe(self, spec: RunSpec) -> str:
+        """What a run is, for progress lines: "5-shot seed 0"."""
+        return self.name
+
+    def dry_run_detail(self, spec: RunSpec) -> str:
+        """What `--dry-run` shows after the protocol's name."""
+        return ""
+
+    def result_text(self, metrics: dict[str, float]) -> str:
+        """A finished run's result, for its progress line."""
+        value = metrics.get("accuracy")
+        shown = f"accuracy {value * 100:.2f}%" if value is not None else f"{len(metrics)} λ values"
+        if value is None and "dev_accuracy" in metrics:
+            shown = f"dev accuracy {metrics['dev_accuracy'] * 100:.2f}%"
+        if "accuracy_real" in metrics:
+            shown += f", ReaL {metrics['accuracy_real'] * 100:.2f}%"
+        return shown
+
+    def base_spec(
+        self, group: Group, first: Split, weights_sha: str, hparams: dict, seed: int, shots: int | None = None
+    ) -> RunSpec:
+        """A RunSpec of this protocol: the data identity is that of the split it learns from."""
+        return RunSpec(
+            group.model.name,
+            weights_sha,
+            group.dataset.name,
+            first.source,
+            first.fingerprint,
+            self.name,
+            self.version,
+            hparams,
+            seed,
+            shots,
+        )

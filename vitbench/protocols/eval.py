@@ -1,0 +1,56 @@
+"""The checkpoint's own classifier on a dataset with the same classes: top-1, top-5 and, on
+ImageNet val, ReaL (images without ReaL labels are not scored; a hit is any ReaL label)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import torch
+
+from vitbench.datasets import DatasetSpec
+from vitbench.devices import Clock
+from vitbench.engine.features import group_model, outputs_over
+from vitbench.engine.scoring import scores
+from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+
+
+class Eval(Protocol):
+    name = "eval"
+    version = "eval/1"
+    summary = "score the checkpoint's own classifier (top-1, top-5, ImageNet ReaL)"
+    label = "eval"
+    compares_with_paper = True
+
+    def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
+        return dataset.final_splits[1:]  # the final test split only
+
+    def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
+        first = group.splits[self.splits(group.dataset)[0]]
+        return [self.base_spec(group, first, weights_sha, hparams, seed=0)]  # deterministic: one run
+
+    def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
+        spec = todo[0]
+        started = datetime.now(UTC)
+        clock = Clock(device)
+        split_name = self.splits(group.dataset)[0]
+        split = group.splits[split_name]
+        model = group_model(group, keep_head=True)
+        logits, computed = outputs_over(
+            group, split_name, req, device, clock, {"outputs": "logits"}, lambda m, x: m(x), model
+        )
+        real = [split.real_labels[i] for i in logits.indices] if split.real_labels is not None else None
+        recorder.record(
+            group,
+            spec,
+            scores(logits.values, logits.labels, real),
+            started,
+            seconds=clock.seconds,
+            images=float(len(logits.labels)) if computed else 0.0,
+            n_train=None,
+            n_test=len(logits.labels),
+            skipped=logits.skipped,
+            notes={"outputs_from_cache": not computed, "real_labels": split.real_labels is not None},
+        )
+
+
+EVAL = Eval()

@@ -1,0 +1,305 @@
+"""The paper's fine-tuning protocol (App. B.1.1, Table 4; docs/protocols.md, "Fine-tuning").
+
+For each dataset: a dev LR sweep (one run per LR of Table 4's grid, seed 0, trained on the
+sweep's train split and scored on its dev split), then the final runs (one per seed, on the full
+train split) with the LR the sweep chose, scored on test. Batch 512, 384 px, the pre-training
+head replaced by one zero-initialised linear layer, BiT's inception crop + flip for training and
+a plain resize for evaluation. The training loop itself is engine/training.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import torch
+
+from vitbench.backend import ModelSpec, Preprocessing
+from vitbench.datasets import DatasetSpec
+from vitbench.devices import Clock, resolve_device, resolve_precision
+from vitbench.engine import training
+from vitbench.engine.device_data import choose as choose_pipeline
+from vitbench.engine.distributed import barrier, broadcast
+from vitbench.engine.inference import run_over
+from vitbench.engine.scoring import scores
+from vitbench.errors import UserError
+from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+from vitbench.store.shards import shard_dir
+from vitbench.weights import build_model
+
+BATCH = 512
+RES = 384
+GRID = (0.001, 0.003, 0.01, 0.03)
+# Table 4: steps and base-LR grid. (ImageNet's 0.06 is the ResNet/hybrid addition of B.1.1; it sits
+# in the ImageNet row of the table, so it is swept here too.)
+TABLE4: dict[str, tuple[int, tuple[float, ...]]] = {
+    "imagenet": (20_000, (0.003, 0.01, 0.03, 0.06)),
+    "cifar10": (10_000, GRID),
+    "cifar100": (10_000, GRID),
+    "pets": (500, GRID),
+    "flowers102": (500, GRID),
+}
+VTAB_SETTING = (2_500, (0.01,))  # one setting for all 19 tasks (B.1.1)
+# --smoke: big_vision's `runlocal` in spirit. A pipeline check, never a number to compare.
+SMOKE_STEPS, SMOKE_BATCH, SMOKE_RES = 20, 32, 64
+
+
+def table4(dataset: DatasetSpec, n_train: int) -> tuple[int, tuple[float, ...]]:
+    """(steps, LR grid) for a dataset: Table 4's row; VTAB's one setting; for a dataset the paper
+    does not have, BiT-HyperRule's size rule (< 20k images: 500 steps, < 500k: 10k, else 20k)."""
+    if dataset.name in TABLE4:
+        return TABLE4[dataset.name]
+    if dataset.group is not None:
+        return VTAB_SETTING
+    return (500 if n_train < 20_000 else 10_000 if n_train < 500_000 else 20_000), GRID
+
+
+def warmup_steps(steps: int) -> int:
+    """vit_jax / big_vision defaults (not in the paper): 500 steps, 100 for the 500-step datasets;
+    at most a fifth of a shorter custom run, so that there is a decay phase at all."""
+    return min(100 if steps <= 500 else 500, steps // 5)
+
+
+def checkpoint_interval(steps: int) -> int:
+    """Steps between checkpoints by default: a tenth of the run, at least 50 (a 500-step run
+    still checkpoints) and at most 500 (a ViT-H step can take seconds; a checkpoint, gigabytes)."""
+    return min(500, max(50, steps // 10))
+
+
+def smoke_res(input_multiple: int) -> int:
+    """The smallest multiple of the patch size that is at least SMOKE_RES."""
+    return input_multiple * math.ceil(SMOKE_RES / input_multiple)
+
+
+class Finetune(Protocol):
+    name = "finetune"
+    version = "finetune/1"
+    summary = "App. B fine-tuning: dev LR sweep, then 3 seeds on the full train split"
+    label = "fine-tuned"
+    compares_with_paper = True
+    data_parallel = True
+    resumable = True
+
+    def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
+        """The dev sweep's (train on, score on), then the final runs' (train on, report on)."""
+        return tuple(dict.fromkeys(dataset.sweep_splits + dataset.final_splits))
+
+    def resolution(self, model: ModelSpec, req: Request) -> int:
+        return smoke_res(model.input_multiple) if req.smoke else RES
+
+    def preprocessing(self, pre: Preprocessing) -> Preprocessing:
+        # evaluated after a plain resize (vit_jax), in the backend's value range
+        return replace(pre, crop_pct=1.0, crop_mode="squash")
+
+    def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
+        """The dev sweep, then the final runs whose LR is the sweep's best. With --lr, or a
+        one-value grid (VTAB), there is nothing to choose: no sweep."""
+        dataset, splits, model = group.dataset, group.splits, group.model
+        steps, grid = table4(dataset, len(splits[dataset.final_splits[0]]))
+        if req.smoke:
+            steps = SMOKE_STEPS
+        steps = req.steps or steps
+        batch = req.batch or (SMOKE_BATCH if req.smoke else BATCH)
+        hparams = {
+            **hparams,
+            "steps": steps,
+            "batch": batch,
+            "warmup": warmup_steps(steps),
+            "warmup_source": "vit_jax/big_vision default, not in the paper",
+            "optimizer": f"sgd(momentum={training.MOMENTUM}, wd=0)",
+            "clip_global_norm": training.CLIP_NORM,
+            "schedule": "linear warmup, cosine to 0",
+            "head": "zero-init linear (pre-training head and pre_logits dropped)",
+            "train_aug": ("inception_crop(area=0.05..1)" if dataset.train_crop else f"resize({hparams['res']})")
+            + ("|flip_lr" if dataset.train_flip else ""),
+            "precision": resolve_precision(req.precision, resolve_device(req.device).type),
+            "polyak": req.polyak,
+            "dropout": model.dropout,
+            "smoke": req.smoke,
+        }
+        sweep = req.lr is None and len(grid) > 1
+        specs = []
+        if sweep:
+            train_on = splits[dataset.sweep_splits[0]]
+            for lr in grid:
+                h = {**hparams, "stage": "sweep", "lr": lr, "splits": list(dataset.sweep_splits)}
+                specs.append(self.base_spec(group, train_on, weights_sha, h, seed=0))
+        final_lr: float | str = req.lr if req.lr is not None else ("best-on-dev" if sweep else grid[0])
+        train_on = splits[dataset.final_splits[0]]
+        for seed in req.seeds:
+            h = {**hparams, "stage": "final", "lr": final_lr, "lr_grid": list(grid) if sweep else None}
+            h["splits"] = list(dataset.final_splits)
+            specs.append(self.base_spec(group, train_on, weights_sha, h, seed))
+        return specs
+
+    def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
+        """The sweep runs first, then the final runs with the LR the sweep chose (read from the store,
+        so a final run can follow a sweep made by an earlier command)."""
+        world = recorder.world
+        sweep = [s for s in group.specs if s.hparams["stage"] == "sweep"]
+        for spec in todo:
+            h = spec.hparams
+            chosen: dict = {}
+            lr = h["lr"]
+            if lr == "best-on-dev":
+                chosen = broadcast(sweep_choice(sweep, recorder) if world.is_main else None, world)
+                lr = chosen["lr"]
+            settings = _settings(group, spec, lr, req, device)
+            started = datetime.now(UTC)
+            model = build_model(
+                group.model,
+                group.dataset.num_classes,
+                group.res,
+                group.weights,
+                h["gelu"],
+                pre_logits=False,  # the whole pre-training head goes (B.1.1)
+                dropout=h["dropout"],
+            )
+            what = f"{group.model.name} · {group.dataset.name} {h['stage']} lr={lr:g} seed={spec.seed}"
+            checkpoint = shard_dir(req.results) / spec.run_key / "checkpoint.pt"
+            train_split = group.splits[h["splits"][0]]
+            outcome = training.train(
+                model, train_split, settings, group.preprocessing, device, world, checkpoint, spec.run_key,
+                req.skip_corrupt, what,
+            )  # fmt: skip
+            if world.is_main:  # one process scores the test (or dev) split; the others wait
+                _score(group, spec, settings, outcome, chosen, started, req, device, recorder, what)
+                checkpoint.unlink(missing_ok=True)  # the result is stored: the checkpoint has done its job
+                if checkpoint.parent.is_dir() and not any(checkpoint.parent.iterdir()):
+                    checkpoint.parent.rmdir()
+            barrier(world)
+
+    def jobs(self, specs: list[RunSpec]) -> list[list[list[RunSpec]]]:
+        """One job per run; the final runs that take the sweep's LR wait for the sweep (a second wave)."""
+        waves: list[list[list[RunSpec]]] = [[], []]
+        for spec in specs:
+            waves[1 if spec.hparams.get("lr") == "best-on-dev" else 0].append([spec])
+        return waves
+
+    def describe(self, spec: RunSpec) -> str:
+        return f"finetune {spec.hparams['stage']} lr={spec.hparams['lr']} seed {spec.seed}"
+
+    def dry_run_detail(self, spec: RunSpec) -> str:
+        h = spec.hparams
+        return f" {h['stage']} lr={h['lr']} steps={h['steps']} batch={h['batch']} res={h['res']}"
+
+
+def sweep_choice(sweep: list[RunSpec], recorder: Recorder) -> dict:
+    """The sweep's best LR by dev accuracy (the first of the grid on a tie), from the store."""
+    found = recorder.metric_values([s.run_key for s in sweep], "dev_accuracy")
+    missing = [s.hparams["lr"] for s in sweep if s.run_key not in found]
+    if missing:
+        raise UserError(f"the dev sweep has no result for lr {missing[0]:g}; run it first (drop --rerun filters)")
+    by_lr = {s.hparams["lr"]: found[s.run_key] for s in sweep}
+    best = max(by_lr, key=lambda lr: (by_lr[lr], -lr))
+    return {"lr": best, "dev_accuracy": by_lr[best], "sweep": {f"{lr:g}": acc for lr, acc in by_lr.items()}}
+
+
+def _settings(group: Group, spec: RunSpec, lr: float, req: Request, device: torch.device) -> training.Settings:
+    """The run's hparams (what changes its numbers) plus this machine's choices (what changes speed)."""
+    h = spec.hparams
+    return training.Settings(
+        steps=h["steps"],
+        batch=h["batch"],
+        lr=lr,
+        warmup=h["warmup"],
+        res=h["res"],
+        crop=group.dataset.train_crop,
+        flip=group.dataset.train_flip,
+        precision=h["precision"],
+        polyak=h["polyak"],
+        seed=spec.seed,
+        micro_batch=req.micro_batch,
+        compile=req.compile,
+        channels_last=group.model.family in ("bit", "hybrid") and device.type == "cuda",
+        workers=req.workers,
+        input_pipeline=choose_pipeline(req.input_pipeline, device),
+        log_every=max(1, min(50, h["steps"] // 10)),
+        checkpoint_every=req.checkpoint_every or checkpoint_interval(h["steps"]),
+    )
+
+
+def _score(
+    group: Group,
+    spec: RunSpec,
+    settings: training.Settings,
+    outcome: training.Outcome,
+    chosen: dict,
+    started: datetime,
+    req: Request,
+    device: torch.device,
+    recorder: Recorder,
+    what: str,
+) -> None:
+    """Score the fine-tuned weights on the run's scored split (dev for a sweep run, test for a
+    final one) and record accuracy, throughput, MFU, cost and curves."""
+    world, stage = recorder.world, spec.hparams["stage"]
+    train_split, scored_split = (group.splits[n] for n in spec.hparams["splits"])
+    eval_clock = Clock(device)
+    with eval_clock:
+        logits = run_over(
+            training.logits_fn(device, settings.precision), outcome.model, scored_split, group.preprocessing,
+            device, req.extraction_batch, req.workers, f"{what} · {scored_split.name}", req.skip_corrupt,
+            req.input_pipeline,
+        )  # fmt: skip
+    real = [scored_split.real_labels[i] for i in logits.indices] if scored_split.real_labels else None
+    found = scores(logits.values, logits.labels, real)
+    if stage == "sweep":
+        metrics = {"dev_accuracy": found["accuracy"]}
+    else:
+        metrics = {**found, "lr": float(settings.lr)}
+        if chosen:
+            metrics["dev_accuracy"] = chosen["dev_accuracy"]
+    train_seconds = outcome.seconds / world.size  # the training loop's wall-clock seconds
+    metrics["train_images_per_second"] = outcome.train_images / max(train_seconds, 1e-9)
+    metrics["final_train_loss"] = _last(outcome.curves["train_loss"])
+    if outcome.peak_memory_bytes is not None:
+        metrics["peak_memory_bytes"] = float(outcome.peak_memory_bytes)
+    if recorder.peak:  # achieved training FLOP/s (3 x forward per image) against the devices' bf16 peak
+        metrics["mfu"] = (
+            3 * recorder.flops_per_image(group) * metrics["train_images_per_second"] / (recorder.peak * world.size)
+        )
+    recorder.record(
+        group,
+        spec,
+        metrics,
+        started,
+        seconds=outcome.seconds + eval_clock.seconds,
+        images=3.0 * outcome.train_images + len(logits.labels),
+        n_train=len(train_split),
+        n_test=len(logits.labels),
+        skipped=outcome.skipped + logits.skipped,
+        notes={
+            "stage": stage,
+            "scored_split": scored_split.name,
+            "sweep": chosen.get("sweep"),
+            "restarts": outcome.restarts,
+            "micro_batch": outcome.micro_batch,
+            "accumulation_steps": settings.batch // (outcome.micro_batch * world.size),
+            "compile": settings.compile,
+            "sdpa_attention": _fused_attention(),
+            "channels_last": settings.channels_last,
+            "input_pipeline": settings.input_pipeline,
+            "activation_checkpointing": outcome.checkpointing,
+            "memory_plan": outcome.memory_plan,
+            "train_images": outcome.train_images,
+            "train_device_seconds": outcome.seconds,
+            "eval_device_seconds": eval_clock.seconds,
+        },
+        curves=outcome.curves,
+    )
+
+
+def _fused_attention() -> bool:
+    """Whether timm's attention runs through F.scaled_dot_product_attention (flash where available)."""
+    from timm.layers import use_fused_attn
+
+    return bool(use_fused_attn())
+
+
+def _last(values: list[float]) -> float:
+    return values[-1] if values else float("nan")
+
+
+FINETUNE = Finetune()

@@ -1,0 +1,55 @@
+"""Name -> protocol: the built-ins, those other packages register through the
+`vitbench.protocols` entry-point group, and those registered at run time (`register`, for a
+notebook or a test). Nothing outside a protocol's module needs to know its name."""
+
+from __future__ import annotations
+
+import logging
+from functools import cache
+
+from vitbench.entry_points import PROTOCOLS, load_group
+from vitbench.errors import UserError
+from vitbench.protocols.base import Protocol
+from vitbench.protocols.eval import EVAL
+from vitbench.protocols.fewshot import FEWSHOT
+from vitbench.protocols.finetune import FINETUNE
+
+log = logging.getLogger("vitbench")
+
+BUILTIN: tuple[Protocol, ...] = (FEWSHOT, EVAL, FINETUNE)
+_registered: dict[str, Protocol] = {}
+
+
+def register(protocol: Protocol | type[Protocol]) -> Protocol:
+    """Make a protocol available by its name in this process, e.g. `register(MyProtocol())`."""
+    instance = protocol() if isinstance(protocol, type) else protocol
+    _registered[instance.name] = instance
+    return instance
+
+
+@cache
+def _plugins() -> tuple[Protocol, ...]:
+    return tuple(item for _, item in load_group(PROTOCOLS, "PROTOCOL", Protocol))
+
+
+def protocols() -> dict[str, Protocol]:
+    """Every known protocol by name, built-ins first; a plugin cannot replace a built-in."""
+    found = {p.name: p for p in BUILTIN}
+    for p in (*_plugins(), *_registered.values()):
+        if p.name in found and found[p.name] is not p and p.name in {b.name for b in BUILTIN}:
+            log.warning("protocol %s: a plugin may not replace the built-in; keeping vitbench's", p.name)
+            continue
+        found[p.name] = p
+    return found
+
+
+def get_protocol(name: str) -> Protocol:
+    known = protocols()
+    if name not in known:
+        raise UserError(f"--protocol {name}: expected {', '.join(known)}")
+    return known[name]
+
+
+def shots_protocol() -> str:
+    """The protocol whose runs are labelled by shot count (the few-shot views and figure)."""
+    return next(p.name for p in protocols().values() if p.has_shots)

@@ -1,0 +1,47 @@
+"""The results store: shards on disk, merged into one DuckDB file, read by every view.
+
+This package's public API (what the rest of vitbench and users import as `vitbench.store`)."""
+
+from vitbench.store.attention import ATTENTION_COLUMNS, read_attention_distance, save_attention_distance
+from vitbench.store.bench import BENCH_COLUMNS, read_bench, save_bench
+from vitbench.store.database import connect, open_for_reading, read_curves, read_results, read_table, sync
+from vitbench.store.ingest import done_keys, ingest, ingest_pending, metric_values
+from vitbench.store.schema import (
+    DB_NAME,
+    ENVIRONMENT_COLUMNS,
+    MIGRATIONS,
+    RUN_COLUMNS,
+    SCHEMA_VERSION,
+    migrate,
+    transaction,
+)
+from vitbench.store.shards import shard_dir, shard_keys, shard_metric_values
+
+__all__ = [
+    "ATTENTION_COLUMNS",
+    "BENCH_COLUMNS",
+    "DB_NAME",
+    "ENVIRONMENT_COLUMNS",
+    "MIGRATIONS",
+    "RUN_COLUMNS",
+    "SCHEMA_VERSION",
+    "connect",
+    "done_keys",
+    "ingest",
+    "ingest_pending",
+    "metric_values",
+    "migrate",
+    "open_for_reading",
+    "read_attention_distance",
+    "read_bench",
+    "read_curves",
+    "read_results",
+    "read_table",
+    "save_attention_distance",
+    "save_bench",
+    "shard_dir",
+    "shard_keys",
+    "shard_metric_values",
+    "sync",
+    "transaction",
+]

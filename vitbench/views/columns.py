@@ -1,0 +1,237 @@
+"""Stored runs become labelled columns: one per (model, weights, protocol, shots, setting), or per
+`--group-by` fields, with the cells' mean ± std over seeds and the markers that withhold a Δ."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from vitbench.datasets.vtab import group_means
+from vitbench.protocols.registry import protocols
+from vitbench.store.query import field_values, json_field
+from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, SUBSET_MARK, Cell, TableData
+
+# hparams that differ between the runs of one setting (seeds, the LR sweep's stages)
+PER_RUN_HPARAMS = {"stage", "splits", "lr_grid", "test_fingerprint", "seed"}
+
+
+def paper_comparable() -> set[str]:
+    """The protocols whose accuracies stand beside the paper's fine-tuned cells (a Δ is shown)."""
+    return {p.name for p in protocols().values() if p.compares_with_paper}
+
+
+def select_sweep_l2(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
+    """For runs made with `--fewshot-l2 sweep`: one λ per shot count, chosen as the ViT-era code did —
+    rank every λ on each dataset (mean over seeds), average the ranks over datasets, take the best."""
+    sweep = df[df["metric"].str.startswith("accuracy@l2=")].copy()
+    if sweep.empty:
+        return df, {}
+    sweep["l2"] = sweep["metric"].str.split("=").str[1].astype(float)
+    chosen: dict[int, float] = {}
+    for shots, part in sweep.groupby("shots"):
+        means = part.groupby(["dataset", "l2"])["value"].mean().unstack("l2")  # (dataset, λ)
+        ranks = means.rank(axis=1).mean(axis=0)
+        chosen[int(shots)] = float(ranks.idxmax())
+    picked = sweep[sweep["l2"] == sweep["shots"].astype(int).map(chosen)].copy()
+    picked["metric"] = "accuracy"
+    rest = df[~df["metric"].str.startswith("accuracy@l2=")]
+    return pd.concat([rest, picked.drop(columns="l2")], ignore_index=True), chosen
+
+
+def _is_smoke(hparams) -> bool:
+    return bool(json_field(hparams).get("smoke"))
+
+
+def _setting(hparams) -> dict:
+    """A run's hparams without what differs between the runs of one setting; a sweep run belongs
+    to the setting whose final runs chose their LR on the dev split."""
+    h = dict(json_field(hparams))
+    if h.get("stage") == "sweep":
+        h["lr"] = "best-on-dev"
+    return {k: v for k, v in h.items() if k not in PER_RUN_HPARAMS}
+
+
+def _short(value) -> str:
+    text = json.dumps(value) if isinstance(value, list | dict) else str(value)
+    return text if len(text) <= 28 else text[:27] + "…"
+
+
+def weights_label(model: str, weights: str, sha: str, random_init: bool) -> str:
+    name = str(weights).rsplit("/", 1)[-1]
+    for ext in (".safetensors", ".npz", ".pth", ".pt", ".bin"):  # the full name is in the provenance footnote
+        name = name.removesuffix(ext)
+    shown = "random init" if random_init else f"{name} [{str(sha)[:8]}]"
+    return f"{model} ({shown})"
+
+
+@dataclass
+class Measured:
+    """Accuracy values (one per run and row dataset) with their column, and every run behind each
+    column (LR-sweep runs included) for the cost rows and the provenance footnotes."""
+
+    acc: pd.DataFrame
+    runs: pd.DataFrame
+    chosen_l2: dict[int, float]
+    protocols_hidden: dict[str, int] = field(default_factory=dict)
+
+
+def _base_key(run: pd.Series) -> tuple:
+    shots = run["shots"]
+    shots = None if pd.isna(shots) else int(shots)
+    return (run["model"], run["weights_sha256"], bool(run["random_init"]), run["protocol"], shots)
+
+
+def measured_columns(
+    df: pd.DataFrame,
+    protocol: str | None = None,
+    shots: int | None = None,
+    group_by: Sequence[str] = (),
+) -> Measured:
+    """Label every run with its column. Default columns: (model, weights, protocol, shots, setting),
+    where a setting splits a column only by the hparams that differ between runs of one dataset
+    (e.g. `res=96` next to `res=384`, or smoke next to full); `group_by` replaces that key."""
+    df, chosen = select_sweep_l2(df)
+    hidden: dict[str, int] = {}
+    if protocol is None and not df.empty:  # Table 2 is fine-tuned: few-shot shows only when nothing else is stored
+        finetuned = df["protocol"].isin(paper_comparable())
+        if finetuned.any():
+            hidden = df.loc[~finetuned].groupby("protocol")["run_key"].nunique().to_dict()
+            df = df[finetuned]
+    elif protocol is not None:
+        df = df[df["protocol"] == protocol]
+    if shots is not None:
+        df = df[df["shots"] == shots]
+    if df.empty:
+        empty = df.assign(column=pd.Series(dtype=str), smoke=pd.Series(dtype=bool))
+        return Measured(empty, empty.drop_duplicates("run_key"), chosen, hidden)
+
+    df = df.copy()
+    # per-run work once per run, not once per metric row (a --fewshot-l2 sweep stores 30 metrics a run)
+    first = df.drop_duplicates("run_key")
+    smoke = dict(zip(first["run_key"], first["hparams"].map(_is_smoke), strict=True))
+    base = dict(zip(first["run_key"], first.apply(_base_key, axis=1), strict=True))
+    df["smoke"], df["base"] = df["run_key"].map(smoke), df["run_key"].map(base)
+    if group_by:
+        values = [field_values(df, f, "--group-by").map(str) for f in group_by]
+        df["column"] = [
+            ", ".join(f"{f}={v}" for f, v in zip(group_by, vs, strict=True)) for vs in zip(*values, strict=True)
+        ]
+        marks = df.groupby("column").agg(random=("random_init", "any"), smoke=("smoke", "any"))
+        df["column"] = df["column"].map(
+            lambda c: (
+                c + (RANDOM_MARK if marks.loc[c, "random"] else "") + (SMOKE_MARK if marks.loc[c, "smoke"] else "")
+            )
+        )
+    else:
+        scored = set(df.loc[df["metric"].isin(["accuracy", "accuracy_real"]), "run_key"])
+        runs = df.drop_duplicates("run_key")
+        labels = _default_columns(runs, runs["run_key"].isin(scored))
+        df["column"] = df["run_key"].map(dict(zip(runs["run_key"], labels, strict=True)))
+
+    runs = df.drop_duplicates("run_key")
+    accuracy = df[df["metric"] == "accuracy"]
+    real = df[df["metric"] == "accuracy_real"].assign(dataset="imagenet_real", metric="accuracy")
+    acc = pd.concat([accuracy, real], ignore_index=True)
+    return Measured(acc, runs, chosen, hidden)
+
+
+def _default_columns(df: pd.DataFrame, finals: pd.Series) -> pd.Series:
+    """One label per run (row of `df`); `finals` marks the runs with a scored accuracy."""
+    settings = df["hparams"].map(_setting)
+    splitting: dict[tuple, set[str]] = {}  # base key → hparams that differ within one dataset
+    for (base, _dataset), idx in df[finals].groupby(["base", "dataset"], sort=False).groups.items():
+        seen: dict[str, set[str]] = {}
+        for setting in settings.loc[idx]:
+            for k, v in setting.items():
+                seen.setdefault(k, set()).add(json.dumps(v, sort_keys=True, default=str))
+        splitting.setdefault(base, set()).update(k for k, vs in seen.items() if len(vs) > 1)
+    several_protocols = df["protocol"].nunique() > 1
+    labels = []
+    for (_, run), setting in zip(df.iterrows(), settings, strict=True):
+        model, sha, random_init, protocol, shots = run["base"]
+        label = weights_label(model, run["weights"], sha, random_init)
+        if shots is not None:
+            label += f" · {shots}-shot"
+        elif several_protocols:
+            label += f" · {protocol}"
+        keys = sorted(splitting.get(run["base"], set()) - {"smoke"})
+        if keys:
+            label += " · " + ", ".join(f"{k}={_short(setting.get(k))}" for k in keys)
+        label += (RANDOM_MARK if random_init else "") + (SMOKE_MARK if _is_smoke(run["hparams"]) else "")
+        labels.append(label)
+    return pd.Series(labels, index=df.index)
+
+
+def vtab_rollups(acc: pd.DataFrame) -> pd.DataFrame:
+    """The VTAB mean and the group means as rows, per (column, seed), computed only where every
+    task of the group has a result (unweighted, as in the paper)."""
+    tasks = acc[acc["dataset"].str.startswith("vtab/")]
+    rows = []
+    for _, part in tasks.groupby(["column", "seed"], sort=False):
+        means = group_means(dict(zip(part["dataset"].str[len("vtab/") :], part["value"], strict=True)))
+        for name, value in means.items():
+            row = part.iloc[0].copy()
+            row["dataset"] = name if name == "vtab" else f"vtab_{name}"
+            row["value"], row["data_subset"] = value, bool(part["data_subset"].any())
+            rows.append(row)
+    return pd.DataFrame(rows) if rows else acc.iloc[0:0]
+
+
+def meta_by_column(runs: pd.DataFrame) -> dict[str, dict]:
+    meta: dict[str, dict] = {}
+    for col, part in runs.groupby("column", sort=False):
+        meta[str(col)] = {
+            "random": bool(part["random_init"].any()),
+            "smoke": bool(part["smoke"].any()),
+            "protocols": set(part["protocol"]),
+        }
+    return meta
+
+
+def seed_cell(part: pd.DataFrame, column_meta: dict, include_marked: bool) -> Cell:
+    """One measured cell: mean ± std over the runs (seeds) of `part`, ‡ when any ran on a subset;
+    it ranks for bold only without a marker (or with --include-marked)."""
+    values = part["value"] * 100
+    cell = Cell(
+        mean=float(values.mean()),
+        std=float(values.std(ddof=1)) if len(values) > 1 else None,
+        n=len(values),
+        marks=SUBSET_MARK if part["data_subset"].any() else "",
+    )
+    cell.rankable = include_marked or not (column_meta["random"] or column_meta["smoke"] or cell.marks)
+    return cell
+
+
+def delta_allowed(meta: dict, cell: Cell, include_marked: bool) -> bool:
+    if not meta["protocols"] <= paper_comparable():
+        return False
+    return include_marked or not (meta["random"] or meta["smoke"] or cell.marks)
+
+
+def measured_cells(
+    data: TableData,
+    m: Measured,
+    row_of: dict[str, str],
+    include_marked: bool,
+) -> dict[str, dict]:
+    """Fill the measured columns' cells for the datasets in `row_of` (dataset → row label)."""
+    acc = pd.concat([m.acc, vtab_rollups(m.acc)], ignore_index=True) if not m.acc.empty else m.acc
+    meta = meta_by_column(m.runs)
+    for col in dict.fromkeys(m.runs["column"]):
+        data.add_column(str(col))
+    for (dataset, col), part in acc.groupby(["dataset", "column"], sort=False):
+        if dataset not in row_of:
+            continue
+        data.cells[(row_of[str(dataset)], str(col))] = seed_cell(part, meta[str(col)], include_marked)
+    return meta
+
+
+def accelerator_days(runs: pd.DataFrame) -> float | None:
+    """Device-seconds × devices summed over `runs`, in days; None when no run recorded device time."""
+    seconds = pd.to_numeric(runs["device_seconds"], errors="coerce")
+    if not seconds.notna().any():
+        return None
+    return float((seconds * pd.to_numeric(runs["device_count"], errors="coerce").fillna(1)).sum()) / 86400

@@ -1,0 +1,279 @@
+"""`vitbench plot`: the paper's comparison figures from the store, as PNG and SVG (matplotlib, Agg).
+
+- `vtab`    Figure 2 style: VTAB-1k group means per model, measured beside the paper's (Table 9).
+- `cost`    Figure 5 style: transfer accuracy against compute (log axis), with the paper's Table 6
+            (exaFLOPs) or Table 2 (TPUv3-core-days) points.
+- `fewshot` few-shot accuracy against shots, per (model, weights) and dataset, ± std over seeds.
+- `curves`  a fine-tuning run's training loss and learning rate per step.
+
+Each figure carries a caption (also returned, for the terminal) saying what it shows and from
+which runs; figure sizes are fixed, so every PNG has a known pixel size.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from vitbench import paper  # noqa: E402
+from vitbench.datasets.vtab import GROUPS, TASKS, group_means  # noqa: E402
+from vitbench.errors import UserError  # noqa: E402
+from vitbench.protocols.registry import shots_protocol  # noqa: E402
+from vitbench.store.query import json_field  # noqa: E402
+from vitbench.views import cells, columns, table  # noqa: E402
+
+DPI = 100
+SIZE = (9.0, 6.0)  # inches: every PNG is 900 x 600 pixels
+FIGURES = ("vtab", "cost", "fewshot", "curves")
+FILE_NAMES = {
+    "vtab": "vtab_groups",
+    "cost": "accuracy_vs_cost",
+    "fewshot": "fewshot_shots",
+    "curves": "finetune_curves",
+}
+AVERAGE5 = ("imagenet", "cifar10", "cifar100", "pets", "flowers102")  # Figure 5's "Average-5"
+COSTS = ("flops", "days")
+
+
+@dataclass
+class Figure:
+    name: str
+    caption: str
+    files: list[Path]
+
+
+def _runs_text(keys) -> str:
+    keys = sorted({str(k) for k in keys if k is not None})
+    shown = ", ".join(k[:8] for k in keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+    return f"{len(keys)} run(s): {shown}" if keys else "no measured runs"
+
+
+def _save(fig, caption: str, out_dir: Path, name: str, formats: tuple[str, ...]) -> list[Path]:
+    fig.text(0.01, 0.01, "\n".join(textwrap.wrap(caption, 150)), fontsize=7, va="bottom", ha="left", wrap=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = []
+    for ext in formats:
+        path = out_dir / f"{FILE_NAMES[name]}.{ext}"
+        fig.savefig(path, dpi=DPI, metadata={"Title": caption[:200]} if ext in ("png", "svg") else None)
+        files.append(path)
+    plt.close(fig)
+    return files
+
+
+def _new_figure():
+    fig, ax = plt.subplots(figsize=SIZE)
+    fig.subplots_adjust(bottom=0.25, top=0.92, left=0.08, right=0.58)
+    return fig, ax
+
+
+def _legend(ax) -> None:
+    """Beside the axes, long labels wrapped (they carry the weights' name and fingerprint)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        wrapped = ["\n".join(textwrap.wrap(label, 62)) for label in labels]
+        ax.legend(handles, wrapped, fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+
+
+def _seed_stats(values: pd.Series) -> tuple[float, float]:
+    v = values.to_numpy(dtype=float) * 100
+    return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
+
+
+def vtab_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], protocol: str | None) -> Figure:
+    """Figure 2: bars of the natural / specialized / structured means and the VTAB mean."""
+    labels = ["VTAB (19 tasks)", *(g.capitalize() for g in GROUPS)]
+    keys = ["vtab", *GROUPS]
+    bars: list[tuple[str, list[float], list[float], bool]] = []  # (name, means, stds, paper)
+    t9 = paper.table("9")
+    for name, part in t9[t9["task"] != "vtab"].groupby("column", sort=False):
+        paper_means = group_means({k[len("vtab/") :]: v for k, v in zip(part["task"], part["value"], strict=True)})
+        bars.append((f"{name} (paper)", [paper_means.get(k, np.nan) for k in keys], [0.0] * 4, True))
+    bit = paper.column("bit-l").set_index("dataset")
+    bars.append(
+        ("bit-l (paper, mean only)", [float(bit.loc["vtab", "value"]), np.nan, np.nan, np.nan], [0.0] * 4, True)
+    )
+
+    m = columns.measured_columns(df[df["dataset"].str.startswith("vtab/")] if not df.empty else df, protocol)
+    used, incomplete = [], []
+    rollups = columns.vtab_rollups(m.acc) if not m.acc.empty else m.acc  # per (column, seed), complete groups only
+    for col, part in m.acc.groupby("column", sort=False):
+        means = rollups[rollups["column"] == col] if not rollups.empty else rollups
+        if means.empty:
+            incomplete.append(f"{col} ({part['dataset'].nunique()}/{len(TASKS)} tasks)")
+            continue
+        rows = ["vtab", *(f"vtab_{g}" for g in GROUPS)]
+        stats = [_seed_stats(means.loc[means["dataset"] == r, "value"]) if (means["dataset"] == r).any()
+                 else (np.nan, 0.0) for r in rows]  # fmt: skip
+        used += list(part["run_key"])
+        bars.append((str(col), [s[0] for s in stats], [s[1] for s in stats], False))
+
+    fig, ax = _new_figure()
+    width = 0.8 / len(bars)
+    x = np.arange(len(keys))
+    for i, (name, heights, stds, is_paper) in enumerate(bars):
+        ax.bar(x + (i - len(bars) / 2 + 0.5) * width, heights, width, yerr=None if is_paper else stds, label=name,
+               hatch="" if is_paper else "//", alpha=0.6 if is_paper else 0.95, capsize=2)  # fmt: skip
+    ax.set_xticks(x, labels)
+    ax.set_ylabel("top-1 accuracy (%)")
+    ax.set_title("VTAB-1k: group means (Figure 2 style)")
+    _legend(ax)
+    caption = (
+        "Measured bars (hatched): mean ± std over seeds of the unweighted task means of each complete VTAB-1k group, "
+        f"from {_runs_text(used)}. Paper bars: group means computed from ViT paper Table 9; BiT-L from Table 2 "
+        "(its groups are not tabulated). A group is drawn only when all of its tasks are stored."
+    )
+    if incomplete:
+        caption += " Left out, incomplete: " + "; ".join(incomplete) + "."
+    return Figure("vtab", caption, _save(fig, caption, out_dir, "vtab", formats))
+
+
+def cost_figure(
+    df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], protocol: str | None, cost: str = "flops"
+) -> Figure:
+    """Figure 5: average transfer accuracy against compute, log x axis."""
+    if cost not in COSTS:
+        raise UserError(f"--cost {cost}: expected flops or days")
+    fig, ax = _new_figure()
+    if cost == "flops":
+        t6 = paper.table("6")
+        families = {"ViT": "o", "ResNet": "s", "R50x1+ViT": "^"}
+        for family, marker in families.items():
+            points = []
+            for _, part in t6.groupby("column", sort=False):
+                model = str(part["model"].iloc[0])
+                kind = "R50x1+ViT" if model.startswith("R50x1+") else ("ViT" if model.startswith("ViT") else "ResNet")
+                values = part.set_index("dataset")["value"]
+                if kind == family and all(d in values for d in AVERAGE5):
+                    points.append((float(part["pretrain_exaflops"].iloc[0]), float(values[list(AVERAGE5)].mean())))
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.scatter(xs, ys, marker=marker, alpha=0.5, label=f"paper {family} (Table 6, pre-training exaFLOPs)")
+        xlabel = "exaFLOPs (log)"
+    else:
+        t2 = paper.table("2")
+        for name, part in t2.groupby("column", sort=False):
+            values = part.set_index("dataset")["value"]
+            if "tpuv3_core_days" in values and all(d in values for d in AVERAGE5):
+                ax.scatter(
+                    [float(values["tpuv3_core_days"])], [float(values[list(AVERAGE5)].mean())], alpha=0.5,
+                    label=f"{name} (paper, pre-training TPUv3-core-days)",
+                )  # fmt: skip
+        xlabel = "accelerator-days (log)"
+
+    m = columns.measured_columns(df, protocol)
+    used, left_out = [], []
+    for col, part in m.acc.groupby("column", sort=False):
+        part = part[part["dataset"].isin(AVERAGE5)]
+        runs = m.runs[m.runs["column"] == col]
+        if part.empty:
+            left_out.append(str(col))
+            continue
+        accuracy = float(part.groupby("dataset")["value"].mean().mean() * 100)
+        if cost == "flops":
+            x = float(pd.to_numeric(runs["flops"], errors="coerce").sum()) / 1e18
+        else:
+            x = columns.accelerator_days(runs) or 0.0
+        if not x > 0:
+            left_out.append(f"{col} (no recorded cost)")
+            continue
+        used += list(runs["run_key"])
+        datasets = ",".join(sorted(set(part["dataset"])))
+        subset = cells.SUBSET_MARK if part["data_subset"].any() else ""
+        ax.scatter([x], [accuracy], marker="*", s=160, label=f"{col}{subset} [{datasets}] (vitbench, this evaluation)")
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("mean top-1 accuracy over Average-5 datasets (%)")
+    ax.set_title("Transfer accuracy against compute (Figure 5 style)")
+    _legend(ax)
+    what = "exaFLOPs" if cost == "flops" else "accelerator-days"
+    caption = (
+        f"y: mean top-1 over the Average-5 datasets ({', '.join(AVERAGE5)}); a measured point averages the ones it has "
+        f"(listed in brackets). x: {what}. Paper points are pre-training cost; vitbench's stars are the cost of the "
+        f"stored evaluation runs themselves (a different quantity, on the same log axis). Measured: {_runs_text(used)}."
+    )
+    if left_out:
+        caption += " Not plotted: " + "; ".join(left_out) + "."
+    return Figure("cost", caption, _save(fig, caption, out_dir, "cost", formats))
+
+
+def fewshot_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...]) -> Figure:
+    """Few-shot accuracy against shots per (model, weights) and dataset, ± std over seeds."""
+    m = columns.measured_columns(df, shots_protocol())
+    if m.acc.empty:
+        raise UserError("no few-shot runs are stored; run `vitbench run --protocol fewshot`")
+    fig, ax = _new_figure()
+    used: list[str] = []
+    acc = m.acc.copy()
+    acc["line"] = acc.apply(
+        lambda r: (
+            columns.weights_label(r["model"], r["weights"], r["weights_sha256"], bool(r["random_init"]))
+            + (cells.RANDOM_MARK if r["random_init"] else "")
+            + f" · {table.title(r['dataset'])}"
+            + (cells.SUBSET_MARK if r["data_subset"] else "")
+        ),
+        axis=1,
+    )
+    for line, part in acc.groupby("line", sort=False):
+        stats = part.groupby("shots")["value"].agg(["mean", "std", "count"]).sort_index()
+        ax.errorbar(stats.index, stats["mean"] * 100, yerr=stats["std"].fillna(0) * 100, marker="o", capsize=3,
+                    label=f"{line} (n={int(stats['count'].min())})")  # fmt: skip
+        used += list(part["run_key"])
+    ax.set_xscale("log")
+    shots = sorted({int(s) for s in acc["shots"]})
+    ax.set_xticks(shots, [str(s) for s in shots])
+    ax.set_xlabel("shots per class (log)")
+    ax.set_ylabel("top-1 accuracy (%)")
+    ax.set_title("Linear few-shot accuracy against shots")
+    _legend(ax)
+    caption = (
+        "Closed-form linear few-shot evaluation (fewshot-lsr): mean ± std over seeds per shot count, "
+        f"from {_runs_text(used)}. ‡: a subset of the official splits; †: random-init weights."
+    )
+    return Figure("fewshot", caption, _save(fig, caption, out_dir, "fewshot", formats))
+
+
+def curves_figure(
+    df: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], run: str | None
+) -> Figure:
+    """A fine-tuning run's loss and learning rate per step: `run` is a run_key (or its start);
+    default the most recently finished fine-tuning run that has curves."""
+    runs = df.drop_duplicates("run_key")
+    runs = runs[runs["run_key"].isin(set(curves["run_key"]))]
+    if run is not None:
+        runs = runs[runs["run_key"].str.startswith(run)]
+        if runs.empty:
+            raise UserError(f"--run {run}: no stored fine-tuning run with curves has a run_key starting so")
+        if runs["run_key"].nunique() > 1:
+            raise UserError(f"--run {run}: matches {runs['run_key'].nunique()} runs; give more of the run_key")
+    if runs.empty:
+        raise UserError("no fine-tuning run with training curves is stored; run `vitbench run --protocol finetune`")
+    chosen = runs.sort_values("finished_at").iloc[-1]
+    mine = curves[curves["run_key"] == chosen["run_key"]]
+    fig, (loss_ax, lr_ax) = plt.subplots(2, 1, figsize=SIZE, sharex=True)
+    fig.subplots_adjust(bottom=0.25, top=0.92, left=0.09, right=0.97, hspace=0.15)
+    loss = mine[mine["name"] == "train_loss"]
+    lr = mine[mine["name"] == "lr"]
+    loss_ax.plot(loss["step"], loss["value"], lw=1)
+    loss_ax.set_ylabel("training loss")
+    lr_ax.plot(lr["step"], lr["value"], lw=1, color="tab:orange")
+    lr_ax.set_ylabel("learning rate")
+    lr_ax.set_xlabel("step")
+    h = json_field(chosen["hparams"])
+    label = columns.weights_label(
+        chosen["model"], chosen["weights"], chosen["weights_sha256"], bool(chosen["random_init"])
+    )
+    loss_ax.set_title(f"Fine-tuning: {label} on {chosen['dataset']}, seed {int(chosen['seed'])}", fontsize=9)
+    caption = (
+        f"Per-step training loss and learning rate of run {chosen['run_key'][:12]} ({h.get('stage')} stage, lr "
+        f"{h.get('lr')}, {h.get('steps')} steps, batch {h.get('batch')}, {h.get('res')} px"
+        f"{', smoke' if h.get('smoke') else ''}), {chosen['protocol_version']}, finished {chosen['finished_at']}."
+    )
+    return Figure("curves", caption, _save(fig, caption, out_dir, "curves", formats))

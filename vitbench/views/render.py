@@ -1,0 +1,229 @@
+"""Renderers of a `TableData`: the terminal (rich), Markdown, LaTeX (booktabs), CSV and a standalone
+HTML page. They differ only in how a cell, its best-in-row bold and its Δ are written."""
+
+from __future__ import annotations
+
+import html
+import io
+
+import pandas as pd
+
+from vitbench.errors import UserError
+from vitbench.views.cells import Cell, TableData
+
+FORMATS = ("rich", "md", "latex", "csv", "html")
+
+
+def _delta_text(delta: float) -> str:
+    return f"Δ {delta:+.2f}".replace("-", "−")
+
+
+def _plain(cell: Cell | None) -> str:
+    if cell is None:
+        return ""
+    text = cell.value() + cell.marks
+    return text + (f" ({_delta_text(cell.delta)})" if cell.delta is not None else "")
+
+
+def to_markdown(t: TableData) -> str:
+    best = t.best()
+
+    def show(row: str, col: str) -> str:
+        cell = t.cells.get((row, col))
+        text = _plain(cell).replace("|", "\\|")
+        if cell is not None and (row, col) in best:
+            value = cell.value() + cell.marks
+            text = text.replace(value, f"**{value}**", 1)
+        return text
+
+    lines = [f"**{t.title}**", ""] if t.title else []
+    lines += ["| | " + " | ".join(c.replace("|", "\\|") for c in t.columns) + " |", "|---" * (len(t.columns) + 1) + "|"]
+    lines += ["| " + r + " | " + " | ".join(show(r, c) for c in t.columns) + " |" for r in t.rows]
+    return "\n".join(lines + [""] + [f"- {n}" for n in t.footnotes]) + "\n"
+
+
+_LATEX = {
+    "\\": r"\textbackslash{}",
+    "_": r"\_",
+    "%": r"\%",
+    "&": r"\&",
+    "#": r"\#",
+    "$": r"\$",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "±": r"$\pm$",
+    "†": r"$^\dagger$",
+    "‡": r"$^\ddagger$",
+    "§": r"\S{}",
+    "·": r"$\cdot$",
+    "λ": r"$\lambda$",
+    "Δ": r"$\Delta$",
+    "×": r"$\times$",
+    "–": "--",
+    "−": "$-$",
+    "…": r"\dots{}",
+    "→": r"$\to$",
+    "≥": r"$\geq$",
+    "≤": r"$\leq$",
+}
+
+
+def latex_escape(s: str) -> str:
+    return "".join(_LATEX.get(ch, ch) for ch in s)
+
+
+def _latex_header(column: str) -> str:
+    """A long column label stacked on lines (model / weights / protocol), so the table fits a page."""
+    parts = column.replace(" (", "\n(", 1).split(" · ")
+    lines = [line for part in parts for line in part.split("\n")]
+    if len(lines) == 1:
+        return latex_escape(column)
+    return r"\shortstack{" + r"\\".join(latex_escape(line) for line in lines) + "}"
+
+
+def to_latex(t: TableData) -> str:
+    """A `table` float with a booktabs tabular: the best cell of each row in bold, ± as the paper
+    prints it, Δ in small type, the footnotes under the table. Needs \\usepackage{booktabs}."""
+    best = t.best()
+
+    def show(row: str, col: str) -> str:
+        cell = t.cells.get((row, col))
+        if cell is None:
+            return ""
+        value = latex_escape(cell.value())
+        value = rf"\textbf{{{value}}}" if (row, col) in best else value
+        value += latex_escape(cell.marks)
+        if cell.delta is not None:
+            value += rf" {{\scriptsize $({cell.delta:+.2f})$}}"
+        return value
+
+    out = [
+        r"% vitbench table: needs \usepackage{booktabs}; a wide one fits in \resizebox{\linewidth}{!}{...}",
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\footnotesize",
+    ]
+    if t.title:
+        out.append(rf"\caption{{{latex_escape(t.title)}}}")
+    out += [
+        r"\begin{tabular}{l" + "r" * len(t.columns) + "}",
+        r"\toprule",
+        " & " + " & ".join(_latex_header(c) for c in t.columns) + r" \\",
+        r"\midrule",
+    ]
+    out += [latex_escape(r) + " & " + " & ".join(show(r, c) for c in t.columns) + r" \\" for r in t.rows]
+    out += [r"\bottomrule", r"\end{tabular}"]
+    if t.footnotes:
+        out += [r"\par\smallskip\raggedright"] + [latex_escape(n) + r"\par" for n in t.footnotes]
+    out.append(r"\end{table}")
+    return "\n".join(out) + "\n"
+
+
+CSV_COLUMNS = ["row", "column", "mean", "std", "n", "marks", "delta", "best", "source"]
+
+
+def to_csv(t: TableData) -> str:
+    """One line per cell, numbers unformatted (cost rows: days, TPUv3-core-days or exaFLOPs)."""
+    best = t.best()
+    records = [
+        {
+            "row": row,
+            "column": col,
+            "mean": cell.mean,
+            "std": cell.std,
+            "n": cell.n,
+            "marks": cell.marks,
+            "delta": cell.delta,
+            "best": (row, col) in best,
+            "source": "paper" if cell.is_paper else "vitbench",
+        }
+        for row in t.rows
+        for col in t.columns
+        if (cell := t.cells.get((row, col))) is not None
+    ]
+    buf = io.StringIO()
+    pd.DataFrame(records, columns=CSV_COLUMNS).to_csv(buf, index=False, float_format="%.6g")
+    return buf.getvalue()
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+caption { font-weight: 600; text-align: left; padding-bottom: .5em; }
+th, td { padding: .3em .8em; border-bottom: 1px solid #ddd; text-align: right; white-space: nowrap; }
+th:first-child, td:first-child { text-align: left; }
+thead th { border-bottom: 2px solid #444; }
+td.paper, th.paper { color: #0b5394; }
+.pos { color: #1a7f37; } .neg { color: #cf222e; }
+.delta { font-size: .85em; }
+ol.notes { font-size: .85em; color: #555; max-width: 70em; }
+"""
+
+
+def to_html(t: TableData) -> str:
+    """A standalone page (inline style, no scripts, well-formed XHTML syntax)."""
+    best = t.best()
+    esc = html.escape
+
+    def cell_html(row: str, col: str) -> str:
+        cell = t.cells.get((row, col))
+        klass = ' class="paper"' if col in t.paper_columns or (cell is not None and cell.is_paper) else ""
+        if cell is None:
+            return f"<td{klass}></td>"
+        value = esc(cell.value())
+        value = f"<strong>{value}</strong>" if (row, col) in best else value
+        value += esc(cell.marks)
+        if cell.delta is not None:
+            sign = "pos" if cell.delta >= 0 else "neg"
+            value += f' <span class="delta {sign}">{esc(_delta_text(cell.delta))}</span>'
+        return f"<td{klass}>{value}</td>"
+
+    paper_th = ' class="paper"'
+    head = "".join(f"<th{paper_th if c in t.paper_columns else ''}>{esc(c)}</th>" for c in t.columns)
+    body = "\n".join(f"<tr><th>{esc(r)}</th>" + "".join(cell_html(r, c) for c in t.columns) + "</tr>" for r in t.rows)
+    notes = "".join(f"<li>{esc(n)}</li>" for n in t.footnotes)
+    title = esc(t.title or "vitbench")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8"/>\n<title>{title}</title>\n'
+        f"<style>{_STYLE}</style>\n</head>\n<body>\n<table>\n<caption>{title}</caption>\n"
+        f"<thead><tr><th></th>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>\n"
+        f'<ol class="notes">{notes}</ol>\n</body>\n</html>\n'
+    )
+
+
+def to_rich(t: TableData):
+    from rich.table import Table
+    from rich.text import Text  # Text, not markup: labels hold "[sha]" brackets
+
+    best = t.best()
+    table = Table(
+        title=Text(t.title) if t.title else None,
+        caption=Text("\n".join(t.footnotes)) if t.footnotes else None,
+        caption_justify="left",
+    )
+    table.add_column("")
+    for c in t.columns:
+        table.add_column(Text(c), justify="right", style="cyan" if c in t.paper_columns else None)
+    for r in t.rows:
+        shown = []
+        for c in t.columns:
+            cell = t.cells.get((r, c))
+            if cell is None:
+                shown.append(Text(""))
+                continue
+            text = Text(cell.value(), style="bold" if (r, c) in best else ("cyan" if cell.is_paper else ""))
+            text.append(cell.marks, style="yellow")
+            if cell.delta is not None:
+                text.append(f" {_delta_text(cell.delta)}", style="green" if cell.delta >= 0 else "red")
+            shown.append(text)
+        table.add_row(Text(r), *shown)
+    return table
+
+
+def render_text(t: TableData, fmt: str) -> str:
+    renderers = {"md": to_markdown, "latex": to_latex, "csv": to_csv, "html": to_html}
+    if fmt not in renderers:
+        raise UserError(f"--format {fmt}: expected {', '.join(FORMATS)}")
+    return renderers[fmt](t)

@@ -1,0 +1,181 @@
+"""Weights from explicit files, checked tensor by tensor. Never a download.
+
+`random` must be asked for by name; it is recorded as such (weights_sha256 = "random") and
+marked in every table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from vitbench.backend import ModelSpec
+from vitbench.errors import UserError, one_line
+from vitbench.weights.hub import resolve_timm_tag
+from vitbench.weights.npz import npz_keys, read_npz
+
+RANDOM = "random"
+SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin")
+PRE_LOGITS = ("pre_logits.weight", "pre_logits.bias")  # the upstream representation layer, as vitbench keeps it
+# Random-init weights are timm's init drawn from this seed, so one run_key always gives one number.
+RANDOM_INIT_SEED = 0
+
+
+def build_model(
+    spec: ModelSpec,
+    num_classes: int,
+    img_size: int,
+    weights: str,
+    gelu: str = "exact",
+    keep_head: bool = False,
+    pre_logits: bool = True,
+    dropout: float = 0.0,
+) -> nn.Module:
+    """The backbone at `img_size` with a zero-initialised `num_classes` head, and every other tensor
+    from `weights` (a checked path), or, for `random`, timm's init drawn from RANDOM_INIT_SEED.
+    With `keep_head` the checkpoint's own classifier is loaded too (the eval protocol). Without
+    `pre_logits` an upstream representation layer is dropped with the head (fine-tuning, B.1.1)."""
+    assert spec.backend is not None
+    with torch.random.fork_rng(devices=[]):  # leave the caller's RNG as it was
+        torch.manual_seed(RANDOM_INIT_SEED)
+        model = spec.backend.create(spec, num_classes, img_size, gelu, dropout)
+    if weights != RANDOM:
+        state = read_state_dict(Path(weights), spec)
+        if not pre_logits:
+            state = {k: v for k, v in state.items() if k not in PRE_LOGITS}
+        apply_state(model, spec, state, Path(weights), keep_head)
+    return model
+
+
+def check_weights_arg(weights: str, spec: ModelSpec | None = None) -> str:
+    """Validate `--weights` early (before any work): `random`, `timm:<tag>` from the local Hugging
+    Face cache, or an existing file of a known format. Returns `random` or an absolute path."""
+    if weights == RANDOM:
+        return RANDOM
+    if weights.startswith("timm:"):
+        return str(resolve_timm_tag(weights, spec))
+    path = Path(weights).expanduser()
+    if not path.exists():
+        raise UserError(f"--weights {weights}: no such file (expected .npz/.safetensors/.pth, timm:<tag>, or 'random')")
+    return str(check_weights_file(path, f"--weights {weights}").resolve())
+
+
+def check_weights_file(path: Path, label: str) -> Path:
+    """An existing file with a weights suffix vitbench reads; `label` names it in the error."""
+    if not path.is_file():
+        raise UserError(f"{label}: no such file")
+    if path.suffix not in SUFFIXES:
+        raise UserError(f"{label}: unknown format '{path.suffix}', expected one of {', '.join(SUFFIXES)}")
+    return path
+
+
+def read_state_dict(path: Path, spec: ModelSpec | None = None) -> dict[str, torch.Tensor]:
+    """A timm-style state dict from any supported file: a Google .npz (through timm's own loader,
+    which needs the architecture), a .safetensors file, or a .pth loaded with weights_only=True."""
+    if path.suffix == ".npz":
+        if spec is None:
+            raise UserError(f"{path}: reading a Google .npz needs the model (--model)")
+        return read_npz(path, spec)
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path))
+        except Exception as e:  # safetensors raises its own error types for truncation / bad headers
+            raise UserError(f"{path}: not a readable safetensors file, truncated or corrupt ({one_line(e)})") from None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise UserError(f"{path}: not a readable PyTorch weights file, truncated or corrupt ({one_line(e)})") from None
+    for key in ("state_dict", "model", "model_ema"):  # common training-checkpoint wrappers
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+            break
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise UserError(f"{path}: expected a state dict of tensors")
+    return state
+
+
+def load_into(model: nn.Module, spec: ModelSpec, path: Path, keep_head: bool = False) -> None:
+    """Load every tensor of `model` from `path`, except the head, which the protocols replace by a
+    fresh zero-initialised layer (paper App. B.1.1), unless `keep_head`. Any missing, extra or
+    mis-shaped tensor is an error naming it: never a silently random layer."""
+    apply_state(model, spec, read_state_dict(path, spec), path, keep_head)
+
+
+def apply_state(
+    model: nn.Module, spec: ModelSpec, state: dict[str, torch.Tensor], path: Path, keep_head: bool = False
+) -> None:
+    """`load_into` for a state dict already read from `path` (named in the errors)."""
+    assert spec.backend is not None
+    head = spec.backend.head_prefix(model) + "."
+    if keep_head:
+        _check_head(model, state, head, path)
+
+    def replaced(key: str) -> bool:  # the head is replaced by a fresh one, unless it is kept
+        return not keep_head and key.startswith(head)
+
+    state = {k: v for k, v in state.items() if not replaced(k)}
+    if PRE_LOGITS[0] in state:
+        spec.backend.add_pre_logits(model, spec, state[PRE_LOGITS[0]].shape)
+    state = spec.backend.adapt_state_dict(state, model)
+    expected = {k: v for k, v in model.state_dict().items() if not replaced(k)}
+
+    missing = [k for k in expected if k not in state]
+    extra = [k for k in state if k not in expected]
+    if missing:
+        raise UserError(
+            f"{path}: no tensor '{missing[0]}'{_more(missing)} that {spec.name} needs; weights of another architecture?"
+        )
+    if extra:
+        raise UserError(
+            f"{path}: tensor '{extra[0]}'{_more(extra)} is not part of {spec.name}; weights of another architecture?"
+        )
+    for key, tensor in expected.items():
+        if state[key].shape != tensor.shape:
+            raise UserError(
+                f"{path}: tensor '{key}' has shape {tuple(state[key].shape)}, {spec.name} expects "
+                f"{tuple(tensor.shape)}; weights of another architecture?"
+            )
+    model.load_state_dict(state, strict=False)
+
+
+def _check_head(model: nn.Module, state: dict[str, torch.Tensor], head: str, path: Path) -> None:
+    """The checkpoint's own classifier must be there and have the dataset's number of classes."""
+    weight = head + "weight"
+    if weight not in state:
+        raise UserError(f"{path}: has no classifier '{weight}'; scoring a checkpoint's own classifier needs one")
+    expected = model.state_dict()[weight].shape[0]
+    if state[weight].shape[0] != expected:
+        raise UserError(
+            f"{path}: its classifier has {state[weight].shape[0]} classes, the dataset has {expected}; "
+            "the eval protocol needs a checkpoint trained on the same classes"
+        )
+
+
+def _more(items: list[str]) -> str:
+    return f" (and {len(items) - 1} more)" if len(items) > 1 else ""
+
+
+def has_pre_logits(weights: str) -> bool:
+    """Whether a weights file carries the upstream representation layer (read from keys only)."""
+    if weights == RANDOM:
+        return False
+    path = Path(weights)
+    if path.suffix == ".npz":
+        return any(k.endswith("pre_logits/kernel") for k in npz_keys(path))
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), "pt") as f:
+                return PRE_LOGITS[0] in f.keys()  # noqa: SIM118 (safe_open is not a dict)
+        except Exception:
+            return False  # unreadable: load_into reports it properly
+    try:  # memory-mapped: reading the key list must not load a multi-GB checkpoint twice
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:
+        state = read_state_dict(path)  # legacy (non-zip) format, or unreadable: reported properly there
+    return any(PRE_LOGITS[0] in part for part in (state, *(v for v in state.values() if isinstance(v, dict))))
