@@ -69,5 +69,8 @@ Where = Annotated[
 ]
 ViewProtocol = Annotated[
     str | None,
-    typer.Option("--protocol", help="finetune, eval or fewshot (default: fine-tuned results, else few-shot)."),
+    typer.Option(
+        "--protocol",
+        help="finetune, eval, fewshot, knn or linear (default: fine-tuned results, else few-shot).",
+    ),
 ]

@@ -39,6 +39,7 @@ def run(
     seeds: ro.Seeds = None,
     shots: ro.Shots = None,
     fewshot_l2: ro.FewshotL2 = DEFAULT_L2,
+    knn_k: ro.KnnK = None,
     res: ro.Res = None,
     gelu: ro.Gelu = "exact",
     data_dir: o.DataDir = None,
@@ -129,6 +130,9 @@ def _request(given: dict) -> Request:
     req_shots = o.int_list("--shots", given["shots"]) or SHOTS
     if 0 in req_shots:
         raise UserError("--shots: shot counts must be at least 1")
+    knn_k = o.int_list("--knn-k", given["knn_k"]) or (20,)
+    if 0 in knn_k:
+        raise UserError("--knn-k: neighbour counts must be at least 1")
     dataset = given["dataset"]
     fields = {k: given[k] for k in Request.__dataclass_fields__ if k in given}
     return Request(
@@ -137,6 +141,7 @@ def _request(given: dict) -> Request:
             "datasets": tuple(d.strip() for d in dataset.split(",") if d.strip()) if dataset else (),
             "seeds": o.int_list("--seeds", given["seeds"]) or SEEDS,
             "shots": req_shots,
+            "knn_k": knn_k,
             "data_dir": o.check_data_dir(given["data_dir"]),
             "extraction_batch": given["batch_size"],
             "polyak": given["polyak"] or None,

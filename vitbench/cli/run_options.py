@@ -18,12 +18,14 @@ RunProtocol = Annotated[
     typer.Option(
         "--protocol",
         help="fewshot (default; the suite's own for vtab/table2: finetune), finetune (App. B: dev LR sweep, "
-        "then 3 seeds), or eval: score the checkpoint's own classifier.",
+        "then 3 seeds), eval: score the checkpoint's own classifier, knn (DINO's weighted k-NN) or linear "
+        "(a logistic-regression probe); `vitbench ls protocols`.",
     ),
 ]
 Weights = Annotated[str | None, typer.Option("--weights", "-w", help="A .safetensors/.pth file, or 'random'.")]
 Seeds = Annotated[str | None, typer.Option("--seeds", help="Comma-separated seeds [default: 0,1,2].")]
 Shots = Annotated[str | None, typer.Option("--shots", help="Comma-separated shot counts [default: 1,5,10,25].")]
+KnnK = Annotated[str | None, typer.Option("--knn-k", help="knn: comma-separated neighbour counts [default: 20].")]
 FewshotL2 = Annotated[str, typer.Option("--fewshot-l2", help="Ridge λ (1024, 2^10) or 'sweep' (2^-10..2^19).")]
 Res = Annotated[
     int | None,

@@ -23,8 +23,7 @@ def _view_protocol(protocol: str | None, shots: int | None) -> str | None:
     """The protocol a view shows: `--protocol`, or the one whose runs have shots when `--shots` is given."""
     known = protocols()
     if protocol is not None:
-        # the views' order: fine-tuned results first (the registry's, reversed)
-        check_choice("--protocol", protocol, list(known)[::-1], "or")
+        check_choice("--protocol", protocol, list(known), "or")
     if shots is None:
         return protocol
     if protocol is not None and protocol != shots_protocol():

@@ -6,15 +6,16 @@ from __future__ import annotations
 import os
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from vitbench.devices import Clock
+from vitbench.devices import Clock, autocast
 from vitbench.engine.inference import Outputs, run_over
 from vitbench.provenance import canonical_json, sha256_text
-from vitbench.weights import build_model
+from vitbench.weights import build_model, has_pre_logits
 
 FEATURES_VERSION = "features/3"  # 3: kept indices and skipped corrupt images
 
@@ -115,3 +116,53 @@ def group_model(group, keep_head: bool, compile: bool = False) -> LazyModel:
         lambda: build_model(group.model, group.dataset.num_classes, group.res, group.weights, gelu, keep_head),
         compile,
     )
+
+
+def representation_hparams(group, precision: str) -> dict:
+    """What a frozen-feature protocol records about its features (and keys its runs on): the
+    representation (LN(CLS), or tanh(Dense(LN(CLS))) where the weights carry `pre_logits`) and
+    the extraction precision when it is not fp32 (fp32 stays out of the key)."""
+    assert group.model.backend is not None
+    found = {"representation": group.model.backend.representation_name(has_pre_logits(group.weights))}
+    if precision == "bf16":
+        found["precision"] = "bf16"
+    return found
+
+
+@dataclass
+class FrozenFeatures:
+    """A group's frozen representations of its train and test splits."""
+
+    train: Outputs
+    test: Outputs
+    extracted: bool  # computed now, not read from the cache
+    seconds: float  # device-seconds the extraction took (0 from the cache)
+
+    @property
+    def images(self) -> int:
+        return len(self.train.labels) + len(self.test.labels)
+
+    @property
+    def skipped(self) -> list[str]:
+        return self.train.skipped + self.test.skipped
+
+
+def frozen_features(group, req, device: torch.device, split_names: tuple[str, str]) -> FrozenFeatures:
+    """The representation of every image of the two splits, from the cache where it is there: the
+    few-shot, k-NN and linear-probe protocols read the same cache entries (one extraction serves
+    all three), keyed on what the runs' hparams record about the features."""
+    assert group.model.backend is not None
+    backend = group.model.backend
+    parts = {k: v for k, v in group.specs[0].hparams.items() if k in ("representation", "precision")}
+    precision = parts.get("precision", "fp32")
+
+    def features(m: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
+        with autocast(device, precision):
+            return backend.features(m, images)
+
+    clock = Clock(device)
+    model = group_model(group, keep_head=False, compile=req.compile)
+    (train, train_new), (test, test_new) = [
+        outputs_over(group, s, req, device, clock, parts, features, model) for s in split_names
+    ]
+    return FrozenFeatures(train, test, train_new or test_new, clock.seconds)

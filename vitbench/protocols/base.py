@@ -62,6 +62,7 @@ class Request:
     seeds: tuple[int, ...] = SEEDS
     shots: tuple[int, ...] = SHOTS
     fewshot_l2: str = DEFAULT_L2
+    knn_k: tuple[int, ...] = (20,)  # DINO's default k
     res: int | None = None
     gelu: str = "exact"
     data_dir: Path | None = None

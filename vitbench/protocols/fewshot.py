@@ -11,14 +11,12 @@ from datetime import UTC, datetime
 
 import torch
 
-from vitbench.backend import ModelSpec
 from vitbench.datasets import DatasetSpec
-from vitbench.devices import Clock, autocast, resolve_device, resolve_precision
-from vitbench.engine.features import group_model, outputs_over
+from vitbench.devices import Clock, resolve_device, resolve_precision
+from vitbench.engine.features import frozen_features, representation_hparams
 from vitbench.engine.ridge import fewshot_accuracies
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
-from vitbench.weights import has_pre_logits
 
 L2_GRID = tuple(2.0**i for i in range(-10, 20))  # the older sweep: 2^-10 .. 2^19
 
@@ -53,34 +51,15 @@ class FewShot(Protocol):
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         label, _ = parse_l2(req.fewshot_l2)
-        hparams = {**hparams, "l2": label, "representation": _representation(group.model, group.weights)}
-        if extraction_precision(req) == "bf16":  # (fp32 is the default and stays out of the key)
-            hparams["precision"] = "bf16"
+        hparams = {**hparams, "l2": label, **representation_hparams(group, extraction_precision(req))}
         first = group.splits[self.splits(group.dataset)[0]]
         return [
             self.base_spec(group, first, weights_sha, hparams, seed, shots) for seed in req.seeds for shots in req.shots
         ]
 
     def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
-        assert group.model.backend is not None
-        backend = group.model.backend
-        extraction = Clock(device)
-        model = group_model(group, keep_head=False, compile=req.compile)
-        hparams = group.specs[0].hparams
-        parts = {"representation": hparams["representation"]}  # LN(CLS) or tanh(Dense(LN(CLS)))
-        bf16 = hparams.get("precision") == "bf16"
-        if bf16:
-            parts["precision"] = "bf16"
-
-        def features(m: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
-            with autocast(device, "bf16" if bf16 else "fp32"):
-                return backend.features(m, images)
-
-        (train, train_new), (test, test_new) = [
-            outputs_over(group, s, req, device, extraction, parts, features, model) for s in self.splits(group.dataset)
-        ]
-        extracted = train_new or test_new
-        n_images = len(train.labels) + len(test.labels)
+        found = frozen_features(group, req, device, self.splits(group.dataset))
+        train, test = found.train, found.test
         # on the device once for every (shots, seed, λ): the solve runs there in float64
         train_pair = (torch.from_numpy(train.values).to(device), train.labels)
         test_pair = (torch.from_numpy(test.values).to(device), torch.from_numpy(test.labels).to(device))
@@ -98,12 +77,12 @@ class FewShot(Protocol):
                 spec,
                 _metrics(accs, label),
                 started,
-                seconds=extraction.seconds * share + solve.seconds,
-                images=n_images * share if extracted else 0.0,
+                seconds=found.seconds * share + solve.seconds,
+                images=found.images * share if found.extracted else 0.0,
                 n_train=n_train,
                 n_test=len(test.labels),
-                skipped=train.skipped + test.skipped,
-                notes={"features_from_cache": not extracted, "extraction_seconds": extraction.seconds},
+                skipped=found.skipped,
+                notes={"features_from_cache": not found.extracted, "extraction_seconds": found.seconds},
             )
 
     def describe(self, spec: RunSpec) -> str:
@@ -111,11 +90,6 @@ class FewShot(Protocol):
 
     def dry_run_detail(self, spec: RunSpec) -> str:
         return f" shots={spec.shots}"
-
-
-def _representation(model: ModelSpec, weights: str) -> str:
-    assert model.backend is not None
-    return model.backend.representation_name(has_pre_logits(weights))
 
 
 def _metrics(accs: dict[float, float], l2_label: str) -> dict[str, float]:

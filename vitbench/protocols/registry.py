@@ -13,10 +13,12 @@ from vitbench.protocols.base import Protocol
 from vitbench.protocols.eval import EVAL
 from vitbench.protocols.fewshot import FEWSHOT
 from vitbench.protocols.finetune import FINETUNE
+from vitbench.protocols.knn import KNN
+from vitbench.protocols.linear import LINEAR
 
 log = logging.getLogger("vitbench")
 
-BUILTIN: tuple[Protocol, ...] = (FEWSHOT, EVAL, FINETUNE)
+BUILTIN: tuple[Protocol, ...] = (FEWSHOT, EVAL, FINETUNE, KNN, LINEAR)
 _registered: dict[str, Protocol] = {}
 
 

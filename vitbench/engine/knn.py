@@ -1,0 +1,44 @@
+"""Weighted k-nearest-neighbour classification on frozen features, as DINO's `eval_knn.py`
+(facebookresearch/dino, `knn_classifier`): features L2-normalised, cosine similarity to every train
+image, the k most similar vote for their class with weight exp(similarity / T)."""
+
+from __future__ import annotations
+
+import torch
+
+TEMPERATURE = 0.07  # DINO's default `--temperature`
+TEST_CHUNK = 256  # test images per similarity block (DINO: imgs_per_chunk = num_test_images // 100)
+
+
+def knn_accuracies(
+    train: torch.Tensor,
+    train_labels: torch.Tensor,
+    test: torch.Tensor,
+    test_labels: torch.Tensor,
+    num_classes: int,
+    ks: tuple[int, ...],
+    temperature: float = TEMPERATURE,
+    weighted: bool = True,
+) -> dict[int, tuple[float, float]]:
+    """{k: (top-1, top-5 accuracy)} for every k, from one similarity pass: the neighbours of the
+    largest k, sorted by similarity, give every smaller k as a prefix. `weighted=False` gives every
+    neighbour one vote (scikit-learn's uniform KNeighborsClassifier)."""
+    train = torch.nn.functional.normalize(train.double(), dim=1)  # (N, D)
+    test = torch.nn.functional.normalize(test.double(), dim=1)  # (M, D)
+    largest = min(max(ks), len(train))
+    hits = {k: [0, 0] for k in ks}
+    for start in range(0, len(test), TEST_CHUNK):
+        block = test[start : start + TEST_CHUNK] @ train.T  # (B, N) cosine similarities
+        similarity, index = block.topk(largest, dim=1)  # (B, K), most similar first
+        votes_all = torch.exp(similarity / temperature) if weighted else torch.ones_like(similarity)
+        neighbour_labels = train_labels[index]  # (B, K)
+        truth = test_labels[start : start + TEST_CHUNK]
+        for k in ks:
+            votes = torch.zeros(len(block), num_classes, dtype=votes_all.dtype, device=block.device)
+            votes.scatter_add_(1, neighbour_labels[:, :k], votes_all[:, :k])  # (B, C)
+            # a stable sort: tied classes in class order (scikit-learn's vote takes the first too;
+            # DINO's topk leaves ties, e.g. the zero-vote classes of a small k, in no set order)
+            ranked = votes.sort(dim=1, descending=True, stable=True).indices[:, :5]  # (B, 5)
+            hits[k][0] += int((ranked[:, 0] == truth).sum())
+            hits[k][1] += int((ranked == truth[:, None]).any(dim=1).sum())
+    return {k: (top1 / len(test), top5 / len(test)) for k, (top1, top5) in hits.items()}

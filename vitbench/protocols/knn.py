@@ -1,0 +1,71 @@
+"""Weighted k-NN on frozen features (DINO, Caron et al. 2021, `eval_knn.py`): the whole train split
+is the memory bank, cosine similarity, k = 20 and temperature 0.07 by default; top-1 and top-5.
+`--knn-k 10,20,100,200` scores several k from one similarity pass. The features are the few-shot
+protocol's, from the same cache (engine/features.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import torch
+
+from vitbench.datasets import DatasetSpec
+from vitbench.devices import Clock
+from vitbench.engine.features import frozen_features, representation_hparams
+from vitbench.engine.knn import TEMPERATURE, knn_accuracies
+from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.fewshot import extraction_precision
+
+
+class KNearestNeighbours(Protocol):
+    name = "knn"
+    version = "knn/1"
+    summary = "weighted k-NN on frozen features (DINO: cosine, k=20, T=0.07), top-1 and top-5"
+    label = "k-NN"
+
+    def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
+        return dataset.fewshot_splits  # the memory bank, then the scored split
+
+    def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
+        first = group.splits[self.splits(group.dataset)[0]]
+        hparams = {**hparams, "temperature": TEMPERATURE, **representation_hparams(group, extraction_precision(req))}
+        return [self.base_spec(group, first, weights_sha, {**hparams, "k": k}, seed=0) for k in req.knn_k]
+
+    def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
+        found = frozen_features(group, req, device, self.splits(group.dataset))
+        train, test = found.train, found.test
+        started, search = datetime.now(UTC), Clock(device)
+        with search:
+            accuracies = knn_accuracies(
+                torch.from_numpy(train.values).to(device),
+                torch.from_numpy(train.labels).to(device),
+                torch.from_numpy(test.values).to(device),
+                torch.from_numpy(test.labels).to(device),
+                group.dataset.num_classes,
+                tuple(s.hparams["k"] for s in todo),
+                todo[0].hparams["temperature"],
+            )
+        share = 1 / len(todo)  # one extraction and one similarity pass serve every k
+        for spec in todo:
+            top1, top5 = accuracies[spec.hparams["k"]]
+            recorder.record(
+                group,
+                spec,
+                {"accuracy": top1, "accuracy_top5": top5},
+                started,
+                seconds=(found.seconds + search.seconds) * share,
+                images=found.images * share if found.extracted else 0.0,
+                n_train=len(train.labels),
+                n_test=len(test.labels),
+                skipped=found.skipped,
+                notes={"features_from_cache": not found.extracted},
+            )
+
+    def describe(self, spec: RunSpec) -> str:
+        return f"knn k={spec.hparams['k']}"
+
+    def dry_run_detail(self, spec: RunSpec) -> str:
+        return f" k={spec.hparams['k']}"
+
+
+KNN = KNearestNeighbours()

@@ -1,0 +1,94 @@
+"""A full-data linear probe on frozen features (the CLIP / DINO / MAE papers' "linear probe"):
+multinomial logistic regression with L2, λ chosen on a validation split carved from train (the
+dataset's dev split where it has one, as fine-tuning chooses its LR), then refit on all of train
+and scored on test. The features are the few-shot protocol's, from the same cache."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+import torch
+
+from vitbench.datasets import DatasetSpec
+from vitbench.datasets.base import dev_holdout
+from vitbench.devices import Clock
+from vitbench.engine import logistic
+from vitbench.engine.features import frozen_features, representation_hparams
+from vitbench.engine.inference import Outputs
+from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.fewshot import extraction_precision
+
+VALIDATION_FRACTION = 0.1  # where a dataset has no dev fraction of its own (ours: as Pets and Flowers)
+
+
+class LinearProbe(Protocol):
+    name = "linear"
+    version = "linear/1"
+    summary = "full-data logistic-regression probe on frozen features, L2 chosen on a validation split"
+    label = "linear-probe"
+
+    def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
+        return dataset.fewshot_splits  # train (the validation split is carved from it), then test
+
+    def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
+        first = group.splits[self.splits(group.dataset)[0]]
+        hparams = {
+            **hparams,
+            **representation_hparams(group, extraction_precision(req)),
+            "validation": f"{_validation_fraction(group.dataset):g} of train (dev split)",
+            "l2_grid": "1e-6..1e2, refined x/÷ 10^0.5 and 10^0.25 around the best",
+            "objective": "mean CE + l2/2 |W|^2 on standardised features, L-BFGS",
+        }
+        return [self.base_spec(group, first, weights_sha, hparams, seed=0)]
+
+    def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
+        found = frozen_features(group, req, device, self.splits(group.dataset))
+        started, solve = datetime.now(UTC), Clock(device)
+        classes = group.dataset.num_classes
+        train, test = _on(found.train, device), _on(found.test, device)
+        train_split = group.splits[self.splits(group.dataset)[0]]
+        fit_idx, val_idx = _validation(found.train, len(train_split), _validation_fraction(group.dataset))
+        with solve:
+            best, scores = logistic.sweep(
+                (train[0][fit_idx], train[1][fit_idx]), (train[0][val_idx], train[1][val_idx]), classes
+            )
+            probe = logistic.fit(*train, classes, best)
+            accuracy = probe.accuracy(*test)
+        recorder.record(
+            group,
+            todo[0],
+            {"accuracy": accuracy, "l2": best, "val_accuracy": scores[best]},
+            started,
+            seconds=found.seconds + solve.seconds,
+            images=float(found.images) if found.extracted else 0.0,
+            n_train=len(found.train.labels),
+            n_test=len(found.test.labels),
+            skipped=found.skipped,
+            notes={
+                "features_from_cache": not found.extracted,
+                "l2_sweep": {f"{k:.3g}": v for k, v in sorted(scores.items())},
+            },
+        )
+
+    def describe(self, spec: RunSpec) -> str:
+        return "linear probe"
+
+
+def _validation_fraction(dataset: DatasetSpec) -> float:
+    return dataset.dev_fraction or VALIDATION_FRACTION
+
+
+def _validation(train: Outputs, n: int, fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fit, validation) positions in the train features: the dataset's dev holdout (a fixed
+    permutation of the `n` images of the train split), restricted to the images that were read."""
+    _, dev = dev_holdout(n, fraction)
+    is_dev = np.isin(train.indices, dev)
+    return torch.from_numpy(np.flatnonzero(~is_dev)), torch.from_numpy(np.flatnonzero(is_dev))
+
+
+def _on(outputs: Outputs, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.from_numpy(outputs.values).to(device), torch.from_numpy(outputs.labels).to(device)
+
+
+LINEAR = LinearProbe()
