@@ -147,7 +147,7 @@ class FrozenFeatures:
         return self.train.skipped + self.test.skipped
 
 
-def frozen_features(group, req, device: torch.device, split_names: tuple[str, str]) -> FrozenFeatures:
+def frozen_features(group, req, device: torch.device, split_names: tuple[str, ...]) -> FrozenFeatures:
     """The representation of every image of the two splits, from the cache where it is there: the
     few-shot, k-NN and linear-probe protocols read the same cache entries (one extraction serves
     all three), keyed on what the runs' hparams record about the features."""
@@ -162,7 +162,7 @@ def frozen_features(group, req, device: torch.device, split_names: tuple[str, st
 
     clock = Clock(device)
     model = group_model(group, keep_head=False, compile=req.compile)
-    (train, train_new), (test, test_new) = [
-        outputs_over(group, s, req, device, clock, parts, features, model) for s in split_names
-    ]
+    train_split, test_split = split_names  # (the protocols' fewshot_splits: shots from, scored on)
+    train, train_new = outputs_over(group, train_split, req, device, clock, parts, features, model)
+    test, test_new = outputs_over(group, test_split, req, device, clock, parts, features, model)
     return FrozenFeatures(train, test, train_new or test_new, clock.seconds)
