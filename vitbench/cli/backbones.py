@@ -14,7 +14,7 @@ from vitbench.api import writable_results
 from vitbench.cli.app import app, err, out
 from vitbench.cli.options import DataDir, Device, Results, check_data_dir
 from vitbench.devices import device_name, resolve_device
-from vitbench.views import inspection, render, table
+from vitbench.views import attention, inspection, render
 from vitbench.weights.describe import convert, describe
 
 
@@ -60,7 +60,7 @@ def inspect_cmd(
         store.save_attention_distance(con, rows)
     finally:
         con.close()
-    out.print(render.to_rich(table.attention_view(store.read_attention_distance(results), only=key)))
+    out.print(render.to_rich(attention.attention_view(store.read_attention_distance(results), only=key)))
     written = ["embedding_filters.png"] if found["filters_written"] else []
     written += [
         "position_similarity.png",

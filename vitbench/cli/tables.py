@@ -16,7 +16,7 @@ from vitbench.errors import UserError
 from vitbench.protocols.registry import protocols, shots_protocol
 from vitbench.store import query
 from vitbench.store.export import export
-from vitbench.views import bench_table, plots, table
+from vitbench.views import attention, bench_table, plots, table
 
 
 def _view_protocol(protocol: str | None, shots: int | None) -> str | None:
@@ -74,7 +74,7 @@ def table_cmd(
         show(data, fmt, results, out_file)
         return
     if view == "attention":
-        show(table.attention_view(store.read_attention_distance(results)), fmt, results, out_file)
+        show(attention.attention_view(store.read_attention_distance(results)), fmt, results, out_file)
         return
     if view != "accuracy":
         raise UserError(f"--view {view}: expected accuracy or attention")

@@ -9,7 +9,8 @@ turns it into rich, Markdown, LaTeX, CSV or HTML. Views:
 - `table9_view`: VTAB-1k per task with the natural / specialized / structured means.
 - `table5_view`: Table 5's blocks by pre-training dataset, measured weights as blocks of their own.
 - `table6_view`: Table 6's models with pre-training exaFLOPs, measured columns as rows.
-- `attention_view`: mean attention distance per layer (`vitbench inspect`).
+
+(The attention-distance view is views/attention.py; the throughput table views/bench_table.py.)
 
 Honesty: random-init (†), subset-data (‡) and smoke (§) results carry their symbol and a
 footnote in every view, get no Δ and are never the row's best unless `include_marked`.
@@ -122,7 +123,7 @@ def _deltas(
     return shown
 
 
-def _marker_footnotes(data: TableData, include_marked: bool, compared: bool) -> None:
+def marker_footnotes(data: TableData, include_marked: bool, compared: bool) -> None:
     texts = " ".join([*data.columns, *(c.marks for c in data.cells.values()), *data.rows])
     left_out = "" if include_marked or not compared else "; no Δ, never bold (--include-marked to include)"
     if RANDOM_MARK in texts:
@@ -231,7 +232,7 @@ def accuracy_view(
     _common_footnotes(data, m, compare, delta_to, shown)
     for name in compare:
         data.footnotes.append(f"{name} (paper): {values[name]['source'].iloc[0]}")
-    _marker_footnotes(data, include_marked, bool(compare))
+    marker_footnotes(data, include_marked, bool(compare))
     _provenance_footnotes(data, m)
     return data
 
@@ -291,7 +292,7 @@ def table9_view(
     data.footnotes.append(
         "paper columns: ViT paper Table 9 (one decimal per task); group means and the mean computed from its tasks"
     )
-    _marker_footnotes(data, include_marked, True)
+    marker_footnotes(data, include_marked, True)
     _provenance_footnotes(data, m)
     return data
 
@@ -333,7 +334,7 @@ def table5_view(df: pd.DataFrame, protocol: str | None = None, include_marked: b
     data.footnotes.append("paper cells: ViT paper Table 5 (fine-tuned at 384 px, no Polyak averaging)")
     if not m.acc.empty:
         data.footnotes.append("measured cells: top-1 accuracy (%), mean ± std over seeds (n runs); no Δ in this view")
-    _marker_footnotes(data, include_marked, False)
+    marker_footnotes(data, include_marked, False)
     _provenance_footnotes(data, m)
     return data
 
@@ -375,32 +376,6 @@ def table6_view(df: pd.DataFrame, protocol: str | None = None, include_marked: b
     )
     if not m.runs.empty:
         data.footnotes.append("measured cells: top-1 accuracy (%), mean ± std over seeds (n runs)")
-    _marker_footnotes(data, include_marked, False)
+    marker_footnotes(data, include_marked, False)
     _provenance_footnotes(data, m)
-    return data
-
-
-def attention_view(df: pd.DataFrame, only: str | None = None) -> TableData:
-    """Mean attention distance per layer: one column per inspected (model, weights, resolution, images),
-    each cell the range over heads and their mean, in pixels (Fig. 7 right, as numbers)."""
-    data = TableData(title="Mean attention distance (pixels)")
-    if only is not None:
-        df = df[df["inspect_key"] == only]
-    if df.empty:
-        return data
-    for _key, part in df.groupby("inspect_key", sort=False):
-        first = part.iloc[0]
-        weights = "random init" if first["random_init"] else f"{str(first['weights']).rsplit('/', 1)[-1]}"
-        col = f"{first['model']} ({weights}) @{first['res']}px, {first['n_images']} images"
-        if first["random_init"]:
-            col += RANDOM_MARK
-        data.add_column(col)
-        for layer, heads in part.groupby("layer"):
-            row = f"layer {int(layer)}"
-            data.add_row(row)
-            lo, hi, mean = heads["distance_px"].min(), heads["distance_px"].max(), heads["distance_px"].mean()
-            data.cells[(row, col)] = Cell(mean=float(mean), n=len(heads), text=f"{lo:.0f}–{hi:.0f} (mean {mean:.0f})")
-    data.rows.sort(key=lambda r: int(r.split()[1]))
-    data.footnotes.append("mean attention distance in pixels: min–max over heads (mean over heads)")
-    _marker_footnotes(data, True, False)
     return data
