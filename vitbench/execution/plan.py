@@ -26,7 +26,10 @@ def resolve(req: Request) -> tuple[str, tuple[str, ...], str, str]:
         raise UserError("give --suite or --dataset, not both")
     # explicit datasets run on their own; otherwise the named suite, or the embedded demo
     suite = None if req.datasets else get_suite(req.suite or "demo")
-    datasets = suite.datasets if suite else req.datasets
+    datasets = suite.datasets if suite else tuple(dict.fromkeys(req.datasets))
+    if len(datasets) < len(req.datasets):
+        repeated = sorted({d for d in req.datasets if req.datasets.count(d) > 1})
+        log.warning("--dataset names %s more than once; each runs once", ", ".join(repeated))
     defaults = suite.defaults if suite else {}
     model = req.model or defaults.get("model")
     if not model:
