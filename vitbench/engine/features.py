@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitbench.devices import Clock, autocast
+from vitbench.devices import Clock, autocast, resolve_device, resolve_precision
 from vitbench.engine.inference import Outputs, run_over
 from vitbench.provenance import canonical_json, sha256_text
 from vitbench.weights import build_model, has_pre_logits
@@ -118,13 +118,14 @@ def group_model(group, keep_head: bool, compile: bool = False) -> LazyModel:
     )
 
 
-def representation_hparams(group, precision: str) -> dict:
+def representation_hparams(group, req) -> dict:
     """What a frozen-feature protocol records about its features (and keys its runs on): the
     representation (LN(CLS), or tanh(Dense(LN(CLS))) where the weights carry `pre_logits`) and
-    the extraction precision when it is not fp32 (fp32 stays out of the key)."""
+    the extraction precision when it is not fp32 (fp32 stays out of the key): bf16 autocast on a
+    GPU unless --precision fp32, fp32 on a CPU."""
     assert group.model.backend is not None
     found = {"representation": group.model.backend.representation_name(has_pre_logits(group.weights))}
-    if precision == "bf16":
+    if resolve_precision(req.precision, resolve_device(req.device).type) == "bf16":
         found["precision"] = "bf16"
     return found
 

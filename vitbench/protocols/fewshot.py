@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import torch
 
 from vitbench.datasets import DatasetSpec
-from vitbench.devices import Clock, resolve_device, resolve_precision
+from vitbench.devices import Clock
 from vitbench.engine.features import frozen_features, representation_hparams
 from vitbench.engine.ridge import fewshot_accuracies
 from vitbench.errors import UserError
@@ -34,11 +34,6 @@ def parse_l2(text: str) -> tuple[str, tuple[float, ...]]:
     return f"{value:g}", (value,)
 
 
-def extraction_precision(req: Request) -> str:
-    """Few-shot features: bf16 autocast on a GPU unless --precision fp32; fp32 on a CPU."""
-    return resolve_precision(req.precision, resolve_device(req.device).type)
-
-
 class FewShot(Protocol):
     name = "fewshot"
     version = "fewshot-lsr/2"  # bump when a change alters the numbers (2: vit_jax pos-emb resize)
@@ -51,7 +46,7 @@ class FewShot(Protocol):
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         label, _ = parse_l2(req.fewshot_l2)
-        hparams = {**hparams, "l2": label, **representation_hparams(group, extraction_precision(req))}
+        hparams = {**hparams, "l2": label, **representation_hparams(group, req)}
         first = group.splits[self.splits(group.dataset)[0]]
         return [
             self.base_spec(group, first, weights_sha, hparams, seed, shots) for seed in req.seeds for shots in req.shots

@@ -14,7 +14,6 @@ from vitbench.devices import Clock
 from vitbench.engine.features import frozen_features, representation_hparams
 from vitbench.engine.knn import TEMPERATURE, knn_accuracies
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
-from vitbench.protocols.fewshot import extraction_precision
 
 
 class KNearestNeighbours(Protocol):
@@ -28,7 +27,7 @@ class KNearestNeighbours(Protocol):
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         first = group.splits[self.splits(group.dataset)[0]]
-        hparams = {**hparams, "temperature": TEMPERATURE, **representation_hparams(group, extraction_precision(req))}
+        hparams = {**hparams, "temperature": TEMPERATURE, **representation_hparams(group, req)}
         return [self.base_spec(group, first, weights_sha, {**hparams, "k": k}, seed=0) for k in req.knn_k]
 
     def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:

@@ -17,7 +17,6 @@ from vitbench.engine import logistic
 from vitbench.engine.features import frozen_features, representation_hparams
 from vitbench.engine.inference import Outputs
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
-from vitbench.protocols.fewshot import extraction_precision
 
 VALIDATION_FRACTION = 0.1  # where a dataset has no dev fraction of its own (ours: as Pets and Flowers)
 
@@ -35,7 +34,7 @@ class LinearProbe(Protocol):
         first = group.splits[self.splits(group.dataset)[0]]
         hparams = {
             **hparams,
-            **representation_hparams(group, extraction_precision(req)),
+            **representation_hparams(group, req),
             "validation": f"{_validation_fraction(group.dataset):g} of train (dev split)",
             "l2_grid": "1e-6..1e2, refined x/÷ 10^0.5 and 10^0.25 around the best",
             "objective": "mean CE + l2/2 |W|^2 on standardised features, L-BFGS",

@@ -19,6 +19,7 @@ from vitbench.protocols.linear import LINEAR
 log = logging.getLogger("vitbench")
 
 BUILTIN: tuple[Protocol, ...] = (FEWSHOT, EVAL, FINETUNE, KNN, LINEAR)
+BUILTIN_NAMES = frozenset(p.name for p in BUILTIN)
 _registered: dict[str, Protocol] = {}
 
 
@@ -38,7 +39,7 @@ def protocols() -> dict[str, Protocol]:
     """Every known protocol by name, built-ins first; a plugin cannot replace a built-in."""
     found = {p.name: p for p in BUILTIN}
     for p in (*_plugins(), *_registered.values()):
-        if p.name in found and found[p.name] is not p and p.name in {b.name for b in BUILTIN}:
+        if p.name in BUILTIN_NAMES:
             log.warning("protocol %s: a plugin may not replace the built-in; keeping vitbench's", p.name)
             continue
         found[p.name] = p
