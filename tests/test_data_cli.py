@@ -98,7 +98,7 @@ def test_eval_needs_a_classifier_with_the_datasets_classes(cli, results, cifar10
         "run", "--results", results, "--protocol", "eval", "--model", "deit-ti/16", "--weights", DEIT_WEIGHTS,
         "--dataset", "cifar10", "--data-dir", cifar10_dir, "--workers", "0",
     )  # fmt: skip
-    assert code == 2 and "its classifier has 1000 classes, the dataset has 10" in err
+    assert code == 2 and "its classifier has 1000 classes, scoring the dataset needs 10" in err
 
 
 @needs_shared_data

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vitbench.datasets.robustness import ROBUSTNESS_NAMES
 from vitbench.datasets.vtab import TASKS, dataset_name
 
 VTAB = tuple(dataset_name(t) for t in TASKS)  # Table 9's order: natural, specialized, structured
@@ -44,5 +45,13 @@ SUITES: dict[str, Suite] = {
         ),
         Suite("table2", CLASSIC + VTAB, "finetune", "every dataset behind a row of the paper's Table 2, fine-tuned"),
         Suite("fewshot", CLASSIC, "fewshot", "the paper's few-shot datasets (ImageNet, CIFAR-10/100, Pets, Flowers)"),
+        # ImageNet val first: the robustness view reports each set's drop from it
+        Suite(
+            "robustness",
+            ("imagenet", *ROBUSTNESS_NAMES),
+            "eval",
+            "ImageNet val and its distribution shifts (V2, R, A, Sketch, ObjectNet), scored with the checkpoint's "
+            "ImageNet-1k head; add --skip-missing to run the sets that are present",
+        ),
     ]
 }

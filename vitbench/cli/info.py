@@ -52,7 +52,7 @@ def ls(
         for d in registry.datasets().values():
             dev = f"{d.dev_fraction:.0%} of train" if d.dev_fraction else " → ".join(d.sweep_splits)
             notes = [d.group or "", "" if d.train_flip else "no flip", "" if d.train_crop else "no crop"]
-            notes += [f"also --data-source {s}" for s in d.other_sources]
+            notes += [f"also --data-source {s}" for s in d.other_sources] + [d.note]
             t.add_row(
                 d.name,
                 d.title,

@@ -16,7 +16,7 @@ from vitbench.errors import UserError
 from vitbench.protocols.registry import protocols, shots_protocol
 from vitbench.store import query
 from vitbench.store.export import export
-from vitbench.views import attention, bench_table, plots, table
+from vitbench.views import attention, bench_table, plots, robustness, table
 
 
 def _view_protocol(protocol: str | None, shots: int | None) -> str | None:
@@ -58,7 +58,12 @@ def table_cmd(
     fmt: Annotated[str, typer.Option("--format", "-f", help="rich, md, latex, csv or html.")] = "rich",
     out_file: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file instead of stdout.")] = None,
     view: Annotated[
-        str, typer.Option("--view", help="accuracy, or attention (mean attention distance per layer).")
+        str,
+        typer.Option(
+            "--view",
+            help="accuracy; robustness (ImageNet val, V2, R, A, Sketch, ObjectNet: --protocol eval runs); "
+            "or attention (mean attention distance per layer).",
+        ),
     ] = "accuracy",
     bench: Annotated[
         bool, typer.Option("--bench", help="The throughput measurements of `vitbench bench` instead of accuracy.")
@@ -76,8 +81,8 @@ def table_cmd(
     if view == "attention":
         show(attention.attention_view(store.read_attention_distance(results)), fmt, results, out_file)
         return
-    if view != "accuracy":
-        raise UserError(f"--view {view}: expected accuracy or attention")
+    if view not in ("accuracy", "robustness"):
+        raise UserError(f"--view {view}: expected accuracy, robustness or attention")
     if names and not compare:
         raise UserError(f"unexpected argument {names[0]!r}: paper columns follow --compare (--compare {names[0]})")
     compare = [*(compare or ()), *(names or ())]
@@ -85,7 +90,11 @@ def table_cmd(
     store.sync(results)  # shards that cluster workers wrote since the last merge
     df = query.apply_where(store.read_results(results), where)
     fields = query.split_fields(group_by)
-    if which == "2":
+    if view == "robustness":
+        if which != "2" or fields or shots is not None:
+            raise UserError("--view robustness: has its own layout; --table, --group-by and --shots do not apply")
+        data = robustness.robustness_view(df, compare, protocol, include_marked, delta_to)
+    elif which == "2":
         data = table.accuracy_view(df, compare, protocol, shots, fields, include_marked, delta_to)
     elif which == "9":
         data = table.table9_view(df, compare, protocol, fields, include_marked, delta_to)

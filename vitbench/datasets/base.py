@@ -38,6 +38,10 @@ class Split:
     label_file: Path | None = None  # where the labels came from: named when one is out of range
     # ImageNet ReaL: per image, the list of correct labels (empty: the image is not scored)
     real_labels: list[list[int]] | None = None
+    # a set scored with another label space's classifier (the robustness sets, with an ImageNet-1k
+    # head): per class of this split, the head's classes whose logits are pooled (max) into it
+    class_map: list[list[int]] | None = None
+    border: int = 0  # pixels cropped from every side when decoding (ObjectNet's 1-pixel red frame)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -51,7 +55,10 @@ class Split:
             pixels = self.images[index]
             return Image.fromarray(pixels.numpy() if isinstance(pixels, torch.Tensor) else pixels)
         assert self.paths is not None
-        return decode(self.paths[index])
+        image = decode(self.paths[index])
+        if self.border:
+            image = image.crop((self.border, self.border, image.width - self.border, image.height - self.border))
+        return image
 
     def subset(self, name: str, indices: np.ndarray) -> Split:
         """The images at `indices` (kept in order) as a split of their own."""
@@ -150,6 +157,16 @@ class DatasetSpec:
     source: str = ""  # the data source `load` reads (recorded with every result)
     # other sources by name (e.g. VTAB's "tfds"); their loaders get --data-dir itself
     other_sources: dict[str, Loader] = field(default_factory=dict)
+    # a test set scored with another dataset's classifier: the robustness sets are scored with the
+    # checkpoint's ImageNet-1k head (1000), through each split's `class_map` (None: num_classes)
+    head_classes: int | None = None
+    # what the set is for, in `vitbench ls datasets` (e.g. "eval only: ImageNet-1k head, 200 classes")
+    note: str = ""
+
+    @property
+    def head_size(self) -> int:
+        """The number of outputs the checkpoint's own classifier must have to score this dataset."""
+        return self.head_classes or self.num_classes
 
     def root(self, data_dir: Path | None) -> Path | None:
         if self.folder is None:
@@ -215,6 +232,8 @@ class DatasetSpec:
                 result.official_size,
             )
         check_label_range(result.labels, self.num_classes, result.label_file or f"{self.name} {split}")
+        if result.class_map is not None:
+            check_class_map(result.class_map, self.num_classes, self.head_size, f"{self.name} {split}")
         return result
 
 
@@ -232,6 +251,15 @@ def check_label_range(labels: np.ndarray, num_classes: int, where: object) -> No
     if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
         bad = int(labels.min() if labels.min() < 0 else labels.max())
         raise UserError(f"{where}: label {bad} is outside 0..{num_classes - 1}")
+
+
+def check_class_map(class_map: list[list[int]], num_classes: int, head_size: int, where: object) -> None:
+    """A class map names, for each of the dataset's classes, at least one of the head's classes."""
+    if len(class_map) != num_classes:
+        raise UserError(f"{where}: its class map covers {len(class_map)} classes, the dataset has {num_classes}")
+    for label, classes in enumerate(class_map):
+        if not classes or not all(0 <= c < head_size for c in classes):
+            raise UserError(f"{where}: class {label} maps to {classes}, expected head classes 0..{head_size - 1}")
 
 
 def require(path: Path, what: str) -> Path:

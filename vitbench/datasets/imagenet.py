@@ -22,7 +22,8 @@ FLAT_LABEL_FILES = ("val_caffe_labels.txt", "val.txt")  # beside val/ (or inside
 VAL_NUMBER = re.compile(r"ILSVRC2012_val_(\d{8})")
 
 
-def _timm_info(name: str) -> Path:
+def timm_info(name: str) -> Path:
+    """A class-list file timm ships (`timm/data/_info/`): synsets, ReaL labels, ImageNet-A/-R subsets."""
     import timm.data
 
     return Path(timm.data.__file__).parent / "_info" / name
@@ -31,7 +32,7 @@ def _timm_info(name: str) -> Path:
 def imagenet_synsets(root: Path) -> list[str]:
     """The canonical class order: `synset_words.txt` beside the data wins, else timm's copy."""
     local = root / "synset_words.txt"
-    source = local if local.exists() else _timm_info("imagenet_synsets.txt")
+    source = local if local.exists() else timm_info("imagenet_synsets.txt")
     synsets = [line.split()[0] for line in source.read_text().splitlines() if line.strip()]
     if len(synsets) != 1000:
         raise UserError(f"{source}: expected 1000 synsets, found {len(synsets)}")
@@ -41,7 +42,7 @@ def imagenet_synsets(root: Path) -> list[str]:
 def real_labels_file(root: Path) -> Path:
     """ReaL labels (Beyer et al. 2020): a `real.json` beside the data wins, else timm's bundled copy."""
     local = root / "real.json"
-    return local if local.exists() else _timm_info("imagenet_real_labels.json")
+    return local if local.exists() else timm_info("imagenet_real_labels.json")
 
 
 def read_real_labels(root: Path, paths: list[str]) -> tuple[list[list[int]] | None, Path]:
@@ -77,6 +78,19 @@ def _flat_labels(root: Path, folder: Path) -> tuple[Path, dict[str, int]]:
     raise UserError(f"{folder}: a flat folder of images needs a label file ({' or '.join(FLAT_LABEL_FILES)}) beside it")
 
 
+def synset_folders(folder: Path, index: dict[str, int], what: str, among: str) -> tuple[list[str], list[int]]:
+    """(paths, labels) of a tree of `<synset>/` folders, each labelled `index[synset]`; a folder
+    whose name is not in `index` is an error naming it and `among` (what the names must be)."""
+    paths: list[str] = []
+    labels: list[int] = []
+    for class_dir, files in class_folders(folder, what):
+        if class_dir.name not in index:
+            raise UserError(f"{class_dir}: '{class_dir.name}' is not one of {among}")
+        paths += files
+        labels += [index[class_dir.name]] * len(files)
+    return paths, labels
+
+
 def load_imagenet(root: Path | None, split: str) -> Split:
     assert root is not None
     folder = require_dir(root / split, f"ImageNet '{split}' folder")
@@ -95,11 +109,7 @@ def load_imagenet(root: Path | None, split: str) -> Split:
             paths.append(path)
             labels.append(table[name])
     else:
-        for class_dir, files in class_folders(folder, f"ImageNet '{split}' folder"):
-            if class_dir.name not in index:
-                raise UserError(f"{class_dir}: '{class_dir.name}' is not one of the 1000 ImageNet synsets")
-            paths += files
-            labels += [index[class_dir.name]] * len(files)
+        paths, labels = synset_folders(folder, index, f"ImageNet '{split}' folder", "the 1000 ImageNet synsets")
     if not paths:
         raise UserError(f"{folder}: no images (expected <synset>/ class folders, or images and a label file)")
     fingerprint = fingerprint_files(root, paths, content=False)

@@ -9,6 +9,7 @@ from vitbench.datasets.digits import load_digits
 from vitbench.datasets.flowers import load_flowers
 from vitbench.datasets.imagenet import load_imagenet
 from vitbench.datasets.pets import load_pets
+from vitbench.datasets.robustness import ROBUSTNESS
 from vitbench.datasets.vtab import ROOT_FOLDER, TASKS, dataset_name, folder_loader, official_sizes
 from vitbench.datasets.vtab_tfds import tfds_loader
 
@@ -113,4 +114,4 @@ VTAB = [
     for task in TASKS
 ]
 
-DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in CLASSIC + VTAB}
+DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in CLASSIC + ROBUSTNESS + VTAB}

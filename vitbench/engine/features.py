@@ -112,10 +112,9 @@ def outputs_over(
 def group_model(group, keep_head: bool, compile: bool = False) -> LazyModel:
     """The group's backbone with its weights, built on first use (`keep_head`: the checkpoint's own classifier)."""
     gelu = group.specs[0].hparams["gelu"]
-    return LazyModel(
-        lambda: build_model(group.model, group.dataset.num_classes, group.res, group.weights, gelu, keep_head),
-        compile,
-    )
+    # a kept classifier has the outputs it was trained with (ImageNet's 1000 for the robustness sets)
+    classes = group.dataset.head_size if keep_head else group.dataset.num_classes
+    return LazyModel(lambda: build_model(group.model, classes, group.res, group.weights, gelu, keep_head), compile)
 
 
 def representation_hparams(group, req) -> dict:

@@ -62,7 +62,8 @@ def run_over(
     normalised on the device (bit-identical to doing it per image)."""
 
     batches: Iterable
-    if device_data.choose(pipeline, device, preprocessing) == "device":
+    # a split cropped on decoding (ObjectNet's PNGs, which the device decodes on the CPU anyway) stays with the workers
+    if not split.border and device_data.choose(pipeline, device, preprocessing) == "device":
         batches = device_data.eval_batches(split, preprocessing, batch_size, device, workers, skip_corrupt)
     else:
         batches = loader(split, preprocessing.transform(uint8=True), batch_size, workers, device)

@@ -10,6 +10,16 @@ import numpy as np
 TOP_K = 5
 
 
+def pool_classes(logits: np.ndarray, class_map: list[list[int]] | None) -> np.ndarray:
+    """(N, K) logits of a classifier -> (N, len(class_map)): each of the dataset's classes takes the
+    max over the classifier's classes mapped to it. The robustness sets: ImageNet-R/-A restrict an
+    ImageNet-1k head to their 200 classes (one each); ObjectNet pools several ImageNet classes into
+    one of its own (wise-ft's `project_logits`). None: the classifier's classes are the dataset's."""
+    if class_map is None:
+        return logits
+    return np.stack([logits[:, classes].max(axis=1) for classes in class_map], axis=1)
+
+
 def scores(logits: np.ndarray, labels: np.ndarray, real: list[list[int]] | None = None) -> dict[str, float]:
     """Metrics (fractions) and the counts behind them, for (N, K) logits and (N,) labels; `real` is
     aligned with the rows (one label list per image) or None where the dataset has no ReaL labels."""

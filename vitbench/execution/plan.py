@@ -82,6 +82,12 @@ def plan(req: Request) -> list[Group]:
     groups = []
     for dataset in present_datasets(dataset_names, protocol_name, req):
         split_names = protocol.splits(dataset)
+        lacking = [s for s in split_names if s not in dataset.split_names]
+        if lacking:  # a test-only set (the robustness sets) under a protocol that learns from train
+            raise UserError(
+                f"--protocol {protocol.name} reads the '{lacking[0]}' split, which dataset {dataset.name} does not "
+                f"have (it has: {', '.join(dataset.split_names)}){'; ' + dataset.note if dataset.note else ''}"
+            )
         splits = {s: dataset.load_split(req.data_dir, s, req.data_source) for s in split_names}
         hparams = {
             "res": res,

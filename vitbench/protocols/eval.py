@@ -1,5 +1,7 @@
 """The checkpoint's own classifier on a dataset with the same classes: top-1, top-5 and, on
-ImageNet val, ReaL (images without ReaL labels are not scored; a hit is any ReaL label)."""
+ImageNet val, ReaL (images without ReaL labels are not scored; a hit is any ReaL label). The
+robustness test sets are scored with an ImageNet-1k classifier through their class map (the logits
+restricted to, or max-pooled into, the set's own classes: datasets/robustness.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import torch
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock
 from vitbench.engine.features import group_model, outputs_over
-from vitbench.engine.scoring import scores
+from vitbench.engine.scoring import pool_classes, scores
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
 
 
@@ -26,6 +28,8 @@ class Eval(Protocol):
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         first = group.splits[self.splits(group.dataset)[0]]
+        if first.class_map is not None:  # recorded (and keyed) only where a class map applies
+            hparams = {**hparams, "head_classes": group.dataset.head_size, "class_pooling": "max"}
         return [self.base_spec(group, first, weights_sha, hparams, seed=0)]  # deterministic: one run
 
     def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
@@ -42,7 +46,7 @@ class Eval(Protocol):
         recorder.record(
             group,
             spec,
-            scores(logits.values, logits.labels, real),
+            scores(pool_classes(logits.values, split.class_map), logits.labels, real),
             started,
             seconds=clock.seconds,
             images=float(len(logits.labels)) if computed else 0.0,

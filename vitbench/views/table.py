@@ -82,7 +82,7 @@ def _cost_row(data: TableData, m: Measured, datasets: set[str]) -> None:
         data.add_row(COST_ROW)
 
 
-def _paper_columns(
+def paper_columns(
     data: TableData,
     compare: Sequence[str],
     row_of: dict[str, str],
@@ -104,7 +104,7 @@ def _paper_columns(
             data.cells[(PAPER_COST_ROW, col)] = Cell(mean=value, text=f"{value / 1000:g}k", is_paper=True)
 
 
-def _deltas(
+def add_deltas(
     data: TableData, meta: dict[str, dict], delta_to: str | None, row_of: dict[str, str], include_marked: bool
 ) -> int:
     """Δ = measured − the `delta_to` paper cell, in percentage points; returns how many were shown."""
@@ -140,7 +140,7 @@ def marker_footnotes(data: TableData, include_marked: bool, compared: bool) -> N
         )
 
 
-def _provenance_footnotes(data: TableData, m: Measured) -> None:
+def provenance_footnotes(data: TableData, m: Measured) -> None:
     """What stands behind each measured column: weights fingerprint, data source, protocol, seeds,
     hardware and code version."""
     for col, part in m.runs.groupby("column", sort=False):
@@ -190,7 +190,7 @@ def _paper_values(compare: Sequence[str]) -> dict[str, pd.DataFrame]:
     return {name: paper.column(name) for name in compare}
 
 
-def _resolve_delta_to(compare: Sequence[str], delta_to: str | None) -> str | None:
+def resolve_delta_to(compare: Sequence[str], delta_to: str | None) -> str | None:
     if delta_to is not None and delta_to not in compare:
         raise UserError(f"--delta-to {delta_to}: not one of the --compare columns ({', '.join(compare) or 'none'})")
     return delta_to if delta_to is not None else (compare[0] if compare else None)
@@ -208,7 +208,7 @@ def accuracy_view(
 ) -> TableData:
     """Table 2's layout: its seven dataset rows (then any other measured dataset), the cost rows,
     measured columns, then the `compare` paper columns."""
-    delta_to = _resolve_delta_to(compare, delta_to)
+    delta_to = resolve_delta_to(compare, delta_to)
     values = _paper_values(compare)
     m = measured_columns(df, protocol, shots, group_by)
     data = TableData(title="Table 2 layout: top-1 accuracy (%)")
@@ -226,14 +226,14 @@ def accuracy_view(
     meta = measured_cells(data, m, row_of, include_marked)
     if not m.runs.empty:
         _cost_row(data, m, set(datasets))
-    _paper_columns(data, compare, row_of, values)
-    shown = _deltas(data, meta, delta_to, row_of, include_marked)
+    paper_columns(data, compare, row_of, values)
+    shown = add_deltas(data, meta, delta_to, row_of, include_marked)
     _vtab_partial_footnote(data, m)
     _common_footnotes(data, m, compare, delta_to, shown)
     for name in compare:
         data.footnotes.append(f"{name} (paper): {values[name]['source'].iloc[0]}")
     marker_footnotes(data, include_marked, bool(compare))
-    _provenance_footnotes(data, m)
+    provenance_footnotes(data, m)
     return data
 
 
@@ -265,7 +265,7 @@ def table9_view(
     unknown = [n for n in names if n not in set(t9["column"])]
     if unknown:
         raise UserError(f"--compare {unknown[0]}: Table 9 has {', '.join(dict.fromkeys(t9['column']))}")
-    delta_to = _resolve_delta_to(names, delta_to)
+    delta_to = resolve_delta_to(names, delta_to)
     m = measured_columns(df[df["dataset"].str.startswith("vtab/")] if not df.empty else df, protocol, None, group_by)
     data = TableData(title="Table 9: VTAB-1k per task, top-1 accuracy (%)")
     row_of: dict[str, str] = {}
@@ -286,14 +286,14 @@ def table9_view(
         rows = [(task, value) for task, value in zip(tasks["task"], tasks["value"], strict=True)]
         rows += [(k if k == "vtab" else f"vtab_{k}", v) for k, v in group_means(task_values).items()]
         values[name] = pd.DataFrame(rows, columns=["dataset", "value"]).assign(std=float("nan"))
-    _paper_columns(data, names, row_of, values, cost=False)
-    shown = _deltas(data, meta, delta_to, row_of, include_marked)
+    paper_columns(data, names, row_of, values, cost=False)
+    shown = add_deltas(data, meta, delta_to, row_of, include_marked)
     _common_footnotes(data, m, names, delta_to, shown)
     data.footnotes.append(
         "paper columns: ViT paper Table 9 (one decimal per task); group means and the mean computed from its tasks"
     )
     marker_footnotes(data, include_marked, True)
-    _provenance_footnotes(data, m)
+    provenance_footnotes(data, m)
     return data
 
 
@@ -335,7 +335,7 @@ def table5_view(df: pd.DataFrame, protocol: str | None = None, include_marked: b
     if not m.acc.empty:
         data.footnotes.append("measured cells: top-1 accuracy (%), mean ± std over seeds (n runs); no Δ in this view")
     marker_footnotes(data, include_marked, False)
-    _provenance_footnotes(data, m)
+    provenance_footnotes(data, m)
     return data
 
 
@@ -377,5 +377,5 @@ def table6_view(df: pd.DataFrame, protocol: str | None = None, include_marked: b
     if not m.runs.empty:
         data.footnotes.append("measured cells: top-1 accuracy (%), mean ± std over seeds (n runs)")
     marker_footnotes(data, include_marked, False)
-    _provenance_footnotes(data, m)
+    provenance_footnotes(data, m)
     return data

@@ -150,8 +150,8 @@ def _check_head(model: nn.Module, state: dict[str, torch.Tensor], head: str, pat
     expected = model.state_dict()[weight].shape[0]
     if state[weight].shape[0] != expected:
         raise UserError(
-            f"{path}: its classifier has {state[weight].shape[0]} classes, the dataset has {expected}; "
-            "the eval protocol needs a checkpoint trained on the same classes"
+            f"{path}: its classifier has {state[weight].shape[0]} classes, scoring the dataset needs {expected}; "
+            "the eval protocol needs a checkpoint trained on its classes (ImageNet-1k's for a robustness set)"
         )
 
 
