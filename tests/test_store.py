@@ -61,15 +61,18 @@ def test_pending_shards_are_ingested(tmp_path):
     assert store.done_keys(con) == {"a", "b"}
 
 
-def test_a_failed_ingest_leaves_no_partial_row(tmp_path):
+def test_a_shard_the_database_refuses_is_quarantined_and_the_others_merged(tmp_path):
+    """A shard that passes the checks but not the database (a start time that is no timestamp):
+    the batch falls back to one transaction per shard, the refused one leaves no row behind."""
     con = store.connect(tmp_path)
     good, bad = shard(tmp_path, "good"), shard(tmp_path, "bad")
     record = json.loads(bad.read_text())
-    record["metrics"] = {"accuracy": "not a number"}
+    record["run"]["started_at"] = "yesterday, around noon"
     bad.write_text(json.dumps(record))
-    with pytest.raises(duckdb.Error):
-        store.ingest(con, [good, bad])
-    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+    assert store.ingest(con, [good, bad]) == 1
+    assert store.done_keys(con) == {"good"}
+    assert con.execute("SELECT count(*) FROM metrics WHERE run_key = 'bad'").fetchone()[0] == 0
+    assert (tmp_path / "quarantine" / "bad.json").exists() and not bad.exists()
 
 
 def test_a_newer_store_is_refused_and_left_untouched(tmp_path):

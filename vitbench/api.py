@@ -113,12 +113,12 @@ def run(
         raise UserError(f"--devices / torchrun: {data_parallel_only()}")
     specs = [s for g in groups for s in g.specs]
     # only rank 0 opens the store (DuckDB has one writer); it tells the others what is done
-    con = None if dry_run or not world.is_main else store.connect(req.results)
+    con = None if dry_run or not world.is_main else _open_store(req.results)
     done: set[str] = set()
     if con is not None:
         store.ingest_pending(con, req.results)
-        done = store.done_keys(con)
-    elif dry_run:  # a dry run only reads (never creates or migrates the store); a shard is a finished run
+        done = store.done_keys(con) | store.shard_keys(req.results)  # a shard left unmerged is a finished run
+    elif world.is_main:  # a dry run, or another run holds the store: a shard is a finished run
         done = set(store.read_results(req.results)["run_key"]) | store.shard_keys(req.results)
     done = broadcast(done, world)
     summary = Summary(specs, set() if rerun else done, req.results)
@@ -135,7 +135,20 @@ def run(
     finally:
         if con is not None:
             con.close()
+        elif world.is_main:  # this run wrote shards only: merge them now if the other run has finished
+            store.sync(req.results)
     return summary
+
+
+def _open_store(results: Path):
+    """The store for writing, or None while another process holds it: then this run writes its
+    results as shards only (leases keep the two from running the same run), and whichever command
+    next opens the store merges them."""
+    try:
+        return store.connect(results)
+    except store.StoreLocked as e:
+        log.warning("%s: this run stores its results as shards, merged by the next command that opens it", e)
+        return None
 
 
 def data_parallel_only() -> str:

@@ -111,12 +111,27 @@ def table_cmd(
 
 
 @app.command("ingest")
-def ingest_cmd(results: Results = Path("results")) -> None:
-    """Merge result shards (from cluster jobs or interrupted runs) into the results database."""
+def ingest_cmd(
+    rebuild: Annotated[
+        bool,
+        typer.Option(
+            "--rebuild",
+            help="Set the database aside (renamed, not changed) and build a new one from the run shards: "
+            "for a damaged file.",
+        ),
+    ] = False,
+    results: Results = Path("results"),
+) -> None:
+    """Merge result shards (from cluster jobs, concurrent or interrupted runs) into the results database."""
     folder = store.shard_dir(results)
     if not folder.is_dir():
         raise UserError(f"--results {results}: no runs/ folder of result shards there")
-    merged = store.sync(results)
+    if rebuild:
+        aside, merged = store.rebuild(results)
+        if aside is not None:
+            out.print(f"set {results / store.DB_NAME} aside as {aside} (its inspect/bench tables stay there)")
+    else:
+        merged = store.sync(results, strict=True)
     out.print(f"merged {merged} new run(s) into {results / store.DB_NAME} ({len(store.shard_keys(results))} shards)")
 
 

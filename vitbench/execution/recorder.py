@@ -14,7 +14,7 @@ from vitbench.engine.distributed import World
 from vitbench.execution.lease import Leases
 from vitbench.protocols.base import Group, Request, RunSpec
 from vitbench.provenance import canonical_json, environment
-from vitbench.store import ingest, metric_values, shard_dir, shard_metric_values
+from vitbench.store import SHARD_SCHEMA, ingest, metric_values, shard_dir, shard_metric_values
 from vitbench.weights import RANDOM
 
 
@@ -86,7 +86,8 @@ class Recorder:
             "notes": {**notes, **({"skipped_corrupt": skipped} if skipped else {})},
         }
         shard = shard_dir(self.req.results) / f"{spec.run_key}.json"
-        write_atomic(shard, canonical_json({"run": run, "metrics": metrics, "curves": curves or {}}))
+        record = {"schema": SHARD_SCHEMA, "run": run, "metrics": metrics, "curves": curves or {}}
+        write_atomic(shard, canonical_json(record))
         if self.con is not None:  # a cluster worker leaves the merge to `vitbench ingest`
             ingest(self.con, [shard])
         if self.leases is not None:

@@ -4,7 +4,16 @@ This package's public API (what the rest of vitbench and users import as `vitben
 
 from vitbench.store.attention import ATTENTION_COLUMNS, read_attention_distance, save_attention_distance
 from vitbench.store.bench import BENCH_COLUMNS, read_bench, save_bench
-from vitbench.store.database import connect, open_for_reading, read_curves, read_results, read_table, sync
+from vitbench.store.database import (
+    StoreLocked,
+    connect,
+    open_for_reading,
+    read_curves,
+    read_results,
+    read_table,
+    rebuild,
+    sync,
+)
 from vitbench.store.ingest import done_keys, ingest, ingest_pending, metric_values
 from vitbench.store.schema import (
     DB_NAME,
@@ -15,7 +24,7 @@ from vitbench.store.schema import (
     migrate,
     transaction,
 )
-from vitbench.store.shards import shard_dir, shard_keys, shard_metric_values
+from vitbench.store.shards import SHARD_SCHEMA, shard_dir, shard_keys, shard_metric_values
 
 __all__ = [
     "ATTENTION_COLUMNS",
@@ -25,6 +34,8 @@ __all__ = [
     "MIGRATIONS",
     "RUN_COLUMNS",
     "SCHEMA_VERSION",
+    "SHARD_SCHEMA",
+    "StoreLocked",
     "connect",
     "done_keys",
     "ingest",
@@ -37,6 +48,7 @@ __all__ = [
     "read_curves",
     "read_results",
     "read_table",
+    "rebuild",
     "save_attention_distance",
     "save_bench",
     "shard_dir",

@@ -8,6 +8,9 @@ shards while a run holds the file.
 
 from __future__ import annotations
 
+import logging
+import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -25,46 +28,103 @@ from vitbench.store.schema import (
 )
 from vitbench.store.shards import shard_dir, shard_keys
 
+log = logging.getLogger("vitbench")
+
+
+class StoreLocked(UserError):
+    """Another process holds the database for writing (DuckDB allows one writer)."""
+
+
+def _is_lock(error: BaseException) -> bool:
+    return "lock" in str(error).lower()
+
+
+def _damaged(path: Path, error: BaseException) -> str:
+    return (
+        f"{path}: damaged, not a readable DuckDB file ({one_line(error, 120)}); `vitbench ingest --rebuild "
+        f"--results {path.parent}` sets it aside and rebuilds it from the run shards"
+    )
+
 
 def connect(results: Path) -> duckdb.DuckDBPyConnection:
-    """Open (creating or migrating) the store for writing. Only the CLI process calls this."""
+    """Open (creating or migrating) the store for writing. StoreLocked while another process
+    holds it; a damaged file is a UserError suggesting `ingest --rebuild` (and is not touched)."""
     path = results / DB_NAME
     results.mkdir(parents=True, exist_ok=True)
+    if path.exists() and not path.is_file():
+        raise UserError(f"{path}: is not a file, expected the results database")
     try:
         con = duckdb.connect(str(path))
     except duckdb.Error as e:
-        raise UserError(f"{path}: cannot open the results store ({one_line(e)})") from None
-    version = schema_version(con)
+        if _is_lock(e):
+            raise StoreLocked(f"{path}: held by another process ({one_line(e, 160)})") from None
+        raise UserError(_damaged(path, e) if path.exists() else f"{path}: cannot create it ({one_line(e)})") from None
     try:
+        version = schema_version(con)
         check_not_newer(path, version)
+        migrate(con, version)
+        done_keys(con)  # a file damaged inside opens, and fails at its first real read: fail here instead
+    except duckdb.Error as e:
+        con.close()
+        raise UserError(_damaged(path, e)) from None
     except UserError:
         con.close()
         raise
-    migrate(con, version)
     return con
 
 
-def sync(results: Path) -> int:
-    """Merge shards the database lacks (cluster workers write only shards): what every reading
-    command does first. Skipped while another process holds the database (readers then see the
-    shards' snapshot anyway). Returns the number of runs merged."""
+def pending_keys(results: Path, known: set[str]) -> set[str]:
+    return shard_keys(results) - known
+
+
+def sync(results: Path, strict: bool = False) -> int:
+    """Merge shards the database lacks (cluster workers and concurrent runs write only shards):
+    what every reading command does first. Where it cannot (another process holds the database,
+    or the folder is read-only) it says how many shards are pending, and readers read the shards
+    themselves; with `strict` (`vitbench ingest`) that is an error. Returns the runs merged."""
     shards = shard_keys(results)
     if not shards:
         return 0
-    con = open_for_reading(results)
-    if con is not None:
+    path = results / DB_NAME
+    if path.is_file():  # nothing to merge: done without taking the write lock
         try:
-            known = done_keys(con) if schema_version(con) >= 1 else set()
-        finally:
-            con.close()
-        if shards <= known:
-            return 0
+            con = duckdb.connect(str(path), read_only=True)
+            try:
+                known = done_keys(con) if schema_version(con) >= 1 else set()
+            finally:
+                con.close()
+            if shards <= known:
+                return 0
+        except duckdb.Error:
+            pass  # held by a writer, or damaged: `connect` below says which
     try:
         con = connect(results)
-    except UserError:
-        return 0  # locked by a running `vitbench run`, or not writable: read the snapshot instead
+    except UserError as e:
+        if strict:
+            raise
+        log.warning("%d result shard(s) not merged yet: %s; tables read the shards meanwhile", len(shards), e)
+        return 0
     try:
         return ingest_pending(con, results)
+    finally:
+        con.close()
+
+
+def rebuild(results: Path) -> tuple[Path | None, int]:
+    """Set the database aside (renamed, never modified) and build a new one from the run shards.
+    Returns (where the old file went, runs merged). `inspect` and `bench` tables live only in the
+    database: they stay in the set-aside file."""
+    path = results / DB_NAME
+    aside = None
+    if path.exists():
+        aside = path.with_name(f"{DB_NAME}.damaged-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}")
+        os.replace(path, aside)
+        wal = path.with_name(f"{DB_NAME}.wal")
+        if wal.exists():
+            os.replace(wal, aside.with_name(f"{aside.name}.wal"))
+    con = connect(results)
+    try:
+        return aside, ingest_pending(con, results)
     finally:
         con.close()
 
@@ -77,8 +137,9 @@ def read_curves(results: Path, run_keys: list[str] | None = None) -> pd.DataFram
 
 def _shard_snapshot(results: Path) -> duckdb.DuckDBPyConnection:
     """An in-memory store built from the shards: what readers see while a `vitbench run` holds the
-    database file's write lock (DuckDB lets no other process open it meanwhile). Every finished
-    run is in a shard, so tables and plots stay complete; attention distances are not (empty)."""
+    database file's write lock (DuckDB lets no other process open it meanwhile), while shards are
+    pending that cannot be merged, or when the file is damaged. Every finished run is in a shard,
+    so tables and plots stay complete; attention distances and bench rows are not (empty)."""
     con = duckdb.connect()
     migrate(con, 0)
     folder = shard_dir(results)
@@ -87,24 +148,36 @@ def _shard_snapshot(results: Path) -> duckdb.DuckDBPyConnection:
 
 
 def open_for_reading(results: Path) -> duckdb.DuckDBPyConnection | None:
-    """The store opened read-only (None when there is none yet); the shards' snapshot while a run
-    is writing to it."""
+    """The store opened read-only (None when there is none yet), or the shards' snapshot: while a
+    run is writing to it, while it lacks shards it cannot take in (a read-only folder), or when it
+    is damaged (with a warning suggesting `ingest --rebuild`)."""
     path = results / DB_NAME
-    if not path.exists():
-        return None
+    if not path.exists():  # shards but no database: a read-only folder, or only workers wrote here
+        return _shard_snapshot(results) if shard_keys(results) else None
     try:
         con = duckdb.connect(str(path), read_only=True)
-    except duckdb.IOException as e:
-        if "lock" not in str(e).lower():
-            raise UserError(f"{path}: cannot read the results store ({one_line(e)})") from None
-        return _shard_snapshot(results)
+        version = schema_version(con)
     except duckdb.Error as e:
-        raise UserError(f"{path}: cannot read the results store ({one_line(e)})") from None
+        if not _is_lock(e):
+            log.warning("%s; reading the shards meanwhile", _damaged(path, e))
+        return _shard_snapshot(results)
     try:
-        check_not_newer(path, schema_version(con))
+        check_not_newer(path, version)
     except UserError:
         con.close()
         raise
+    if version < 1:
+        return con
+    try:
+        pending = pending_keys(results, done_keys(con))
+    except duckdb.Error as e:
+        con.close()
+        log.warning("%s; reading the shards meanwhile", _damaged(path, e))
+        return _shard_snapshot(results)
+    if pending:
+        con.close()
+        log.warning("%s lacks %d run shard(s) it could not merge; reading the shards instead", path, len(pending))
+        return _shard_snapshot(results)
     return con
 
 
@@ -118,6 +191,13 @@ def read_table(results: Path, since_version: int, sql: str, columns: list[str]) 
         if schema_version(con) < since_version:
             return pd.DataFrame(columns=columns)
         return con.execute(sql).df()
+    except duckdb.Error as e:  # opened, but a table cannot be read: damaged inside
+        log.warning("%s; reading the shards meanwhile", _damaged(results / DB_NAME, e))
+        snapshot = _shard_snapshot(results)
+        try:
+            return snapshot.execute(sql).df()
+        finally:
+            snapshot.close()
     finally:
         con.close()
 

@@ -9,29 +9,44 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
+from vitbench.errors import one_line
 from vitbench.store.schema import CURVE_COLUMNS, RUN_COLUMNS, transaction
-from vitbench.store.shards import shard_dir
+from vitbench.store.shards import quarantine, read_shards, shard_dir
 
 
 def ingest(con: duckdb.DuckDBPyConnection, shards: Iterable[Path]) -> int:
-    """Merge shards into the store in one transaction; re-ingesting a shard replaces its rows."""
-    records = [json.loads(p.read_text()) for p in shards]
+    """Merge shards into the store in one transaction; re-ingesting a shard replaces its rows. A
+    shard that fails its checks is quarantined (shards.read_shards); should the database still
+    refuse one, the batch is merged one shard at a time and the refused one quarantined, so one
+    bad file never stops the others."""
+    records = read_shards(list(shards)).records
     if not records:
         return 0
-    with transaction(con):
-        for rec in records:
-            run = rec["run"]
-            con.execute("DELETE FROM metrics WHERE run_key = ?", [run["run_key"]])
-            con.execute("DELETE FROM runs WHERE run_key = ?", [run["run_key"]])
-            values = [json.dumps(run[c]) if c in ("hparams", "notes") else run.get(c) for c in RUN_COLUMNS]
-            con.execute(
-                f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join('?' * len(RUN_COLUMNS))})", values
-            )
-            con.executemany(
-                "INSERT INTO metrics VALUES (?, ?, ?)", [[run["run_key"], k, v] for k, v in rec["metrics"].items()]
-            )
-            _replace_curves(con, run["run_key"], rec.get("curves") or {})
-    return len(records)
+    try:
+        with transaction(con):
+            for _, rec in records:
+                _insert(con, rec)
+        return len(records)
+    except duckdb.Error:
+        merged = 0
+        for path, rec in records:
+            try:
+                with transaction(con):
+                    _insert(con, rec)
+                merged += 1
+            except duckdb.Error as e:
+                quarantine(path, f"refused by the database ({one_line(e, 120)})")
+        return merged
+
+
+def _insert(con: duckdb.DuckDBPyConnection, rec: dict) -> None:
+    run = rec["run"]
+    con.execute("DELETE FROM metrics WHERE run_key = ?", [run["run_key"]])
+    con.execute("DELETE FROM runs WHERE run_key = ?", [run["run_key"]])
+    values = [json.dumps(run[c]) if c in ("hparams", "notes") else run.get(c) for c in RUN_COLUMNS]
+    con.execute(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join('?' * len(RUN_COLUMNS))})", values)
+    con.executemany("INSERT INTO metrics VALUES (?, ?, ?)", [[run["run_key"], k, v] for k, v in rec["metrics"].items()])
+    _replace_curves(con, run["run_key"], rec.get("curves") or {})
 
 
 def _replace_curves(con: duckdb.DuckDBPyConnection, run_key: str, curves: dict[str, list[float]]) -> None:

@@ -1,10 +1,46 @@
 """Result shards: `runs/<run_key>.json`, one per finished run, written atomically by whoever ran
-it. They are the store's source of truth; the database is their merged index."""
+it. They are the store's source of truth; the database is their merged index.
+
+A shard is checked before anything reads it: JSON of the expected shape, every value of a type
+and range its database column holds, and its file name equal to its run_key (a copy under
+another name would otherwise be merged as a second result). One that fails is moved to `results/quarantine/` with a
+one-line warning naming it and why, so that one bad file never takes the store down; one written
+by a newer vitbench (a higher `schema`) is left where it is and not merged."""
 
 from __future__ import annotations
 
 import json
+import logging
+import math
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
+
+log = logging.getLogger("vitbench")
+
+SHARD_SCHEMA = 1  # 1: the `schema` field itself; a shard without one (written before it) reads as 0
+QUARANTINE = "quarantine"
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+REQUIRED_TEXT = (
+    *("model", "weights", "weights_sha256", "dataset", "data_source", "data_fingerprint", "protocol"),
+    *("protocol_version", "status"),
+)
+OPTIONAL_TEXT = (
+    *("arch", "backend", "data_dir", "started_at", "finished_at", "device", "device_name", "git_sha"),
+    *("vitbench_version", "torch_version", "timm_version", "python_version", "hostname", "command"),
+)
+INTEGERS = {"seed": INT32, "shots": INT32, "n_train": INT32, "n_test": INT32, "skipped_images": INT32}
+INTEGERS |= {"device_count": INT32, "flops_per_image": INT64}
+NUMBERS = ("device_seconds", "flops")
+
+
+class BadShard(ValueError):
+    """A shard that cannot be merged as it is; the message says why."""
+
+
+class NewerShard(BadShard):
+    """A shard written by a newer vitbench: valid, but not for this version to read."""
 
 
 def shard_dir(results: Path) -> Path:
@@ -16,13 +52,124 @@ def shard_keys(results: Path) -> set[str]:
     return {p.stem for p in folder.glob("*.json")} if folder.is_dir() else set()
 
 
+def _check_run(run: dict) -> None:
+    for name in REQUIRED_TEXT:
+        if not isinstance(run.get(name), str) or not run[name]:
+            raise BadShard(f"run.{name} is missing or not text")
+    for name in OPTIONAL_TEXT:
+        if run.get(name) is not None and not isinstance(run[name], str):
+            raise BadShard(f"run.{name} is not text")
+    for name in ("random_init", "data_subset"):
+        if not isinstance(run.get(name), bool):
+            raise BadShard(f"run.{name} is missing or not true/false")
+    if run.get("seed") is None:
+        raise BadShard("run.seed is missing")
+    for name, (low, high) in INTEGERS.items():
+        value = run.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
+            raise BadShard(f"run.{name} = {value!r} is not an integer from {low} to {high}")
+    for name in NUMBERS:
+        value = run.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value)):
+            raise BadShard(f"run.{name} = {value!r} is not a number")
+    if not isinstance(run.get("hparams"), dict):
+        raise BadShard("run.hparams is missing or not an object")
+    if run.get("notes") is not None and not isinstance(run["notes"], dict):
+        raise BadShard("run.notes is not an object")
+
+
+def _check_metrics(metrics: object) -> None:
+    if not isinstance(metrics, dict):
+        raise BadShard("'metrics' is missing or not an object")
+    for name, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise BadShard(f"metric {name!r} = {value!r} is not a finite number")
+
+
+def _check_curves(curves: object) -> None:
+    if curves is None:
+        return
+    if not isinstance(curves, dict) or not all(isinstance(v, list) for v in curves.values()):
+        raise BadShard("'curves' is not an object of lists")
+    for name, values in curves.items():
+        if not all(v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in values):
+            raise BadShard(f"curve {name!r} holds a value that is not a number")
+
+
+def read_shard(path: Path) -> dict:
+    """The shard at `path`, checked (BadShard, or NewerShard, says what is wrong), migrated to
+    this version's shape when older."""
+    try:
+        record = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, ValueError) as e:
+        raise BadShard(f"not JSON ({' '.join(str(e).split())[:80]})") from None
+    if not isinstance(record, dict):
+        raise BadShard("not a JSON object")
+    schema = record.get("schema", 0)
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema < 0:
+        raise BadShard(f"schema {schema!r} is not a version number")
+    if schema > SHARD_SCHEMA:
+        raise NewerShard(f"written by a newer vitbench (shard schema {schema}; this one reads up to {SHARD_SCHEMA})")
+    run = record.get("run")
+    if not isinstance(run, dict):
+        raise BadShard("'run' is missing or not an object")
+    _check_run(run)
+    _check_metrics(record.get("metrics"))
+    _check_curves(record.get("curves"))
+    if run.get("run_key") != path.stem:
+        raise BadShard(f"its run_key {str(run.get('run_key'))[:16]}… is not its file name (a copy?)")
+    return {**record, "schema": SHARD_SCHEMA}  # 0 -> 1: the shape is the same, the field is new
+
+
+def quarantine(path: Path, reason: str) -> None:
+    """Move a shard (or cache file) that cannot be used out of the way, to `<results>/quarantine/`,
+    saying so in one line; where it cannot be moved (a read-only folder), it is only left out."""
+    results = path.parent.parent if path.parent.name == "runs" else path.parents[2]
+    target = results / QUARANTINE / path.name
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        while target.exists():
+            target = target.with_name(f"{target.stem}.{os.urandom(3).hex()}{target.suffix}")
+        os.replace(path, target)
+        log.warning("%s: %s; moved to %s", path, reason, target)
+    except OSError as e:
+        log.warning("%s: %s; left out (could not move it to %s: %s)", path, reason, target.parent, e.strerror or e)
+
+
+@dataclass
+class Shards:
+    """What a batch of shard files read as: the good records (with their paths), and the run keys
+    of shards that are left where they are (newer, or bad but not movable)."""
+
+    records: list[tuple[Path, dict]] = field(default_factory=list)
+    held: set[str] = field(default_factory=set)
+
+
+def read_shards(paths: list[Path]) -> Shards:
+    found = Shards()
+    for path in paths:
+        try:
+            found.records.append((path, read_shard(path)))
+        except NewerShard as e:
+            log.warning("%s: %s; left in place, not merged", path, e)
+            found.held.add(path.stem)
+        except BadShard as e:
+            quarantine(path, str(e))
+            if path.exists():
+                found.held.add(path.stem)
+        except OSError as e:  # vanished (quarantined by a concurrent reader) or unreadable
+            if path.exists():
+                quarantine(path, f"cannot be read ({e.strerror or e})")
+    return found
+
+
 def shard_metric_values(results: Path, run_keys: list[str], name: str) -> dict[str, float]:
     """`metric_values` from the shards themselves (a cluster worker never opens the database)."""
     found = {}
-    for key in run_keys:
-        path = shard_dir(results) / f"{key}.json"
-        if path.exists():
-            value = json.loads(path.read_text())["metrics"].get(name)
-            if value is not None:
-                found[key] = float(value)
+    folder = shard_dir(results)
+    paths = [folder / f"{k}.json" for k in run_keys if (folder / f"{k}.json").exists()]
+    for path, record in read_shards(paths).records:
+        value = record["metrics"].get(name)
+        if value is not None:
+            found[path.stem] = float(value)
     return found

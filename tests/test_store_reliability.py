@@ -1,0 +1,193 @@
+"""One bad file never takes the store down: bad shards are quarantined, a damaged database is set
+aside and rebuilt from the shards, a second `vitbench run` on a held store writes shards that the
+next command merges, and readers say when they read shards they could not merge. Each test
+reproduces the failure it guards against first (the issue's reproductions)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vitbench import store
+from vitbench.store.shards import SHARD_SCHEMA, read_shard
+
+RUN = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32", "--workers", "0")
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory) -> Path:
+    """A results folder holding one real few-shot run (its shard, the database, the feature cache)."""
+    import vitbench
+
+    results = tmp_path_factory.mktemp("one-run") / "results"
+    vitbench.run(model="vit-ti/16", weights="random", datasets="digits", res=32, workers=0, shots=(1,), seeds=(0,),
+                 results=results)  # fmt: skip
+    return results
+
+
+@pytest.fixture
+def stored(one_run, results) -> Path:
+    """A copy of `one_run` for a test to damage."""
+    shutil.copytree(one_run, results)
+    return results
+
+
+def only_shard(results: Path) -> Path:
+    (path,) = sorted((results / "runs").glob("*.json"))
+    return path
+
+
+def accuracy(results: Path) -> float:
+    rows = store.read_results(results)
+    return float(rows[rows["metric"] == "accuracy"]["value"].iloc[0])
+
+
+def test_shards_carry_their_schema_version_and_an_older_one_still_reads(stored):
+    path = only_shard(stored)
+    record = json.loads(path.read_text())
+    assert record["schema"] == SHARD_SCHEMA
+    del record["schema"]  # as written before shards had a version
+    path.write_text(json.dumps(record))
+    assert read_shard(path)["schema"] == SHARD_SCHEMA
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        ("{}", "'run' is missing"),
+        ('{"run": {"run_key": "x"', "not JSON"),
+        (b"\x89\x00\xffrandom bytes", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+    ],
+)
+def test_a_bad_shard_is_quarantined_and_every_command_goes_on(cli, stored, content, reason):
+    """Before: `echo '{}' > runs/deadbeef.json` made every command fail (KeyError: 'run')."""
+    before = accuracy(stored)
+    bad = stored / "runs" / "deadbeef.json"
+    bad.write_bytes(content if isinstance(content, bytes) else content.encode())
+    for args in (("table",), ("export", "--out", str(stored.parent / "x.csv"), "-f", "csv"), ("ingest",)):
+        code, _, err = cli(*args, "--results", stored)
+        assert code == 0, err
+    assert not bad.exists() and (stored / "quarantine" / "deadbeef.json").exists()
+    code, _, err = cli(*RUN, "--shots", "1", "--seeds", "0", "--results", stored)
+    assert code == 0 and "0 to run" in err
+    assert accuracy(stored) == before
+
+
+def test_quarantine_says_why_in_one_line(stored, caplog):
+    (stored / "runs" / "deadbeef.json").write_text("{}")
+    store.sync(stored)
+    lines = [r.getMessage() for r in caplog.records if "deadbeef" in r.getMessage()]
+    assert len(lines) == 1 and "'run' is missing or not an object; moved to" in lines[0] and "\n" not in lines[0]
+
+
+def test_a_shard_missing_a_field_or_out_of_range_is_quarantined(cli, stored):
+    """Before: a shard missing `model`, or with a seed of 2^31 (INT64 into INT32), failed every command."""
+    good = json.loads(only_shard(stored).read_text())
+    for name, change in [("nomodel", {"model": None}), ("bigseed", {"seed": 2**31})]:
+        record = json.loads(json.dumps(good))
+        record["run"].update(change)
+        (stored / "runs" / f"{name}.json").write_text(json.dumps(record))
+    code, _, err = cli("table", "--results", stored)
+    assert code == 0, err
+    assert {p.name for p in (stored / "quarantine").iterdir()} == {"nomodel.json", "bigseed.json"}
+
+
+def test_a_copy_under_another_name_is_not_merged(cli, stored):
+    """Before: runs/zz-stray.json holding another accuracy was merged on every read and changed the table."""
+    before = accuracy(stored)
+    record = json.loads(only_shard(stored).read_text())
+    record["metrics"]["accuracy"] = 0.5
+    (stored / "runs" / "zz-stray.json").write_text(json.dumps(record))
+    code, _, err = cli("table", "--results", stored)
+    assert code == 0 and accuracy(stored) == before
+    assert (stored / "quarantine" / "zz-stray.json").exists()
+    assert "is not its file name" in err
+
+
+def test_a_shard_from_a_newer_vitbench_is_left_alone_and_never_overwritten(cli, stored):
+    path = only_shard(stored)
+    record = json.loads(path.read_text())
+    record["schema"] = SHARD_SCHEMA + 1
+    path.write_text(json.dumps(record))
+    os.remove(stored / store.DB_NAME)
+    code, _, err = cli(*RUN, "--shots", "1", "--seeds", "0", "--results", stored)
+    assert code == 0 and "written by a newer vitbench" in err and "0 to run" in err
+    assert json.loads(path.read_text())["schema"] == SHARD_SCHEMA + 1  # not replaced by a re-run
+    assert not (stored / "quarantine").exists()
+
+
+def test_a_damaged_database_is_read_around_and_rebuilt_from_the_shards(cli, stored):
+    """Before: a database truncated to half gave a traceback in `table`, `run` and `--dry-run`."""
+    db = stored / store.DB_NAME
+    before, damaged = accuracy(stored), db.read_bytes()[: db.stat().st_size // 2]
+    db.write_bytes(damaged)
+    code, out, err = cli("table", "--results", stored)
+    assert code == 0 and "damaged" in err and "ingest --rebuild" in err and "(n=1)" in out
+    code, _, err = cli(*RUN, "--shots", "1", "--seeds", "0", "--results", stored)
+    assert code == 2 and "ingest --rebuild" in err and len(err.strip().splitlines()) == 1
+    code, _, err = cli(*RUN, "--shots", "1", "--seeds", "0", "--results", stored, "--dry-run")
+    assert code == 0, err
+    assert db.read_bytes() == damaged  # never modified in place
+    code, out, err = cli("ingest", "--rebuild", "--results", stored)
+    assert code == 0 and "merged 1 new run(s)" in out
+    (aside,) = stored.glob(f"{store.DB_NAME}.damaged-*")
+    assert aside.read_bytes() == damaged and accuracy(stored) == before
+
+
+def _hold_the_store(results: Path) -> subprocess.Popen:
+    """Another process holding the database open for writing, as a long `vitbench run` does."""
+    code = (
+        "import sys, time; from pathlib import Path; from vitbench import store; "
+        "con = store.connect(Path(sys.argv[1])); print('held', flush=True); time.sleep(120)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(results)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_second_run_on_a_held_store_writes_shards_and_the_next_command_merges_them(cli, stored):
+    """Before: a second `vitbench run` failed at once on DuckDB's lock; `ingest` printed "merged 0"."""
+    holder = _hold_the_store(stored)
+    try:
+        code, _, err = cli(*RUN, "--shots", "1", "--seeds", "1", "--results", stored)
+        assert code == 0 and "this run stores its results as shards" in err
+        code, out, err = cli("table", "--results", stored)
+        assert code == 0 and "(n=2)" in out  # the held store is read as its shards
+        code, _, err = cli("ingest", "--results", stored)
+        assert code == 2 and "held by another process" in err
+    finally:
+        holder.kill()
+        holder.wait()
+    code, out, err = cli("ingest", "--results", stored)
+    assert code == 0 and "merged 1 new run(s)" in out
+    assert sorted(store.read_results(stored).drop_duplicates("run_key")["seed"]) == [0, 1]
+
+
+def test_readers_say_what_they_cannot_merge_and_read_it_anyway(cli, stored, monkeypatch):
+    """Before: on a read-only folder `table` and `export` left pending shards out without a word.
+    (Tests run as root, for whom no folder is read-only: `connect` is made to fail as it does
+    there, with the UserError naming the file; everything else is real.)"""
+    code, _, err = cli(*RUN, "--shots", "1", "--seeds", "1", "--results", stored)
+    assert code == 0, err
+    con = store.connect(stored)  # take the seed-1 run out of the database, as if a worker had written it
+    con.execute("DELETE FROM metrics WHERE run_key IN (SELECT run_key FROM runs WHERE seed = 1)")
+    con.execute("DELETE FROM runs WHERE seed = 1")
+    con.close()
+
+    def read_only(results):
+        raise store.database.UserError(f"{results / store.DB_NAME}: cannot write there (Read-only file system)")
+
+    monkeypatch.setattr(store.database, "connect", read_only)
+    code, out, err = cli("table", "--results", stored)
+    assert code == 0 and "(n=2)" in out
+    assert "1 result shard(s) not merged yet" in err or "2 result shard(s) not merged yet" in err
+    assert "lacks 1 run shard(s) it could not merge; reading the shards instead" in err
+    code, _, err = cli("ingest", "--results", stored)
+    assert code == 2 and "Read-only file system" in err
