@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from vitbench import store
+from vitbench.datasets import Split
 from vitbench.engine import ridge
 from vitbench.engine.features import FeatureCache
 from vitbench.engine.inference import Outputs
@@ -84,19 +85,55 @@ def test_cache_key_covers_everything_that_changes_features(tmp_path):
     for name in parts:
         changed = {**parts, name: str(parts[name]) + "x" if not isinstance(parts[name], int) else 384}
         assert FeatureCache.key(**changed) != base, name
-    cache = FeatureCache(tmp_path)
-    assert cache.load(base) is None
+    cache = FeatureCache(tmp_path / "cache" / "features")
+    split = Split("d", "train", np.array([0, 9, 1, 2]), "test", "fp")
+    assert cache.load(base, split) is None
     cache.save(base, Outputs(np.ones((3, 2), np.float32), np.arange(3), np.array([0, 2, 3]), ["x.jpg: corrupt"]))
-    found = cache.load(base)
+    found = cache.load(base, split)
     assert found.values.shape == (3, 2) and found.labels.tolist() == [0, 1, 2]
     assert found.indices.tolist() == [0, 2, 3] and found.skipped == ["x.jpg: corrupt"]
 
 
 def test_a_damaged_cache_file_is_recomputed_not_fatal(tmp_path):
-    cache = FeatureCache(tmp_path)
+    cache = FeatureCache(tmp_path / "cache" / "features")
+    split = Split("d", "train", np.arange(100), "test", "fp")
     cache.save("k", Outputs(np.ones((100, 8), np.float32), np.arange(100), np.arange(100)))
     cache.path("k").write_bytes(cache.path("k").read_bytes()[:300])  # truncated
-    assert cache.load("k") is None
+    assert cache.load("k", split) is None
+    assert (tmp_path / "quarantine" / "k.npz").exists()
+
+
+@pytest.mark.parametrize(
+    "outputs, width, problem",
+    [
+        (Outputs(np.ones((100, 8), np.float32), np.arange(100), np.arange(100)), 16, "8 wide, 16 expected"),
+        (Outputs(np.ones((100, 8), np.float32), np.arange(100)[::-1].copy(), np.arange(100)), None, "labelled unlike"),
+        (Outputs(np.full((100, 8), np.nan, np.float32), np.arange(100), np.arange(100)), None, "not finite"),
+        (Outputs(np.ones((5, 8), np.float32), np.arange(5), np.arange(200, 205)), None, "index images the split"),
+    ],
+)
+def test_cached_outputs_that_do_not_fit_the_split_are_quarantined(tmp_path, caplog, outputs, width, problem):
+    """Before: a cached feature file of the wrong width was used (`features_from_cache: True`)."""
+    cache = FeatureCache(tmp_path / "cache" / "features")
+    cache.save("k", outputs)
+    assert cache.load("k", Split("d", "train", np.arange(100), "test", "fp"), width) is None
+    assert problem in caplog.text and (tmp_path / "quarantine" / "k.npz").exists()
+
+
+def test_a_swapped_cache_file_of_another_width_is_recomputed(cli, results):
+    """The few-shot test features replaced by a file of another model's width: recomputed, same result."""
+    run = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
+           "--workers", "0", "--shots", "1", "--seeds", "0", "--results", results)  # fmt: skip
+    assert cli(*run)[0] == 0
+    before = store.read_results(results).set_index("metric")["value"]["accuracy"]
+    files = sorted((results / "cache" / "features").glob("*.npz"), key=lambda p: p.stat().st_size)
+    test_file = files[0]  # digits test (797 images) is smaller than train (1000)
+    with np.load(test_file) as f:
+        wide = Outputs(np.ones((len(f["labels"]), 7), np.float32), f["labels"], f["indices"])
+    FeatureCache(test_file.parent).save(test_file.stem, wide)
+    code, _, err = cli(*run, "--rerun")
+    assert code == 0 and "192 wide for train, 7 for test" in err
+    assert store.read_results(results).set_index("metric")["value"]["accuracy"] == before
 
 
 def test_the_solve_on_tensors_equals_the_solve_on_arrays():

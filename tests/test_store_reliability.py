@@ -191,3 +191,24 @@ def test_readers_say_what_they_cannot_merge_and_read_it_anyway(cli, stored, monk
     assert "lacks 1 run shard(s) it could not merge; reading the shards instead" in err
     code, _, err = cli("ingest", "--results", stored)
     assert code == 2 and "Read-only file system" in err
+
+
+@pytest.mark.slow
+def test_two_runs_at_once_on_one_folder_both_reach_the_database(one_run, results):
+    """Two real `vitbench run` processes started together on one results folder (the feature cache
+    is shared, so both go straight to their solve): both finish, and both results are stored."""
+    shutil.copytree(one_run, results)
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "vitbench", *RUN, "--shots", "1", "--seeds", str(seed), "--results", str(results)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for seed in (1, 2)
+    ]
+    for process in runs:
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, output
+    store.sync(results)
+    assert sorted(store.read_results(results).drop_duplicates("run_key")["seed"]) == [0, 1, 2]

@@ -47,3 +47,21 @@ def test_a_dataset_named_twice_runs_once(cli, results, caplog):
                          "--dry-run")  # fmt: skip
     assert code == 0 and out.count("todo") == 1
     assert "1 runs planned" in err and "--dataset names digits more than once; each runs once" in err
+
+
+def test_16_bit_greyscale_pngs_keep_their_grey_levels(tmp_path):
+    """Before: PIL's convert("RGB") clipped 16-bit values at 255, so a 16-bit PNG decoded to pure white."""
+    import numpy as np
+    import torch
+    from PIL import Image
+    from torchvision.io import read_file
+
+    from vitbench.datasets.base import decode
+    from vitbench.engine.device_data import _decode_bytes
+
+    levels = np.array([[0, 257 * 10, 257 * 128], [257 * 200, 257 * 255, 65535]], dtype=np.uint16)
+    Image.fromarray(levels).save(tmp_path / "g16.png")
+    pixels = np.asarray(decode(tmp_path / "g16.png"))
+    assert pixels[..., 0].tolist() == [[0, 10, 128], [200, 255, 255]] and (pixels[..., 0] == pixels[..., 2]).all()
+    on_device = _decode_bytes(read_file(str(tmp_path / "g16.png")), torch.device("cpu"), "g16.png")
+    assert on_device.dtype == torch.uint8 and (on_device.permute(1, 2, 0).numpy() == pixels).all()

@@ -55,7 +55,12 @@ def _decode_bytes(data: torch.Tensor, device: torch.device, where: str) -> torch
         except RuntimeError:
             pass  # fall through to the CPU decoder, which names the problem if there is one
     try:
-        return decode_image(data, mode=ImageReadMode.RGB).to(device)
+        image = decode_image(data, mode=ImageReadMode.RGB)
+        if image.dtype == torch.uint16:  # a 16-bit PNG: scaled to 8 bits as the PIL path does
+            image = torch.round(image.to(torch.float32) / 257).to(torch.uint8)
+        elif image.dtype != torch.uint8:
+            raise RuntimeError(f"{image.dtype} pixels")
+        return image.to(device)
     except RuntimeError:
         # torchvision cannot read it: PIL's decoder (palette PNGs, odd JPEGs) or its error
         pixels = np.asarray(decode(where))

@@ -12,18 +12,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vitbench.datasets import Split
 from vitbench.devices import Clock, autocast, resolve_device, resolve_precision
 from vitbench.engine.inference import Outputs, run_over
 from vitbench.provenance import canonical_json, sha256_text
+from vitbench.store.shards import quarantine
 from vitbench.weights import build_model, has_pre_logits
 
 FEATURES_VERSION = "features/3"  # 3: kept indices and skipped corrupt images
 
 
 class FeatureCache:
-    """Representations on disk, keyed on everything that changes them: the weights fingerprint,
-    the model and resolution, the dataset, its source and fingerprint, the split, the preprocessing
-    and the representation. Shared by every shot count, seed and λ."""
+    """Representations on disk (`<results>/cache/features/`), keyed on everything that changes
+    them: the weights fingerprint, the model and resolution, the dataset, its source and
+    fingerprint, the split, the preprocessing and the representation. Shared by every shot count,
+    seed and λ."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -35,12 +38,27 @@ class FeatureCache:
     def path(self, key: str) -> Path:
         return self.root / f"{key}.npz"
 
-    def load(self, key: str) -> Outputs | None:
+    def load(self, key: str, split: Split, width: int | None = None) -> Outputs | None:
+        """The cached outputs of `split`, or None (recompute) when absent, or when they do not fit
+        the split they claim to be (rows, labels, finite values, and `width` where it is known):
+        such a file is quarantined, never used."""
+        path = self.path(key)
         try:
-            with np.load(self.path(key)) as f:
-                return Outputs(f["features"], f["labels"], f["indices"], [str(s) for s in f["skipped"]])
+            with np.load(path, allow_pickle=False) as f:
+                found = Outputs(f["features"], f["labels"], f["indices"], [str(s) for s in f["skipped"]])
+        except FileNotFoundError:
+            return None
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-            return None  # absent or damaged (a full disk, a killed write): recompute
+            found = None  # damaged (a full disk, a killed write)
+        problem = "unreadable" if found is None else _mismatch(found, split, width)
+        if problem:
+            self.discard(key, problem)
+            return None
+        return found
+
+    def discard(self, key: str, problem: str) -> None:
+        if self.path(key).exists():
+            quarantine(self.path(key), f"cached outputs {problem}; recomputing", results=self.root.parent.parent)
 
     def save(self, key: str, found: Outputs) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -48,6 +66,22 @@ class FeatureCache:
         skipped = np.asarray(found.skipped, dtype=str)
         np.savez(tmp, features=found.values, labels=found.labels, indices=found.indices, skipped=skipped)
         os.replace(tmp, self.path(key))
+
+
+def _mismatch(found: Outputs, split: Split, width: int | None) -> str | None:
+    """What makes cached outputs unusable for `split`, or None."""
+    values, indices = found.values, found.indices
+    if values.ndim != 2 or not len(values) == len(found.labels) == len(indices):
+        return f"of shape {values.shape} for {len(found.labels)} labels"
+    if width is not None and values.shape[1] != width:
+        return f"{values.shape[1]} wide, {width} expected"
+    if len(indices) and (indices.min() < 0 or indices.max() >= len(split)):
+        return "index images the split does not have"
+    if not np.array_equal(found.labels, split.labels[indices]):
+        return "labelled unlike the split"
+    if not np.isfinite(values).all():
+        return "not finite"
+    return None
 
 
 class LazyModel:
@@ -67,10 +101,19 @@ class LazyModel:
 
 
 def outputs_over(
-    group, split_name: str, req, device: torch.device, clock: Clock, cache_parts: dict, fn, model: LazyModel
+    group,
+    split_name: str,
+    req,
+    device: torch.device,
+    clock: Clock,
+    cache_parts: dict,
+    fn,
+    model: LazyModel,
+    distrust: str | int | None = None,
 ):
-    """The model's outputs over one split of a protocol group: from the cache, or computed now
-    (timed on `clock`). Returns (outputs, computed)."""
+    """The model's outputs over one split of a protocol group: from the cache (checked against the
+    split), or computed now (timed on `clock`). `distrust`: the width the outputs must have, or
+    why the cached file is not to be used (it is quarantined). Returns (outputs, computed)."""
     split = group.splits[split_name]
     cache = FeatureCache(req.results / "cache" / "features")
     spec = group.specs[0]
@@ -89,7 +132,9 @@ def outputs_over(
         skip_corrupt=req.skip_corrupt,
         **cache_parts,
     )
-    found = cache.load(key)
+    if isinstance(distrust, str):
+        cache.discard(key, distrust)
+    found = None if isinstance(distrust, str) else cache.load(key, split, distrust)
     if found is not None:
         return found, False
     with clock:
@@ -165,4 +210,10 @@ def frozen_features(group, req, device: torch.device, split_names: tuple[str, ..
     train_split, test_split = split_names  # (the protocols' fewshot_splits: shots from, scored on)
     train, train_new = outputs_over(group, train_split, req, device, clock, parts, features, model)
     test, test_new = outputs_over(group, test_split, req, device, clock, parts, features, model)
+    if train.values.shape[1] != test.values.shape[1]:  # one model, one width: a cached file is not its features
+        problem = f"{train.values.shape[1]} wide for train, {test.values.shape[1]} for test"
+        if not train_new:
+            train, train_new = outputs_over(group, train_split, req, device, clock, parts, features, model, problem)
+        if not test_new:
+            test, test_new = outputs_over(group, test_split, req, device, clock, parts, features, model, problem)
     return FrozenFeatures(train, test, train_new or test_new, clock.seconds)

@@ -40,8 +40,9 @@ class Eval(Protocol):
         split = group.splits[split_name]
         model = group_model(group, keep_head=True)
         logits, computed = outputs_over(
-            group, split_name, req, device, clock, {"outputs": "logits"}, lambda m, x: m(x), model
-        )
+            group, split_name, req, device, clock, {"outputs": "logits"}, lambda m, x: m(x), model,
+            distrust=group.dataset.head_size,
+        )  # fmt: skip
         real = [split.real_labels[i] for i in logits.indices] if split.real_labels is not None else None
         recorder.record(
             group,

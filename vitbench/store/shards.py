@@ -121,11 +121,11 @@ def read_shard(path: Path) -> dict:
     return {**record, "schema": SHARD_SCHEMA}  # 0 -> 1: the shape is the same, the field is new
 
 
-def quarantine(path: Path, reason: str) -> None:
-    """Move a shard (or cache file) that cannot be used out of the way, to `<results>/quarantine/`,
-    saying so in one line; where it cannot be moved (a read-only folder), it is only left out."""
-    results = path.parent.parent if path.parent.name == "runs" else path.parents[2]
-    target = results / QUARANTINE / path.name
+def quarantine(path: Path, reason: str, results: Path | None = None) -> None:
+    """Move a shard (or, given `results`, a cache file) that cannot be used out of the way, to
+    `<results>/quarantine/`, saying so in one line; where it cannot be moved (a read-only folder),
+    it is only left out."""
+    target = (results or path.parent.parent) / QUARANTINE / path.name
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         while target.exists():
