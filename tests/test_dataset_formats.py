@@ -197,7 +197,7 @@ def test_imagefolder_dataset_with_and_without_val(tmp_path):
             for i in range(n):
                 write_image(tmp_path / "pics" / split / cls / f"{i}.png", seed=i)
     spec = get_dataset(f"folder:{tmp_path / 'pics'}")
-    assert spec.name == "folder:pics" and spec.num_classes == 2
+    assert spec.name.startswith("folder:pics@") and spec.num_classes == 2 and spec.location == tmp_path / "pics"
     assert spec.sweep_splits == ("subtrain", "dev")  # no val/: 10 % of train held out
     test = spec.load_split(None, "test")
     assert test.labels.tolist() == [0, 0, 1, 1] and not test.is_subset

@@ -2,6 +2,8 @@
 that does not mean what its label says): values the store cannot hold, a resolution of 0, and a
 dataset named twice."""
 
+import json
+
 import pytest
 
 import vitbench
@@ -65,3 +67,71 @@ def test_16_bit_greyscale_pngs_keep_their_grey_levels(tmp_path):
     assert pixels[..., 0].tolist() == [[0, 10, 128], [200, 255, 255]] and (pixels[..., 0] == pixels[..., 2]).all()
     on_device = _decode_bytes(read_file(str(tmp_path / "g16.png")), torch.device("cpu"), "g16.png")
     assert on_device.dtype == torch.uint8 and (on_device.permute(1, 2, 0).numpy() == pixels).all()
+
+
+def _tree(root, classes=("cat", "dog"), n=(3, 2), seed=0):
+    from conftest import write_image
+
+    for split, count in zip(("train", "test"), n, strict=True):
+        for c, cls in enumerate(classes):
+            for i in range(count):
+                write_image(root / split / cls / f"{i}.png", seed=seed + 10 * c + i)
+    return root
+
+
+def test_a_folder_dataset_with_one_class_is_refused(cli, results, tmp_path):
+    """Before: `folder:` with one class stored 100 % accuracy."""
+    tree = _tree(tmp_path / "one", classes=("cat",))
+    code, _, err = cli(*RUN, "--dataset", f"folder:{tree}", "--shots", "1", "--seeds", "0", "--results", results)
+    assert code == 2 and "expected two or more <class>/ folders, found only 'cat'" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("how", ["symlink", "copy"])
+def test_a_test_split_that_is_the_train_split_is_warned_about(cli, results, tmp_path, how):
+    """Before: test/ identical to (or symlinked to) train/ stored a result without a word."""
+    import shutil
+
+    tree = _tree(tmp_path / "same")
+    shutil.rmtree(tree / "test")
+    if how == "symlink":
+        (tree / "test").symlink_to(tree / "train")
+    else:
+        shutil.copytree(tree / "train", tree / "test")
+    code, _, err = cli(*RUN, "--dataset", f"folder:{tree}", "--shots", "1", "--seeds", "0", "--results", results,
+                       "--dry-run")  # fmt: skip
+    assert code == 0 and "its accuracy is not a test accuracy" in err
+
+
+def test_two_folder_datasets_named_alike_stay_two_datasets(cli, results, tmp_path):
+    """Before: X/ds and Y/ds were averaged into one cell, and data_dir was stored as NULL."""
+    first, second = _tree(tmp_path / "X" / "ds"), _tree(tmp_path / "Y" / "ds", seed=5)
+    for tree in (first, second):
+        code, _, err = cli(*RUN, "--dataset", f"folder:{tree}", "--shots", "1", "--seeds", "0", "--results", results)
+        assert code == 0, err
+    runs = store.read_results(results).drop_duplicates("run_key")
+    assert runs["dataset"].nunique() == 2 and all(runs["dataset"].str.startswith("folder:ds@"))
+    assert sorted(runs["data_dir"]) == [str(first.resolve()), str(second.resolve())]
+    code, out, _ = cli("table", "--results", results, "--protocol", "fewshot")
+    assert code == 0 and all(name in out for name in runs["dataset"])
+
+
+def test_more_shots_than_a_class_holds_is_said_and_shown(cli, results):
+    """Before: `--shots 100000` was stored as "100000-shot" with n_train 1000."""
+    code, _, err = cli(*RUN, "--shots", "100000", "--seeds", "0", "--results", results)
+    assert code == 0 and "--shots 100000: digits train has only" in err
+    run = store.read_results(results).iloc[0]
+    fewest = json.loads(run["notes"])["effective_shots"]
+    assert 0 < fewest < 1000 and run["n_train"] == 1000
+    code, out, _ = cli("table", "--results", results, "--protocol", "fewshot")
+    assert code == 0 and f"[{fewest}-shot]" in out and "[k-shot] after a value" in out
+
+
+@pytest.mark.parametrize(
+    "protocol, args, ignored",
+    [("eval", ("--steps", "10"), "--steps"), ("fewshot", ("--lr", "0.1", "--knn-k", "5"), "--knn-k, --lr")],
+)
+def test_options_a_protocol_ignores_are_warned_about(cli, results, protocol, args, ignored):
+    """Before: `--steps` for few-shot and `--shots` for eval were ignored without a word."""
+    code, _, err = cli(*RUN, "--protocol", protocol, *args, "--results", results, "--dry-run")
+    assert f"{ignored}: --protocol {protocol} does not use" in err

@@ -176,6 +176,7 @@ class DatasetSpec:
     head_classes: int | None = None
     # what the set is for, in `vitbench ls datasets` (e.g. "eval only: ImageNet-1k head, 200 classes")
     note: str = ""
+    location: Path | None = None  # where a dataset outside --data-dir lives (folder:<path>): its data_dir
 
     @property
     def head_size(self) -> int:

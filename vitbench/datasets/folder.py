@@ -3,20 +3,42 @@ custom dataset. Classes are the sorted folder names of train/, as torchvision's 
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 
 import numpy as np
 
 from vitbench.datasets.base import DatasetSpec, Split, class_folders, require_dir
 from vitbench.errors import UserError
-from vitbench.provenance import fingerprint_files
+from vitbench.provenance import fingerprint_files, sha256_text
 
 PREFIX = "folder:"
+log = logging.getLogger("vitbench")
 DEV_FRACTION = 0.1  # without a val/ folder, 10 % of train is held out for LR selection (as for Pets)
 
 
 def _classes(root: Path) -> list[str]:
     return [d.name for d, _ in class_folders(root / "train", "train folder of an ImageFolder tree")]
+
+
+def _listing(folder: Path) -> set[tuple[str, int]]:
+    files = [p for _, found in class_folders(folder, "ImageFolder split") for p in found]
+    return {(os.path.relpath(p, folder), os.stat(p).st_size) for p in files}
+
+
+def _warn_if_test_is_train(root: Path) -> None:
+    """A test split that is (or repeats) the train split scores memory, not generalisation."""
+    train, test = root / "train", root / "test"
+    if train.resolve() == test.resolve():
+        log.warning("%s: is the same folder as %s; its accuracy is not a test accuracy", test, train)
+        return
+    shared = _listing(train) & _listing(test)
+    if shared:
+        log.warning(
+            "%s: %d image(s) also in %s (same class, name and size); its accuracy is not a test accuracy",
+            test, len(shared), train,
+        )  # fmt: skip
 
 
 def folder_spec(name: str) -> DatasetSpec:
@@ -26,8 +48,10 @@ def folder_spec(name: str) -> DatasetSpec:
     for split in ("train", "test"):
         require_dir(root / split, f"'{split}' folder of the ImageFolder tree")
     classes = _classes(root)
-    if not classes:
-        raise UserError(f"{root / 'train'}: no <class>/ folders")
+    if len(classes) < 2:
+        found = f"only '{classes[0]}'" if classes else "none"
+        raise UserError(f"{root / 'train'}: expected two or more <class>/ folders, found {found} (one scores 100 %)")
+    _warn_if_test_is_train(root)
     index = {c: i for i, c in enumerate(classes)}
     has_val = (root / "val").is_dir()
 
@@ -43,7 +67,9 @@ def folder_spec(name: str) -> DatasetSpec:
         return Split(name, split, np.asarray(labels, dtype=np.int64), "imagefolder", fingerprint, paths=paths)
 
     splits = ("train", "val", "test") if has_val else ("train", "test")
-    name = f"{PREFIX}{root.name}"  # the path itself is provenance (data_dir), not part of the run key
+    # where it lives is part of its identity (two trees named alike are two datasets); the whole
+    # path is recorded as the run's data_dir
+    name = f"{PREFIX}{root.name}@{sha256_text(str(root))[:8]}"
     return DatasetSpec(
         name,
         root.name,
@@ -54,4 +80,5 @@ def folder_spec(name: str) -> DatasetSpec:
         sweep_splits=("train", "val") if has_val else ("subtrain", "dev"),
         dev_fraction=None if has_val else DEV_FRACTION,
         source="imagefolder",
+        location=root,
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 from vitbench.backend import Preprocessing
 from vitbench.datasets import DatasetSpec
 from vitbench.errors import UserError
-from vitbench.protocols.base import Group, Request
+from vitbench.protocols.base import Group, Request, ignored_options
 from vitbench.protocols.registry import get_protocol
 from vitbench.provenance import sha256_file
 from vitbench.registry import get_dataset, get_model, get_suite
@@ -68,6 +68,10 @@ def present_datasets(names: tuple[str, ...], protocol: str, req: Request) -> lis
 def plan(req: Request) -> list[Group]:
     model_name, dataset_names, protocol_name, weights_arg = resolve(req)
     protocol = get_protocol(protocol_name)
+    ignored = ignored_options(req, protocol.reads)
+    if ignored:
+        log.warning("%s: --protocol %s does not use %s; ignored", ", ".join(ignored), protocol.name,
+                    "it" if len(ignored) == 1 else "them")  # fmt: skip
     model = get_model(model_name)
     assert model.backend is not None
     weights = check_weights_arg(weights_arg, model)

@@ -67,7 +67,7 @@ class Recorder:
             "backend": group.model.family,
             "weights": group.weights,
             "random_init": group.weights == RANDOM,
-            "data_dir": str(self.req.data_dir.resolve()) if self.req.data_dir else None,
+            "data_dir": _data_dir(group, self.req),
             # a subset of the official split, or images left out as corrupt: not the paper's data
             "data_subset": any(s.is_subset for s in group.splits.values()) or bool(skipped),
             "n_train": n_train,
@@ -95,3 +95,9 @@ class Recorder:
         self.count += 1
         if self.on_result:
             self.on_result(spec, metrics)
+
+
+def _data_dir(group: Group, req: Request) -> str | None:
+    """Where the run's data came from: the dataset's own folder (folder:<path>), else --data-dir."""
+    where = group.dataset.location or req.data_dir
+    return str(where.resolve()) if where else None

@@ -100,6 +100,33 @@ class Request:
             raise UserError(f"--res {self.res}: expected a positive image size in pixels")
 
 
+# Request fields that only some protocols read, and the option that sets each
+PROTOCOL_OPTIONS = {
+    "seeds": "--seeds",
+    "shots": "--shots",
+    "fewshot_l2": "--fewshot-l2",
+    "knn_k": "--knn-k",
+    "steps": "--steps",
+    "batch": "--batch",
+    "micro_batch": "--micro-batch",
+    "lr": "--lr",
+    "polyak": "--polyak",
+    "smoke": "--smoke",
+    "checkpoint_every": "--checkpoint-every",
+}
+
+
+def ignored_options(req: Request, reads: frozenset[str]) -> list[str]:
+    """The protocol-specific options set to something other than their default that a protocol
+    reading only `reads` would ignore."""
+    defaults = Request()
+    return [
+        option
+        for name, option in PROTOCOL_OPTIONS.items()
+        if name not in reads and getattr(req, name) != getattr(defaults, name)
+    ]
+
+
 @dataclass
 class Group:
     """The runs that share one model and one dataset, hence one pass over each split."""
@@ -153,6 +180,8 @@ class Protocol:
     data_parallel: ClassVar[bool] = False  # it can run under torchrun (`--devices N`)
     resumable: ClassVar[bool] = False  # an interrupted run continues from a checkpoint
     has_shots: ClassVar[bool] = False  # its runs are labelled by shot count (`--shots`)
+    # the protocol-specific Request fields it reads (PROTOCOL_OPTIONS); another one set is warned about
+    reads: ClassVar[frozenset[str]] = frozenset()
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         """The dataset's splits it reads, in the order it uses them (the last one is scored)."""

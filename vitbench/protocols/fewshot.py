@@ -7,8 +7,10 @@ Frozen representations of every train and test image are extracted once and cach
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 
+import numpy as np
 import torch
 
 from vitbench.datasets import DatasetSpec
@@ -17,6 +19,8 @@ from vitbench.engine.features import frozen_features, representation_hparams
 from vitbench.engine.ridge import fewshot_accuracies
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+
+log = logging.getLogger("vitbench")
 
 L2_GRID = tuple(2.0**i for i in range(-10, 20))  # the older sweep: 2^-10 .. 2^19
 
@@ -36,6 +40,7 @@ def parse_l2(text: str) -> tuple[str, tuple[float, ...]]:
 
 class FewShot(Protocol):
     name = "fewshot"
+    reads = frozenset({"seeds", "shots", "fewshot_l2"})
     version = "fewshot-lsr/2"  # bump when a change alters the numbers (2: vit_jax pos-emb resize)
     summary = "closed-form linear few-shot on frozen features (1/5/10/25 shots x 3 seeds)"
     label = "few-shot"
@@ -48,6 +53,14 @@ class FewShot(Protocol):
         label, _ = parse_l2(req.fewshot_l2)
         hparams = {**hparams, "l2": label, **representation_hparams(group, req)}
         first = group.splits[self.splits(group.dataset)[0]]
+        fewest = fewest_per_class(first.labels)
+        beyond = sorted(k for k in req.shots if k > fewest)
+        if beyond:
+            log.warning(
+                "--shots %s: %s %s has only %d image(s) in its smallest class; those runs use all of a "
+                "smaller class (the effective shot count is recorded and shown in tables)",
+                ",".join(map(str, beyond)), group.dataset.name, first.name, fewest,
+            )  # fmt: skip
         return [
             self.base_spec(group, first, weights_sha, hparams, seed, shots) for seed in req.seeds for shots in req.shots
         ]
@@ -77,7 +90,11 @@ class FewShot(Protocol):
                 n_train=n_train,
                 n_test=len(test.labels),
                 skipped=found.skipped,
-                notes={"features_from_cache": not found.extracted, "extraction_seconds": found.seconds},
+                notes={
+                    "features_from_cache": not found.extracted,
+                    "extraction_seconds": found.seconds,
+                    "effective_shots": min(spec.shots or 0, fewest_per_class(train.labels)),
+                },
             )
 
     def describe(self, spec: RunSpec) -> str:
@@ -85,6 +102,13 @@ class FewShot(Protocol):
 
     def dry_run_detail(self, spec: RunSpec) -> str:
         return f" shots={spec.shots}"
+
+
+def fewest_per_class(labels: np.ndarray) -> int:
+    """Images in the smallest class that has any: a k-shot run with k above it is a smaller-shot
+    run for that class (big_vision's sampling takes what there is, as vitbench's does)."""
+    counts = np.bincount(labels)
+    return int(counts[counts > 0].min()) if counts.any() else 0
 
 
 def _metrics(accs: dict[float, float], l2_label: str) -> dict[str, float]:

@@ -18,6 +18,7 @@ from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
 
 class KNearestNeighbours(Protocol):
     name = "knn"
+    reads = frozenset({"knn_k"})
     version = "knn/1"
     summary = "weighted k-NN on frozen features (DINO: cosine, k=20, T=0.07), top-1 and top-5"
     label = "k-NN"

@@ -202,7 +202,19 @@ def seed_cell(part: pd.DataFrame, column_meta: dict, include_marked: bool) -> Ce
         marks=SUBSET_MARK if part["data_subset"].any() else "",
     )
     cell.rankable = include_marked or not (column_meta["random"] or column_meta["smoke"] or cell.marks)
+    effective = _effective_shots(part)
+    if effective is not None:
+        cell.marks += f" [{effective}-shot]"  # after the rank rule: it says what ran, it withholds nothing
     return cell
+
+
+def _effective_shots(part: pd.DataFrame) -> int | None:
+    """The fewest shots any run of a few-shot cell had in a class, where fewer than its label says."""
+    if "notes" not in part or "shots" not in part or part["shots"].isna().all():
+        return None
+    found = [json_field(n).get("effective_shots") for n in part["notes"]]
+    counts = [int(e) for e in found if e is not None]
+    return min(counts) if counts and min(counts) < int(part["shots"].max()) else None
 
 
 def delta_allowed(meta: dict, cell: Cell, include_marked: bool) -> bool:

@@ -134,6 +134,11 @@ def marker_footnotes(data: TableData, include_marked: bool, compared: bool) -> N
         data.footnotes.append(
             f"{SUBSET_MARK} measured on a subset of the official splits: not comparable with the paper{left_out}"
         )
+    if "-shot]" in " ".join(c.marks for c in data.cells.values()):
+        data.footnotes.append(
+            "[k-shot] after a value: its train split's smallest class has only k images, so the run used k there "
+            "(fewer than the column's shot count)"
+        )
     if SMOKE_MARK in texts:
         data.footnotes.append(
             f"{SMOKE_MARK} --smoke: a few steps at a small resolution, a pipeline check, not a result{left_out}"
