@@ -135,3 +135,39 @@ def test_options_a_protocol_ignores_are_warned_about(cli, results, protocol, arg
     """Before: `--steps` for few-shot and `--shots` for eval were ignored without a word."""
     code, _, err = cli(*RUN, "--protocol", protocol, *args, "--results", results, "--dry-run")
     assert f"{ignored}: --protocol {protocol} does not use" in err
+
+
+def test_images_changed_in_place_are_noticed(cli, results, tmp_path, caplog):
+    """Before: images overwritten in place (same size) left the fingerprint and the feature cache
+    as they were; `--rerun` reused the old features. Now size + mtime are in the fingerprint, and
+    `--verify-data` hashes contents (for a rewrite that even keeps the time)."""
+    import os
+
+    import numpy as np
+    from PIL import Image
+
+    tree = tmp_path / "bmp"
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 3), ("test", 2)):
+        for c, cls in enumerate(("cat", "dog")):
+            for i in range(n):
+                (tree / split / cls).mkdir(parents=True, exist_ok=True)
+                pixels = rng.integers(0, 255, (16, 16, 3), dtype=np.uint8) // 2 + 100 * c
+                Image.fromarray(pixels.astype(np.uint8)).save(tree / split / cls / f"{i}.bmp")
+    args = (*RUN, "--dataset", f"folder:{tree}", "--shots", "1", "--seeds", "0", "--results", results)
+    assert cli(*args)[0] == 0
+    victim = tree / "test" / "cat" / "0.bmp"
+    stat = victim.stat()
+    Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(victim)  # same size, new pixels
+    assert victim.stat().st_size == stat.st_size
+    os.utime(victim, (stat.st_atime + 10, stat.st_mtime + 10))
+    code, _, err = cli(*args)
+    assert code == 0 and "1 to run" in err
+    code, out, _ = cli("table", "--results", results, "--protocol", "fewshot")
+    assert "(n=1)" in out and "1 earlier run(s) of a shown setting on data whose files have changed" in out
+    # a rewrite that keeps size and time: only --verify-data sees it
+    Image.fromarray(np.full((16, 16, 3), 255, np.uint8)).save(victim)
+    os.utime(victim, (stat.st_atime + 10, stat.st_mtime + 10))
+    assert "0 to run" in cli(*args)[2]
+    assert "1 to run" in cli(*args, "--verify-data")[2]
+    assert "0 to run" in cli(*args, "--verify-data")[2]

@@ -46,6 +46,7 @@ def run(
     data_source: ro.DataSource = None,
     skip_missing: ro.SkipMissing = False,
     skip_corrupt: ro.SkipCorrupt = False,
+    verify_data: ro.VerifyData = False,
     results: o.Results = Path("results"),
     device: o.Device = "auto",
     batch_size: ro.ExtractionBatch = 64,

@@ -39,6 +39,13 @@ DataSource = Annotated[
 SkipMissing = Annotated[
     bool, typer.Option("--skip-missing", help="Run the datasets that are there; name the ones skipped.")
 ]
+VerifyData = Annotated[
+    bool,
+    typer.Option(
+        "--verify-data",
+        help="Fingerprint datasets by their files' contents, not names, sizes and times (reads every byte).",
+    ),
+]
 SkipCorrupt = Annotated[bool, typer.Option("--skip-corrupt", help="Leave corrupt images out (counted in each result).")]
 ExtractionBatch = Annotated[int, typer.Option("--batch-size", min=1, help="Feature-extraction batch size.")]
 RunWorkers = Annotated[int, typer.Option("--workers", min=0, help="DataLoader worker processes.")]

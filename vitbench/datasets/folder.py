@@ -11,7 +11,7 @@ import numpy as np
 
 from vitbench.datasets.base import DatasetSpec, Split, class_folders, require_dir
 from vitbench.errors import UserError
-from vitbench.provenance import fingerprint_files, sha256_text
+from vitbench.provenance import fingerprint_files, sha256_file, sha256_text
 
 PREFIX = "folder:"
 log = logging.getLogger("vitbench")
@@ -28,15 +28,17 @@ def _listing(folder: Path) -> set[tuple[str, int]]:
 
 
 def _warn_if_test_is_train(root: Path) -> None:
-    """A test split that is (or repeats) the train split scores memory, not generalisation."""
+    """A test split that is (or repeats) the train split scores memory, not generalisation. Files
+    alike in class, name and size are compared by content (only those: no full read)."""
     train, test = root / "train", root / "test"
     if train.resolve() == test.resolve():
         log.warning("%s: is the same folder as %s; its accuracy is not a test accuracy", test, train)
         return
-    shared = _listing(train) & _listing(test)
+    alike = _listing(train) & _listing(test)
+    shared = [name for name, _ in alike if sha256_file(train / name) == sha256_file(test / name)]
     if shared:
         log.warning(
-            "%s: %d image(s) also in %s (same class, name and size); its accuracy is not a test accuracy",
+            "%s: %d image(s) also in %s (same class, name and bytes); its accuracy is not a test accuracy",
             test, len(shared), train,
         )  # fmt: skip
 

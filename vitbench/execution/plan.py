@@ -13,7 +13,7 @@ from vitbench.datasets import DatasetSpec
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Request, ignored_options
 from vitbench.protocols.registry import get_protocol
-from vitbench.provenance import sha256_file
+from vitbench.provenance import VERIFY_DATA, sha256_file
 from vitbench.registry import get_dataset, get_model, get_suite
 from vitbench.weights import RANDOM, RANDOM_INIT_SEED, check_weights_arg
 
@@ -84,24 +84,33 @@ def plan(req: Request) -> list[Group]:
         preprocessing = Preprocessing.from_weights_config(weights, preprocessing)
     preprocessing = protocol.preprocessing(preprocessing)
     groups = []
-    for dataset in present_datasets(dataset_names, protocol_name, req):
-        split_names = protocol.splits(dataset)
-        lacking = [s for s in split_names if s not in dataset.split_names]
-        if lacking:  # a test-only set (the robustness sets) under a protocol that learns from train
-            raise UserError(
-                f"--protocol {protocol.name} reads the '{lacking[0]}' split, which dataset {dataset.name} does not "
-                f"have (it has: {', '.join(dataset.split_names)}){'; ' + dataset.note if dataset.note else ''}"
-            )
-        splits = {s: dataset.load_split(req.data_dir, s, req.data_source) for s in split_names}
-        hparams = {
-            "res": res,
-            "preprocessing": preprocessing.describe(),
-            "gelu": req.gelu,
-            **({"init_seed": RANDOM_INIT_SEED} if weights == RANDOM else {}),
-            "splits": list(split_names),
-            "test_fingerprint": splits[split_names[-1]].fingerprint,
-        }
-        group = Group(model, weights, dataset, protocol.name, splits, res, preprocessing)
-        group.specs = protocol.plan(group, req, weights_sha, hparams)
-        groups.append(group)
+    verify = VERIFY_DATA.set(req.verify_data)
+    try:
+        for dataset in present_datasets(dataset_names, protocol_name, req):
+            groups.append(_group(req, protocol, model, weights, weights_sha, res, preprocessing, dataset))
+    finally:
+        VERIFY_DATA.reset(verify)
     return groups
+
+
+def _group(req: Request, protocol, model, weights: str, weights_sha: str, res: int, preprocessing, dataset) -> Group:
+    """One (model, dataset) group: its splits listed and fingerprinted, and its runs planned."""
+    split_names = protocol.splits(dataset)
+    lacking = [s for s in split_names if s not in dataset.split_names]
+    if lacking:  # a test-only set (the robustness sets) under a protocol that learns from train
+        raise UserError(
+            f"--protocol {protocol.name} reads the '{lacking[0]}' split, which dataset {dataset.name} does not "
+            f"have (it has: {', '.join(dataset.split_names)}){'; ' + dataset.note if dataset.note else ''}"
+        )
+    splits = {s: dataset.load_split(req.data_dir, s, req.data_source) for s in split_names}
+    hparams = {
+        "res": res,
+        "preprocessing": preprocessing.describe(),
+        "gelu": req.gelu,
+        **({"init_seed": RANDOM_INIT_SEED} if weights == RANDOM else {}),
+        "splits": list(split_names),
+        "test_fingerprint": splits[split_names[-1]].fingerprint,
+    }
+    group = Group(model, weights, dataset, protocol.name, splits, res, preprocessing)
+    group.specs = protocol.plan(group, req, weights_sha, hparams)
+    return group

@@ -71,6 +71,7 @@ class Request:
     data_source: str | None = None  # None: each dataset's own (folder) source; "tfds" for VTAB from TFDS
     skip_missing: bool = False
     skip_corrupt: bool = False
+    verify_data: bool = False  # fingerprint datasets by their files' contents (reads every byte once)
     results: Path = Path("results")
     device: str = "auto"
     extraction_batch: int = 64

@@ -11,6 +11,7 @@ import pandas as pd
 
 from vitbench.datasets.vtab import group_means
 from vitbench.protocols.registry import protocols
+from vitbench.provenance import canonical_json
 from vitbench.store.query import field_values, json_field
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, SUBSET_MARK, Cell, TableData
 
@@ -76,6 +77,7 @@ class Measured:
     runs: pd.DataFrame
     chosen_l2: dict[int, float]
     protocols_hidden: dict[str, int] = field(default_factory=dict)
+    superseded: int = 0  # earlier runs of the same setting on data whose files have changed since
 
 
 def _base_key(run: pd.Series) -> tuple:
@@ -131,11 +133,29 @@ def measured_columns(
         labels = _default_columns(runs, runs["run_key"].isin(scored))
         df["column"] = df["run_key"].map(dict(zip(runs["run_key"], labels, strict=True)))
 
+    df, superseded = _latest_data_only(df)
     runs = df.drop_duplicates("run_key")
     accuracy = df[df["metric"] == "accuracy"]
     real = df[df["metric"] == "accuracy_real"].assign(dataset="imagenet_real", metric="accuracy")
     acc = pd.concat([accuracy, real], ignore_index=True)
-    return Measured(acc, runs, chosen, hidden)
+    return Measured(acc, runs, chosen, hidden, superseded)
+
+
+def _latest_data_only(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Runs that are one run but for the data's fingerprint (its files changed in between, or were
+    fingerprinted by content once) are not seeds of one cell: the latest stands for them. Returns
+    the runs kept and how many earlier ones were left out."""
+    runs = df.drop_duplicates("run_key")
+    if len(runs) < 2:
+        return df, 0
+    hparams = runs["hparams"].map(
+        lambda h: canonical_json({k: v for k, v in json_field(h).items() if k != "test_fingerprint"})
+    )
+    key = [runs[c].astype(str) for c in ("column", "dataset", "data_source", "protocol_version", "seed", "shots")]
+    order = runs.assign(_key=pd.Series(list(zip(*key, hparams, strict=True)), index=runs.index))
+    latest = order.sort_values("finished_at", na_position="first").drop_duplicates("_key", keep="last")
+    left_out = len(runs) - len(latest)
+    return (df[df["run_key"].isin(set(latest["run_key"]))], left_out) if left_out else (df, 0)
 
 
 def _default_columns(df: pd.DataFrame, finals: pd.Series) -> pd.Series:

@@ -187,6 +187,11 @@ def _common_footnotes(data: TableData, m: Measured, compare: Sequence[str], delt
         data.footnotes.append(f"Δ: measured − {delta_to} (paper), in percentage points")
     for k, l2 in sorted(m.chosen_l2.items()):
         data.footnotes.append(f"{k}-shot: λ = {l2:g} chosen by mean rank across datasets (--fewshot-l2 sweep)")
+    if m.superseded:
+        data.footnotes.append(
+            f"{m.superseded} earlier run(s) of a shown setting on data whose files have changed since "
+            "(another fingerprint) not shown: the latest run stands for each"
+        )
     for protocol, count in sorted(m.protocols_hidden.items()):
         data.footnotes.append(f"{count} {protocol} run(s) not shown: see them with --protocol {protocol}")
 
