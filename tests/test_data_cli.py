@@ -112,7 +112,7 @@ def test_doctor_reports_the_shared_subsets(cli):
         "train 486 / 50,000 (subset), test 916 / 10,000 (subset)",
         "train 300 / 3,680 (subset), test 298 / 3,669 (subset)",
         "train 1,020 / 1,020, val 204 / 1,020 (subset), test 306 / 6,149 (subset)",
-        "train —, val 500 / 50,000 (subset)",
+        "train — (missing ImageNet 'train' folder: imagenet/train), val 500 / 50,000 (subset)",
         "vtab/* (19 tasks) │ absent",
     ):
         assert expected in flat, expected

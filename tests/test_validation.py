@@ -171,3 +171,57 @@ def test_images_changed_in_place_are_noticed(cli, results, tmp_path, caplog):
     assert "0 to run" in cli(*args)[2]
     assert "1 to run" in cli(*args, "--verify-data")[2]
     assert "0 to run" in cli(*args, "--verify-data")[2]
+
+
+@pytest.mark.parametrize("device", ["meta", "mps", "xpu"])
+def test_a_device_vitbench_cannot_run_on_is_one_line(cli, results, device):
+    code, _, err = cli(*RUN, "--device", device, "--results", results)
+    assert code == 2 and err.strip() == f"error: --device {device}: expected auto, cpu, cuda or cuda:N"
+
+
+def test_an_npz_with_an_object_array_is_named(cli, tmp_path):
+    import numpy as np
+
+    np.savez(tmp_path / "obj.npz", a=np.array([{"x": 1}], dtype=object))
+    code, _, err = cli("weights", "inspect", tmp_path / "obj.npz")
+    assert code == 2 and "array 'a' holds Python objects, expected numbers" in err and "Traceback" not in err
+
+
+def test_a_bad_lease_time_is_one_line(cli, results, monkeypatch):
+    monkeypatch.setenv("VITBENCH_LEASE_SECONDS", "abc")
+    code, _, err = cli(*RUN, "--shots", "1", "--seeds", "0", "--results", results)
+    assert code == 2 and "VITBENCH_LEASE_SECONDS=abc: expected a positive number of seconds" in err
+
+
+def test_a_symlink_loop_named_like_an_image_is_named(cli, results, tmp_path):
+    tree = _tree(tmp_path / "loop")
+    (tree / "test" / "cat" / "x.jpg").symlink_to("x.jpg")
+    code, _, err = cli(*RUN, "--dataset", f"folder:{tree}", "--results", results, "--dry-run")
+    assert code == 2 and "x.jpg: cannot be read (Too many levels of symbolic links)" in err
+
+
+@pytest.mark.parametrize("name", ["runs", "leases", "cache"])
+def test_a_file_where_a_results_folder_belongs_is_named(cli, results, name):
+    results.mkdir()
+    (results / name).write_text("")
+    code, _, err = cli(*RUN, "--shots", "1", "--seeds", "0", "--results", results)
+    assert code == 2 and f"{results / name} is a file, expected a folder vitbench keeps there" in err
+
+
+def test_an_empty_results_option_is_refused(cli, tmp_path, monkeypatch):
+    """Before: `--results ""` wrote the store into the current directory."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(*RUN, "--shots", "1", "--seeds", "0", "--results", "")
+    assert code == 2 and "--results: empty" in err and not any(tmp_path.iterdir())
+
+
+def test_doctor_names_the_file_it_cannot_read(cli, tmp_path):
+    """Before: an unreadable CIFAR batch showed as "train —" without naming the file."""
+    from conftest import write_cifar_batch
+
+    root = tmp_path / "data" / "cifar-10-batches-py"
+    write_cifar_batch(root / "test_batch", 10, 10, "labels")
+    (root / "data_batch_1").write_bytes(b"\x80\x02 truncated")
+    code, out, _ = cli("doctor", "--data-dir", tmp_path / "data")
+    flat = " ".join(out.split())
+    assert code == 0 and "train — (cifar-10-batches-py/data_batch_1: not a readable CIFAR batch" in flat

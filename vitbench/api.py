@@ -25,6 +25,7 @@ from vitbench.devices import resolve_device
 from vitbench.engine.distributed import broadcast, setup
 from vitbench.errors import UserError, one_line
 from vitbench.execution import cluster
+from vitbench.execution.lease import lease_seconds
 from vitbench.execution.plan import plan as plan_groups
 from vitbench.execution.runner import execute
 from vitbench.protocols.base import Group, Request, RunSpec
@@ -66,13 +67,23 @@ def request(**options) -> Request:
         if isinstance(options.get(key), str | int):
             options[key] = (options[key],)
     if options.get("results") is not None:
+        if not str(options["results"]).strip():
+            raise UserError("vitbench.run: results is empty; expected a folder for the results (default: results)")
         options["results"] = Path(options["results"])
     if options.get("data_dir") is not None:
         options["data_dir"] = Path(options["data_dir"])
     return Request(**options)
 
 
+RESULT_FOLDERS = ("runs", "leases", "cache", "quarantine")  # what vitbench keeps under --results
+
+
 def writable_results(results: Path) -> Path:
+    if results.exists() and not results.is_dir():
+        raise UserError(f"--results {results}: is a file, expected a folder")
+    for name in RESULT_FOLDERS:
+        if (results / name).exists() and not (results / name).is_dir():
+            raise UserError(f"--results {results}: {results / name} is a file, expected a folder vitbench keeps there")
     try:
         results.mkdir(parents=True, exist_ok=True)
         probe = results / f".write-test-{os.getpid()}"
@@ -106,6 +117,7 @@ def run(
     if cluster_options is not None and not dry_run:
         return _run_on_cluster(req, cluster_options, rerun)
     world, _ = setup(resolve_device(req.device))  # a bad --device fails before any work
+    lease_seconds()  # and a bad VITBENCH_LEASE_SECONDS
     if not dry_run and world.is_main:
         writable_results(req.results)
     groups = plan_groups(req)

@@ -19,9 +19,13 @@ def resolve_device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise UserError(f"--device {name}: expected auto, cpu, cuda or cuda:N") from None
+        device = torch.device("meta")  # refused below with the same message
+    if device.type not in ("cpu", "cuda"):  # vitbench runs on CPUs and CUDA GPUs (meta holds no data)
+        raise UserError(f"--device {name}: expected auto, cpu, cuda or cuda:N")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"--device {name}: no CUDA device is visible to torch")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UserError(f"--device {name}: torch sees {torch.cuda.device_count()} CUDA device(s)")
     return device
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from vitbench.atomic import write_atomic
+from vitbench.errors import UserError
 from vitbench.version import __version__
 
 _SOURCE_DIR = Path(__file__).resolve().parent.parent
@@ -69,7 +70,10 @@ def fingerprint_files(root: Path, files: Iterable[str | Path], content: bool) ->
     prefix = os.path.join(os.fspath(root), "")
     for f in sorted(str(f) for f in files):
         relative = f[len(prefix) :] if f.startswith(prefix) else os.path.relpath(f, root)
-        stat = os.stat(f)
+        try:
+            stat = os.stat(f)
+        except OSError as e:  # vanished, a dangling link, a symlink loop
+            raise UserError(f"{f}: cannot be read ({e.strerror or e})") from None
         if content:
             digest.update(f"{relative}|{stat.st_size}\n".encode())
             digest.update(bytes.fromhex(sha256_file(Path(f))))  # no cache: the bytes are read each time

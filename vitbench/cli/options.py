@@ -55,8 +55,23 @@ DataDir = Annotated[
     Path | None,
     typer.Option("--data-dir", envvar="VITBENCH_DATA", help="Root holding datasets in torchvision's layout."),
 ]
+def results_folder(text: str | Path) -> Path:
+    """`--results`: an empty value would be the current directory (Path("") is "."): refused."""
+    if isinstance(text, Path):  # the default
+        return text
+    if not text.strip():
+        raise UserError("--results: empty; expected a folder for the results (default: results)")
+    return Path(text)
+
+
 Results = Annotated[
-    Path, typer.Option("--results", envvar="VITBENCH_RESULTS", help="Results folder: vitbench.duckdb, runs/, cache/.")
+    Path,
+    typer.Option(
+        "--results",
+        envvar="VITBENCH_RESULTS",
+        parser=results_folder,
+        help="Results folder: vitbench.duckdb, runs/, cache/.",
+    ),
 ]
 Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
 Where = Annotated[

@@ -316,7 +316,15 @@ def image_files(folder: Path) -> list[str]:
     """The images of a folder, sorted. scandir's entry types need no stat per file (ImageNet
     train lists 1.28M files)."""
     with os.scandir(folder) as entries:
-        return sorted(e.path for e in entries if e.is_file() and os.path.splitext(e.name)[1].lower() in IMAGE_SUFFIXES)
+        images = [e for e in entries if os.path.splitext(e.name)[1].lower() in IMAGE_SUFFIXES]
+        return sorted(e.path for e in images if _is_file(e))
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file()
+    except OSError as e:  # a symlink loop
+        raise UserError(f"{entry.path}: cannot be read ({e.strerror or e})") from None
 
 
 def class_folders(folder: Path, what: str) -> list[tuple[Path, list[str]]]:

@@ -4,6 +4,7 @@ count against the official count (a subset is flagged, not an error)."""
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ class SplitCount:
 
     def describe(self) -> str:
         if self.count is None:
-            return f"{self.split} —"
+            return f"{self.split} — ({self.error})" if self.error else f"{self.split} —"
         official = f" / {self.official:,}" if self.official is not None else ""
         return f"{self.split} {self.count:,}{official}" + (" (subset)" if self.is_subset else "")
 
@@ -63,8 +64,9 @@ def dataset_status(spec: DatasetSpec, data_dir: Path | None) -> tuple[str, list[
         for split, official in spec.official_sizes.items():
             try:
                 counts.append(SplitCount(split, len(spec.load_split(data_dir, split)), official))
-            except UserError as e:
-                counts.append(SplitCount(split, None, official, str(e)))
+            except UserError as e:  # named relative to data_dir, as the status is
+                where = f"{data_dir}{os.sep}" if data_dir is not None else ""
+                counts.append(SplitCount(split, None, official, str(e).replace(where, "")))
     finally:
         log.setLevel(quiet)
     errors = [c.error for c in counts if c.error]

@@ -17,6 +17,8 @@ import time
 import uuid
 from pathlib import Path
 
+from vitbench.errors import UserError
+
 log = logging.getLogger("vitbench")
 
 LEASE_ENV = "VITBENCH_LEASE_SECONDS"
@@ -24,7 +26,16 @@ DEFAULT_SECONDS = 600.0  # a heartbeat every tenth of it; a dead holder is taken
 
 
 def lease_seconds() -> float:
-    return float(os.environ.get(LEASE_ENV, DEFAULT_SECONDS))
+    text = os.environ.get(LEASE_ENV)
+    if text is None:
+        return DEFAULT_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise UserError(f"{LEASE_ENV}={text}: expected a positive number of seconds (default {DEFAULT_SECONDS:g})")
+    return value
 
 
 def lease_dir(results: Path) -> Path:

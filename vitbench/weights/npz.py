@@ -36,7 +36,28 @@ def open_npz(path: Path) -> np.lib.npyio.NpzFile:
         raise UserError(f"{path}: not a readable .npz archive, truncated or corrupt ({detail})") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise UserError(f"{path}: a single .npy array, expected a keyed .npz checkpoint")
+    try:
+        _check_numeric(archive, path)
+    except UserError:
+        archive.close()
+        raise
     return archive
+
+
+def _check_numeric(archive: np.lib.npyio.NpzFile, path: Path) -> None:
+    """Every array's header (not its data) says numbers: an object array cannot be read without
+    pickle, which vitbench never allows, so it is named here instead of failing on first use."""
+    for member in archive.zip.namelist():
+        try:
+            with archive.zip.open(member) as f:
+                version = np.lib.format.read_magic(f)
+                read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else None
+                dtype = (read_header or np.lib.format.read_array_header_2_0)(f)[2]  # shape, order, dtype
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            raise UserError(f"{path}: entry '{member}' is not a readable array ({one_line(e, 120)})") from None
+        if dtype.hasobject:
+            name = member.removesuffix(".npy")
+            raise UserError(f"{path}: array '{name}' holds Python objects, expected numbers (a weights checkpoint)")
 
 
 def npz_keys(path: Path) -> list[str]:
