@@ -225,3 +225,9 @@ def test_doctor_names_the_file_it_cannot_read(cli, tmp_path):
     code, out, _ = cli("doctor", "--data-dir", tmp_path / "data")
     flat = " ".join(out.split())
     assert code == 0 and "train — (cifar-10-batches-py/data_batch_1: not a readable CIFAR batch" in flat
+
+
+@pytest.mark.parametrize("value", ["inf", "2^2000", "nan", "0"])
+def test_a_ridge_strength_that_is_no_positive_number_is_refused(cli, results, value):
+    code, _, err = cli(*RUN, "--fewshot-l2", value, "--results", results, "--dry-run")
+    assert code == 2 and f"--fewshot-l2 {value}: expected a positive number" in err

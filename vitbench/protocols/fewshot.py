@@ -31,9 +31,9 @@ def parse_l2(text: str) -> tuple[str, tuple[float, ...]]:
         return "sweep", L2_GRID
     try:
         value = float(2.0 ** float(text[2:])) if text.startswith("2^") else float(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         value = -1.0
-    if not value > 0:
+    if not 0 < value < float("inf"):
         raise UserError(f"--fewshot-l2 {text}: expected a positive number (e.g. 1024 or 2^10) or 'sweep'")
     return f"{value:g}", (value,)
 
