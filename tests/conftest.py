@@ -77,6 +77,18 @@ def results(tmp_path: Path) -> Path:
     return tmp_path / "results"
 
 
+@pytest.fixture(scope="session")
+def one_run(tmp_path_factory) -> Path:
+    """A results folder holding one real few-shot run (shard, database, feature cache), made once:
+    tests copy it (never change it) to damage or extend."""
+    import vitbench
+
+    results = tmp_path_factory.mktemp("one-run") / "results"
+    vitbench.run(model="vit-ti/16", weights="random", datasets="digits", res=32, workers=0, shots=(1,), seeds=(0,),
+                 results=results)  # fmt: skip
+    return results
+
+
 @pytest.fixture
 def cli(capsys, monkeypatch):
     """Run `vitbench ARGS` in-process; returns (exit code, stdout, stderr)."""

@@ -34,16 +34,6 @@ json_value = st.recursive(
 )
 
 
-@pytest.fixture(scope="module")
-def one_run(tmp_path_factory) -> Path:
-    import vitbench
-
-    results = tmp_path_factory.mktemp("fuzz") / "results"
-    vitbench.run(model="vit-ti/16", weights="random", datasets="digits", res=32, workers=0, shots=(1,), seeds=(0,),
-                 results=results)  # fmt: skip
-    return results
-
-
 def _stored(results: Path) -> dict[str, dict[str, float]]:
     rows = store.read_results(results)
     return {k: dict(zip(p["metric"], p["value"], strict=True)) for k, p in rows.groupby("run_key")}

@@ -20,17 +20,6 @@ from vitbench.store.shards import SHARD_SCHEMA, read_shard
 RUN = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32", "--workers", "0")
 
 
-@pytest.fixture(scope="module")
-def one_run(tmp_path_factory) -> Path:
-    """A results folder holding one real few-shot run (its shard, the database, the feature cache)."""
-    import vitbench
-
-    results = tmp_path_factory.mktemp("one-run") / "results"
-    vitbench.run(model="vit-ti/16", weights="random", datasets="digits", res=32, workers=0, shots=(1,), seeds=(0,),
-                 results=results)  # fmt: skip
-    return results
-
-
 @pytest.fixture
 def stored(one_run, results) -> Path:
     """A copy of `one_run` for a test to damage."""

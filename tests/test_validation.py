@@ -3,6 +3,7 @@ that does not mean what its label says): values the store cannot hold, a resolut
 dataset named twice."""
 
 import json
+import shutil
 
 import pytest
 
@@ -22,12 +23,13 @@ RUN = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digit
         (("--protocol", "knn", "--knn-k", "2147483648"), "--knn-k 2147483648: expected integers from 0 to"),
     ],
 )
-def test_values_the_store_cannot_hold_are_refused_before_any_work(cli, results, args, message):
+def test_values_the_store_cannot_hold_are_refused_before_any_work(cli, results, one_run, args, message):
     """Before: the run wrote its shard, then DuckDB's INT64 -> INT32 conversion failed, and from then
     on every command on the results folder failed with that traceback."""
     code, _, err = cli(*RUN, *args, "--results", results)
     assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (results / "runs").exists() and not (results / store.DB_NAME).exists()
+    shutil.copytree(one_run / "cache", results / "cache")  # the digits features: the check below is quick
     code, _, err = cli(*RUN, "--shots", "1", "--seeds", "0", "--results", results)
     assert code == 0, err  # the folder still works
 
@@ -116,8 +118,9 @@ def test_two_folder_datasets_named_alike_stay_two_datasets(cli, results, tmp_pat
     assert code == 0 and all(name in out for name in runs["dataset"])
 
 
-def test_more_shots_than_a_class_holds_is_said_and_shown(cli, results):
+def test_more_shots_than_a_class_holds_is_said_and_shown(cli, results, one_run):
     """Before: `--shots 100000` was stored as "100000-shot" with n_train 1000."""
+    shutil.copytree(one_run / "cache", results / "cache")  # the digits features
     code, _, err = cli(*RUN, "--shots", "100000", "--seeds", "0", "--results", results)
     assert code == 0 and "--shots 100000: digits train has only" in err
     run = store.read_results(results).iloc[0]
