@@ -189,7 +189,7 @@ def test_suite_doctor_view_and_a_protocol_that_needs_train(cli, results, tmp_pat
     print(out)
     assert code == 0 and "-12.50 (2 sets)‡" in out and "logits restricted to their 200 classes" in out
     code, _, err = cli("run", "--results", results, "--dataset", "imagenet-r", "--shots", "1", *common)
-    assert code == 2 and "does not have (it has: test); robustness test set: --protocol eval" in err
+    assert code == 2 and "does not have (it has: test); test set only (--protocol eval)" in err
     assert len(err.strip().splitlines()) == 1
 
 

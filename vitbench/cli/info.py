@@ -51,6 +51,8 @@ def ls(
         t = Table("dataset", "title", "classes", "folder under --data-dir", "official splits", "LR dev split", "notes")
         for d in registry.datasets().values():
             dev = f"{d.dev_fraction:.0%} of train" if d.dev_fraction else " → ".join(d.sweep_splits)
+            if not set(d.sweep_splits) <= set(d.split_names):  # a test set only
+                dev = "—"
             notes = [d.group or "", "" if d.train_flip else "no flip", "" if d.train_crop else "no crop"]
             notes += [f"also --data-source {s}" for s in d.other_sources] + [d.note]
             t.add_row(

@@ -167,7 +167,7 @@ def _load_objectnet(root: Path | None, _split_name: str) -> Split:
 
 
 def _spec(name: str, title: str, classes: int, folder: str, size: int, load, source: str, **kw) -> DatasetSpec:
-    scored = "1000 classes" if classes == IMAGENET_CLASSES else f"restricted to its {classes} classes"
+    scored = "all 1000 classes" if classes == IMAGENET_CLASSES else f"restricted to its {classes} classes"
     return DatasetSpec(
         name,
         title,
@@ -177,7 +177,7 @@ def _spec(name: str, title: str, classes: int, folder: str, size: int, load, sou
         load,
         source=source,
         head_classes=IMAGENET_CLASSES,
-        note=f"robustness test set: --protocol eval with an ImageNet-1k head, {scored}",
+        note=f"test set only (--protocol eval): an ImageNet-1k head, {scored}",
         **kw,
     )
 
