@@ -145,13 +145,18 @@ class Shards:
     held: set[str] = field(default_factory=set)
 
 
+_TOLD: set[Path] = set()  # newer shards already warned about
+
+
 def read_shards(paths: list[Path]) -> Shards:
     found = Shards()
     for path in paths:
         try:
             found.records.append((path, read_shard(path)))
         except NewerShard as e:
-            log.warning("%s: %s; left in place, not merged", path, e)
+            if path not in _TOLD:  # once per process: sync and the snapshot both read it
+                log.warning("%s: %s; left in place, not merged", path, e)
+                _TOLD.add(path)
             found.held.add(path.stem)
         except BadShard as e:
             quarantine(path, str(e))

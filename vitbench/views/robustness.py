@@ -51,7 +51,8 @@ def _drop_cells(data: TableData, row_of: dict[str, str], columns: list[str]) -> 
             continue
         drop = base.mean - sum(c.mean for c in found if c.mean is not None) / len(found)
         marks = SUBSET_MARK if base.marks or any(c.marks for c in found) else ""
-        data.cells[(DROP_ROW, col)] = Cell(mean=drop, text=f"{drop:.2f} ({len(found)} set{'s' if len(found) != 1 else ''})", marks=marks)
+        sets = f"{len(found)} set" + ("s" if len(found) != 1 else "")
+        data.cells[(DROP_ROW, col)] = Cell(mean=drop, text=f"{drop:.2f} ({sets})", marks=marks)
 
 
 def robustness_view(
