@@ -151,6 +151,8 @@ def test_a_second_run_on_a_held_store_writes_shards_and_the_next_command_merges_
         assert code == 0 and "(n=2)" in out  # the held store is read as its shards
         code, _, err = cli("ingest", "--results", stored)
         assert code == 2 and "held by another process" in err
+        code, _, err = cli("ingest", "--rebuild", "--results", stored)  # never from under a running process
+        assert code == 2 and "rebuild it once that one ends" in err and (stored / store.DB_NAME).exists()
     finally:
         holder.kill()
         holder.wait()

@@ -117,6 +117,11 @@ def rebuild(results: Path) -> tuple[Path | None, int]:
     path = results / DB_NAME
     aside = None
     if path.exists():
+        try:  # never from under a running process
+            duckdb.connect(str(path), read_only=True).close()
+        except duckdb.Error as e:
+            if _is_lock(e):
+                raise StoreLocked(f"{path}: held by another process; rebuild it once that one ends") from None
         aside = path.with_name(f"{DB_NAME}.damaged-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}")
         os.replace(path, aside)
         wal = path.with_name(f"{DB_NAME}.wal")
