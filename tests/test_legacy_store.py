@@ -29,15 +29,20 @@ def test_the_database_is_rebuilt_from_old_shards(cli, legacy):
 
 
 def test_old_runs_are_planned_with_the_same_keys_and_skipped(cli, legacy):
-    stored = {p.stem for p in (legacy / "runs").glob("*.json")}
+    """The few-shot runs keep their keys. The fine-tune smoke run was finetune/1: its protocol has
+    been bumped since (finetune/2, TensorFlow's inception crop), so it plans anew, as a new key."""
+    stored = {p.stem[:12] for p in (legacy / "runs").glob("*.json")}
     planned = set()
-    for command in COMMANDS:
+    for command in COMMANDS[:2]:
         code, out, err = cli("run", *COMMON, *command, "--results", legacy, "--dry-run")
         assert code == 0, err
         rows = [line for line in out.splitlines() if re.match(r"^[0-9a-f]{12}  ", line)]
         assert rows and all(line.rstrip().endswith("done") for line in rows), out
         planned |= {line[:12] for line in rows}
-    assert planned == {key[:12] for key in stored}
+    code, out, err = cli("run", *COMMON, *COMMANDS[2], "--results", legacy, "--dry-run")
+    (finetune,) = [line for line in out.splitlines() if re.match(r"^[0-9a-f]{12}  ", line)]
+    assert finetune.rstrip().endswith("todo") and finetune[:12] not in stored
+    assert planned | {"b3fa5a1cd5b6"} == stored  # the finetune/1 shard
     code, _, err = cli("run", *COMMON, *COMMANDS[0], "--results", legacy)
     assert code == 0 and "0 to run" in err
 

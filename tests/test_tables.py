@@ -334,3 +334,15 @@ def test_readers_see_the_shards_while_a_run_holds_the_store(stored):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_two_protocol_versions_are_two_columns_never_averaged(stored):
+    """A protocol bump (finetune/1 -> finetune/2: the inception crop) changes the numbers: the
+    runs of each version stand in a column of their own, labelled with the version."""
+    write_run(stored, "c10-v2", {"accuracy": 0.5}, protocol_version="finetune/2")
+    store.sync(stored)
+    data = table.accuracy_view(store.read_results(stored))
+    old = next(c for c in data.columns if c.endswith("· finetune/1"))
+    new = next(c for c in data.columns if c.endswith("· finetune/2"))
+    assert data.cells[("CIFAR-10", new)].mean == 50.0 and data.cells[("CIFAR-10", new)].n == 1
+    assert data.cells[("CIFAR-10", old)].n == 3  # the three finetune/1 seeds, not four

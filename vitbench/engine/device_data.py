@@ -25,7 +25,7 @@ from torchvision.transforms.v2 import functional as TF
 from vitbench.backend import Preprocessing
 from vitbench.datasets import CorruptImage, Split
 from vitbench.datasets.base import decode
-from vitbench.engine.train_data import CROP_AREA, MicroBatches, Stream, _item_seed
+from vitbench.engine.train_data import InceptionCrop, MicroBatches, Stream, _item_seed
 
 log = logging.getLogger("vitbench")
 
@@ -128,8 +128,8 @@ class Augmentation:
     interpolation: str = "bilinear"
 
     @functools.cached_property
-    def _crop(self) -> v2.RandomResizedCrop:
-        return v2.RandomResizedCrop(self.res, scale=CROP_AREA)
+    def _crop(self) -> InceptionCrop:
+        return InceptionCrop(self.res)
 
     def draw(self, height: int, width: int, seed: int, position: int) -> tuple[int, int, int, int, bool]:
         """(top, left, h, w, flip) for one image: what `train_data.train_transform` draws for it from

@@ -10,18 +10,78 @@ neither the number of DataLoader workers nor the number of processes changes a s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torchvision.transforms import v2
+from torchvision.transforms.v2._utils import query_size
 
 from vitbench.datasets import Split, TransformedSplit
 
-# vit_jax's inception crop: tf.image.sample_distorted_bounding_box(area_range=(0.05, 1.0)), with TF's
-# default aspect-ratio range (3/4, 4/3), then a resize to the training resolution (App. B, BiT).
+# vit_jax's inception crop (vit_jax/input_pipeline.py): tf.image.sample_distorted_bounding_box with
+# area_range=(0.05, 1.0), min_object_covered=0 and the op's defaults, aspect_ratio_range=(0.75, 1.33)
+# and max_attempts=100; then a resize to the training resolution (App. B).
 CROP_AREA = (0.05, 1.0)
+CROP_ASPECT = (0.75, 1.33)
+CROP_ATTEMPTS = 100
+
+
+def _tf_crop(width: int, height: int, aspect: float) -> tuple[int, int, int, int] | None:
+    """One attempt of TensorFlow's GenerateRandomCrop (core/kernels/image/
+    sample_distorted_bounding_box_op.cc): the crop's *height* is uniform over the integers that
+    give an area in CROP_AREA at this aspect ratio, its width round(height · aspect); the offsets
+    are uniform in [0, side − crop − 1] (TF's Uniform(n) is [0, n)). (top, left, h, w) or None.
+    lrintf rounds half to even, as Python's round does."""
+    min_area, max_area = CROP_AREA[0] * width * height, CROP_AREA[1] * width * height
+    h = round(math.sqrt(min_area / aspect))
+    max_h = round(math.sqrt(max_area / aspect))
+    if round(max_h * aspect) > width:  # the tallest crop whose rounded width still fits
+        max_h = int((width + 0.5 - 1e-7) / aspect)
+        if round(max_h * aspect) > width:
+            max_h -= 1
+    max_h = min(max_h, height)
+    h = min(h, max_h)
+    if h < max_h:
+        h += int(torch.randint(0, max_h - h + 1, (1,)))
+    w = round(h * aspect)
+    area = w * h
+    if area < min_area:  # rounding: one row more
+        h += 1
+        w = round(h * aspect)
+        area = w * h
+    if area > max_area:  # rounding: one row less
+        h -= 1
+        w = round(h * aspect)
+        area = w * h
+    if area < min_area or area > max_area or w > width or h > height or w <= 0 or h <= 0:
+        return None
+    top = int(torch.randint(0, height - h, (1,))) if h < height else 0
+    left = int(torch.randint(0, width - w, (1,))) if w < width else 0
+    return top, left, h, w
+
+
+class InceptionCrop(v2.RandomResizedCrop):
+    """vit_jax's inception crop with TensorFlow's sampler, drawn from torch's default generator
+    (so the worker and device pipelines, which seed it per image, draw the same boxes): the aspect
+    ratio uniform in CROP_ASPECT, then the height uniform (not the area, as torchvision's
+    RandomResizedCrop samples it, whose crops are larger on average), up to 100 attempts, else
+    the whole image. tests/test_inception_crop.py compares it with TF's own op."""
+
+    def __init__(self, size: int, **kwargs):
+        super().__init__(size, scale=CROP_AREA, ratio=CROP_ASPECT, **kwargs)
+
+    def make_params(self, flat_inputs: list) -> dict:
+        height, width = query_size(flat_inputs)
+        for _ in range(CROP_ATTEMPTS):
+            aspect = float(torch.empty(1).uniform_(CROP_ASPECT[0], CROP_ASPECT[1]))
+            box = _tf_crop(width, height, aspect)
+            if box is not None and box[2] * box[3] >= 1:  # SatisfiesOverlapConstraints with min_object_covered 0
+                top, left, h, w = box
+                return {"top": top, "left": left, "height": h, "width": w}
+        return {"top": 0, "left": 0, "height": height, "width": width}
 
 
 def train_transform(res: int, crop: bool, flip: bool, interpolation: str = "bilinear"):
@@ -29,7 +89,7 @@ def train_transform(res: int, crop: bool, flip: bool, interpolation: str = "bili
     resize of the whole image) and a random horizontal flip (unless the task forbids it)."""
     mode = v2.InterpolationMode(interpolation)
     steps: list = [
-        v2.RandomResizedCrop(res, scale=CROP_AREA, interpolation=mode, antialias=True)
+        InceptionCrop(res, interpolation=mode, antialias=True)
         if crop
         else v2.Resize((res, res), interpolation=mode, antialias=True)
     ]

@@ -75,7 +75,7 @@ def smoke_res(input_multiple: int) -> int:
 class Finetune(Protocol):
     name = "finetune"
     reads = frozenset({"seeds", "steps", "batch", "micro_batch", "lr", "polyak", "smoke", "checkpoint_every"})
-    version = "finetune/1"
+    version = "finetune/2"  # 2: the inception crop is TensorFlow's sampler (was torchvision's)
     summary = "App. B fine-tuning: dev LR sweep, then 3 seeds on the full train split"
     label = "fine-tuned"
     compares_with_paper = True

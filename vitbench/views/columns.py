@@ -81,9 +81,12 @@ class Measured:
 
 
 def _base_key(run: pd.Series) -> tuple:
+    """A column's identity: results of two protocol versions are never averaged (a bump means the
+    numbers changed), so the version is part of it, and of the label where a store holds several."""
     shots = run["shots"]
     shots = None if pd.isna(shots) else int(shots)
-    return (run["model"], run["weights_sha256"], bool(run["random_init"]), run["protocol"], shots)
+    model, version = run["model"], run["protocol_version"]
+    return (model, run["weights_sha256"], bool(run["random_init"]), run["protocol"], shots, version)
 
 
 def measured_columns(
@@ -169,14 +172,19 @@ def _default_columns(df: pd.DataFrame, finals: pd.Series) -> pd.Series:
                 seen.setdefault(k, set()).add(json.dumps(v, sort_keys=True, default=str))
         splitting.setdefault(base, set()).update(k for k, vs in seen.items() if len(vs) > 1)
     several_protocols = df["protocol"].nunique() > 1
+    versions: dict[tuple, set[str]] = {}
+    for base in df["base"]:
+        versions.setdefault(base[:-1], set()).add(base[-1])
     labels = []
     for (_, run), setting in zip(df.iterrows(), settings, strict=True):
-        model, sha, random_init, protocol, shots = run["base"]
+        model, sha, random_init, protocol, shots, version = run["base"]
         label = weights_label(model, run["weights"], sha, random_init)
         if shots is not None:
             label += f" · {shots}-shot"
         elif several_protocols:
             label += f" · {protocol}"
+        if len(versions[run["base"][:-1]]) > 1:
+            label += f" · {version}"
         keys = sorted(splitting.get(run["base"], set()) - {"smoke"})
         if keys:
             label += " · " + ", ".join(f"{k}={_short(setting.get(k))}" for k in keys)
