@@ -1,4 +1,5 @@
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -160,3 +161,30 @@ def test_bf16_extraction_is_a_run_of_its_own(cli, tmp_path):
     assert precisions == ["bf16", "fp32"]
     assert abs(df["value"].iloc[0] - df["value"].iloc[1]) < 0.05
     assert len(list((results / "cache" / "features").glob("*.npz"))) == 4
+
+
+def test_shots_come_from_the_datasets_fewshot_part_of_train_unless_full(cli, results, one_run, monkeypatch):
+    """ImageNet's few-shot train is big_vision's 65,000 images (65 per class), not 1.28M: shown on
+    digits with a part of 100 (10 per class), and `--fewshot-train full` for the whole split."""
+    import dataclasses
+
+    from vitbench import registry
+
+    known = registry.datasets()
+    assert known["imagenet"].fewshot_train_limit == 65_000
+    with_part = {**known, "digits": dataclasses.replace(known["digits"], fewshot_train_limit=100)}
+    monkeypatch.setattr(registry, "datasets", lambda: with_part)
+    run = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
+           "--workers", "0", "--shots", "25", "--seeds", "0", "--results", results)  # fmt: skip
+    shutil.copytree(one_run / "cache", results / "cache")
+    code, _, err = cli(*run)
+    assert code == 0 and "digits train has only 10 image(s) in its smallest class" in err
+    part = store.read_results(results).iloc[0]
+    assert json.loads(part["hparams"])["fewshot_train"].startswith("10 per class (100 images")
+    assert part["n_train"] == 100 and json.loads(part["notes"])["effective_shots"] == 10
+    code, _, err = cli(*run, "--fewshot-train", "full")
+    assert code == 0 and "1 to run" in err
+    full = store.read_results(results).drop_duplicates("run_key").set_index("run_key")
+    assert sorted(full["n_train"]) == [100, 250]
+    code, _, err = cli(*run, "--fewshot-train", "some")
+    assert code == 2 and "--fewshot-train some: expected default or full" in err

@@ -39,6 +39,7 @@ def run(
     seeds: ro.Seeds = None,
     shots: ro.Shots = None,
     fewshot_l2: ro.FewshotL2 = DEFAULT_L2,
+    fewshot_train: ro.FewshotTrain = "default",
     knn_k: ro.KnnK = None,
     res: ro.Res = None,
     gelu: ro.Gelu = "exact",

@@ -26,6 +26,14 @@ Weights = Annotated[str | None, typer.Option("--weights", "-w", help="A .safeten
 Seeds = Annotated[str | None, typer.Option("--seeds", help="Comma-separated seeds [default: 0,1,2].")]
 Shots = Annotated[str | None, typer.Option("--shots", help="Comma-separated shot counts [default: 1,5,10,25].")]
 KnnK = Annotated[str | None, typer.Option("--knn-k", help="knn: comma-separated neighbour counts [default: 20].")]
+FewshotTrain = Annotated[
+    str,
+    typer.Option(
+        "--fewshot-train",
+        help="default: shots from big_vision's part of train where it has one (ImageNet: 65 per class, "
+        "65,000 images); full: the whole train split.",
+    ),
+]
 FewshotL2 = Annotated[str, typer.Option("--fewshot-l2", help="Ridge λ (1024, 2^10) or 'sweep' (2^-10..2^19).")]
 Res = Annotated[
     int | None,

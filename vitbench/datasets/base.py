@@ -177,6 +177,9 @@ class DatasetSpec:
     # what the set is for, in `vitbench ls datasets` (e.g. "eval only: ImageNet-1k head, 200 classes")
     note: str = ""
     location: Path | None = None  # where a dataset outside --data-dir lives (folder:<path>): its data_dir
+    # few-shot draws its shots from this many train images (big_vision: ImageNet's train[:65000]),
+    # the same number per class; None: the whole split
+    fewshot_train_limit: int | None = None
 
     @property
     def head_size(self) -> int:

@@ -86,6 +86,9 @@ CLASSIC = [
         fewshot_splits=("train", "val"),
         final_splits=("train", "val"),
         dev_fraction=0.01,
+        # big_vision's configs/common_fewshot.py: ('imagenet2012', 'train[:65000]', 'validation'),
+        # "the first 65000 ImageNet samples have at least 30 shots per any class"
+        fewshot_train_limit=65_000,
         key_files=("train", "val"),
         split_files={"train": ("train",), "val": ("val",)},
         source="imagenet-folder",

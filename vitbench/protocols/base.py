@@ -64,6 +64,7 @@ class Request:
     seeds: tuple[int, ...] = SEEDS
     shots: tuple[int, ...] = SHOTS
     fewshot_l2: str = DEFAULT_L2
+    fewshot_train: str = "default"  # "full": shots from the whole train split, not the dataset's few-shot subset
     knn_k: tuple[int, ...] = (20,)  # DINO's default k
     res: int | None = None
     gelu: str = "exact"
@@ -106,6 +107,7 @@ PROTOCOL_OPTIONS = {
     "seeds": "--seeds",
     "shots": "--shots",
     "fewshot_l2": "--fewshot-l2",
+    "fewshot_train": "--fewshot-train",
     "knn_k": "--knn-k",
     "steps": "--steps",
     "batch": "--batch",

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from vitbench.datasets import DatasetSpec
+from vitbench.datasets.base import DEV_SEED
 from vitbench.devices import Clock
 from vitbench.engine.features import frozen_features, representation_hparams
 from vitbench.engine.ridge import fewshot_accuracies
@@ -40,7 +41,7 @@ def parse_l2(text: str) -> tuple[str, tuple[float, ...]]:
 
 class FewShot(Protocol):
     name = "fewshot"
-    reads = frozenset({"seeds", "shots", "fewshot_l2"})
+    reads = frozenset({"seeds", "shots", "fewshot_l2", "fewshot_train"})
     version = "fewshot-lsr/2"  # bump when a change alters the numbers (2: vit_jax pos-emb resize)
     summary = "closed-form linear few-shot on frozen features (1/5/10/25 shots x 3 seeds)"
     label = "few-shot"
@@ -52,6 +53,7 @@ class FewShot(Protocol):
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         label, _ = parse_l2(req.fewshot_l2)
         hparams = {**hparams, "l2": label, **representation_hparams(group, req)}
+        hparams |= _fewshot_train(group, self.splits(group.dataset)[0], req.fewshot_train)
         first = group.splits[self.splits(group.dataset)[0]]
         fewest = fewest_per_class(first.labels)
         beyond = sorted(k for k in req.shots if k > fewest)
@@ -102,6 +104,27 @@ class FewShot(Protocol):
 
     def dry_run_detail(self, spec: RunSpec) -> str:
         return f" shots={spec.shots}"
+
+
+FEWSHOT_TRAIN = ("default", "full")
+
+
+def _fewshot_train(group: Group, name: str, choice: str) -> dict:
+    """Where a dataset draws its shots from a part of train (ImageNet: big_vision's 65,000 images),
+    replace the group's train split by that part, the same number per class from a fixed
+    permutation (a folder's order is sorted by class, TFDS's is shuffled: its first 65,000 hold
+    at least 30 of every class), and record it. `full` (--fewshot-train full): the whole split."""
+    if choice not in FEWSHOT_TRAIN:
+        raise UserError(f"--fewshot-train {choice}: expected default or full")
+    limit, split = group.dataset.fewshot_train_limit, group.splits[name]
+    if choice == "full" or limit is None or len(split) <= limit:
+        return {}
+    per_class = limit // group.dataset.num_classes
+    order = np.random.default_rng(DEV_SEED).permutation(len(split))
+    labels = split.labels[order]
+    keep = np.concatenate([order[labels == c][:per_class] for c in range(group.dataset.num_classes)])
+    group.splits[name] = split.subset(name, keep)
+    return {"fewshot_train": f"{per_class} per class ({len(keep)} images; big_vision: train[:{limit}])"}
 
 
 def fewest_per_class(labels: np.ndarray) -> int:

@@ -47,9 +47,11 @@ def open_npz(path: Path) -> np.lib.npyio.NpzFile:
 def _check_numeric(archive: np.lib.npyio.NpzFile, path: Path) -> None:
     """Every array's header (not its data) says numbers: an object array cannot be read without
     pickle, which vitbench never allows, so it is named here instead of failing on first use."""
-    for member in archive.zip.namelist():
+    members = archive.zip
+    assert members is not None  # an open archive
+    for member in members.namelist():
         try:
-            with archive.zip.open(member) as f:
+            with members.open(member) as f:
                 version = np.lib.format.read_magic(f)
                 read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else None
                 dtype = (read_header or np.lib.format.read_array_header_2_0)(f)[2]  # shape, order, dtype
