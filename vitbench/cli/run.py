@@ -58,6 +58,7 @@ def run(
     micro_batch: ro.MicroBatch = None,
     lr: ro.Lr = None,
     polyak: ro.Polyak = None,
+    polyak_warmup: ro.PolyakWarmup = False,
     smoke: ro.Smoke = False,
     precision: ro.Precision = "auto",
     compile_model: ro.Compile = False,

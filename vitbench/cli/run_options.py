@@ -66,6 +66,13 @@ Polyak = Annotated[
     float | None,
     typer.Option("--polyak", min=0.0, max=1.0, help="finetune: parameter EMA decay (Table 2 ImageNet: 0.9999)."),
 ]
+PolyakWarmup = Annotated[
+    bool,
+    typer.Option(
+        "--polyak-warmup",
+        help="finetune: warm the EMA decay up (timm's ModelEmaV3) instead of constant from the pre-trained weights.",
+    ),
+]
 Smoke = Annotated[bool, typer.Option("--smoke", help="finetune: 20 steps, batch 32, 64 px; marked, never compared.")]
 Precision = Annotated[
     str,

@@ -26,6 +26,9 @@ class Settings:
     flip: bool  # BiT's train-time random flip (off for some structured VTAB tasks)
     precision: str  # bf16 (autocast) or fp32
     polyak: float | None = None  # parameter EMA, evaluated in place of the raw weights
+    # the EMA's decay warmed up as timm's ModelEmaV3 does (1 - (1 + step)^-2/3, up to `polyak`)
+    # instead of constant from the pre-trained weights
+    polyak_warmup: bool = False
     seed: int = 0
     # images per forward/backward pass per process; None: the whole per-process batch on a GPU
     # (halved on an out-of-memory error until it fits), CPU_MICRO_BATCH on a CPU

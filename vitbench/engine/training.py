@@ -203,7 +203,7 @@ def train(
         torch.cuda.reset_peak_memory_stats(device)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.SGD(params, lr=settings.lr, momentum=MOMENTUM, weight_decay=0.0)
-    ema = ModelEmaV3(model, decay=settings.polyak) if settings.polyak else None
+    ema = ModelEmaV3(model, decay=settings.polyak, use_warmup=settings.polyak_warmup) if settings.polyak else None
     parts = train_checkpoint.Trainables(model, optimizer, schedule(optimizer, settings.steps, settings.warmup), ema)
     progress = train_checkpoint.restore(checkpoint, run_key, parts, device)
     if progress.restarts:
@@ -273,8 +273,8 @@ def _steps(
             norms.append(nn.utils.clip_grad_norm_(params, CLIP_NORM))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            if parts.ema is not None:
-                parts.ema.update(parts.model)  # no step: a plain EMA from the initial weights (no warm-up of the decay)
+            if parts.ema is not None:  # without a step ModelEmaV3 keeps the decay constant (the default here)
+                parts.ema.update(parts.model, step=step + 1 if settings.polyak_warmup else None)
             curves["lr"].append(optimizer.param_groups[0]["lr"])
             done = step + 1
             report = done % report_every == 0 or done == settings.steps

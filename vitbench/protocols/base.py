@@ -84,6 +84,7 @@ class Request:
     micro_batch: int | None = None
     lr: float | None = None  # a fixed LR: no dev sweep
     polyak: float | None = None
+    polyak_warmup: bool = False  # warm the EMA's decay up (timm's ModelEmaV3) instead of constant
     smoke: bool = False
     precision: str = "auto"  # bf16 on CUDA, fp32 on CPU
     compile: bool = False
@@ -114,6 +115,7 @@ PROTOCOL_OPTIONS = {
     "micro_batch": "--micro-batch",
     "lr": "--lr",
     "polyak": "--polyak",
+    "polyak_warmup": "--polyak-warmup",
     "smoke": "--smoke",
     "checkpoint_every": "--checkpoint-every",
 }

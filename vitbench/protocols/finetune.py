@@ -74,7 +74,9 @@ def smoke_res(input_multiple: int) -> int:
 
 class Finetune(Protocol):
     name = "finetune"
-    reads = frozenset({"seeds", "steps", "batch", "micro_batch", "lr", "polyak", "smoke", "checkpoint_every"})
+    reads = frozenset(
+        {"seeds", "steps", "batch", "micro_batch", "lr", "polyak", "polyak_warmup", "smoke", "checkpoint_every"}
+    )
     version = "finetune/2"  # 2: the inception crop is TensorFlow's sampler (was torchvision's)
     summary = "App. B fine-tuning: dev LR sweep, then 3 seeds on the full train split"
     label = "fine-tuned"
@@ -119,6 +121,10 @@ class Finetune(Protocol):
             "dropout": model.dropout,
             "smoke": req.smoke,
         }
+        if req.polyak_warmup:  # recorded only when asked for: the default keeps its run keys
+            if req.polyak is None:
+                raise UserError("--polyak-warmup: warms up the decay of --polyak; give --polyak 0.9999 too")
+            hparams["polyak_warmup"] = "timm ModelEmaV3: decay min(polyak, 1 - (1 + step)^(-2/3))"
         sweep = req.lr is None and len(grid) > 1
         specs = []
         if sweep:
@@ -210,6 +216,7 @@ def _settings(group: Group, spec: RunSpec, lr: float, req: Request, device: torc
         flip=group.dataset.train_flip,
         precision=h["precision"],
         polyak=h["polyak"],
+        polyak_warmup="polyak_warmup" in h,
         seed=spec.seed,
         micro_batch=req.micro_batch,
         compile=req.compile,
