@@ -14,11 +14,27 @@ from torchvision.transforms import v2
 
 from vitbench.engine.train_data import CROP_AREA, CROP_ASPECT, InceptionCrop
 
-tf = pytest.importorskip("tensorflow", reason="TensorFlow (the tfds extra) is the reference")
 DRAWS = 5000
 
 
-def tf_crops(height: int, width: int) -> np.ndarray:
+@pytest.fixture(scope="module")
+def tf():
+    """TensorFlow, imported here (not when tests are collected: absl then adds a handler to the
+    root logger, which would double every log line of every later test and outlive their stderr)."""
+    import logging
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    root = logging.getLogger()
+    before = list(root.handlers)
+    try:
+        return pytest.importorskip("tensorflow", reason="TensorFlow (the tfds extra) is the reference")
+    finally:
+        for handler in [h for h in root.handlers if h not in before]:
+            root.removeHandler(handler)
+
+
+def tf_crops(tf, height: int, width: int) -> np.ndarray:
     """(area fraction, aspect ratio) of TF's crops, as vit_jax/input_pipeline.py asks for them."""
     out = []
     for i in range(DRAWS):
@@ -46,8 +62,8 @@ def torch_crops(crop: v2.RandomResizedCrop, height: int, width: int) -> np.ndarr
 
 
 @pytest.mark.parametrize("height, width", [(224, 224), (200, 300)])
-def test_crops_follow_tensorflows_sampler_and_not_torchvisions(height, width):
-    reference = tf_crops(height, width)
+def test_crops_follow_tensorflows_sampler_and_not_torchvisions(tf, height, width):
+    reference = tf_crops(tf, height, width)
     ours = torch_crops(InceptionCrop(32), height, width)
     torchvision = torch_crops(v2.RandomResizedCrop(32, scale=CROP_AREA, ratio=CROP_ASPECT), height, width)
     for column in (0, 1):  # area fraction, aspect ratio
