@@ -14,6 +14,7 @@ import scipy.ndimage
 import torch
 from torch import nn
 
+from vitbench import position_embeddings
 from vitbench.backend import BIG_VISION_FEWSHOT, Backend, ModelSpec, Preprocessing
 
 
@@ -46,7 +47,12 @@ class ViTBackend(Backend):
         return torch.tanh(dense(cls)) if dense is not None else cls
 
     def adapt_state_dict(self, state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
-        """Resize the position embeddings to the model's grid, class token kept (paper §3.2)."""
+        """Resize the position embeddings to the model's grid, class token kept (paper §3.2); weights
+        pre-trained with relative position biases (Table 8's variant) get them installed."""
+        if position_embeddings.has_relative_bias(state) and not position_embeddings.has_relative_bias(
+            model.state_dict()
+        ):
+            position_embeddings.install_relative_bias(model)
         posemb = state.get("pos_embed")
         target = getattr(model, "pos_embed", None)
         if posemb is None or target is None or posemb.shape == target.shape:

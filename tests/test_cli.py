@@ -11,8 +11,12 @@ from vitbench.protocols import fewshot
 FAST = ("--res", "32", "--workers", "0", "--batch-size", "256")
 
 
+DIGITS = ("--dataset", "digits", "--model", "vit-ti/16", "--weights", "random")
+
+
 def run_demo(cli, results, *extra):
-    return cli("run", "--results", results, "--shots", "1,5", "--seeds", "0,1", *FAST, *extra)
+    """Few-shot of a random-init ViT-Ti on digits: the quickest complete run (the demo before it pre-trained)."""
+    return cli("run", *DIGITS, "--results", results, "--shots", "1,5", "--seeds", "0,1", *FAST, *extra)
 
 
 def test_demo_runs_stores_and_renders(cli, results, caplog):
@@ -75,7 +79,7 @@ def test_sweep_stores_every_l2_and_the_table_picks_one(cli, results):
 
 
 def test_dry_run_plans_without_running(cli, results):
-    code, out, _ = cli("run", "--dry-run", "--results", results, "--shots", "1", "--seeds", "0,1,2")
+    code, out, _ = cli("run", *DIGITS, "--dry-run", "--results", results, "--shots", "1", "--seeds", "0,1,2")
     assert code == 0 and out.count("todo") == 3 and not (results / store.DB_NAME).exists()
 
 
@@ -143,7 +147,20 @@ def test_data_dir_mistakes(cli, results, tmp_path, cifar10_dir):
 
 
 def test_weights_mistakes(cli, results, tmp_path):
-    base = ["run", "--results", results, "--model", "vit-ti/16", *FAST, "--shots", "1", "--seeds", "0"]
+    base = [
+        "run",
+        "--results",
+        results,
+        "--model",
+        "vit-ti/16",
+        "--dataset",
+        "digits",
+        *FAST,
+        "--shots",
+        "1",
+        "--seeds",
+        "0",
+    ]
     broken = tmp_path / "broken.safetensors"
     broken.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
     code, _, err = cli(*base, "--weights", broken)

@@ -26,7 +26,7 @@ from vitbench.engine.distributed import broadcast, setup
 from vitbench.errors import UserError, one_line
 from vitbench.execution import cluster
 from vitbench.execution.lease import lease_seconds
-from vitbench.execution.plan import DRY_RUN
+from vitbench.execution.plan import DRY_RUN, with_suite_defaults
 from vitbench.execution.plan import plan as plan_groups
 from vitbench.execution.runner import execute
 from vitbench.protocols.base import Group, Request, RunSpec
@@ -114,9 +114,12 @@ def run(
     `on_plan(summary)` is called once the plan is made, before anything runs; `on_result(spec,
     metrics)` after each stored run. With `cluster_options`, the runs go out as submitit jobs and
     their shards are merged as they land."""
-    req = req or request(**options)
+    req = with_suite_defaults(req or request(**options))  # the follow-ups read them too
     if cluster_options is not None and not dry_run:
-        return _run_on_cluster(req, cluster_options, rerun)
+        summary = _run_on_cluster(req, cluster_options, rerun)
+        if not summary.waiting and not summary.failed:
+            _follow(summary, req, plan_groups(req), rerun, False, None, on_result, cluster_options)
+        return summary
     world, _ = setup(resolve_device(req.device))  # a bad --device fails before any work
     lease_seconds()  # and a bad VITBENCH_LEASE_SECONDS
     if not dry_run and world.is_main:
@@ -146,6 +149,7 @@ def run(
         on_plan(summary)
     if dry_run:
         summary.done = done
+        _follow(summary, req, groups, rerun, True, on_plan, on_result, None)
         return summary
     try:
         summary.ran = execute(groups, req, con, done, rerun=rerun, on_result=on_result)
@@ -154,7 +158,35 @@ def run(
             con.close()
         elif world.is_main:  # this run wrote shards only: merge them now if the other run has finished
             store.sync(req.results)
+    if world.size > 1:  # the follow-up protocols do not run data-parallel: say what runs them
+        for follow in _followups(req, groups):
+            log.info("then, on one process: vitbench run --protocol %s --model %s --weights %s --dataset %s",
+                     follow.protocol, follow.model, follow.weights, ",".join(follow.datasets))  # fmt: skip
+        return summary
+    _follow(summary, req, groups, rerun, False, on_plan, on_result, None)
     return summary
+
+
+def _followups(req: Request, groups: list[Group]) -> list[Request]:
+    """The requests the session's protocols ask to run after theirs (pre-training: few-shot transfer)."""
+    by_protocol: dict[str, list[Group]] = {}
+    for group in groups:
+        by_protocol.setdefault(group.protocol, []).append(group)
+    return [f for name, part in by_protocol.items() for f in get_protocol(name).followups(req, part)]
+
+
+def _follow(summary: Summary, req: Request, groups: list[Group], rerun: bool, dry_run: bool, on_plan, on_result,
+            cluster_options) -> None:  # fmt: skip
+    """Run (or plan) the follow-up requests into the same store; their runs join the summary."""
+    for follow in _followups(req, groups):
+        log.info("then: %s of %s on %s", follow.protocol, follow.model, ", ".join(follow.datasets))
+        sub = run(follow, rerun=rerun, dry_run=dry_run, on_plan=on_plan, on_result=on_result,
+                  cluster_options=cluster_options)  # fmt: skip
+        summary.specs += sub.specs
+        summary.done |= sub.done
+        summary.ran += sub.ran
+        summary.failed += sub.failed
+        summary.waiting += sub.waiting
 
 
 def _open_store(results: Path):

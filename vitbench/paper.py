@@ -17,6 +17,7 @@ TABLES = {
     "2": "table2.csv",
     "5": "table5.csv",
     "6": "table6.csv",
+    "8": "table8.csv",  # App. D.4: position-embedding ablation, ViT-B/16 ImageNet 5-shot linear
     "9": "table9.csv",
     "robustness": "robustness.csv",  # App. D.9: ViT-H/14 on ObjectNet
 }

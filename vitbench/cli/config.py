@@ -23,7 +23,17 @@ from vitbench.registry import get_dataset, get_model, get_suite
 from vitbench.suites import SUITES, Suite
 
 # options that take a comma list on the command line: a TOML array (or one value) in a config
-LISTS = {"model": str, "weights": str, "dataset": str, "protocol": str, "seeds": int, "shots": int, "knn_k": int}
+LISTS = {
+    "model": str,
+    "weights": str,
+    "dataset": str,
+    "protocol": str,
+    "seeds": int,
+    "shots": int,
+    "knn_k": int,
+    "transfer": str,
+    "transfer_shots": int,
+}
 # what an experiment is not: how this one command runs
 NOT_CONFIG = {"config", "print_config", "dry_run", "rerun"}
 SUITE_KEYS = {"datasets": list, "protocol": str, "description": str, "model": str, "weights": str}

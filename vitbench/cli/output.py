@@ -11,13 +11,21 @@ from vitbench.atomic import write_atomic
 from vitbench.cli.app import err, out
 from vitbench.cli.options import check_choice
 from vitbench.errors import UserError
-from vitbench.views import render, table
+from vitbench.views import pretraining, render, table
 from vitbench.views.cells import TableData
 
 
 def print_summary_table(results: Path) -> None:
-    """The summary after `vitbench run`: the default view, only the rows that have results."""
-    data = table.accuracy_view(store.read_results(results), compact=True)
+    """The summary after `vitbench run`: pre-training runs beside their transfer results (when the
+    store has any), then the default view of every other run, only the rows that have results."""
+    df = store.read_results(results)
+    if (df["protocol"] == pretraining.PROTOCOL).any():
+        linked = pretraining.link(df)
+        out.print(render.to_rich(pretraining.pretrain_view(df)))
+        df = df[~df["run_key"].isin(set(linked.runs["run_key"]) | set(linked.transfer["run_key"]))]
+        if df.empty:
+            return
+    data = table.accuracy_view(df, compact=True)
     if data.rows:
         out.print(render.to_rich(data))
 

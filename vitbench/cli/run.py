@@ -68,6 +68,20 @@ def run(
     devices: ro.Devices = 1,
     checkpoint_every: ro.CheckpointEvery = None,
     tensorboard: ro.TensorBoard = None,
+    objective: ro.Objective = "supervised",
+    mpp_target: ro.MppTarget = "mean-colour",
+    mpp_rate: ro.MppRate = 0.5,
+    pos_embed: ro.PosEmbed = "1-d",
+    pretrain_subset: ro.PretrainSubset = None,
+    pretrain_recipe: ro.PretrainRecipe = "auto",
+    epochs: ro.Epochs = None,
+    warmup: ro.Warmup = None,
+    lr_decay: ro.LrDecay = None,
+    weight_decay: ro.WeightDecay = None,
+    dropout: ro.Dropout = None,
+    label_smoothing: ro.LabelSmoothing = None,
+    transfer: ro.Transfer = None,
+    transfer_shots: ro.TransferShots = None,
     nnodes: ro.Nnodes = 1,
     node_rank: ro.NodeRank = 0,
     rdzv_endpoint: ro.RdzvEndpoint = None,
@@ -91,7 +105,12 @@ def run(
     print_config: ro.PrintConfig = False,
 ) -> None:
     """Plan, run and store a benchmark. With no options: the embedded demo suite."""
-    g, resolved = _with_config(ctx, {k: v for k, v in locals().items() if k != "ctx"})
+    _dispatch(ctx, {k: v for k, v in locals().items() if k != "ctx"})
+
+
+def _dispatch(ctx: typer.Context, given: dict) -> None:
+    """The command's work: print the config, or run here, under torchrun or on a cluster."""
+    g, resolved = _with_config(ctx, given)
     if g["print_config"]:
         sys.stdout.write(resolved)
         return
@@ -171,6 +190,8 @@ def _request(given: dict) -> Request:
             "data_dir": o.check_data_dir(given["data_dir"]),
             "extraction_batch": given["batch_size"],
             "polyak": given["polyak"] or None,
+            "transfer": tuple(d.strip() for d in (given["transfer"] or "").split(",") if d.strip()),
+            "transfer_shots": o.int_list("--transfer-shots", given["transfer_shots"]) or (5,),
             "compile": given["compile_model"],
         }
     )
@@ -196,7 +217,7 @@ class _Progress:
         self.todo: list[RunSpec] = []
 
     def planned(self, summary: api.Summary) -> None:
-        self.todo = summary.todo
+        self.todo += summary.todo  # a session's follow-up runs (few-shot after pre-training) join the count
 
     def __call__(self, spec: RunSpec, metrics: dict) -> None:
         self.finished += 1

@@ -58,11 +58,16 @@ VerifyData = Annotated[
 SkipCorrupt = Annotated[bool, typer.Option("--skip-corrupt", help="Leave corrupt images out (counted in each result).")]
 ExtractionBatch = Annotated[int, typer.Option("--batch-size", min=1, help="Feature-extraction batch size.")]
 RunWorkers = Annotated[int, typer.Option("--workers", min=0, help="DataLoader worker processes.")]
-Steps = Annotated[int | None, typer.Option("--steps", min=1, help="finetune: optimizer steps [default: Table 4's].")]
-Batch = Annotated[
-    int | None, typer.Option("--batch", min=1, help="finetune: global batch over all devices [default: 512].")
+Steps = Annotated[
+    int | None, typer.Option("--steps", min=1, help="finetune, pretrain: optimizer steps [default: Table 4's / 3's].")
 ]
-Lr = Annotated[float | None, typer.Option("--lr", min=0.0, help="finetune: a fixed base LR instead of the dev sweep.")]
+Batch = Annotated[
+    int | None, typer.Option("--batch", min=1, help="finetune, pretrain: global batch over all devices [512 / 4096].")
+]
+Lr = Annotated[
+    float | None,
+    typer.Option("--lr", min=0.0, help="finetune: a fixed base LR instead of the dev sweep; pretrain: the LR."),
+]
 Polyak = Annotated[
     float | None,
     typer.Option("--polyak", min=0.0, max=1.0, help="finetune: parameter EMA decay (Table 2 ImageNet: 0.9999)."),
@@ -74,7 +79,13 @@ PolyakWarmup = Annotated[
         help="finetune: warm the EMA decay up (timm's ModelEmaV3) instead of constant from the pre-trained weights.",
     ),
 ]
-Smoke = Annotated[bool, typer.Option("--smoke", help="finetune: 20 steps, batch 32, 64 px; marked, never compared.")]
+Smoke = Annotated[
+    bool,
+    typer.Option(
+        "--smoke",
+        help="finetune: 20 steps, batch 32, 64 px (pretrain: 200, 64, 48 px); marked, never compared.",
+    ),
+]
 Precision = Annotated[
     str,
     typer.Option(
@@ -149,3 +160,49 @@ MicroBatch = Annotated[
     int | None,
     typer.Option("--micro-batch", min=1, help="finetune: images per pass per device; the rest is accumulated."),
 ]
+# pre-training (--protocol pretrain); None: Table 3's value for the dataset
+Objective = Annotated[
+    str, typer.Option("--objective", help="pretrain: supervised (§3.1) or mpp (masked patch prediction, §4.6).")
+]
+MppTarget = Annotated[
+    str,
+    typer.Option(
+        "--mpp-target", help="pretrain --objective mpp: mean-colour (3-bit, 512 classes), downsized-4x4 or l2."
+    ),
+]
+MppRate = Annotated[
+    float, typer.Option("--mpp-rate", min=0.0, max=1.0, help="pretrain --objective mpp: patches corrupted (0.5).")
+]
+PosEmbed = Annotated[
+    str, typer.Option("--pos-embed", help="pretrain, ViT: position embeddings 1-d (default), none, 2-d or relative.")
+]
+PretrainSubset = Annotated[
+    str | None,
+    typer.Option(
+        "--pretrain-subset",
+        help="pretrain: nested random subsets of train, e.g. 10%,30%,100% or image counts (Fig 4); each is "
+        "evaluated with 5-shot transfer.",
+    ),
+]
+PretrainRecipe = Annotated[
+    str,
+    typer.Option(
+        "--pretrain-recipe",
+        help="pretrain: Table 3's row for the defaults: imagenet, imagenet21k or jft (auto: imagenet21k from "
+        "10,000 classes, else imagenet).",
+    ),
+]
+Epochs = Annotated[float | None, typer.Option("--epochs", min=0.0, help="pretrain: epochs of the full train split.")]
+Warmup = Annotated[int | None, typer.Option("--warmup", min=0, help="pretrain: LR warmup steps [default: 10k].")]
+LrDecay = Annotated[str | None, typer.Option("--lr-decay", help="pretrain: linear or cosine after the warmup.")]
+WeightDecay = Annotated[float | None, typer.Option("--weight-decay", min=0.0, help="pretrain: decoupled weight decay.")]
+Dropout = Annotated[float | None, typer.Option("--dropout", min=0.0, help="pretrain: dropout rate.")]
+LabelSmoothing = Annotated[float | None, typer.Option("--label-smoothing", min=0.0, help="pretrain: label smoothing.")]
+Transfer = Annotated[
+    str | None,
+    typer.Option(
+        "--transfer",
+        help="pretrain: datasets for the few-shot evaluation of its weights [default: the pre-training dataset]; none.",
+    ),
+]
+TransferShots = Annotated[str | None, typer.Option("--transfer-shots", help="pretrain: shots of that evaluation [5].")]

@@ -16,7 +16,7 @@ from vitbench.errors import UserError
 from vitbench.protocols.registry import protocols, shots_protocol
 from vitbench.store import query
 from vitbench.store.export import export, export_predictions
-from vitbench.views import attention, bench_table, per_class, plots, robustness, series, table
+from vitbench.views import attention, bench_table, per_class, plots, pretraining, robustness, series, table
 
 
 def _view_protocol(protocol: str | None, shots: int | None) -> str | None:
@@ -62,7 +62,8 @@ def table_cmd(
         typer.Option(
             "--view",
             help="accuracy; robustness (ImageNet val, V2, R, A, Sketch, ObjectNet: --protocol eval runs); "
-            "calibration (ECE and NLL of eval runs); or attention (mean attention distance per layer).",
+            "calibration (ECE and NLL of eval runs); attention (mean attention distance per layer); or pretrain "
+            "(pre-training runs beside the few-shot accuracy of their weights and of random init).",
         ),
     ] = "accuracy",
     bench: Annotated[
@@ -85,8 +86,8 @@ def table_cmd(
     if view == "attention":
         show(attention.attention_view(store.read_attention_distance(results)), fmt, results, out_file)
         return
-    if view not in ("accuracy", "robustness", "calibration"):
-        raise UserError(f"--view {view}: expected accuracy, robustness, calibration or attention")
+    if view not in ("accuracy", "robustness", "calibration", "pretrain"):
+        raise UserError(f"--view {view}: expected accuracy, robustness, calibration, attention or pretrain")
     if ci and (view != "accuracy" or which != "2" or per_class_of):
         raise UserError("--ci: intervals and paired tests are shown in Table 2's layout (the default view)")
     if names and not compare:
@@ -100,6 +101,8 @@ def table_cmd(
         data = per_class.per_class_view(df, per_class_of, results, protocol)
     elif view == "calibration":
         data = per_class.calibration_view(df)
+    elif view == "pretrain":
+        data = pretraining.pretrain_view(df)
     elif view == "robustness":
         if which != "2" or fields or shots is not None:
             raise UserError("--view robustness: has its own layout; --table, --group-by and --shots do not apply")
@@ -177,11 +180,17 @@ def export_cmd(
     out.print(f"wrote {rows} rows (run × metric, with provenance) to {path}")
 
 
+BY_NAME = ("confusion", "checkpoints", "datasize", "compute")  # figures drawn only when asked for
+
+
 @app.command("plot")
 def plot_cmd(
     figures: Annotated[
         list[str] | None,
-        typer.Argument(help="vtab, cost, fewshot, curves (default: all four); confusion (--run KEY); checkpoints."),
+        typer.Argument(
+            help="vtab, cost, fewshot, curves (default: all four); confusion (--run KEY); checkpoints; "
+            "datasize (Fig 4) and compute (Fig 5) of pre-training runs."
+        ),
     ] = None,
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the figures.")] = Path("plots"),
     formats: Annotated[str, typer.Option("--formats", help="Comma-separated: png, svg.")] = "png,svg",
@@ -197,10 +206,8 @@ def plot_cmd(
     """The paper's figures from the store: VTAB groups, accuracy vs cost, few-shot vs shots, fine-tuning curves."""
     chosen = figures or list(plots.FIGURES)
     for name in chosen:
-        if name not in (*plots.FIGURES, "confusion", "checkpoints"):
-            raise UserError(
-                f"vitbench plot {name}: expected one of {', '.join(plots.FIGURES)}, confusion or checkpoints"
-            )
+        if name not in (*plots.FIGURES, *BY_NAME):
+            raise UserError(f"vitbench plot {name}: expected one of {', '.join((*plots.FIGURES, *BY_NAME))}")
     exts = tuple(f.strip().lower() for f in formats.split(",") if f.strip())
     if not exts or any(e not in ("png", "svg") for e in exts):
         raise UserError(f"--formats {formats}: expected png, svg or png,svg")
@@ -218,6 +225,10 @@ def plot_cmd(
                 fig = per_class.confusion_figure(df, results, out_dir, exts, run)
             elif name == "checkpoints":
                 fig = series.checkpoints_figure(df, out_dir, exts, protocol)
+            elif name == "datasize":
+                fig = pretraining.datasize_figure(df, out_dir, exts)
+            elif name == "compute":
+                fig = pretraining.compute_figure(df, out_dir, exts)
             else:
                 fig = plots.curves_figure(df, store.read_curves(results), out_dir, exts, run)
         except UserError as e:

@@ -13,6 +13,20 @@ DIGITS_TRAIN = 1000  # the first 1000 of sklearn's 1797 digits train, the remain
 
 
 def load_digits(root: Path | None, split: str) -> Split:
+    return _digits(split, "digits", range(10))
+
+
+def digit_classes(name: str, classes: range):
+    """A loader of the digits of `classes` only, relabelled 0..len-1: the demo pre-trains on 0-4
+    and transfers to the unseen 5-9, the paper's story (pre-train, then few-shot) in miniature."""
+
+    def load(root: Path | None, split: str) -> Split:
+        return _digits(split, name, classes)
+
+    return load
+
+
+def _digits(split: str, name: str, classes: range) -> Split:
     import sklearn
     from sklearn.datasets import load_digits as sklearn_digits
 
@@ -20,7 +34,12 @@ def load_digits(root: Path | None, split: str) -> Split:
     grey = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)  # values 0..16 -> 0..255
     rgb = np.repeat(grey[..., None], 3, axis=-1)  # (N, 8, 8, 3)
     labels = digits.target.astype(np.int64)
-    part = slice(0, DIGITS_TRAIN) if split == "train" else slice(DIGITS_TRAIN, None)
-    fingerprint = f"sklearn-{sklearn.__version__}-digits-{part.start}:{part.stop}"
+    part = np.arange(DIGITS_TRAIN) if split == "train" else np.arange(DIGITS_TRAIN, len(labels))
+    part = part[np.isin(labels[part], classes)]
+    fingerprint = f"sklearn-{sklearn.__version__}-digits-{'train' if split == 'train' else 'test'}"
+    if len(classes) < 10:
+        fingerprint += f"-classes{classes.start}-{classes.stop - 1}"
+    else:  # the fingerprint the full set has always had
+        fingerprint = f"sklearn-{sklearn.__version__}-digits-{part[0]}:{part[-1] + 1 if split == 'train' else None}"
     images = torch.from_numpy(np.ascontiguousarray(rgb[part]))
-    return Split("digits", split, labels[part], "sklearn-digits", fingerprint, images=images)
+    return Split(name, split, labels[part] - classes.start, "sklearn-digits", fingerprint, images=images)

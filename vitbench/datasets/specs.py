@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from vitbench.datasets.base import DatasetSpec
 from vitbench.datasets.cifar import cifar_loader
-from vitbench.datasets.digits import load_digits
+from vitbench.datasets.digits import digit_classes, load_digits
 from vitbench.datasets.flowers import load_flowers
 from vitbench.datasets.imagenet import load_imagenet
 from vitbench.datasets.pets import load_pets
@@ -28,6 +28,22 @@ CLASSIC = [
         train_flip=False,
         train_crop="none",
         source="sklearn-digits",
+    ),
+    *(
+        DatasetSpec(
+            f"digits{lo}-{hi}",
+            f"Digits {lo}–{hi} (8x8, scikit-learn)",
+            5,
+            None,
+            {"train": None, "test": None},
+            digit_classes(f"digits{lo}-{hi}", range(lo, hi + 1)),
+            dev_fraction=0.1,
+            train_flip=False,
+            train_crop="none",
+            source="sklearn-digits",
+            note="the demo's halves: pre-train on 0–4, few-shot on the unseen 5–9",
+        )
+        for lo, hi in ((0, 4), (5, 9))
     ),
     DatasetSpec(
         "cifar10",

@@ -28,6 +28,14 @@ class Progress:
     curves: dict[str, list[float]] = field(default_factory=lambda: {"train_loss": [], "lr": [], "grad_norm": []})
     train_images: int = 0  # images through forward+backward before `step`, over every process
     seconds: float = 0.0  # device-seconds x devices before `step`
+    # early stopping: (step, validation accuracy) so far, and the best weights (on the CPU) with their step
+    validation: list[list[float]] = field(default_factory=list)
+    best_step: int = 0
+    best_state: dict[str, torch.Tensor] | None = None
+
+    @property
+    def best_value(self) -> float:
+        return max((v for _, v in self.validation), default=float("-inf"))
 
 
 @dataclass
@@ -68,7 +76,16 @@ def restore(path: Path, run_key: str, parts: Trainables, device: torch.device) -
     torch.set_rng_state(state["rng_cpu"])
     if device.type == "cuda" and state.get("rng_cuda") is not None:
         torch.cuda.set_rng_state(state["rng_cuda"], device)
-    return Progress(state["step"], state["restarts"] + 1, state["curves"], state["train_images"], state["seconds"])
+    return Progress(
+        state["step"],
+        state["restarts"] + 1,
+        state["curves"],
+        state["train_images"],
+        state["seconds"],
+        state.get("validation") or [],
+        state.get("best_step", 0),
+        state.get("best_state"),
+    )
 
 
 def save(path: Path, run_key: str, parts: Trainables, device: torch.device, progress: Progress, settings: dict) -> None:
@@ -86,6 +103,9 @@ def save(path: Path, run_key: str, parts: Trainables, device: torch.device, prog
         "curves": progress.curves,
         "train_images": progress.train_images,
         "seconds": progress.seconds,
+        "validation": progress.validation,
+        "best_step": progress.best_step,
+        "best_state": progress.best_state,
         "settings": settings,
     }
     write_atomic(path, functools.partial(torch.save, saved))

@@ -35,6 +35,13 @@ class Settings:
     decay_steps: tuple[int, ...] = ()
     mixup: float = 0.0
     precrop: int | None = None
+    # the optimizer: "sgd" (fine-tuning: momentum 0.9, no weight decay) or "adamw" (pre-training:
+    # Adam 0.9/0.999 with decoupled weight decay, as flax.optim.Adam(weight_decay=...) in vit_jax)
+    optimizer: str = "sgd"
+    weight_decay: float = 0.0
+    decay: str = "cosine"  # the LR after the warmup: "cosine" or "linear" to 0
+    label_smoothing: float = 0.0
+    eval_every: int = 0  # steps between validations for early stopping (0: no validation)
     # images per forward/backward pass per process; None: the whole per-process batch on a GPU
     # (halved on an out-of-memory error until it fits), CPU_MICRO_BATCH on a CPU
     micro_batch: int | None = None

@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from vitbench.backend import Preprocessing
@@ -33,6 +33,13 @@ from vitbench.engine.device_data import (
     train_batches,
 )
 from vitbench.engine.distributed import World
+from vitbench.engine.optimization import (  # noqa: F401  (the loop's public names)
+    CLIP_NORM,
+    MOMENTUM,
+    classification_loss,
+    make_optimizer,
+    schedule,
+)
 from vitbench.engine.progress import track
 from vitbench.engine.train_data import Stream, TrainTransform, train_loader
 from vitbench.engine.train_settings import Settings, micro_batch_size  # noqa: F401  (the loop's public types)
@@ -40,29 +47,9 @@ from vitbench.errors import UserError
 
 log = logging.getLogger("vitbench")
 
-MOMENTUM = 0.9
-CLIP_NORM = 1.0
 
-
-def schedule(optimizer: torch.optim.Optimizer, total: int, warmup: int, decay_steps: tuple[int, ...] = ()):
-    """timm's cosine scheduler set up to equal vit_jax's `create_learning_rate_schedule` (cosine):
-    linear warmup from 0, then cosine to 0; the update at step k (from 0) uses the LR of step k, as
-    optax's schedules count updates from 0 (tests/test_finetune.py checks every step). With
-    `decay_steps`, BiT-HyperRule's warmup and step decay instead."""
-    from timm.scheduler import CosineLRScheduler
-
-    if decay_steps:
-        return bit_hyperrule.StepDecay(optimizer, decay_steps)
-
-    return CosineLRScheduler(
-        optimizer,
-        t_initial=total - warmup,
-        warmup_t=warmup,
-        warmup_lr_init=0.0,
-        warmup_prefix=True,
-        lr_min=0.0,
-        t_in_epochs=False,
-    )
+Objective = Callable[[Any, torch.Tensor], torch.Tensor]  # (model outputs, labels) -> loss summed over the batch
+Validate = Callable[[nn.Module], float]  # the weights -> a validation accuracy (higher is better)
 
 
 @dataclass
@@ -80,6 +67,10 @@ class Outcome:
     peak_memory_bytes: int | None = None  # the device's peak allocation while training (CUDA only)
     memory_plan: str = ""  # why this micro-batch and checkpointing (memory.plan's reason)
     timed_seconds: float = 0.0  # wall-clock seconds from step `Settings.timed_from` to the end
+    # early stopping (Settings.eval_every): (step, validation accuracy) pairs, the best step and its weights
+    validation: list[list[float]] = field(default_factory=list)
+    best_step: int = 0
+    best_state: dict[str, torch.Tensor] | None = None
 
 
 def logits_fn(device: torch.device, precision: str):
@@ -107,10 +98,12 @@ class _Feed:
         skip_corrupt: bool,
         forward: nn.Module,
         step_model: nn.Module,
+        objective: Objective,
     ):
         self.model, self.split, self.settings, self.preprocessing = model, split, settings, preprocessing
         self.device, self.world, self.skip_corrupt = device, world, skip_corrupt
         self.forward, self.step_model = forward, step_model  # DDP wrapper (or the model), and its compiled form
+        self.objective = objective  # (model outputs, labels) -> loss summed over the micro-batch
         self.per_process = settings.batch // world.size
         self.skipped: list[str] = []
         self.images: DeviceImages | None = None  # the split on the device, put there once (device pipeline)
@@ -175,15 +168,12 @@ class _Feed:
             last = self.world.size == 1 or m == accum - 1
             with nullcontext() if last else self.forward.no_sync():  # type: ignore[operator]
                 with autocast(self.device, self.settings.precision):
-                    logits = self.step_model(x)
+                    outputs = self.step_model(x)
                 # summed over the micro-batch, divided by the per-process batch: the accumulated
                 # gradient is the mean over the global batch once DDP averages the processes
-                loss = F.cross_entropy(logits.float(), y, reduction="sum") / self.per_process
+                loss = self.objective(outputs, y) / self.per_process
                 if mix != 1.0:
-                    loss = (
-                        mix * loss
-                        + (1 - mix) * F.cross_entropy(logits.float(), y.flip(0), reduction="sum") / self.per_process
-                    )
+                    loss = mix * loss + (1 - mix) * self.objective(outputs, y.flip(0)) / self.per_process
                 loss.backward()
             total += loss.detach()
         return total
@@ -200,9 +190,13 @@ def train(
     run_key: str,
     skip_corrupt: bool = False,
     description: str = "fine-tune",
+    objective: Objective | None = None,
+    validate: Validate | None = None,
 ) -> Outcome:
-    """Fine-tune `model` (head already zero-initialised) on `split`; resume from `checkpoint` if
-    one of this run is there. `preprocessing` gives the value range (its mean/std)."""
+    """Train `model` on `split` (fine-tuning: its head already zero-initialised); resume from
+    `checkpoint` if one of this run is there. `preprocessing` gives the value range (its mean/std).
+    `objective` turns the model's outputs and the labels into the summed loss (default: cross-entropy);
+    `validate(model)` scores the weights every `settings.eval_every` steps, and the best are kept."""
     from timm.utils import ModelEmaV3
 
     torch.manual_seed(settings.seed)  # dropout; the head is zeros and the data stream has its own seeds
@@ -215,11 +209,10 @@ def train(
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.SGD(params, lr=settings.lr, momentum=MOMENTUM, weight_decay=0.0)
+    optimizer = make_optimizer(params, settings)
     ema = ModelEmaV3(model, decay=settings.polyak, use_warmup=settings.polyak_warmup) if settings.polyak else None
-    parts = train_checkpoint.Trainables(
-        model, optimizer, schedule(optimizer, settings.steps, settings.warmup, settings.decay_steps), ema
-    )
+    lr_schedule = schedule(optimizer, settings.steps, settings.warmup, settings.decay_steps, settings.decay)
+    parts = train_checkpoint.Trainables(model, optimizer, lr_schedule, ema)
     progress = train_checkpoint.restore(checkpoint, run_key, parts, device)
     if progress.restarts:
         log.info(
@@ -231,11 +224,12 @@ def train(
             model, device_ids=[device.index] if device.type == "cuda" else None
         )
     step_model: nn.Module = torch.compile(forward) if settings.compile else forward  # type: ignore[assignment]
-    feed = _Feed(model, split, settings, preprocessing, device, world, skip_corrupt, forward, step_model)
+    loss = objective or classification_loss(settings.label_smoothing)
+    feed = _Feed(model, split, settings, preprocessing, device, world, skip_corrupt, forward, step_model, loss)
     feed.start(progress.step, plan.micro)
     start = progress.step
     clock = Clock(device, world.size, progress.seconds)
-    timed_seconds = _steps(feed, parts, params, progress, clock, settings, checkpoint, run_key, description)
+    timed_seconds = _steps(feed, parts, params, progress, clock, settings, checkpoint, run_key, description, validate)
     eval_model = ema.module if ema is not None else model
     if plan.checkpointing:
         model.set_grad_checkpointing(False)  # type: ignore[operator]
@@ -251,6 +245,9 @@ def train(
         peak_memory_bytes=torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         memory_plan=plan.reason,
         timed_seconds=timed_seconds,
+        validation=progress.validation,
+        best_step=progress.best_step,
+        best_state=progress.best_state,
     )
 
 
@@ -264,6 +261,7 @@ def _steps(
     checkpoint: Path,
     run_key: str,
     description: str,
+    validate: Validate | None = None,
 ) -> float:
     """The steps from `progress.step` to the end: one optimizer update each, the curves read back at
     logging intervals only, a checkpoint every `checkpoint_every` steps. Returns the wall-clock
@@ -292,6 +290,9 @@ def _steps(
                 parts.ema.update(parts.model, step=step + 1 if settings.polyak_warmup else None)
             curves["lr"].append(optimizer.param_groups[0]["lr"])
             done = step + 1
+            validating = settings.eval_every and (done % settings.eval_every == 0 or done == settings.steps)
+            if validate is not None and validating:
+                _validate(parts.model, validate, progress, done, description)
             report = done % report_every == 0 or done == settings.steps
             if report or done % settings.log_every == 0 or done % settings.checkpoint_every == 0:
                 _flush(losses, norms, curves, world)
@@ -300,9 +301,24 @@ def _steps(
                 log.info("%s: step %d/%d, loss %.4f, lr %.4g", description, done, settings.steps, loss_now, lr_now)
             if done % settings.checkpoint_every == 0 and done < settings.steps and world.is_main:
                 images = progress.train_images + (done - start) * settings.batch
-                at = train_checkpoint.Progress(done, progress.restarts, curves, images, clock.elapsed())
+                at = replace(progress, step=done, curves=curves, train_images=images, seconds=clock.elapsed())
                 train_checkpoint.save(checkpoint, run_key, parts, device, at, asdict(settings))
     return time.perf_counter() - timer  # the clock synchronised the device on exit
+
+
+def _validate(model: nn.Module, validate: Validate, progress: train_checkpoint.Progress, step: int, what: str) -> None:
+    """Early stopping's bookkeeping: score the weights now and keep a CPU copy when they are the
+    best so far (every process scores the same weights: no gather, the same choice on each)."""
+    model.eval()
+    with torch.no_grad():
+        value = float(validate(model))
+    model.train()
+    if value > progress.best_value:
+        progress.best_step = step
+        progress.best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    progress.validation.append([step, value])
+    log.info("%s: step %d, validation accuracy %.4f (best %.4f at step %d)", what, step, value,
+             progress.best_value, progress.best_step)  # fmt: skip
 
 
 def _num_classes(model: nn.Module) -> int:

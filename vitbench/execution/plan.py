@@ -9,6 +9,7 @@ import glob
 import logging
 import re
 from contextvars import ContextVar
+from dataclasses import replace
 from pathlib import Path
 
 from vitbench.backend import Preprocessing
@@ -18,9 +19,19 @@ from vitbench.protocols.base import Group, Request, ignored_options
 from vitbench.protocols.registry import get_protocol
 from vitbench.provenance import VERIFY_DATA, sha256_file
 from vitbench.registry import get_dataset, get_model, get_suite
-from vitbench.weights import RANDOM, RANDOM_INIT_SEED, check_weights_arg
+from vitbench.weights import RANDOM, RANDOM_INIT_SEED, check_weights_arg, pretrained
 
 log = logging.getLogger("vitbench")
+
+
+def with_suite_defaults(req: Request) -> Request:
+    """The request with its suite's defaults wherever the user left an option at its default (the
+    demo's model, weights, steps and transfer datasets); explicit datasets run without a suite."""
+    if req.datasets:
+        return req
+    suite, unset = get_suite(req.suite or "demo"), Request()
+    changes = {k: v for k, v in suite.defaults.items() if getattr(req, k) == getattr(unset, k)}
+    return replace(req, **changes) if changes else req
 
 
 def resolve(req: Request) -> tuple[str, tuple[str, ...], str, str]:
@@ -37,10 +48,11 @@ def resolve(req: Request) -> tuple[str, tuple[str, ...], str, str]:
     model = req.model or defaults.get("model")
     if not model:
         raise UserError("--model is required (see `vitbench ls models`)")
-    weights = req.weights or defaults.get("weights")
+    names = _items(req.protocol or (suite.protocol if suite else "fewshot"), "--protocol")
+    makes_weights = all(get_protocol(name).from_random_init for name in names)  # pre-training starts from random
+    weights = req.weights or defaults.get("weights") or (RANDOM if makes_weights else None)
     if not weights:
         raise UserError("--weights is required: a .safetensors/.pth file, or 'random' for random-init weights")
-    names = _items(req.protocol or (suite.protocol if suite else "fewshot"), "--protocol")
     protocol = ",".join(get_protocol(name).name for name in names)  # a comma list: each protocol in turn
     return model, datasets, protocol, weights
 
@@ -73,6 +85,7 @@ def plan(req: Request) -> list[Group]:
     """The groups of every (protocol, model, weights) of the request, in order: `--protocol` and
     `--model` may be comma lists, `--weights` a comma list, a directory of checkpoints (each file, in
     step order: one series) or a glob; the plan is their cross product."""
+    req = with_suite_defaults(req)
     model_arg, dataset_names, protocol_names, weights_arg = resolve(req)
     protocols = [get_protocol(name) for name in protocol_names.split(",")]
     read = frozenset().union(*(p.reads for p in protocols))
@@ -84,7 +97,7 @@ def plan(req: Request) -> list[Group]:
     groups = []
     for protocol in protocols:
         for model_name in _items(model_arg, "--model"):
-            for weights in expand_weights(weights_arg):
+            for weights in expand_weights(weights_arg, req.results):
                 groups += _model_groups(req, protocol, model_name, weights, dataset_names)
     return groups
 
@@ -104,14 +117,17 @@ def _step_order(path: Path) -> tuple:
     return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", path.name))
 
 
-def expand_weights(text: str) -> list[str]:
-    """`--weights`: `random`, `timm:<tag>`, a file, a comma list of those, a directory (its
-    checkpoint files, in step order) or a glob (its matches, in step order)."""
+def expand_weights(text: str, results: Path = Path("results")) -> list[str]:
+    """`--weights`: `random`, `timm:<tag>`, `run:<key>` (weights vitbench pre-trained into `results`),
+    a file, a comma list of those, a directory (its checkpoint files, in step order) or a glob (its
+    matches, in step order)."""
     found: list[str] = []
     for item in _items(text, "--weights"):
         path = Path(item).expanduser()
         if item == RANDOM or item.startswith("timm:"):
             found.append(item)
+        elif item.startswith(pretrained.RUN_PREFIX):
+            found.append(pretrained.resolve_run(item, results))
         elif path.is_dir():
             files = sorted((p for p in path.iterdir() if p.suffix in CHECKPOINT_SUFFIXES), key=_step_order)
             if not files:

@@ -16,7 +16,7 @@ from vitbench.protocols.base import Group, Request, RunSpec
 from vitbench.provenance import canonical_json, environment, sha256_text
 from vitbench.store import SHARD_SCHEMA, ingest, metric_values, shard_dir, shard_metric_values
 from vitbench.store.predictions import Predictions, write_predictions
-from vitbench.weights import RANDOM
+from vitbench.weights import RANDOM, pretrained
 
 
 class Recorder:
@@ -64,6 +64,9 @@ class Recorder:
         flops_per_image = self.flops_per_image(group)
         if self.req.config is not None:  # what the command asked for, as a file that reruns it
             notes = {**notes, "config": {"sha256": sha256_text(self.req.config), "toml": self.req.config}}
+        origin = pretrained.provenance(group.weights) if group.weights != RANDOM else None
+        if origin is not None:  # weights vitbench pre-trained: the run that made them
+            notes = {**notes, "pretrained": origin}
         if predictions is not None:  # the file first: a shard never names predictions that are not there
             notes = {**notes, "predictions": write_predictions(self.req.results, spec.run_key, predictions)}
         run = {

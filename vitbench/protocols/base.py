@@ -91,6 +91,21 @@ class Request:
     compile: bool = False
     checkpoint_every: int | None = None  # None: a tenth of the run (protocols.finetune)
     tensorboard: Path | None = None  # fine-tuning curves and scores as TensorBoard event files here
+    # pre-training (protocols/pretrain.py; None: Table 3's value for the dataset)
+    objective: str = "supervised"  # or "mpp": masked patch prediction (§4.6)
+    mpp_target: str = "mean-colour"
+    mpp_rate: float = 0.5
+    pos_embed: str = "1-d"  # Table 8's variants: none, 1-d, 2-d, relative
+    pretrain_subset: str | None = None  # "10%,30%,100%" or image counts: nested subsets of train (Fig 4)
+    pretrain_recipe: str = "auto"  # Table 3's row: imagenet, imagenet21k or jft (auto: by the number of classes)
+    epochs: float | None = None
+    warmup: int | None = None
+    lr_decay: str | None = None
+    weight_decay: float | None = None
+    dropout: float | None = None
+    label_smoothing: float | None = None
+    transfer: tuple[str, ...] = ()  # few-shot after pre-training on these datasets (): the pre-training one
+    transfer_shots: tuple[int, ...] = (5,)  # Fig 4's metric: linear 5-shot
     config: str | None = None  # the resolved options as a config file (cli/config.py): stored with each run
 
     def __post_init__(self) -> None:
@@ -122,6 +137,20 @@ PROTOCOL_OPTIONS = {
     "smoke": "--smoke",
     "checkpoint_every": "--checkpoint-every",
     "tensorboard": "--tensorboard",
+    "objective": "--objective",
+    "mpp_target": "--mpp-target",
+    "mpp_rate": "--mpp-rate",
+    "pos_embed": "--pos-embed",
+    "pretrain_subset": "--pretrain-subset",
+    "pretrain_recipe": "--pretrain-recipe",
+    "epochs": "--epochs",
+    "warmup": "--warmup",
+    "lr_decay": "--lr-decay",
+    "weight_decay": "--weight-decay",
+    "dropout": "--dropout",
+    "label_smoothing": "--label-smoothing",
+    "transfer": "--transfer",
+    "transfer_shots": "--transfer-shots",
 }
 
 
@@ -190,6 +219,8 @@ class Protocol:
     data_parallel: ClassVar[bool] = False  # it can run under torchrun (`--devices N`)
     resumable: ClassVar[bool] = False  # an interrupted run continues from a checkpoint
     has_shots: ClassVar[bool] = False  # its runs are labelled by shot count (`--shots`)
+    from_random_init: ClassVar[bool] = False  # it makes weights: `--weights` defaults to random
+    scores_transfer: ClassVar[bool] = True  # its accuracies are transfer results (the accuracy views show them)
     # the protocol-specific Request fields it reads (PROTOCOL_OPTIONS); another one set is warned about
     reads: ClassVar[frozenset[str]] = frozenset()
 
@@ -214,6 +245,11 @@ class Protocol:
     def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
         """Run `todo` (a subset of `group.specs`), calling `recorder.record` once per finished run."""
         raise NotImplementedError
+
+    def followups(self, req: Request, groups: list[Group]) -> list[Request]:
+        """What runs once this protocol's groups are done (pre-training: few-shot on the weights it
+        wrote). The session runs each request the same way, into the same store."""
+        return []
 
     def jobs(self, specs: list[RunSpec]) -> list[list[list[RunSpec]]]:
         """How a cluster executor splits the runs: waves (each waits for the one before) of jobs

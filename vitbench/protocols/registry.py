@@ -15,10 +15,11 @@ from vitbench.protocols.fewshot import FEWSHOT
 from vitbench.protocols.finetune import FINETUNE
 from vitbench.protocols.knn import KNN
 from vitbench.protocols.linear import LINEAR
+from vitbench.protocols.pretrain import PRETRAIN
 
 log = logging.getLogger("vitbench")
 
-BUILTIN: tuple[Protocol, ...] = (FEWSHOT, EVAL, FINETUNE, KNN, LINEAR)
+BUILTIN: tuple[Protocol, ...] = (FEWSHOT, EVAL, FINETUNE, KNN, LINEAR, PRETRAIN)
 BUILTIN_NAMES = frozenset(p.name for p in BUILTIN)
 _registered: dict[str, Protocol] = {}
 

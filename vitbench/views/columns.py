@@ -100,6 +100,8 @@ def measured_columns(
     (e.g. `res=96` next to `res=384`, or smoke next to full); `group_by` replaces that key."""
     df, chosen = select_sweep_l2(df)
     hidden: dict[str, int] = {}
+    if protocol is None:  # runs that are not transfer results (pre-training) have views of their own
+        df = df[df["protocol"].isin({p.name for p in protocols().values() if p.scores_transfer})]
     if protocol is None and not df.empty:  # Table 2 is fine-tuned: few-shot shows only when nothing else is stored
         finetuned = df["protocol"].isin(paper_comparable())
         if finetuned.any():

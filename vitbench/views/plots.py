@@ -40,6 +40,8 @@ FILE_NAMES = {
     "curves": "finetune_curves",
     "confusion": "confusion_matrix",  # views/per_class.py; asked for by name only (it needs --run)
     "checkpoints": "accuracy_vs_checkpoint",  # views/series.py; asked for by name only
+    "datasize": "accuracy_vs_pretraining_images",  # views/pretraining.py; asked for by name only
+    "compute": "accuracy_vs_pretraining_exaflops",  # views/pretraining.py; asked for by name only
 }
 AVERAGE5 = ("imagenet", "cifar10", "cifar100", "pets", "flowers102")  # Figure 5's "Average-5"
 COSTS = ("flops", "days")

@@ -1,0 +1,105 @@
+"""Pre-training end to end through the CLI: a sweep of two models over three nested subsets with
+its automatic 5-shot transfer and figures, a run killed with SIGKILL and resumed, and the
+weights used by other protocols with their provenance. (The demo's pre-training benefit is
+checked in test_demo.py.)"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from vitbench import store
+
+TINY = ("--dataset", "digits0-4", "--transfer", "digits5-9", "--workers", "0", "--batch", "16", "--res", "32")
+
+
+def test_a_two_model_three_subset_sweep_runs_end_to_end(cli, results, tmp_path):
+    code, out, err = cli(
+        "run", "--protocol", "pretrain", "--model", "vit-ti/16,vit-s/16", "--smoke", "--steps", "8",
+        "--pretrain-subset", "10%,30%,100%", *TINY, "--results", results,
+    )  # fmt: skip
+    assert code == 0, err
+    df = store.read_results(results)
+    pre = df[df["protocol"] == "pretrain"].drop_duplicates("run_key")
+    assert len(pre) == 6 and sorted(pre["model"].unique()) == ["vit-s/16", "vit-ti/16"]
+    sizes = sorted({json.loads(h)["subset"] for h in pre["hparams"]})
+    assert sizes == [45, 136, 453]  # 10 %, 30 % and all of the 453 train images of digits 0-4 (dev held out)
+    for _, run in pre.iterrows():
+        notes = json.loads(run["notes"])
+        assert len(notes["validation"]) == 8  # early stopping scored the dev split at each of the 8 steps
+        assert run["flops"] > 0 and run["device_seconds"] > 0
+    few = df[df["protocol"] == "fewshot"].drop_duplicates("run_key")
+    # per model: its 3 checkpoints and random init, 5-shot, 3 seeds
+    assert len(few) == 2 * 4 * 3 and set(few["shots"]) == {5} and set(few["dataset"]) == {"digits5-9"}
+    transferred = few[~few["random_init"]]
+    provenance = [json.loads(n)["pretrained"] for n in transferred["notes"]]
+    assert {p["run_key"] for p in provenance} == set(pre["run_key"])  # each names the run that made its weights
+    assert "Pre-training and what it buys" in " ".join(out.split()) and "random init" in out
+    code, out, _ = cli("plot", "datasize", "compute", "--results", results, "--out", tmp_path / "plots")
+    assert code == 0, out
+    assert (tmp_path / "plots" / "accuracy_vs_pretraining_images.png").stat().st_size > 10_000
+    assert (tmp_path / "plots" / "accuracy_vs_pretraining_exaflops.svg").exists()
+    code, md, _ = cli("table", "--view", "pretrain", "--format", "md", "--results", results)
+    assert code == 0 and md.count("| vit-ti/16 · digits0-4 n=") == 3 and md.count("· random init |") == 2
+
+
+def test_a_killed_pretraining_resumes_with_the_loss_curve_of_an_uninterrupted_one(tmp_path):
+    args = [
+        "run", "--protocol", "pretrain", "--model", "vit-ti/16", "--steps", "40", "--checkpoint-every", "5",
+        "--transfer", "none", *TINY,
+    ]  # fmt: skip
+    killed, straight = tmp_path / "killed", tmp_path / "straight"
+    proc = subprocess.Popen([sys.executable, "-m", "vitbench", *args, "--results", str(killed)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not list((killed / "runs").glob("*/checkpoint.pt")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert list((killed / "runs").glob("*/checkpoint.pt")) and not list((killed / "runs").glob("*.json"))
+    for folder in (killed, straight):
+        done = subprocess.run([sys.executable, "-m", "vitbench", *args, "--results", str(folder)],
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    curves = {name: store.read_curves(folder) for name, folder in (("killed", killed), ("straight", straight))}
+    loss = {k: c[c["name"] == "train_loss"]["value"].tolist() for k, c in curves.items()}
+    assert len(loss["straight"]) == 40 and loss["killed"] == loss["straight"]
+    runs = {
+        k: store.read_results(f).drop_duplicates("run_key").iloc[0]
+        for k, f in (("killed", killed), ("straight", straight))
+    }
+    assert json.loads(runs["killed"]["notes"])["restarts"] == 1
+    assert runs["killed"]["weights_sha256"] == runs["straight"]["weights_sha256"]
+    weights = {k: json.loads(r["notes"])["weights_file"]["sha256"] for k, r in runs.items()}
+    assert weights["killed"] == weights["straight"]  # the same best weights, bit for bit
+
+
+def test_pretrained_weights_serve_other_protocols_by_run_key(cli, results):
+    code, _, err = cli("run", "--protocol", "pretrain", "--model", "vit-ti/16", "--steps", "4", "--transfer", "none",
+                       *TINY, "--results", results)  # fmt: skip
+    assert code == 0, err
+    key = store.read_results(results)["run_key"].iloc[0]
+    code, _, err = cli("run", "--protocol", "knn", "--model", "vit-ti/16", "--weights", f"run:{key[:10]}",
+                       "--dataset", "digits5-9", "--res", "32", "--workers", "0", "--seeds", "0",
+                       "--results", results)  # fmt: skip
+    assert code == 0, err
+    knn = store.read_results(results)
+    knn = knn[knn["protocol"] == "knn"].iloc[0]
+    assert json.loads(knn["notes"])["pretrained"]["run_key"] == key and not knn["random_init"]
+    code, _, err = cli("run", "--protocol", "pretrain", "--model", "vit-ti/16", "--weights", f"run:{key[:10]}",
+                       *TINY, "--results", results)  # fmt: skip
+    assert code == 2 and "trains from random init" in err
+    for args, message in (
+        (["--objective", "bert"], "--objective bert: expected one of supervised, mpp"),
+        (["--pos-embed", "3-d"], "--pos-embed 3-d: expected one of"),
+        (["--model", "bit-m-r50x1", "--objective", "mpp"], "masked patch prediction needs a ViT"),
+        (["--pretrain-subset", "200%"], "--pretrain-subset 200%: expected 1 to 453 images"),
+        (["--lr-decay", "step"], "--lr-decay step: expected linear or cosine"),
+        (["--weights", "run:beef"], "no pre-training run with that key"),
+    ):
+        base = ["run", "--protocol", "pretrain", "--model", "vit-ti/16", *TINY, "--results", results]
+        code, _, err = cli(*base, *args)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
