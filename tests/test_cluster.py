@@ -20,7 +20,22 @@ from vitbench.execution.plan import plan
 from vitbench.protocols.base import Request
 
 pytestmark = pytest.mark.slow
-FEWSHOT = ("--res", "32", "--workers", "0", "--shots", "1,5", "--seeds", "0")
+FEWSHOT = (
+    "--dataset",
+    "digits",
+    "--model",
+    "vit-ti/16",
+    "--weights",
+    "random",
+    "--res",
+    "32",
+    "--workers",
+    "0",
+    "--shots",
+    "1,5",
+    "--seeds",
+    "0",
+)
 FINETUNE = (
     "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--protocol", "finetune",
     "--lr", "0.01", "--seeds", "0", "--res", "32", "--batch", "8", "--workers", "0",

@@ -85,6 +85,20 @@ def _keys(out: str) -> list[str]:
         ("--protocol", "fewshot,knn", "--shots", "2", "--seeds", "0", "--knn-k", "5,20"),
         ("--protocol", "finetune", "--smoke", "--steps", "3", "--lr", "0.01", "--seeds", "0,1"),
         ("--fewshot-l2", "sweep", "--shots", "1", "--seeds", "3", "--fewshot-train", "full"),
+        (
+            "--protocol",
+            "pretrain",
+            "--pretrain-subset",
+            "10%,100%",
+            "--steps",
+            "3",
+            "--objective",
+            "mpp",
+            "--transfer",
+            "digits5-9",
+            "--transfer-shots",
+            "1,5",
+        ),  # fmt: skip
     ],
 )
 def test_the_printed_config_plans_the_same_run_keys(cli, tmp_path, flags):

@@ -29,5 +29,5 @@ def test_the_default_run_pretrains_and_beats_random_init_on_10_shot(cli, results
     pretrained, random = _ten_shot(few, False), _ten_shot(few, True)
     assert pretrained > random + 0.05, (pretrained, random)
     text = " ".join(out.split())
-    assert "Pre-training and what it buys" in text and "vit-ti/16 · random init" in text
-    assert "vit-ti/16 · digits n=900, supervised" in text
+    assert "Pre-training and what it buys" in text and "· vit-ti/16 · on Digits" in text
+    assert "│ random init" in out and "n=900, supervised" in text

@@ -154,7 +154,8 @@ def test_the_solve_on_tensors_equals_the_solve_on_arrays():
 
 def test_bf16_extraction_is_a_run_of_its_own(cli, tmp_path):
     results = tmp_path / "results"
-    args = ("run", "--res", "32", "--workers", "0", "--shots", "5", "--seeds", "0", "--results", results)
+    digits = ("--dataset", "digits", "--model", "vit-ti/16", "--weights", "random")
+    args = ("run", *digits, "--res", "32", "--workers", "0", "--shots", "5", "--seeds", "0", "--results", results)
     assert cli(*args)[0] == 0
     assert cli(*args, "--precision", "bf16")[0] == 0
     df = store.read_results(results)

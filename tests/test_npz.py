@@ -216,6 +216,8 @@ def test_few_shot_run_from_npz_records_the_representation(tmp_path, vit, cli):
     results = tmp_path / "results"
     code, _, err = cli(
         "run",
+        "--dataset",
+        "digits",
         "--model",
         "vit-ti/16",
         "--weights",

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from vitbench import store
 
 TINY = ("--dataset", "digits0-4", "--transfer", "digits5-9", "--workers", "0", "--batch", "16", "--res", "32")
@@ -43,7 +45,7 @@ def test_a_two_model_three_subset_sweep_runs_end_to_end(cli, results, tmp_path):
     assert (tmp_path / "plots" / "accuracy_vs_pretraining_images.png").stat().st_size > 10_000
     assert (tmp_path / "plots" / "accuracy_vs_pretraining_exaflops.svg").exists()
     code, md, _ = cli("table", "--view", "pretrain", "--format", "md", "--results", results)
-    assert code == 0 and md.count("| vit-ti/16 · digits0-4 n=") == 3 and md.count("· random init |") == 2
+    assert code == 0 and md.count("| vit-ti/16, n=") == 3 and md.count("· random init |") == 2
 
 
 def test_a_killed_pretraining_resumes_with_the_loss_curve_of_an_uninterrupted_one(tmp_path):
@@ -103,3 +105,37 @@ def test_pretrained_weights_serve_other_protocols_by_run_key(cli, results):
         base = ["run", "--protocol", "pretrain", "--model", "vit-ti/16", *TINY, "--results", results]
         code, _, err = cli(*base, *args)
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def _vitbench(*args, results):
+    return subprocess.run([sys.executable, "-m", "vitbench", *map(str, args), "--results", str(results)],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def test_data_parallel_pretraining_follows_the_single_process_trajectory(tmp_path):
+    # no dropout: its masks are drawn per process, so two processes draw other ones than one
+    args = ["run", "--protocol", "pretrain", "--model", "vit-ti/16", "--steps", "4", "--dropout", "0"]
+    args += ["--transfer", "none", *TINY]
+    one = _vitbench(*args, results=tmp_path / "one")
+    two = _vitbench(*args, "--devices", "2", results=tmp_path / "two")
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    loss = [store.read_curves(tmp_path / n).query("name == 'train_loss'")["value"].to_numpy() for n in ("one", "two")]
+    assert len(loss[0]) == 4 and loss[0] == pytest.approx(loss[1], rel=1e-5, abs=1e-6)
+    assert store.read_results(tmp_path / "two")["device_count"].iloc[0] == 2
+    # masked patch prediction has no classifier: every parameter takes part, as DDP requires
+    mpp = _vitbench(*args, "--devices", "2", "--objective", "mpp", results=tmp_path / "mpp")
+    assert mpp.returncode == 0, mpp.stderr
+
+
+def test_mpp_pretraining_learns_its_targets_and_its_weights_transfer(cli, results):
+    code, _, err = cli("run", "--protocol", "pretrain", "--objective", "mpp", "--model", "vit-ti/16", "--steps", "80",
+                       "--lr", "0.001", *TINY, "--res", "48", "--results", results)  # fmt: skip
+    assert code == 0, err
+    df = store.read_results(results)
+    pre = df[df["protocol"] == "pretrain"].drop_duplicates("run_key").iloc[0]
+    h, notes = json.loads(pre["hparams"]), json.loads(pre["notes"])
+    assert (h["objective"], h["mpp_target"], h["mpp_rate"], h["lr_decay"]) == ("mpp", "mean-colour", 0.5, "cosine")
+    scores = [v for _, v in notes["validation"]]
+    assert max(scores) > scores[0] + 0.05, scores  # the masked patches' colours are learned
+    few = df[(df["protocol"] == "fewshot") & ~df["random_init"]]
+    assert len(few) == 3 and json.loads(few["notes"].iloc[0])["pretrained"]["objective"] == "mpp"

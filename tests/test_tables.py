@@ -304,7 +304,7 @@ def test_fewshot_view_group_by_and_where(stored):
         (["--compare", "bit-l", "--delta-to", "vit-h/14-jft"], "--delta-to vit-h/14-jft: not one of the --compare"),
         (["--table", "9", "--compare", "bit-l"], "--compare bit-l: Table 9 has vit-h/14-jft"),
         (["bit-l"], "unexpected argument 'bit-l': paper columns follow --compare"),
-        (["--protocol", "probe"], "--protocol probe: expected fewshot, eval, finetune, knn or linear"),
+        (["--protocol", "probe"], "--protocol probe: expected fewshot, eval, finetune, knn, linear or pretrain"),
     ],
 )
 def test_table_mistakes_are_one_line(cli, stored, args, message):

@@ -202,8 +202,8 @@ def _open_store(results: Path):
 
 def data_parallel_only() -> str:
     """The one-line reason a protocol cannot run under torchrun."""
-    names = " and ".join(p.name for p in protocols().values() if p.data_parallel)
-    return f"only the {names} protocol runs data-parallel"
+    names = [p.name for p in protocols().values() if p.data_parallel]
+    return f"only the {' and '.join(names)} protocol{'s run' if len(names) > 1 else ' runs'} data-parallel"
 
 
 def work(req: Request, run_keys: list[str]) -> dict:

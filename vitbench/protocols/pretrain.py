@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 import torch
 
@@ -35,7 +36,7 @@ from vitbench.protocols.base import SEEDS, Group, Protocol, Recorder, Request, R
 from vitbench.protocols.finetune import checkpoint_interval
 from vitbench.provenance import sha256_file
 from vitbench.store.shards import shard_dir
-from vitbench.weights import RANDOM, build_model, pretrained
+from vitbench.weights import RANDOM, RANDOM_INIT_SEED, build_model, pretrained
 
 OBJECTIVES = ("supervised", "mpp")
 SMOKE_RES, SMOKE_BATCH, SMOKE_STEPS = 48, 64, 200  # --smoke: a pipeline check, never a number to compare
@@ -200,6 +201,11 @@ def _model(group: Group, h: dict, device: torch.device) -> tuple[torch.nn.Module
     if group.model.family in ("vit", "hybrid") and h["objective"] == "supervised":
         dim = int(backbone.embed_dim)  # type: ignore[arg-type]  # the representation layer, D -> D (§3.1)
         group.model.backend.add_pre_logits(backbone, group.model, torch.Size((dim, dim)))
+        dense: Any = backbone.pre_logits
+        with torch.random.fork_rng(devices=[]):  # as timm inits a ViT's Linear layers, from the run's init seed
+            torch.manual_seed(RANDOM_INIT_SEED)
+            torch.nn.init.trunc_normal_(dense.weight, std=0.02)
+        torch.nn.init.zeros_(dense.bias)
     position_embeddings.apply(backbone, h["pos_embed"])
     if h["objective"] == "mpp":
         pre = group.preprocessing
