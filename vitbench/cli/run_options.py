@@ -83,7 +83,7 @@ Smoke = Annotated[
     bool,
     typer.Option(
         "--smoke",
-        help="finetune: 20 steps, batch 32, 64 px (pretrain: 200, 64, 48 px); marked, never compared.",
+        help="finetune: 20 steps, batch 32, 64 px (pretrain: 50, 64, 48 px); marked, never compared.",
     ),
 ]
 Precision = Annotated[

@@ -39,7 +39,7 @@ from vitbench.store.shards import shard_dir
 from vitbench.weights import RANDOM, RANDOM_INIT_SEED, build_model, pretrained
 
 OBJECTIVES = ("supervised", "mpp")
-SMOKE_RES, SMOKE_BATCH, SMOKE_STEPS = 48, 64, 200  # --smoke: a pipeline check, never a number to compare
+SMOKE_RES, SMOKE_BATCH, SMOKE_STEPS = 48, 64, 50  # --smoke: a pipeline check, never a number to compare
 VALIDATIONS = 10  # early stopping scores the dev split this many times per run
 VALIDATION_SEED = 0  # MPP's dev score corrupts the same patches every time
 

@@ -274,9 +274,11 @@ def curves_figure(
     label = columns.weights_label(
         chosen["model"], chosen["weights"], chosen["weights_sha256"], bool(chosen["random_init"])
     )
-    loss_ax.set_title(f"Fine-tuning: {label} on {chosen['dataset']}, seed {int(chosen['seed'])}", fontsize=9)
+    what = "Fine-tuning" if h.get("stage") else str(chosen["protocol"]).capitalize()  # pre-training has no stages
+    loss_ax.set_title(f"{what}: {label} on {chosen['dataset']}, seed {int(chosen['seed'])}", fontsize=9)
+    stage = f"{h['stage']} stage, " if h.get("stage") else ""
     caption = (
-        f"Per-step training loss and learning rate of run {chosen['run_key'][:12]} ({h.get('stage')} stage, lr "
+        f"Per-step training loss and learning rate of run {chosen['run_key'][:12]} ({stage}lr "
         f"{h.get('lr')}, {h.get('steps')} steps, batch {h.get('batch')}, {h.get('res')} px"
         f"{', smoke' if h.get('smoke') else ''}), {chosen['protocol_version']}, finished {chosen['finished_at']}."
     )

@@ -22,7 +22,7 @@ from vitbench import store
 from vitbench.datasets.robustness import ROBUSTNESS_NAMES
 from vitbench.errors import UserError
 from vitbench.store.query import apply_where, json_field
-from vitbench.views import attention, inspection_plots, per_class, plots, robustness, table
+from vitbench.views import attention, inspection_plots, per_class, plots, pretraining, robustness, table
 from vitbench.views.cells import TableData
 from vitbench.views.columns import accelerator_days, measured_columns
 from vitbench.views.render import STYLE, table_fragment
@@ -74,6 +74,8 @@ def _views(df: pd.DataFrame, results: Path, compare: Sequence[str], protocol: st
         fewshot = table.accuracy_view(df, (), "fewshot", ci=results)
         fewshot.title = "Few-shot linear evaluation: top-1 accuracy (%)"
         out.append(_view("fewshot", fewshot))
+    if pretraining.PROTOCOL in protocols:  # runs made here from random init, beside what they bought
+        out.append(_view("pretrain", pretraining.pretrain_view(df)))
     if not df.empty and df["dataset"].str.startswith("vtab/").any():
         out.append(_view("table9", table.table9_view(df, (), protocol)))
     if "eval" in protocols:
