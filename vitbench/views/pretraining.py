@@ -19,7 +19,7 @@ from vitbench import paper
 from vitbench.errors import UserError
 from vitbench.protocols.registry import shots_protocol
 from vitbench.store.query import json_field
-from vitbench.views.cells import Cell, TableData
+from vitbench.views.cells import SMOKE_MARK, Cell, TableData
 from vitbench.views.plots import Figure, legend, new_figure, runs_text, save
 from vitbench.views.table import title
 
@@ -61,7 +61,7 @@ def link(df: pd.DataFrame) -> Linked:
         )  # fmt: skip
         sha = notes.get("weights_file", {}).get("sha256")
         transfer.append(few[few["weights_sha256"] == sha].assign(row=label))
-    runs = pd.DataFrame(rows)
+    runs = pd.DataFrame(rows).sort_values(["model", "dataset", "objective", "images"], kind="stable")
     for (model, res), _ in runs.groupby(["model", "res"], sort=False):
         baseline = few[few["random_init"] & (few["model"] == model) & (few_res == res)]
         transfer.insert(0, baseline.assign(row=f"{model} · {BASELINE}"))
@@ -92,7 +92,7 @@ def pretrain_view(df: pd.DataFrame) -> TableData:
         parts = [run["model"]] if len(models) > 1 else []
         parts += [f"{run['dataset']} n={run['images']:,}" if len(sources) > 1 else f"n={run['images']:,}"]
         parts += [run["objective"]] + ([f"pos {run['pos_embed']}"] if run["pos_embed"] != "1-d" else [])
-        shown[run["row"]] = ", ".join(parts)
+        shown[run["row"]] = ", ".join(parts) + (SMOKE_MARK if run["smoke"] else "")
     for row in dict.fromkeys(transfer["row"]):
         if row.endswith(BASELINE):
             shown[row] = row if len(models) > 1 else BASELINE
@@ -131,7 +131,9 @@ def _footnotes(data: TableData, runs: pd.DataFrame, sources) -> None:
         said = ", ".join(f"{v} {x * 100:.2f}" for v, x in zip(stem["pos_embed"], stem["value"], strict=True))
         data.footnotes.append(f"paper Table 8 (ViT-B/16 on JFT-300M, ImageNet linear 5-shot, at the stem): {said}")
     if runs["smoke"].any():
-        data.footnotes.append("--smoke runs: a pipeline check, not a result")
+        data.footnotes.append(
+            f"{SMOKE_MARK} --smoke: a few steps at a small resolution: a pipeline check, not a result"
+        )
 
 
 def datasize_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...]) -> Figure:
