@@ -139,3 +139,13 @@ def test_mpp_pretraining_learns_its_targets_and_its_weights_transfer(cli, result
     assert max(scores) > scores[0] + 0.05, scores  # the masked patches' colours are learned
     few = df[(df["protocol"] == "fewshot") & ~df["random_init"]]
     assert len(few) == 3 and json.loads(few["notes"].iloc[0])["pretrained"]["objective"] == "mpp"
+
+
+def test_a_bit_resnet_pretrains_through_its_own_head(cli, results):
+    """A ResNet has no pre_logits layer and a 1x1-convolution head: it trains through timm's forward."""
+    code, _, err = cli("run", "--protocol", "pretrain", "--model", "bit-m-r50x1", "--steps", "2", "--batch", "8",
+                       "--dataset", "digits0-4", "--transfer", "none", "--workers", "0", "--res", "32",
+                       "--results", results)  # fmt: skip
+    assert code == 0, err
+    run = store.read_results(results).drop_duplicates("run_key").iloc[0]
+    assert run["backend"] == "bit" and json.loads(run["hparams"])["head"] == "linear"

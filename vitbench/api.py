@@ -64,7 +64,7 @@ def request(**options) -> Request:
     unknown = sorted(set(options) - known)
     if unknown:
         raise UserError(f"vitbench.run: unknown option {unknown[0]!r}; expected one of {', '.join(sorted(known))}")
-    for key in ("datasets", "seeds", "shots"):
+    for key in ("datasets", "seeds", "shots", "transfer", "transfer_shots"):
         if isinstance(options.get(key), str | int):
             options[key] = (options[key],)
     if options.get("results") is not None:

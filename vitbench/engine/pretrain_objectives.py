@@ -24,8 +24,8 @@ MASK, RANDOM_PATCH = 0.8, 0.1  # of the corrupted patches: 80 % [mask], 10 % ano
 
 
 class Classifier(nn.Module):
-    """The supervised pre-training model: the backbone's representation (for a ViT with a
-    `pre_logits` layer, tanh(Dense(LN(CLS)))), then its classifier."""
+    """The supervised pre-training model: for a ViT with a `pre_logits` layer, its representation
+    tanh(Dense(LN(CLS))), then its classifier; for any other backbone, timm's own forward."""
 
     def __init__(self, backbone: nn.Module, features):
         super().__init__()
@@ -34,8 +34,10 @@ class Classifier(nn.Module):
         self.num_classes = int(getattr(backbone, "num_classes", 0))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        head: Any = self.backbone
-        return head.get_classifier()(self._features(self.backbone, images))  # (B, classes)
+        model: Any = self.backbone
+        if not isinstance(getattr(model, "pre_logits", None), nn.Linear):  # no representation layer: timm's forward
+            return model(images)  # (B, classes); a BiT ResNet's head is a 1x1 convolution on the feature map
+        return model.get_classifier()(self._features(model, images))  # (B, classes)
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         self.backbone.set_grad_checkpointing(enable)  # type: ignore[operator]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -107,6 +108,9 @@ class Pretrain(Protocol):
         for model in dict.fromkeys(g.model.name for g in groups):
             specs = [s for g in groups if g.model.name == model for s in g.specs]
             files = [str(weights_path(req, s)) for s in specs]
+            # the weights written so far (a run leased by another process adds its own follow-up);
+            # none yet is a dry run, which plans them by name
+            files = [f for f in files if Path(f).is_file()] or files
             res = next(g.res for g in groups if g.model.name == model)
             follow.append(
                 replace(
