@@ -109,3 +109,10 @@ def save(path: Path, run_key: str, parts: Trainables, device: torch.device, prog
         "settings": settings,
     }
     write_atomic(path, functools.partial(torch.save, saved))
+
+
+def discard(path: Path) -> None:
+    """The run's result is stored: its checkpoint, and the run's folder once empty, have done their job."""
+    path.unlink(missing_ok=True)
+    if path.parent.is_dir() and not any(path.parent.iterdir()):
+        path.parent.rmdir()

@@ -18,7 +18,7 @@ import torch
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock, resolve_device, resolve_precision
-from vitbench.engine import tensorboard_log, training
+from vitbench.engine import tensorboard_log, train_checkpoint, training
 from vitbench.engine.device_data import choose as choose_pipeline
 from vitbench.engine.distributed import barrier, broadcast
 from vitbench.engine.inference import run_over
@@ -200,9 +200,7 @@ class Finetune(Protocol):
             )  # fmt: skip
             if world.is_main:  # one process scores the test (or dev) split; the others wait
                 _score(group, spec, settings, outcome, chosen, started, req, device, recorder, what)
-                checkpoint.unlink(missing_ok=True)  # the result is stored: the checkpoint has done its job
-                if checkpoint.parent.is_dir() and not any(checkpoint.parent.iterdir()):
-                    checkpoint.parent.rmdir()
+                train_checkpoint.discard(checkpoint)
             barrier(world)
 
     def jobs(self, specs: list[RunSpec]) -> list[list[list[RunSpec]]]:

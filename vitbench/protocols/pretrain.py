@@ -25,7 +25,7 @@ from vitbench import position_embeddings
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec, Split
 from vitbench.devices import resolve_device, resolve_precision
-from vitbench.engine import training
+from vitbench.engine import train_checkpoint, training
 from vitbench.engine.device_data import choose as choose_pipeline
 from vitbench.engine.distributed import barrier
 from vitbench.engine.inference import run_over
@@ -283,9 +283,7 @@ def _finish(
     path = weights_path(req, spec)
     pretrained.save(path, backbone.state_dict(), _provenance(group, spec, outcome))
     _record(group, spec, outcome, settings, started, path, n_train, n_dev, recorder)
-    checkpoint.unlink(missing_ok=True)
-    if checkpoint.parent.is_dir() and not any(checkpoint.parent.iterdir()):
-        checkpoint.parent.rmdir()
+    train_checkpoint.discard(checkpoint)
 
 
 def _provenance(group: Group, spec: RunSpec, outcome: training.Outcome) -> dict:
