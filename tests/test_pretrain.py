@@ -76,6 +76,15 @@ def test_mpp_learns_its_targets_and_reports_accuracy():
         po.MaskedPatchPrediction(backbone, "colour", 0.5, (0.5,) * 3, (0.5,) * 3)
 
 
+def test_every_mpp_parameter_takes_part_as_ddp_requires():
+    """DDP fails on a parameter without a gradient: MPP's backbone is built without a classifier."""
+    backbone = build_model(VIT_TI, 0, 32, RANDOM)
+    mpp = po.MaskedPatchPrediction(backbone, "mean-colour", 0.5, (0.5,) * 3, (0.5,) * 3)
+    mpp.loss()(mpp(torch.randn(4, 3, 32, 32)), torch.zeros(4, dtype=torch.long)).backward()
+    unused = [n for n, p in mpp.named_parameters() if p.requires_grad and p.grad is None]
+    assert not unused
+
+
 def _split(n: int) -> Split:
     """A toy split whose image i carries i in its pixels (i // 256, i % 256)."""
     ids = torch.arange(n)

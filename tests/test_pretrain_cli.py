@@ -50,7 +50,7 @@ def test_a_two_model_three_subset_sweep_runs_end_to_end(cli, results, tmp_path):
 
 def test_a_killed_pretraining_resumes_with_the_loss_curve_of_an_uninterrupted_one(tmp_path):
     args = [
-        "run", "--protocol", "pretrain", "--model", "vit-ti/16", "--steps", "40", "--checkpoint-every", "5",
+        "run", "--protocol", "pretrain", "--model", "vit-ti/16", "--steps", "20", "--checkpoint-every", "4",
         "--transfer", "none", *TINY,
     ]  # fmt: skip
     killed, straight = tmp_path / "killed", tmp_path / "straight"
@@ -68,7 +68,7 @@ def test_a_killed_pretraining_resumes_with_the_loss_curve_of_an_uninterrupted_on
         assert done.returncode == 0, done.stderr
     curves = {name: store.read_curves(folder) for name, folder in (("killed", killed), ("straight", straight))}
     loss = {k: c[c["name"] == "train_loss"]["value"].tolist() for k, c in curves.items()}
-    assert len(loss["straight"]) == 40 and loss["killed"] == loss["straight"]
+    assert len(loss["straight"]) == 20 and loss["killed"] == loss["straight"]
     runs = {
         k: store.read_results(f).drop_duplicates("run_key").iloc[0]
         for k, f in (("killed", killed), ("straight", straight))
@@ -122,9 +122,6 @@ def test_data_parallel_pretraining_follows_the_single_process_trajectory(tmp_pat
     loss = [store.read_curves(tmp_path / n).query("name == 'train_loss'")["value"].to_numpy() for n in ("one", "two")]
     assert len(loss[0]) == 4 and loss[0] == pytest.approx(loss[1], rel=1e-5, abs=1e-6)
     assert store.read_results(tmp_path / "two")["device_count"].iloc[0] == 2
-    # masked patch prediction has no classifier: every parameter takes part, as DDP requires
-    mpp = _vitbench(*args, "--devices", "2", "--objective", "mpp", results=tmp_path / "mpp")
-    assert mpp.returncode == 0, mpp.stderr
 
 
 def test_mpp_pretraining_learns_its_targets_and_its_weights_transfer(cli, results):
