@@ -152,7 +152,7 @@ def test_a_pretraining_step_costs_three_forwards_as_recorded():
     model = po.Classifier(backbone, VIT_TI.backend.features)
     images, labels = torch.randn(batch, 3, res, res), torch.arange(batch) % 5
     with FlopCounterMode(display=False) as counter:
-        po.Classifier.loss()(model(images), labels).backward()
+        training.classification_loss()(model(images), labels).backward()
     recorded = 3 * VIT_TI.backend.flops_per_image(VIT_TI, res) * batch
     assert counter.get_total_flops() == pytest.approx(recorded, rel=0.02)
 

@@ -2,8 +2,9 @@
 through a one-hidden-layer `pre_logits` head, tanh(Dense(LN(CLS))), then the classifier) and
 self-supervised masked patch prediction (§4.6, App. B.1.2).
 
-Each is an nn.Module around the backbone whose forward takes normalised images and whose `loss`
-turns its outputs (and the labels) into the loss summed over the batch: the training loop
+Each is an nn.Module around the backbone whose forward takes normalised images; the classifier's
+loss is the loop's default cross-entropy, and MPP's `loss` turns its outputs into the loss summed
+over the batch: the training loop
 (engine/training.py) runs either the same way, with accumulation, DDP, checkpoints and clocks.
 `backbone` is the timm model that is saved as the run's weights.
 """
@@ -41,13 +42,6 @@ class Classifier(nn.Module):
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         self.backbone.set_grad_checkpointing(enable)  # type: ignore[operator]
-
-    @staticmethod
-    def loss(label_smoothing: float = 0.0):
-        def summed(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-            return F.cross_entropy(outputs.float(), labels, reduction="sum", label_smoothing=label_smoothing)
-
-        return summed
 
 
 def patches(images: torch.Tensor, patch: int) -> torch.Tensor:

@@ -196,7 +196,7 @@ def weights_path(req: Request, spec: RunSpec):
     return pretrained.weights_file(req.results, spec.run_key, label)
 
 
-def _model(group: Group, h: dict, device: torch.device) -> tuple[torch.nn.Module, torch.nn.Module]:
+def _model(group: Group, h: dict) -> tuple[torch.nn.Module, torch.nn.Module]:
     """(the backbone that is saved, the module that is trained: the backbone inside its objective)."""
     # MPP has no classifier: none is built, so that every parameter takes part (DDP requires it)
     classes = 0 if h["objective"] == "mpp" else group.dataset.num_classes
@@ -248,7 +248,7 @@ def _pretrain(group: Group, spec: RunSpec, req: Request, device: torch.device, r
     h, world = spec.hparams, recorder.world
     train = recipe.nested_subset(group.splits[group.dataset.sweep_splits[0]], h["subset"])
     dev = group.splits[group.dataset.sweep_splits[1]]
-    backbone, model = _model(group, h, device)
+    backbone, model = _model(group, h)
     settings = training.Settings(
         steps=h["steps"], batch=h["batch"], lr=h["lr"], warmup=h["warmup"], res=h["res"],
         crop=group.dataset.train_crop, flip=group.dataset.train_flip, precision=h["precision"], seed=spec.seed,
@@ -281,15 +281,15 @@ def _finish(
     model.load_state_dict(outcome.best_state)
     position_embeddings.materialize(backbone)
     path = weights_path(req, spec)
-    pretrained.save(path, backbone.state_dict(), _provenance(group, spec, outcome))
+    pretrained.save(path, backbone.state_dict(), _provenance(spec, outcome))
     _record(group, spec, outcome, settings, started, path, n_train, n_dev, recorder)
     train_checkpoint.discard(checkpoint)
 
 
-def _provenance(group: Group, spec: RunSpec, outcome: training.Outcome) -> dict:
+def _provenance(spec: RunSpec, outcome: training.Outcome) -> dict:
     return {
         "run_key": spec.run_key,
-        "protocol": f"{spec.protocol_version}",
+        "protocol": spec.protocol_version,
         "model": spec.model,
         "dataset": spec.dataset,
         "data_fingerprint": spec.data_fingerprint,
