@@ -36,6 +36,7 @@ from vitbench.protocols import pretrain_recipe as recipe
 from vitbench.protocols.base import SEEDS, Group, Protocol, Recorder, Request, RunSpec
 from vitbench.protocols.finetune import checkpoint_interval
 from vitbench.provenance import sha256_file
+from vitbench.registry import get_dataset
 from vitbench.store.shards import shard_dir
 from vitbench.weights import RANDOM, RANDOM_INIT_SEED, build_model, pretrained
 
@@ -85,6 +86,10 @@ class Pretrain(Protocol):
             raise UserError(f"--pos-embed {req.pos_embed}: an option of ViT backbones; {group.model.name} is not one")
         if req.objective == "mpp" and group.model.family not in ("vit", "hybrid"):
             raise UserError(f"--objective mpp: masked patch prediction needs a ViT; {group.model.name} is not one")
+        for name in () if req.transfer == ("none",) else req.transfer:
+            get_dataset(name)  # a misspelt transfer dataset stops the plan, not the session after hours of training
+        if any(k < 1 for k in req.transfer_shots):
+            raise UserError("--transfer-shots: shot counts must be at least 1")
         train = group.splits[group.dataset.sweep_splits[0]]
         h = {**hparams, **settings_for(group, req, len(train))}
         seeds = req.seeds if req.seeds != SEEDS else (0,)  # pre-training is costly: one run unless asked
