@@ -8,14 +8,13 @@ vit_jax `pre_logits`).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import numpy as np
-import scipy.ndimage
-import torch
-from torch import nn
-
-from vitbench import position_embeddings
 from vitbench.backend import BIG_VISION_FEWSHOT, Backend, ModelSpec, Preprocessing
+
+if TYPE_CHECKING:  # torch loads where a model is built: listing models and reading results never pay for it
+    import torch
+    from torch import nn
 
 
 class ViTBackend(Backend):
@@ -39,9 +38,13 @@ class ViTBackend(Backend):
 
     def add_pre_logits(self, model: nn.Module, spec: ModelSpec, shape: torch.Size) -> None:
         """The upstream representation layer (Dense D->D, then tanh), which timm drops on load."""
+        from torch import nn
+
         model.pre_logits = nn.Linear(shape[1], shape[0])  # type: ignore[assignment]  # keys pre_logits.{weight,bias}
 
     def features(self, model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+        import torch
+
         cls = super().features(model, images)  # (B, D): LN(CLS)
         dense = getattr(model, "pre_logits", None)
         return torch.tanh(dense(cls)) if dense is not None else cls
@@ -49,6 +52,8 @@ class ViTBackend(Backend):
     def adapt_state_dict(self, state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
         """Resize the position embeddings to the model's grid, class token kept (paper §3.2); weights
         pre-trained with relative position biases (Table 8's variant) get them installed."""
+        from vitbench import position_embeddings
+
         if position_embeddings.has_relative_bias(state) and not position_embeddings.has_relative_bias(
             model.state_dict()
         ):
@@ -65,6 +70,10 @@ class ViTBackend(Backend):
 def zoom_posemb(posemb: torch.Tensor, num_prefix: int, grid: tuple[int, int]) -> torch.Tensor:
     """vit_jax's `interpolate_posembed`: split off the class token, `scipy.ndimage.zoom(order=1)`
     on the (gs, gs, D) grid, concatenate again. (timm's bilinear resize differs slightly.)"""
+    import numpy as np
+    import scipy.ndimage
+    import torch
+
     prefix, tokens = posemb[:, :num_prefix], posemb[0, num_prefix:]
     old = math.isqrt(tokens.shape[0])
     if old * old != tokens.shape[0]:
@@ -78,7 +87,16 @@ def zoom_posemb(posemb: torch.Tensor, num_prefix: int, grid: tuple[int, int]) ->
 
 BACKEND = ViTBackend()
 # DeiT weights expect timm's DeiT preprocessing: bicubic resize to 248, centre crop 224, ImageNet mean/std.
-_DEIT = Preprocessing.from_timm("deit_tiny_patch16_224")
+# Written out (timm's pretrained config for deit_*_patch16_224, which tests/test_backends.py compares with
+# Preprocessing.from_timm) so that listing models does not import timm.
+_DEIT = Preprocessing(
+    crop_pct=0.9,
+    crop_mode="center",
+    interpolation="bicubic",
+    mean=(0.485, 0.456, 0.406),
+    std=(0.229, 0.224, 0.225),
+    family="timm",
+)
 
 
 def _vit(

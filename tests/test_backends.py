@@ -23,6 +23,15 @@ def test_every_runnable_model_builds_with_a_head_of_the_requested_size():  # val
         assert getattr(head, "out_features", getattr(head, "out_channels", None)) == 7, spec.name
 
 
+@pytest.mark.parametrize("name", ["deit-ti/16", "deit-s/16", "deit-b/16"])
+def test_deit_preprocessing_written_out_is_timms_pretrained_config(name):
+    """plugins/vit.py writes DeiT's recipe out (listing models must not import timm): it must stay timm's."""
+    from vitbench.preprocessing import Preprocessing
+
+    spec = registry.get_model(name)
+    assert spec.preprocessing == Preprocessing.from_timm(spec.arch)
+
+
 def test_zero_head_and_features_on_real_tensors():
     spec = registry.get_model("vit-ti/16")
     model = spec.backend.create(spec, num_classes=10, img_size=32).eval()

@@ -6,6 +6,7 @@ from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data
 from safetensors.torch import save_file
 
 from vitbench import store
+from vitbench.engine import ridge
 from vitbench.protocols import fewshot
 
 FAST = ("--res", "32", "--workers", "0", "--batch-size", "256")
@@ -84,7 +85,7 @@ def test_dry_run_plans_without_running(cli, results):
 
 
 def test_ctrl_c_leaves_no_partial_row_and_the_rerun_does_only_the_rest(cli, results, monkeypatch, caplog):
-    real, calls = fewshot.fewshot_accuracies, []
+    real, calls = ridge.fewshot_accuracies, []
 
     def interrupted_on_third_run(*args, **kwargs):
         calls.append(1)
@@ -92,14 +93,14 @@ def test_ctrl_c_leaves_no_partial_row_and_the_rerun_does_only_the_rest(cli, resu
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fewshot, "fewshot_accuracies", interrupted_on_third_run)
+    monkeypatch.setattr(ridge, "fewshot_accuracies", interrupted_on_third_run)
     code, _, err = run_demo(cli, results)
     assert code == 130 and "interrupted: 2 of 4 runs stored" in err
     con = duckdb.connect(str(results / store.DB_NAME), read_only=True)
     assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 2
     assert con.execute("SELECT count(*) FROM runs r ANTI JOIN metrics m USING (run_key)").fetchone()[0] == 0
     con.close()
-    monkeypatch.setattr(fewshot, "fewshot_accuracies", real)
+    monkeypatch.setattr(ridge, "fewshot_accuracies", real)
     caplog.clear()
     code, _, _ = run_demo(cli, results)
     assert code == 0 and "2 already stored, 2 to run" in caplog.text

@@ -3,7 +3,6 @@ import pickle
 
 import numpy as np
 import pytest
-import torch
 from conftest import SHARED_DATA, needs_shared_data, write_cifar_batch, write_image
 
 from vitbench.datasets import DATASETS, find_status, imagenet_synsets
@@ -12,7 +11,7 @@ from vitbench.errors import UserError
 
 def test_cifar_pickle_reads_images_in_hwc_order(cifar10_dir):
     split = DATASETS["cifar10"].load_split(cifar10_dir, "test")
-    assert split.images.shape == (40, 32, 32, 3) and split.images.dtype == torch.uint8  # in memory, as a tensor
+    assert split.images.shape == (40, 32, 32, 3) and split.images.dtype == np.uint8  # in memory, as one array
     with open(cifar10_dir / "cifar-10-batches-py" / "test_batch", "rb") as f:
         raw = pickle.load(f, encoding="latin1")  # our own test file: trusted
     np.testing.assert_array_equal(split.images[3][:, :, 1].ravel(), raw["data"][3][1024:2048])  # green plane

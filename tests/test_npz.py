@@ -246,7 +246,8 @@ def test_few_shot_run_from_npz_records_the_representation(tmp_path, vit, cli):
 
 @needs_shared_data
 def test_deit_tiny_as_vit_jax_npz_gives_the_same_imagenet_predictions(tmp_path):
-    from vitbench.datasets import DATASETS, TransformedSplit
+    from vitbench.datasets import DATASETS
+    from vitbench.datasets.transformed import TransformedSplit
 
     deit = registry.get_model("deit-ti/16")
     reference = timm.create_model("deit_tiny_patch16_224", num_classes=1000).eval()

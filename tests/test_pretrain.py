@@ -87,13 +87,13 @@ def test_every_mpp_parameter_takes_part_as_ddp_requires():
 
 def _split(n: int) -> Split:
     """A toy split whose image i carries i in its pixels (i // 256, i % 256)."""
-    ids = torch.arange(n)
-    images = torch.stack([ids // 256, ids % 256, ids * 0], dim=-1).to(torch.uint8)[:, None, None, :]  # (n, 1, 1, 3)
+    ids = np.arange(n)
+    images = np.stack([ids // 256, ids % 256, ids * 0], axis=-1).astype(np.uint8)[:, None, None, :]  # (n, 1, 1, 3)
     return Split("toy", "train", np.arange(n) % 5, "memory", "toy", images=images)
 
 
 def _ids(split: Split) -> set[int]:
-    pixels = split.images[:, 0, 0].long()  # type: ignore[index]
+    pixels = np.asarray(split.images)[:, 0, 0].astype(np.int64)
     return set((pixels[:, 0] * 256 + pixels[:, 1]).tolist())
 
 

@@ -61,7 +61,7 @@ def load_low_digits(root, split):
     """Digits 0-4 only."""
     digits = load_digits(root, split)
     keep = np.flatnonzero(digits.labels < 5)
-    images = digits.images[torch.from_numpy(keep)]
+    images = digits.images[keep]
     return Split("low-digits", split, digits.labels[keep], "acme", digits.fingerprint + ":0-4", images=images)
 
 

@@ -7,15 +7,14 @@ architectures, what its few-shot representation is, and how its inputs are prepr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-import timm
-import torch
-from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
+from typing import TYPE_CHECKING, Any
 
 from vitbench.errors import UserError
 from vitbench.preprocessing import BIG_VISION_FEWSHOT, Preprocessing
+
+if TYPE_CHECKING:  # torch and timm load where a model is built: commands that only read results never pay for them
+    import torch
+    from torch import nn
 
 __all__ = ["BIG_VISION_FEWSHOT", "Backend", "ModelSpec", "Preprocessing", "count_parameters"]
 
@@ -82,6 +81,9 @@ class Backend:
         (App. B.1.1); with no weights loaded the rest of the network is timm's random init.
         Create it under `torch.device("meta")` to count parameters without allocating them.
         """
+        import timm
+        from torch import nn
+
         self.check_img_size(spec, img_size)
         model: Any = timm.create_model(
             spec.arch,
@@ -112,6 +114,9 @@ class Backend:
 
     def flops_per_image(self, spec: ModelSpec, img_size: int) -> int:
         """Forward FLOPs for one image (2 per multiply-add), counted on the meta device."""
+        import torch
+        from torch.utils.flop_counter import FlopCounterMode
+
         with torch.device("meta"):
             model = self.create(spec, num_classes=0, img_size=img_size).eval()  # batch-norm nets take one image
             images = torch.empty(1, 3, img_size, img_size)
@@ -122,6 +127,8 @@ class Backend:
 
 def count_parameters(spec: ModelSpec, num_classes: int = 1000, img_size: int = 224) -> int:
     """Parameter count of `spec` with a `num_classes` head, without allocating any memory."""
+    import torch
+
     assert spec.backend is not None
     with torch.device("meta"):
         model = spec.backend.create(spec, num_classes=num_classes, img_size=img_size)

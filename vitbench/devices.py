@@ -7,13 +7,17 @@ import platform
 import time
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from vitbench.errors import UserError
 
+if TYPE_CHECKING:  # torch is imported where a device is used: the commands that only read results never pay for it
+    import torch
+
 
 def resolve_device(name: str) -> torch.device:
+    import torch
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -30,6 +34,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 PRECISIONS = ("auto", "bf16", "fp32")
+# --input-pipeline: where images are decoded and augmented (engine/device_data.py chooses for auto)
+PIPELINES = ("auto", "workers", "device")
 
 
 def resolve_precision(precision: str, device_type: str) -> str:
@@ -43,6 +49,8 @@ def resolve_precision(precision: str, device_type: str) -> str:
 
 def autocast(device: torch.device, precision: str) -> AbstractContextManager:
     """bf16 autocast for `precision` bf16; nothing for fp32."""
+    import torch
+
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return nullcontext()
@@ -50,7 +58,14 @@ def autocast(device: torch.device, precision: str) -> AbstractContextManager:
 
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
+        import torch
+
         return torch.cuda.get_device_name(device)
+    return cpu_name()
+
+
+def cpu_name() -> str:
+    """This machine's CPU as runs on it record it: `CPU: <model name> (<n> cores)`."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -77,6 +92,8 @@ class Clock:
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
+            import torch
+
             torch.cuda.synchronize(self.device)
 
     def __enter__(self) -> Clock:

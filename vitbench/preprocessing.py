@@ -21,11 +21,10 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import timm
-import torch
-from torch.nn import functional as F
+if TYPE_CHECKING:  # torch and timm load where a model is built: commands that only read results never pay for them
+    import torch
 
 FAMILIES = ("vit_jax", "timm")  # whose published eval recipe a checkpoint follows
 
@@ -35,6 +34,9 @@ def resize_like_tf(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     (bilinear, half-pixel centres, no antialiasing) in float32, clipped to [0, 255] and cast back,
     which truncates (`tf.cast`). torch's bilinear with align_corners=False samples the same points;
     tests/test_resize.py compares it with TensorFlow's op on real images."""
+    import torch
+    from torch.nn import functional as F
+
     batched = images.ndim == 4
     x = (images if batched else images[None]).to(torch.float32)
     out = F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=False)
@@ -109,6 +111,8 @@ class Preprocessing:
         """A uint8 (B, 3, H, W) batch -> what `transform()` gives, bit for bit: the same float32 ops
         in the same order as ToTensor (÷255) then Normalize (−mean, ÷std). Workers then ship uint8
         (a quarter of the bytes) and the arithmetic runs once per batch, on the device."""
+        import torch
+
         mean = torch.tensor(self.mean, dtype=torch.float32, device=batch.device).view(1, 3, 1, 1)
         std = torch.tensor(self.std, dtype=torch.float32, device=batch.device).view(1, 3, 1, 1)
         return batch.to(torch.float32).div_(255).sub_(mean).div_(std)  # one float buffer, updated in place
@@ -132,6 +136,8 @@ class Preprocessing:
     @classmethod
     def from_timm(cls, arch: str, size: int | None = None) -> Preprocessing:
         """The preprocessing timm's pretrained config records for `arch` (no download: it is a table)."""
+        import timm
+
         cfg = timm.models.get_pretrained_cfg(arch)
         if cfg is None:
             return cls(size=size or 224)
@@ -170,6 +176,9 @@ class _TFResizeCrop:
         self.pre, self.uint8 = pre, uint8
 
     def __call__(self, image) -> torch.Tensor:
+        import numpy as np
+        import torch
+
         pixels = torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1)
         out = self.pre.resize_crop(pixels).contiguous()
         return out if self.uint8 else self.pre.normalize(out[None])[0]

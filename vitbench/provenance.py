@@ -14,8 +14,6 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-import torch
-
 from vitbench.atomic import write_atomic
 from vitbench.errors import UserError
 from vitbench.version import __version__
@@ -113,6 +111,7 @@ def git_sha() -> str:
 
 def environment() -> dict[str, str]:
     import timm
+    import torch
 
     return {
         "git_sha": git_sha(),

@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 SAMPLES = 2000  # bootstrap resamples
 SEED = 0  # the bootstrap's seed (recorded in every table that shows an interval)
@@ -48,6 +47,8 @@ def bootstrap_interval(
 
 def mcnemar_exact(a: np.ndarray, b: np.ndarray) -> float:
     """Two-sided exact McNemar p-value of two 0/1 outcome vectors on the same images."""
+    from scipy import stats as sps  # here: its import takes most of a second; tables need it only with --ci
+
     a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
     only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
     if only_a + only_b == 0:

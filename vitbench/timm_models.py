@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import difflib
 from functools import cache
-from typing import Any
-
-import timm
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from vitbench.backend import Backend, ModelSpec, Preprocessing
 from vitbench.errors import UserError
+
+if TYPE_CHECKING:  # timm and torch load when a timm: model is named, not when vitbench starts
+    import torch
+    from torch import nn
 
 PREFIX = "timm:"
 
@@ -52,6 +52,9 @@ class TimmBackend(Backend):
 
 @cache
 def _takes_img_size(arch: str) -> bool:
+    import timm
+    import torch
+
     try:
         with torch.device("meta"):
             timm.create_model(arch, pretrained=False, num_classes=0, img_size=64)
@@ -63,6 +66,9 @@ def _takes_img_size(arch: str) -> bool:
 @cache
 def timm_spec(name: str) -> ModelSpec:
     """The ModelSpec of `timm:<architecture>`, or a one-line error naming the closest architectures."""
+    import timm
+    import torch
+
     arch = name.removeprefix(PREFIX)
     if arch not in timm.list_models():
         close = difflib.get_close_matches(arch, timm.list_models(), n=3, cutoff=0.6)

@@ -10,12 +10,12 @@ import typer
 from rich.table import Table
 
 from vitbench import registry, store
-from vitbench.api import writable_results
 from vitbench.cli.app import app, err, out
 from vitbench.cli.options import DataDir, Device, Results, check_data_dir
 from vitbench.devices import device_name, resolve_device
-from vitbench.views import attention, inspection, render
-from vitbench.weights.describe import convert, describe
+from vitbench.views import attention, render
+
+# Each command loads the model code (torch, timm) when it runs: `--help` never pays for it.
 
 
 @app.command("inspect")
@@ -39,6 +39,9 @@ def inspect_cmd(
     device: Device = "auto",
 ) -> None:
     """Paper §4.5 views of a backbone: embedding filters, position similarity, attention distance, rollout."""
+    from vitbench.api import writable_results
+    from vitbench.views import inspection
+
     spec = registry.get_model(model)
     torch_device = resolve_device(device)
     writable_results(results)
@@ -79,6 +82,8 @@ app.add_typer(weights_app, name="weights")
 @weights_app.command("inspect")
 def weights_inspect(path: Annotated[Path, typer.Argument(help="A .npz, .safetensors or .pth file.")]) -> None:
     """Format, inferred architecture, parameters, patch/grid/width/depth/heads, head, pre_logits."""
+    from vitbench.weights.describe import describe
+
     t = Table("field", "value", show_header=False)
     for key, value in describe(path).items():
         t.add_row(key, str(value))
@@ -92,5 +97,7 @@ def weights_convert(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Architecture, if it cannot be inferred.")] = None,
 ) -> None:
     """Convert a Google .npz once into safetensors (every tensor checked), keeping pre_logits."""
+    from vitbench.weights.describe import convert
+
     name = convert(path, model, output)
     out.print(f"wrote {output} ({name})")

@@ -10,13 +10,10 @@ from typing import Annotated
 import typer
 
 from vitbench import store
-from vitbench.api import writable_results
 from vitbench.cli import options as o
 from vitbench.cli.app import app, out
 from vitbench.devices import resolve_device
-from vitbench.engine import bench as engine_bench
-from vitbench.engine.bench_timm import check_timm_configs
-from vitbench.engine.bench_types import MODES, Config, Options
+from vitbench.engine.bench_types import MODES, Config, Options  # light: the measuring engine loads in the command
 from vitbench.errors import UserError
 from vitbench.views import bench_table, render
 
@@ -84,12 +81,17 @@ def bench_cmd(
 ) -> None:
     """Throughput of vitbench's fine-tune and extraction loops (synthetic and real data) against bare
     loops and timm's benchmark.py; images/s, MFU and peak memory into the store (`table --bench`)."""
+    from vitbench.engine import bench as engine_bench
+    from vitbench.engine.bench_timm import check_timm_configs
+
     given = dict(locals())
     opts = _options(given)
     configs = [
         Config.parse(c)
         for c in (config or (engine_bench.GPU_CONFIGS if opts.device.type == "cuda" else engine_bench.CPU_CONFIGS))
     ]
+    from vitbench.api import writable_results
+
     check_timm_configs(configs, opts)  # before any measuring: a GPU run must not end without timm's row
     writable_results(results)
     bench_id = uuid.uuid4().hex[:12]
@@ -107,6 +109,8 @@ def bench_cmd(
 
 def _options(given: dict) -> Options:
     """The measurement's Options from the command line, every value checked."""
+    from vitbench.engine import bench as engine_bench
+
     o.check_choice("--precision", given["precision"], o.PRECISIONS, "or")
     o.check_choice("--mode", given["mode"], (*MODES, "both"), "or")
     o.check_choice("--input-pipeline", given["input_pipeline"], o.PIPELINES)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import sys
+from importlib import metadata
+from pathlib import Path
 from typing import Annotated
 
-import timm
-import torch
 import typer
 from rich.table import Column, Table
 
@@ -15,7 +15,7 @@ from vitbench.cli.app import app, out
 from vitbench.cli.options import DataDir, check_data_dir
 from vitbench.datasets import dataset_status
 from vitbench.datasets.vtab import ROOT_FOLDER as VTAB_ROOT
-from vitbench.devices import device_name
+from vitbench.devices import cpu_name
 from vitbench.entry_points import AUTOLOAD_ENV, GROUPS, autoload_disabled, plugins
 from vitbench.errors import UserError
 from vitbench.protocols.registry import protocols
@@ -81,17 +81,18 @@ def ls(
 
 
 @app.command()
-def doctor(data_dir: DataDir = None) -> None:
+def doctor(
+    data_dir: DataDir = None,
+    ask_torch: Annotated[
+        bool, typer.Option("--torch", help="Also ask torch which CUDA devices it can use (loads torch: seconds).")
+    ] = False,
+) -> None:
     """Versions, accelerators, and which datasets are found under --data-dir."""
     out.print(
-        f"vitbench {__version__} ({git_sha()}), torch {torch.__version__}, timm {timm.__version__}, "
+        f"vitbench {__version__} ({git_sha()}), torch {_version('torch')}, timm {_version('timm')}, "
         f"python {sys.version.split()[0]}"
     )
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            out.print(f"cuda:{i}  {torch.cuda.get_device_name(i)}")
-    else:
-        out.print(f"no CUDA device; runs use the {device_name(torch.device('cpu'))}")
+    _accelerators(ask_torch)
     data_dir = check_data_dir(data_dir)
     t = Table(
         "dataset",
@@ -109,3 +110,38 @@ def doctor(data_dir: DataDir = None) -> None:
     if absent_vtab:
         t.add_row(f"vtab/* ({len(absent_vtab)} tasks)", f"absent (expected under {VTAB_ROOT}/<task>/)", "")
     out.print(t)
+
+
+def _version(package: str) -> str:
+    """An installed package's version from its metadata: no import (torch's takes seconds)."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _accelerators(ask_torch: bool) -> None:
+    """The GPUs the NVIDIA driver lists (its /proc entries: nothing to import), or torch's own view
+    with --torch (what a run can use: CUDA_VISIBLE_DEVICES and the CUDA build count there)."""
+    if ask_torch:
+        import torch
+
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                out.print(f"cuda:{i}  {torch.cuda.get_device_name(i)} (CUDA {torch.version.cuda})")
+            return
+        out.print(f"torch sees no CUDA device; runs use the {cpu_name()}")
+        return
+    gpus = []
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        try:
+            model = next((line.split(":", 1)[1].strip() for line in info.read_text().splitlines()
+                          if line.startswith("Model:")), "an NVIDIA GPU")  # fmt: skip
+        except OSError:
+            model = "an NVIDIA GPU"
+        gpus.append(f"{model} (bus {info.parent.name})")
+    if gpus:
+        for i, gpu in enumerate(gpus):
+            out.print(f"gpu {i}  {gpu}: the NVIDIA driver's list; `vitbench doctor --torch` asks torch")
+    else:
+        out.print(f"no NVIDIA GPU listed by a driver; runs use the {cpu_name()}")

@@ -1,5 +1,5 @@
 """Every command-line option, declared once, and the checks their values share. Choices are
-checked against the constants the code already has (engine.device_data.PIPELINES,
+checked against the constants the code already has (devices.PIPELINES,
 devices.PRECISIONS, views.render.FORMATS, …) with vitbench's one-line errors."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from typing import Annotated
 
 import typer
 
-from vitbench.devices import PRECISIONS
-from vitbench.engine.device_data import PIPELINES
+from vitbench.devices import PIPELINES, PRECISIONS
 from vitbench.errors import UserError
 from vitbench.protocols.base import DEFAULT_L2
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from vitbench import api
 from vitbench.cli import config as cfg
 from vitbench.cli import options as o
 from vitbench.cli import run_options as ro
@@ -18,12 +18,13 @@ from vitbench.cli.output import print_summary_table
 from vitbench.cli.run_cluster import cluster_options, report
 from vitbench.devices import resolve_device
 from vitbench.engine import tensorboard_log
-from vitbench.engine.distributed import world
-from vitbench.engine.training import micro_batch_size
 from vitbench.errors import UserError
-from vitbench.execution import launch
 from vitbench.protocols.base import DEFAULT_L2, SEEDS, SHOTS, Request, RunSpec
 from vitbench.protocols.registry import get_protocol
+
+# The API, the engine and torch load inside the command, once it runs: `--help` never pays for them.
+if TYPE_CHECKING:
+    from vitbench import api
 
 log = logging.getLogger("vitbench")
 
@@ -110,6 +111,9 @@ def run(
 
 def _dispatch(ctx: typer.Context, given: dict) -> None:
     """The command's work: print the config, or run here, under torchrun or on a cluster."""
+    from vitbench import api
+    from vitbench.execution import launch
+
     g, resolved = _with_config(ctx, given)
     if g["print_config"]:
         sys.stdout.write(resolved)
@@ -144,6 +148,9 @@ def _with_config(ctx: typer.Context, given: dict) -> tuple[dict, str]:
 def _run_here(req: Request, rerun: bool, dry_run: bool) -> None:
     """This process (or this torchrun rank): the API's session, its progress lines, then the
     planned runs (dry run) or the summary table."""
+    from vitbench import api
+    from vitbench.engine.distributed import world
+
     progress = _Progress()
     try:
         summary = api.run(req, rerun=rerun, dry_run=dry_run, on_plan=progress.planned, on_result=progress)
@@ -201,6 +208,9 @@ def _check_before_launch(req: Request, devices: int) -> None:
     """Plan here, once, so that a mistake (a missing dataset, a batch that does not split over the
     devices) is one line from this process, not the same error from every torchrun child followed
     by torchrun's failure report."""
+    from vitbench import api
+    from vitbench.engine.training import micro_batch_size
+
     device_type = resolve_device(req.device).type
     for group in api.plan(req):
         if not get_protocol(group.protocol).data_parallel:

@@ -3,14 +3,20 @@ cluster session reports at its end."""
 
 from __future__ import annotations
 
-from vitbench import api
+from typing import TYPE_CHECKING
+
 from vitbench.cli.app import err, out
 from vitbench.cli.output import print_summary_table
 from vitbench.errors import UserError
-from vitbench.execution.cluster import ClusterOptions
+
+if TYPE_CHECKING:  # the API and the executors load when a run starts, not for `--help`
+    from vitbench import api
+    from vitbench.execution.cluster import ClusterOptions
 
 
 def cluster_options(given: dict) -> ClusterOptions:
+    from vitbench.execution.cluster import ClusterOptions
+
     return ClusterOptions(
         cluster=given["cluster"],
         partition=given["partition"],

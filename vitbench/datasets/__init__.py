@@ -9,7 +9,6 @@ from vitbench.datasets.base import (
     CorruptImage,
     DatasetSpec,
     Split,
-    TransformedSplit,
     dev_holdout,
 )
 from vitbench.datasets.cifar import read_cifar_batch
@@ -24,7 +23,6 @@ __all__ = [
     "DatasetSpec",
     "Split",
     "SplitCount",
-    "TransformedSplit",
     "dataset_status",
     "dev_holdout",
     "find_status",

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-import torch
 from PIL import Image
 
 from vitbench.errors import UserError
@@ -31,8 +30,9 @@ class Split:
     labels: np.ndarray  # (N,) int64
     source: str  # the on-disk format ("cifar-pickle", "vtab-folder", "tfds", ...): recorded with every result
     fingerprint: str
-    # in memory: a (N, H, W, 3) uint8 tensor (CIFAR), or one (H, W, 3) uint8 array per image (TFDS)
-    images: torch.Tensor | Sequence[np.ndarray] | None = None
+    # in memory: one (N, H, W, 3) uint8 array (CIFAR, digits), or one (H, W, 3) uint8 array per image (TFDS);
+    # numpy, not torch: listing datasets and counting their images (`vitbench doctor`) never loads torch
+    images: np.ndarray | Sequence[np.ndarray] | None = None
     paths: list[str] | None = None  # strings, not Paths: ImageNet train has 1.28M of them
     official_size: int | None = None
     label_file: Path | None = None  # where the labels came from: named when one is out of range
@@ -53,7 +53,7 @@ class Split:
     def image(self, index: int) -> Image.Image:
         if self.images is not None:
             pixels = self.images[index]
-            return Image.fromarray(pixels.numpy() if isinstance(pixels, torch.Tensor) else pixels)
+            return Image.fromarray(np.asarray(pixels))
         assert self.paths is not None
         image = decode(self.paths[index])
         if self.border:
@@ -64,8 +64,8 @@ class Split:
         """The images at `indices` (kept in order) as a split of their own."""
         indices = np.sort(indices)
         images = self.images
-        if isinstance(images, torch.Tensor):
-            images = images[torch.from_numpy(indices)]
+        if isinstance(images, np.ndarray):
+            images = images[indices]
         elif images is not None:
             images = [images[i] for i in indices]
         return replace(
@@ -109,37 +109,6 @@ def decode(path: str | Path) -> Image.Image:
         raise UserError(f"{path}: image file is missing") from None
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         raise CorruptImage(path, e) from None
-
-
-class TransformedSplit(torch.utils.data.Dataset):
-    """A Split with a preprocessing transform applied per item, in the DataLoader worker.
-
-    A corrupt image does not raise inside the worker (PyTorch would wrap it in a traceback): the
-    item comes back as (None, label, "path: reason") and `collate` sets it aside for the caller,
-    who stops with a one-line error or, with --skip-corrupt, counts it."""
-
-    def __init__(self, split: Split, transform: Callable):
-        self.split, self.transform = split, transform
-
-    def __len__(self) -> int:
-        return len(self.split)
-
-    def __getitem__(self, index: int):
-        label = int(self.split.labels[index])
-        try:
-            return self.transform(self.split.image(index)), label, index, None
-        except CorruptImage as e:
-            return None, label, index, str(e)
-
-    @staticmethod
-    def collate(batch):
-        good = [b for b in batch if b[0] is not None]
-        bad = [(b[2], b[3]) for b in batch if b[0] is None]
-        if not good:
-            return None, None, torch.empty(0, dtype=torch.long), bad
-        # default_collate builds the batch in shared memory inside a worker: no extra copy on the way back
-        images, labels, indices = torch.utils.data.default_collate([b[:3] for b in good])
-        return images, labels, indices, bad
 
 
 Loader = Callable[[Path | None, str], Split]

@@ -7,7 +7,6 @@ import pickle
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from vitbench.datasets.base import Split, require
 from vitbench.errors import UserError
@@ -72,7 +71,7 @@ def cifar_loader(name: str, train_files: list[str], test_file: str, label_key: s
         else:
             files = [require(root / test_file, f"{name} test batch")]
         parts = [read_cifar_batch(f, label_key) for f in files]
-        images = torch.from_numpy(np.ascontiguousarray(np.concatenate([p[0] for p in parts])))
+        images = np.ascontiguousarray(np.concatenate([p[0] for p in parts]))
         labels = np.concatenate([p[1] for p in parts])
         fingerprint = fingerprint_files(root, files, content=True)
         return Split(name, split, labels, "cifar-pickle", fingerprint, images=images, label_file=files[-1])

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from vitbench.datasets.base import Split
 
@@ -41,5 +40,5 @@ def _digits(split: str, name: str, classes: range) -> Split:
     if len(classes) < 10:
         part = part[np.isin(labels[part], classes)]
         fingerprint += f"-classes{classes.start}-{classes.stop - 1}"
-    images = torch.from_numpy(np.ascontiguousarray(rgb[part]))
+    images = np.ascontiguousarray(rgb[part])
     return Split(name, split, labels[part] - classes.start, "sklearn-digits", fingerprint, images=images)

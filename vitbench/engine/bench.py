@@ -79,7 +79,7 @@ def _synthetic_split(n: int, res: int, num_classes: int) -> Split:
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (n, res, res, 3), dtype=torch.uint8, generator=generator)
     labels = torch.randint(0, num_classes, (n,), generator=generator).numpy()
-    return Split("synthetic", "bench", labels, "synthetic", "synthetic", images=images)
+    return Split("synthetic", "bench", labels, "synthetic", "synthetic", images=images.numpy())
 
 
 # --- training ---------------------------------------------------------------------------------------

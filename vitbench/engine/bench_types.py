@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from vitbench.errors import UserError
 from vitbench.registry import get_model
+
+if TYPE_CHECKING:  # a type only: `vitbench bench --help` reads these without loading torch
+    import torch
 
 MODES = ("train", "inference")
 

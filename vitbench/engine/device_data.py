@@ -28,7 +28,6 @@ from vitbench.engine.train_data import Box, MicroBatches, Stream, _item_seed, ap
 
 log = logging.getLogger("vitbench")
 
-PIPELINES = ("auto", "workers", "device")
 # A file-backed split is decoded into device memory only when it is small (VTAB-1k: 800-1,000
 # train images); a large one (ImageNet) streams its JPEG bytes and is decoded per batch instead.
 PRELOAD_MAX_IMAGES = 20_000
@@ -75,8 +74,8 @@ class DeviceImages:
         self.bad: dict[int, str] = {}  # split index -> "path: reason" (only with skip_corrupt)
         self.stacked: torch.Tensor | None = None
         self.each: list[torch.Tensor | None] = []
-        if isinstance(split.images, torch.Tensor):  # (N, H, W, 3) uint8
-            self.stacked = split.images.permute(0, 3, 1, 2).contiguous().to(device)
+        if isinstance(split.images, np.ndarray | torch.Tensor):  # (N, H, W, 3) uint8
+            self.stacked = torch.as_tensor(split.images).permute(0, 3, 1, 2).contiguous().to(device)
         elif split.images is not None:
             self.each = [torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1).to(device) for a in split.images]
         else:

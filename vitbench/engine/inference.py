@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from vitbench.backend import Preprocessing
-from vitbench.datasets import Split, TransformedSplit
+from vitbench.datasets import Split
+from vitbench.datasets.transformed import TransformedSplit
 from vitbench.engine import device_data
 from vitbench.engine.progress import track
 from vitbench.errors import UserError

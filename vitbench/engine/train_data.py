@@ -19,7 +19,8 @@ import torch
 from torchvision.transforms import v2
 from torchvision.transforms.v2._utils import query_size
 
-from vitbench.datasets import Split, TransformedSplit
+from vitbench.datasets import Split
+from vitbench.datasets.transformed import TransformedSplit
 from vitbench.preprocessing import resize_like_tf
 
 # vit_jax's inception crop (vit_jax/input_pipeline.py): tf.image.sample_distorted_bounding_box with

@@ -15,17 +15,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 from typing import Protocol as TypingProtocol
-
-import torch
 
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec, Split
-from vitbench.engine.distributed import World
 from vitbench.errors import UserError
 from vitbench.provenance import canonical_json, sha256_text
 from vitbench.store.predictions import Predictions
+
+if TYPE_CHECKING:  # the engine (and torch) load when a protocol runs, not when its name or label is read
+    import torch
+
+    from vitbench.engine.distributed import World
 
 SEEDS = (0, 1, 2)  # the paper's three runs per setting (App. B; big_vision's few-shot seeds)
 SHOTS = (1, 5, 10, 25)  # the paper's few-shot counts (Fig. 2, Table 6)
@@ -78,7 +80,7 @@ class Request:
     device: str = "auto"
     extraction_batch: int = 64
     workers: int = 1
-    input_pipeline: str = "auto"  # engine.device_data.PIPELINES: where images are decoded and augmented
+    input_pipeline: str = "auto"  # devices.PIPELINES: where images are decoded and augmented
     # fine-tuning (None: Table 4's value for the dataset, or the protocol's default)
     steps: int | None = None
     batch: int | None = None

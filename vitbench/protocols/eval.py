@@ -6,15 +6,17 @@ restricted to, or max-pooled into, the set's own classes: datasets/robustness.py
 from __future__ import annotations
 
 from datetime import UTC, datetime
-
-import torch
+from typing import TYPE_CHECKING
 
 from vitbench.backend import Preprocessing
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock
-from vitbench.engine.features import group_model, outputs_over
-from vitbench.engine.scoring import Predictions, calibration, image_ids, pool_classes, scores
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+
+# The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
+# version (tables, `--help`) stays light.
+if TYPE_CHECKING:
+    import torch
 
 
 class Eval(Protocol):
@@ -38,6 +40,9 @@ class Eval(Protocol):
         return [self.base_spec(group, first, weights_sha, hparams, seed=0)]  # deterministic: one run
 
     def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
+        from vitbench.engine.features import group_model, outputs_over
+        from vitbench.engine.scoring import Predictions, calibration, image_ids, pool_classes, scores
+
         spec = todo[0]
         started = datetime.now(UTC)
         clock = Clock(device)

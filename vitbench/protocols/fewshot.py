@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from vitbench.datasets import DatasetSpec
 from vitbench.datasets.base import DEV_SEED
 from vitbench.devices import Clock
-from vitbench.engine.features import frozen_features, representation_hparams
-from vitbench.engine.ridge import fewshot_accuracies, sample_indices
-from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+
+# The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
+# version (tables, `--help`) stays light.
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("vitbench")
 
@@ -55,6 +57,8 @@ class FewShot(Protocol):
         return dataset.fewshot_splits  # shots from the first, scored on the second
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
+        from vitbench.engine.features import representation_hparams
+
         label, _ = parse_l2(req.fewshot_l2)
         hparams = {**hparams, "l2": label, **representation_hparams(group, req)}
         hparams |= _fewshot_train(group, self.splits(group.dataset)[0], req.fewshot_train)
@@ -72,6 +76,12 @@ class FewShot(Protocol):
         ]
 
     def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
+        import torch
+
+        from vitbench.engine.features import frozen_features
+        from vitbench.engine.ridge import fewshot_accuracies, sample_indices
+        from vitbench.engine.scoring import Predictions, image_ids
+
         split_labels = group.splits[self.splits(group.dataset)[0]].labels
         classes = group.dataset.num_classes
 

@@ -12,18 +12,11 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-
-import torch
+from typing import TYPE_CHECKING
 
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock, resolve_device, resolve_precision
-from vitbench.engine import tensorboard_log, train_checkpoint, training
-from vitbench.engine.device_data import choose as choose_pipeline
-from vitbench.engine.distributed import barrier, broadcast
-from vitbench.engine.inference import run_over
-from vitbench.engine.scoring import Predictions, image_ids, scores
-from vitbench.engine.train_data import describe_train_aug
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
 from vitbench.protocols.recipes import (
@@ -35,7 +28,13 @@ from vitbench.protocols.recipes import (
     training_hparams,
 )
 from vitbench.store.shards import shard_dir
-from vitbench.weights import build_model
+
+# The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
+# version (tables, `--help`) stays light.
+if TYPE_CHECKING:
+    import torch
+
+    from vitbench.engine import training
 
 BATCH = 512
 RES = 384
@@ -118,6 +117,9 @@ class Finetune(Protocol):
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         """The dev sweep, then the final runs whose LR is the sweep's best. With --lr, or a
         one-value grid (VTAB), there is nothing to choose: no sweep."""
+        from vitbench.engine import training
+        from vitbench.engine.train_data import describe_train_aug
+
         dataset, splits, model = group.dataset, group.splits, group.model
         steps, grid = table4(dataset, len(splits[dataset.final_splits[0]]))
         if req.smoke:
@@ -170,6 +172,10 @@ class Finetune(Protocol):
     def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
         """The sweep runs first, then the final runs with the LR the sweep chose (read from the store,
         so a final run can follow a sweep made by an earlier command)."""
+        from vitbench.engine import train_checkpoint, training
+        from vitbench.engine.distributed import barrier, broadcast
+        from vitbench.weights import build_model
+
         world = recorder.world
         sweep = [s for s in group.specs if s.hparams["stage"] == "sweep"]
         for spec in todo:
@@ -222,6 +228,9 @@ class Finetune(Protocol):
 
 def _settings(group: Group, seed: int, h: dict, lr: float, req: Request, device: torch.device) -> training.Settings:
     """The run's hparams `h` (what changes its numbers) plus this machine's choices (what changes speed)."""
+    from vitbench.engine import training
+    from vitbench.engine.device_data import choose as choose_pipeline
+
     return training.Settings(
         steps=h["steps"],
         batch=h["batch"],
@@ -262,6 +271,10 @@ def _score(
 ) -> None:
     """Score the fine-tuned weights on the run's scored split (dev for a sweep run, test for a
     final one) and record accuracy, throughput, MFU, cost and curves."""
+    from vitbench.engine import training
+    from vitbench.engine.inference import run_over
+    from vitbench.engine.scoring import Predictions, image_ids, scores
+
     world, stage = recorder.world, spec.hparams["stage"]
     train_split, scored_split = (group.splits[n] for n in spec.hparams["splits"])
     eval_clock = Clock(device)
@@ -330,6 +343,8 @@ def _score(
 
 
 def _tensorboard(folder, group: Group, spec: RunSpec, curves: dict, accuracy: float) -> None:
+    from vitbench.engine import tensorboard_log
+
     stage = spec.hparams["stage"]
     name = f"{spec.run_key[:12]}-{group.model.name.replace('/', '_')}-{group.dataset.name.replace('/', '_')}"
     scored = {f"{'dev' if stage == 'sweep' else 'test'}/accuracy": accuracy}

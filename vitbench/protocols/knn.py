@@ -6,15 +6,16 @@ protocol's, from the same cache (engine/features.py)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-
-import torch
+from typing import TYPE_CHECKING
 
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock
-from vitbench.engine.features import frozen_features, representation_hparams
-from vitbench.engine.knn import TEMPERATURE, knn_accuracies
-from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+
+# The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
+# version (tables, `--help`) stays light.
+if TYPE_CHECKING:
+    import torch
 
 
 class KNearestNeighbours(Protocol):
@@ -28,11 +29,20 @@ class KNearestNeighbours(Protocol):
         return dataset.fewshot_splits  # the memory bank, then the scored split
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
+        from vitbench.engine.features import representation_hparams
+        from vitbench.engine.knn import TEMPERATURE
+
         first = group.splits[self.splits(group.dataset)[0]]
         hparams = {**hparams, "temperature": TEMPERATURE, **representation_hparams(group, req)}
         return [self.base_spec(group, first, weights_sha, {**hparams, "k": k}, seed=0) for k in req.knn_k]
 
     def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
+        import torch
+
+        from vitbench.engine.features import frozen_features
+        from vitbench.engine.knn import knn_accuracies
+        from vitbench.engine.scoring import Predictions, image_ids
+
         found = frozen_features(group, req, device, self.splits(group.dataset))
         train, test = found.train, found.test
         started, search = datetime.now(UTC), Clock(device)

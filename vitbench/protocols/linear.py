@@ -6,18 +6,21 @@ and scored on test. The features are the few-shot protocol's, from the same cach
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from vitbench.datasets import DatasetSpec
 from vitbench.datasets.base import dev_holdout
 from vitbench.devices import Clock
-from vitbench.engine import logistic
-from vitbench.engine.features import frozen_features, representation_hparams
-from vitbench.engine.inference import Outputs
-from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+
+# The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
+# version (tables, `--help`) stays light.
+if TYPE_CHECKING:
+    import torch
+
+    from vitbench.engine.inference import Outputs
 
 VALIDATION_FRACTION = 0.1  # where a dataset has no dev fraction of its own (ours: as Pets and Flowers)
 
@@ -32,6 +35,8 @@ class LinearProbe(Protocol):
         return dataset.fewshot_splits  # train (the validation split is carved from it), then test
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
+        from vitbench.engine.features import representation_hparams
+
         first = group.splits[self.splits(group.dataset)[0]]
         hparams = {
             **hparams,
@@ -43,6 +48,10 @@ class LinearProbe(Protocol):
         return [self.base_spec(group, first, weights_sha, hparams, seed=0)]
 
     def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
+        from vitbench.engine import logistic
+        from vitbench.engine.features import frozen_features
+        from vitbench.engine.scoring import Predictions, image_ids
+
         found = frozen_features(group, req, device, self.splits(group.dataset))
         started, solve = datetime.now(UTC), Clock(device)
         classes = group.dataset.num_classes
@@ -87,12 +96,16 @@ def _validation_fraction(dataset: DatasetSpec) -> float:
 def _validation(train: Outputs, n: int, fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(fit, validation) positions in the train features: the dataset's dev holdout (a fixed
     permutation of the `n` images of the train split), restricted to the images that were read."""
+    import torch
+
     _, dev = dev_holdout(n, fraction)
     is_dev = np.isin(train.indices, dev)
     return torch.from_numpy(np.flatnonzero(~is_dev)), torch.from_numpy(np.flatnonzero(is_dev))
 
 
 def _on(outputs: Outputs, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
     return torch.from_numpy(outputs.values).to(device), torch.from_numpy(outputs.labels).to(device)
 
 

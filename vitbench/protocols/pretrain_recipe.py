@@ -20,6 +20,7 @@ from vitbench.errors import UserError
 BATCH = 4096
 RES = 224
 WARMUP = 10_000
+VALIDATIONS = 10  # early stopping scores the dev split this many times per run
 SUBSET_SEED = 0  # Fig 4's subsets: one fixed permutation of the train split, so each smaller one lies inside the larger
 RECIPES = ("auto", "imagenet", "imagenet21k", "jft")
 I21K_CLASSES = 10_000  # a dataset with at least this many classes takes the ImageNet-21k row under "auto"

@@ -7,7 +7,6 @@ Both are stored; the choice is recorded with every final run.
 
 from __future__ import annotations
 
-from vitbench.engine import bit_hyperrule
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Recorder, Request, RunSpec
 
@@ -24,6 +23,8 @@ def hyperrule_hparams(group: Group, req: Request, res: int, steps: int) -> dict:
     """The HyperRule's settings for this dataset (its size and its images' size), recorded as the
     dev run's `recipe`. A shorter run than the rule's (--smoke, --steps) scales its steps, and
     --smoke its resolution too, keeping their ratios."""
+    from vitbench.engine import bit_hyperrule  # timm's scheduler: only where a plan is made
+
     train = group.splits[group.dataset.final_splits[0]]
     first = train.image(0)
     found = bit_hyperrule.recipe(len(train), (first.height, first.width))

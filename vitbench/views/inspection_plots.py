@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # files only, never a window
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from vitbench.views.plots import pyplot  # matplotlib on Agg, loaded when a figure is drawn
 
 DPI = 100
 SIZES = {  # inches at DPI: the PNG sizes tests expect
@@ -23,13 +21,13 @@ SIZES = {  # inches at DPI: the PNG sizes tests expect
 def _save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    pyplot().close(fig)
     return path
 
 
 def embedding_filters(components: np.ndarray, path: Path, title: str) -> Path:
     """Fig. 7 left: the principal components of the patch-embedding filters as RGB tiles."""
-    fig, axes = plt.subplots(4, 7, figsize=SIZES["filters"])
+    fig, axes = pyplot().subplots(4, 7, figsize=SIZES["filters"])
     for i, ax in enumerate(axes.flat):
         if i < len(components):
             ax.imshow(components[i], interpolation="nearest")
@@ -46,7 +44,7 @@ def position_similarity(similarity: np.ndarray, grid: tuple[int, int], path: Pat
     for i in range(gh * gw):
         r, c = divmod(i, gw)
         mosaic[r * (gh + 1) : r * (gh + 1) + gh, c * (gw + 1) : c * (gw + 1) + gw] = similarity[i].reshape(gh, gw)
-    fig, ax = plt.subplots(figsize=SIZES["positions"])
+    fig, ax = pyplot().subplots(figsize=SIZES["positions"])
     image = ax.imshow(mosaic, cmap="viridis", vmin=-1, vmax=1, interpolation="nearest")
     ax.set_xlabel("input patch column")
     ax.set_ylabel("input patch row")
@@ -59,7 +57,7 @@ def position_similarity(similarity: np.ndarray, grid: tuple[int, int], path: Pat
 
 def attention_distance(distances: np.ndarray, n_images: int, path: Path, title: str) -> Path:
     """Fig. 7 right: mean attention distance of every head against network depth. (L, H) pixels."""
-    fig, ax = plt.subplots(figsize=SIZES["distance"])
+    fig, ax = pyplot().subplots(figsize=SIZES["distance"])
     layers, heads = distances.shape
     for h in range(heads):
         ax.scatter(np.arange(1, layers + 1), distances[:, h], s=12, label=f"head {h + 1}" if heads <= 16 else None)
@@ -74,7 +72,7 @@ def attention_distance(distances: np.ndarray, n_images: int, path: Path, title: 
 
 def rollout_overlay(image: np.ndarray, mask: np.ndarray, path: Path, title: str) -> Path:
     """Fig. 6: the input and the class token's attention rollout over it."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=SIZES["rollout"])
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=SIZES["rollout"])
     h, w = image.shape[:2]
     left.imshow(image)
     left.set_title("input", fontsize=8)

@@ -16,19 +16,15 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")  # files only, never a window
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from vitbench import paper  # noqa: E402
-from vitbench.datasets.vtab import GROUPS, TASKS, group_means  # noqa: E402
-from vitbench.errors import UserError  # noqa: E402
-from vitbench.protocols.registry import shots_protocol  # noqa: E402
-from vitbench.store.query import json_field  # noqa: E402
-from vitbench.views import cells, columns, table  # noqa: E402
+from vitbench import paper
+from vitbench.datasets.vtab import GROUPS, TASKS, group_means
+from vitbench.errors import UserError
+from vitbench.protocols.registry import shots_protocol
+from vitbench.store.query import json_field
+from vitbench.views import cells, columns, table
 
 DPI = 100
 SIZE = (9.0, 6.0)  # inches: every PNG is 900 x 600 pixels
@@ -45,6 +41,17 @@ FILE_NAMES = {
 }
 AVERAGE5 = ("imagenet", "cifar10", "cifar100", "pets", "flowers102")  # Figure 5's "Average-5"
 COSTS = ("flops", "days")
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, never a window), loaded when a figure is
+    drawn: `vitbench table` and the rest of this module's importers never pay for it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 @dataclass
@@ -68,12 +75,12 @@ def save(fig, caption: str, out_dir: Path, name: str, formats: tuple[str, ...]) 
         path = out_dir / f"{FILE_NAMES[name]}.{ext}"
         fig.savefig(path, dpi=DPI, metadata={"Title": caption[:200]} if ext in ("png", "svg") else None)
         files.append(path)
-    plt.close(fig)
+    pyplot().close(fig)
     return files
 
 
 def new_figure():
-    fig, ax = plt.subplots(figsize=SIZE)
+    fig, ax = pyplot().subplots(figsize=SIZE)
     fig.subplots_adjust(bottom=0.25, top=0.92, left=0.08, right=0.58)
     return fig, ax
 
@@ -261,7 +268,7 @@ def curves_figure(
         raise UserError("no fine-tuning run with training curves is stored; run `vitbench run --protocol finetune`")
     chosen = runs.sort_values("finished_at").iloc[-1]
     mine = curves[curves["run_key"] == chosen["run_key"]]
-    fig, (loss_ax, lr_ax) = plt.subplots(2, 1, figsize=SIZE, sharex=True)
+    fig, (loss_ax, lr_ax) = pyplot().subplots(2, 1, figsize=SIZE, sharex=True)
     fig.subplots_adjust(bottom=0.25, top=0.92, left=0.09, right=0.97, hspace=0.15)
     loss = mine[mine["name"] == "train_loss"]
     lr = mine[mine["name"] == "lr"]

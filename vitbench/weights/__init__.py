@@ -3,17 +3,20 @@
 
 This package's public API (what the rest of vitbench and users import as `vitbench.weights`)."""
 
-from vitbench.weights.loading import (
-    RANDOM,
-    RANDOM_INIT_SEED,
-    apply_state,
-    build_model,
-    check_weights_arg,
-    check_weights_file,
-    has_pre_logits,
-    load_into,
-    read_state_dict,
-)
+from typing import TYPE_CHECKING
+
+from vitbench.weights.names import RANDOM, RANDOM_INIT_SEED
+
+if TYPE_CHECKING:
+    from vitbench.weights.loading import (
+        apply_state,
+        build_model,
+        check_weights_arg,
+        check_weights_file,
+        has_pre_logits,
+        load_into,
+        read_state_dict,
+    )
 
 __all__ = [
     "RANDOM",
@@ -26,3 +29,12 @@ __all__ = [
     "load_into",
     "read_state_dict",
 ]
+
+
+def __getattr__(name: str):
+    """The loading functions on first use: they load torch, which `vitbench.weights.RANDOM` need not."""
+    if name in __all__:
+        from vitbench.weights import loading
+
+        return getattr(loading, name)
+    raise AttributeError(f"module 'vitbench.weights' has no attribute {name!r}")

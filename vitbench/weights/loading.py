@@ -14,13 +14,11 @@ from torch import nn
 from vitbench.backend import ModelSpec
 from vitbench.errors import UserError, one_line
 from vitbench.weights.hub import resolve_timm_tag
+from vitbench.weights.names import RANDOM, RANDOM_INIT_SEED
 from vitbench.weights.npz import npz_keys, read_npz
 
-RANDOM = "random"
 SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin")
 PRE_LOGITS = ("pre_logits.weight", "pre_logits.bias")  # the upstream representation layer, as vitbench keeps it
-# Random-init weights are timm's init drawn from this seed, so one run_key always gives one number.
-RANDOM_INIT_SEED = 0
 
 
 def build_model(
