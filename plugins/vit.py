@@ -11,6 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from vitbench.backend import BIG_VISION_FEWSHOT, Backend, ModelSpec, Preprocessing
+from vitbench.errors import UserError
 
 if TYPE_CHECKING:  # torch loads where a model is built: listing models and reading results never pay for it
     import torch
@@ -22,7 +23,6 @@ class ViTBackend(Backend):
     representation = "LN(CLS)"
 
     def timm_kwargs(self, img_size: int, gelu: str = "exact") -> dict:
-        from vitbench.errors import UserError
 
         if gelu not in ("exact", "tanh"):
             raise UserError(f"--gelu {gelu}: expected exact (PyTorch's erf GELU) or tanh (Flax's approximate GELU)")

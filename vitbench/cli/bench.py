@@ -13,6 +13,7 @@ from vitbench import store
 from vitbench.cli import options as o
 from vitbench.cli.app import app, out
 from vitbench.devices import resolve_device
+from vitbench.engine.bench_timm import check_timm_configs
 from vitbench.engine.bench_types import MODES, Config, Options  # light: the measuring engine loads in the command
 from vitbench.errors import UserError
 from vitbench.views import bench_table, render
@@ -82,7 +83,6 @@ def bench_cmd(
     """Throughput of vitbench's fine-tune and extraction loops (synthetic and real data) against bare
     loops and timm's benchmark.py; images/s, MFU and peak memory into the store (`table --bench`)."""
     from vitbench.engine import bench as engine_bench
-    from vitbench.engine.bench_timm import check_timm_configs
 
     given = dict(locals())
     opts = _options(given)

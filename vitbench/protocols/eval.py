@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from vitbench.backend import Preprocessing
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock
+from vitbench.engine.scoring import Predictions, calibration, image_ids, pool_classes, scores
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
@@ -41,7 +42,6 @@ class Eval(Protocol):
 
     def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
         from vitbench.engine.features import group_model, outputs_over
-        from vitbench.engine.scoring import Predictions, calibration, image_ids, pool_classes, scores
 
         spec = todo[0]
         started = datetime.now(UTC)

@@ -17,6 +17,7 @@ import numpy as np
 from vitbench.datasets import DatasetSpec
 from vitbench.datasets.base import DEV_SEED
 from vitbench.devices import Clock
+from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
 
@@ -80,7 +81,6 @@ class FewShot(Protocol):
 
         from vitbench.engine.features import frozen_features
         from vitbench.engine.ridge import fewshot_accuracies, sample_indices
-        from vitbench.engine.scoring import Predictions, image_ids
 
         split_labels = group.splits[self.splits(group.dataset)[0]].labels
         classes = group.dataset.num_classes

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock, resolve_device, resolve_precision
+from vitbench.engine import tensorboard_log
+from vitbench.engine.scoring import Predictions, image_ids, scores
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
 from vitbench.protocols.recipes import (
@@ -174,7 +176,7 @@ class Finetune(Protocol):
         so a final run can follow a sweep made by an earlier command)."""
         from vitbench.engine import train_checkpoint, training
         from vitbench.engine.distributed import barrier, broadcast
-        from vitbench.weights import build_model
+        from vitbench.weights.loading import build_model
 
         world = recorder.world
         sweep = [s for s in group.specs if s.hparams["stage"] == "sweep"]
@@ -273,7 +275,6 @@ def _score(
     final one) and record accuracy, throughput, MFU, cost and curves."""
     from vitbench.engine import training
     from vitbench.engine.inference import run_over
-    from vitbench.engine.scoring import Predictions, image_ids, scores
 
     world, stage = recorder.world, spec.hparams["stage"]
     train_split, scored_split = (group.splits[n] for n in spec.hparams["splits"])
@@ -343,7 +344,6 @@ def _score(
 
 
 def _tensorboard(folder, group: Group, spec: RunSpec, curves: dict, accuracy: float) -> None:
-    from vitbench.engine import tensorboard_log
 
     stage = spec.hparams["stage"]
     name = f"{spec.run_key[:12]}-{group.model.name.replace('/', '_')}-{group.dataset.name.replace('/', '_')}"

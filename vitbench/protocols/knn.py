@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock
+from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
@@ -41,7 +42,6 @@ class KNearestNeighbours(Protocol):
 
         from vitbench.engine.features import frozen_features
         from vitbench.engine.knn import knn_accuracies
-        from vitbench.engine.scoring import Predictions, image_ids
 
         found = frozen_features(group, req, device, self.splits(group.dataset))
         train, test = found.train, found.test

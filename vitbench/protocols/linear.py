@@ -13,6 +13,7 @@ import numpy as np
 from vitbench.datasets import DatasetSpec
 from vitbench.datasets.base import dev_holdout
 from vitbench.devices import Clock
+from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
@@ -50,7 +51,6 @@ class LinearProbe(Protocol):
     def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
         from vitbench.engine import logistic
         from vitbench.engine.features import frozen_features
-        from vitbench.engine.scoring import Predictions, image_ids
 
         found = frozen_features(group, req, device, self.splits(group.dataset))
         started, solve = datetime.now(UTC), Clock(device)

@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,9 +48,29 @@ def shard_dir(results: Path) -> Path:
     return results / "runs"
 
 
+_LISTED: dict[Path, tuple[int, frozenset[str]]] = {}  # folder -> (its mtime, the keys listed then)
+SETTLED_NS = 2_000_000_000  # a folder unchanged this long before it is listed keeps its listing until it changes
+
+
 def shard_keys(results: Path) -> set[str]:
+    """The run keys of the shards in the folder. A command asks twice (merge, then read): a folder
+    that had not changed for two seconds when it was listed is listed again only once its
+    modification time changes (two seconds: longer than the coarsest file-system clock, so a shard
+    added after the listing always changes it), so 100,000 shards are listed once per command."""
     folder = shard_dir(results)
-    return {p.stem for p in folder.glob("*.json")} if folder.is_dir() else set()
+    try:
+        mtime = folder.stat().st_mtime_ns
+    except OSError:
+        return set()
+    if not folder.is_dir():
+        return set()
+    cached = _LISTED.get(folder)
+    if cached is not None and cached[0] == mtime:
+        return set(cached[1])
+    keys = frozenset(e.name[:-5] for e in os.scandir(folder) if e.name.endswith(".json"))
+    if mtime < time.time_ns() - SETTLED_NS:
+        _LISTED[folder] = (mtime, keys)
+    return set(keys)
 
 
 def _check_run(run: dict) -> None:

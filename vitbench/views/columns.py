@@ -7,9 +7,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
-from vitbench.datasets.vtab import group_means
+from vitbench.datasets.vtab import GROUPS, TASKS
 from vitbench.protocols.registry import protocols
 from vitbench.provenance import canonical_json
 from vitbench.store.query import field_values, json_field
@@ -46,6 +47,15 @@ def _is_smoke(hparams) -> bool:
     return bool(json_field(hparams).get("smoke"))
 
 
+def per_distinct(values: pd.Series, fn) -> pd.Series:
+    """`values.map(fn)`, calling `fn` once per distinct value: the runs of one setting share their
+    hparams text, so a store of 100,000 runs parses a few hundred JSON objects, not 100,000."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    mapped = np.empty(len(uniques), dtype=object)
+    mapped[:] = [fn(u) for u in uniques]
+    return pd.Series(mapped[codes], index=values.index, dtype=object)
+
+
 def _setting(hparams) -> dict:
     """A run's hparams without what differs between the runs of one setting; a sweep run belongs
     to the setting whose final runs chose their LR on the dev split."""
@@ -80,13 +90,15 @@ class Measured:
     superseded: int = 0  # earlier runs of the same setting on data whose files have changed since
 
 
-def _base_key(run: pd.Series) -> tuple:
-    """A column's identity: results of two protocol versions are never averaged (a bump means the
-    numbers changed), so the version is part of it, and of the label where a store holds several."""
-    shots = run["shots"]
-    shots = None if pd.isna(shots) else int(shots)
-    model, version = run["model"], run["protocol_version"]
-    return (model, run["weights_sha256"], bool(run["random_init"]), run["protocol"], shots, version)
+def _base_keys(runs: pd.DataFrame) -> list[tuple]:
+    """Each run's column identity (model, weights, random init, protocol, shots, version): results of
+    two protocol versions are never averaged (a bump means the numbers changed), so the version is
+    part of it, and of the label where a store holds several."""
+    cols = runs[["model", "weights_sha256", "random_init", "protocol", "shots", "protocol_version"]].to_numpy(object)
+    return [
+        (model, sha, bool(random_init), protocol, None if pd.isna(shots) else int(shots), version)
+        for model, sha, random_init, protocol, shots, version in cols  # numpy objects: arrow strings iterate slowly
+    ]
 
 
 def measured_columns(
@@ -118,8 +130,9 @@ def measured_columns(
     df = df.copy()
     # per-run work once per run, not once per metric row (a --fewshot-l2 sweep stores 30 metrics a run)
     first = df.drop_duplicates("run_key")
-    smoke = dict(zip(first["run_key"], first["hparams"].map(_is_smoke), strict=True))
-    base = dict(zip(first["run_key"], first.apply(_base_key, axis=1), strict=True))
+    keys = first["run_key"].to_numpy(object)
+    smoke = pd.Series(per_distinct(first["hparams"], _is_smoke).to_numpy(), index=keys)
+    base = pd.Series(_base_keys(first), index=keys, dtype=object)
     df["smoke"], df["base"] = df["run_key"].map(smoke), df["run_key"].map(base)
     if group_by:
         values = [field_values(df, f, "--group-by").map(str) for f in group_by]
@@ -136,9 +149,11 @@ def measured_columns(
         scored = set(df.loc[df["metric"].isin(["accuracy", "accuracy_real"]), "run_key"])
         runs = df.drop_duplicates("run_key")
         labels = _default_columns(runs, runs["run_key"].isin(scored))
-        df["column"] = df["run_key"].map(dict(zip(runs["run_key"], labels, strict=True)))
+        df["column"] = df["run_key"].map(pd.Series(labels.to_numpy(), index=runs["run_key"].to_numpy(object)))
 
     df, superseded = _latest_data_only(df)
+    if "notes" in df:
+        df["effective_shots"] = effective_shots(df["notes"])
     runs = df.drop_duplicates("run_key")
     accuracy = df[df["metric"] == "accuracy"]
     real = df[df["metric"] == "accuracy_real"].assign(dataset="imagenet_real", metric="accuracy")
@@ -153,47 +168,55 @@ def _latest_data_only(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     runs = df.drop_duplicates("run_key")
     if len(runs) < 2:
         return df, 0
-    hparams = runs["hparams"].map(
-        lambda h: canonical_json({k: v for k, v in json_field(h).items() if k != "test_fingerprint"})
+    hparams = per_distinct(
+        runs["hparams"], lambda h: canonical_json({k: v for k, v in json_field(h).items() if k != "test_fingerprint"})
     )
-    key = [runs[c].astype(str) for c in ("column", "dataset", "data_source", "protocol_version", "seed", "shots")]
-    order = runs.assign(_key=pd.Series(list(zip(*key, hparams, strict=True)), index=runs.index))
-    latest = order.sort_values("finished_at", na_position="first").drop_duplicates("_key", keep="last")
+    key = ["column", "dataset", "data_source", "protocol_version", "seed", "shots", "_hparams"]
+    order = runs.assign(_hparams=hparams.astype(str))
+    latest = order.sort_values("finished_at", na_position="first").drop_duplicates(key, keep="last")
     left_out = len(runs) - len(latest)
-    return (df[df["run_key"].isin(set(latest["run_key"]))], left_out) if left_out else (df, 0)
+    return (df[df["run_key"].isin(latest["run_key"])], left_out) if left_out else (df, 0)
 
 
 def _default_columns(df: pd.DataFrame, finals: pd.Series) -> pd.Series:
-    """One label per run (row of `df`); `finals` marks the runs with a scored accuracy."""
-    settings = df["hparams"].map(_setting)
+    """One label per run (row of `df`); `finals` marks the runs with a scored accuracy. The work is
+    done once per distinct (column identity, hparams text), then mapped back to the runs."""
+    codes, texts = pd.factorize(df["hparams"], use_na_sentinel=False)
+    settings = [_setting(t) for t in texts]
+    work = pd.DataFrame({"base": df["base"].to_numpy(), "dataset": df["dataset"].to_numpy(), "code": codes})
     splitting: dict[tuple, set[str]] = {}  # base key → hparams that differ within one dataset
-    for (base, _dataset), idx in df[finals].groupby(["base", "dataset"], sort=False).groups.items():
+    distinct_finals = work[finals.to_numpy()].drop_duplicates(["base", "dataset", "code"])
+    for (base, _dataset), part in distinct_finals.groupby(["base", "dataset"], sort=False):
         seen: dict[str, set[str]] = {}
-        for setting in settings.loc[idx]:
-            for k, v in setting.items():
+        for code in part["code"]:
+            for k, v in settings[code].items():
                 seen.setdefault(k, set()).add(json.dumps(v, sort_keys=True, default=str))
         splitting.setdefault(base, set()).update(k for k, vs in seen.items() if len(vs) > 1)
-    several_protocols = df["protocol"].nunique() > 1
+    bases = list(dict.fromkeys(work["base"]))
+    several_protocols = len({b[3] for b in bases}) > 1
     versions: dict[tuple, set[str]] = {}
-    for base in df["base"]:
+    for base in bases:
         versions.setdefault(base[:-1], set()).add(base[-1])
+    pairs = list(dict.fromkeys(zip(work["base"], work["code"], strict=True)))  # in order of first appearance
     labels, identities = [], []
-    for (_, run), setting in zip(df.iterrows(), settings, strict=True):
-        model, sha, random_init, protocol, shots, version = run["base"]
+    for base, code in pairs:
+        model, sha, random_init, protocol, shots, version = base
+        setting = settings[code]
         label = model  # the weights are in the provenance footnote (and a mark where two columns look alike)
         identities.append((model, sha, random_init))
         if shots is not None:
             label += f" · {shots}-shot"
         elif several_protocols:
             label += f" · {protocol}"
-        if len(versions[run["base"][:-1]]) > 1:
+        if len(versions[base[:-1]]) > 1:
             label += f" · {version}"
-        keys = sorted(splitting.get(run["base"], set()) - {"smoke"})
+        keys = sorted(splitting.get(base, set()) - {"smoke"})
         if keys:
             label += " · " + ", ".join(f"{k}={_short(setting.get(k))}" for k in keys)
-        label += (RANDOM_MARK if random_init else "") + (SMOKE_MARK if _is_smoke(run["hparams"]) else "")
+        label += (RANDOM_MARK if random_init else "") + (SMOKE_MARK if _is_smoke(texts[code]) else "")
         labels.append(label)
-    return pd.Series(_told_apart(labels, identities), index=df.index)
+    by_pair = dict(zip(pairs, _told_apart(labels, identities), strict=True))
+    return pd.Series([by_pair[p] for p in zip(work["base"], work["code"], strict=True)], index=df.index)
 
 
 def _told_apart(labels: list[str], identities: list[tuple]) -> list[str]:
@@ -212,22 +235,42 @@ def _told_apart(labels: list[str], identities: list[tuple]) -> list[str]:
 
 def vtab_rollups(acc: pd.DataFrame) -> pd.DataFrame:
     """The VTAB mean and the group means as rows, per (column, seed), computed only where every
-    task of the group has a result (unweighted, as in the paper)."""
+    task of the group has a result (unweighted, as in the paper). Each row copies the first task row
+    of its (column, seed), as the table's other rows are runs."""
     tasks = acc[acc["dataset"].str.startswith("vtab/")]
-    rows = []
-    for _, part in tasks.groupby(["column", "seed"], sort=False):
-        means = group_means(dict(zip(part["dataset"].str[len("vtab/") :], part["value"], strict=True)))
-        for name, value in means.items():
-            row = part.iloc[0].copy()
-            row["dataset"] = name if name == "vtab" else f"vtab_{name}"
-            row["value"], row["data_subset"] = value, bool(part["data_subset"].any())
-            rows.append(row)
-    return pd.DataFrame(rows) if rows else acc.iloc[0:0]
+    if tasks.empty:
+        return acc.iloc[0:0]
+    keys = ["column", "seed"]
+    # a task's last row per (column, seed) stands for it, as a dict of task -> value kept the last
+    values = tasks.assign(task=tasks["dataset"].str[len("vtab/") :]).drop_duplicates([*keys, "task"], keep="last")
+    grid = values.pivot(index=keys, columns="task", values="value")  # (column, seed) x task, NaN where absent
+    firsts = tasks.drop_duplicates(keys).set_index(keys)
+    subset = tasks.groupby(keys, sort=False)["data_subset"].any()
+    means: dict[str, pd.Series] = {}
+    for name in (*GROUPS, "vtab"):
+        names = [t.key for t in TASKS if name == "vtab" or t.group == name]
+        if not set(names) <= set(grid.columns):
+            continue
+        block = np.ascontiguousarray(grid[names].to_numpy(dtype=float))
+        complete = ~np.isnan(block).any(axis=1)
+        means[name] = pd.Series(np.mean(block[complete], axis=1), index=grid.index[complete])
+    records = []
+    for key in firsts.index:  # (column, seed) in order of first appearance, then Natural … VTAB
+        first = None
+        for name, found in means.items():
+            if key not in found.index:
+                continue
+            if first is None:
+                first = {**firsts.loc[key].to_dict(), "column": key[0], "seed": key[1]}
+            dataset = name if name == "vtab" else f"vtab_{name}"
+            records.append({**first, "dataset": dataset, "value": float(found[key]), "data_subset": bool(subset[key])})
+    return pd.DataFrame(records, columns=acc.columns) if records else acc.iloc[0:0]
 
 
 def meta_by_column(runs: pd.DataFrame) -> dict[str, dict]:
     meta: dict[str, dict] = {}
-    for col, part in runs.groupby("column", sort=False):
+    distinct = runs[["column", "random_init", "smoke", "protocol"]].drop_duplicates()  # thousands of runs, few kinds
+    for col, part in distinct.groupby("column", sort=False):
         meta[str(col)] = {
             "random": bool(part["random_init"].any()),
             "smoke": bool(part["smoke"].any()),
@@ -239,15 +282,19 @@ def meta_by_column(runs: pd.DataFrame) -> dict[str, dict]:
 def seed_cell(part: pd.DataFrame, column_meta: dict, include_marked: bool) -> Cell:
     """One measured cell: mean ± std over the runs (seeds) of `part`, ‡ when any ran on a subset;
     it ranks for bold only without a marker (or with --include-marked)."""
-    values = part["value"] * 100
+    fractions = pd.Series(part["value"].to_numpy(dtype=float))
+    return _cell(fractions, bool(part["data_subset"].any()), _effective_shots(part), column_meta, include_marked)
+
+
+def _cell(fractions: pd.Series, subset: bool, effective: int | None, column_meta: dict, include_marked: bool) -> Cell:
+    values = fractions * 100
     cell = Cell(
         mean=float(values.mean()),
         std=float(values.std(ddof=1)) if len(values) > 1 else None,
         n=len(values),
-        marks=SUBSET_MARK if part["data_subset"].any() else "",
+        marks=SUBSET_MARK if subset else "",
     )
     cell.rankable = include_marked or not (column_meta["random"] or column_meta["smoke"] or cell.marks)
-    effective = _effective_shots(part)
     if effective is not None:
         cell.marks += f" [{effective}-shot]"  # after the rank rule: it says what ran, it withholds nothing
     return cell
@@ -255,11 +302,24 @@ def seed_cell(part: pd.DataFrame, column_meta: dict, include_marked: bool) -> Ce
 
 def _effective_shots(part: pd.DataFrame) -> int | None:
     """The fewest shots any run of a few-shot cell had in a class, where fewer than its label says."""
-    if "notes" not in part or "shots" not in part or part["shots"].isna().all():
+    if "shots" not in part or part["shots"].isna().all():
         return None
-    found = [json_field(n).get("effective_shots") for n in part["notes"]]
-    counts = [int(e) for e in found if e is not None]
+    if "effective_shots" in part:  # read once for every run by measured_columns
+        counts = [int(e) for e in part["effective_shots"].dropna()]
+    elif "notes" in part:
+        found = [json_field(n).get("effective_shots") for n in part["notes"]]
+        counts = [int(e) for e in found if e is not None]
+    else:
+        return None
     return min(counts) if counts and min(counts) < int(part["shots"].max()) else None
+
+
+def effective_shots(notes: pd.Series) -> pd.Series:
+    """Each run's `effective_shots` note (NaN where it has none), read from the notes' JSON text in
+    one vectorised pass: 100,000 runs would otherwise be 100,000 JSON parses. The notes are written
+    by json.dumps (the recorder), so the key and its integer value have one form."""
+    text = notes.map(lambda n: n if isinstance(n, str) else json.dumps(n)) if notes.map(type).ne(str).any() else notes
+    return pd.to_numeric(text.str.extract(r'"effective_shots":\s*(-?\d+)', expand=False), errors="coerce")
 
 
 def delta_allowed(meta: dict, cell: Cell, include_marked: bool) -> bool:
@@ -279,10 +339,23 @@ def measured_cells(
     meta = meta_by_column(m.runs)
     for col in dict.fromkeys(m.runs["column"]):
         data.add_column(str(col))
-    for (dataset, col), part in acc.groupby(["dataset", "column"], sort=False):
-        if dataset not in row_of:
-            continue
-        data.cells[(row_of[str(dataset)], str(col))] = seed_cell(part, meta[str(col)], include_marked)
+    shown = acc[acc["dataset"].isin(list(row_of))]
+    if "effective_shots" not in shown:  # a frame measured_columns did not make: a cell at a time
+        for (dataset, col), part in shown.groupby(["dataset", "column"], sort=False):
+            data.cells[(row_of[str(dataset)], str(col))] = seed_cell(part, meta[str(col)], include_marked)
+        return meta
+    # a cell at a time over plain arrays: slicing the whole frame per cell cost most of a 20,000-run table
+    value = shown["value"].to_numpy(dtype=float)
+    subset = shown["data_subset"].to_numpy(dtype=bool)
+    shots = pd.to_numeric(shown["shots"], errors="coerce").to_numpy(dtype=float)
+    effective = shown["effective_shots"].to_numpy(dtype=float)
+    for (dataset, col), rows in shown.groupby(["dataset", "column"], sort=False).indices.items():
+        fewest = None
+        if not np.isnan(shots[rows]).all() and not np.isnan(effective[rows]).all():
+            least = int(np.nanmin(effective[rows]))
+            fewest = least if least < int(np.nanmax(shots[rows])) else None
+        cell = _cell(pd.Series(value[rows]), bool(subset[rows].any()), fewest, meta[str(col)], include_marked)
+        data.cells[(row_of[str(dataset)], str(col))] = cell
     return meta
 
 

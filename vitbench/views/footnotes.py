@@ -38,7 +38,10 @@ def provenance_footnotes(data: TableData, m: Measured) -> None:
     """What stands behind each measured column: weights fingerprint, data source, protocol, seeds,
     hardware and code version — one footnote per distinct provenance, naming the columns it covers."""
     covers: dict[str, list[str]] = {}
-    for col, part in m.runs.groupby("column", sort=False):
+    # each distinct provenance once: a column of a checkpoint sweep holds thousands of runs that share it
+    fields = ["column", "weights", "weights_sha256", "random_init", "dataset", "data_source", "data_fingerprint",
+              "data_subset", "seed", "vitbench_version", "git_sha", "device_name", "protocol_version"]  # fmt: skip
+    for col, part in m.runs[fields].drop_duplicates().astype(object).groupby("column", sort=False):
         weights = sorted(
             {
                 "random init (seeded)" if r else f"{str(w).rsplit('/', 1)[-1]} sha256 {str(s)[:12]}"
