@@ -148,7 +148,7 @@ def _shard_snapshot(results: Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     migrate(con, 0)
     folder = shard_dir(results)
-    ingest(con, sorted(folder.glob("*.json")) if folder.is_dir() else [])
+    ingest(con, [folder / f"{key}.json" for key in sorted(shard_keys(results))])
     return con
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from vitbench.errors import one_line
 from vitbench.store.schema import CURVE_COLUMNS, RUN_COLUMNS, transaction
-from vitbench.store.shards import quarantine, read_shards, shard_dir
+from vitbench.store.shards import quarantine, read_shards, shard_dir, shard_keys
 
 
 def ingest(con: duckdb.DuckDBPyConnection, shards: Iterable[Path]) -> int:
@@ -98,8 +98,8 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, results: Path) -> int:
     folder = shard_dir(results)
     if not folder.is_dir():
         return 0
-    known = done_keys(con)
-    return ingest(con, [p for p in sorted(folder.glob("*.json")) if p.stem not in known])
+    pending = sorted(shard_keys(results) - done_keys(con))  # names compared as text: sorting Paths costs seconds
+    return ingest(con, [folder / f"{key}.json" for key in pending])
 
 
 def metric_values(con: duckdb.DuckDBPyConnection, run_keys: list[str], name: str) -> dict[str, float]:

@@ -121,7 +121,8 @@ def read_shard(path: Path) -> dict:
     """The shard at `path`, checked (BadShard, or NewerShard, says what is wrong), migrated to
     this version's shape when older."""
     try:
-        record = json.loads(path.read_bytes())
+        with open(path, "rb") as f:
+            record = json.loads(f.read())
     except (UnicodeDecodeError, ValueError) as e:
         raise BadShard(f"not JSON ({' '.join(str(e).split())[:80]})") from None
     if not isinstance(record, dict):
