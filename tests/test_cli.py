@@ -1,5 +1,7 @@
 """The CLI end to end (real models, real data, real DuckDB) and every user mistake from the issue."""
 
+import shutil
+
 import duckdb
 import pytest
 from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data
@@ -202,7 +204,8 @@ def test_ls_doctor_version(cli, cifar10_dir):
 
 
 @needs_shared_data
-def test_deit_tiny_few_shot_on_shared_cifar10(cli, results):
+def test_deit_tiny_few_shot_on_shared_cifar10(cli, results, deit_cifar10_linear):
+    shutil.copytree(deit_cifar10_linear / "cache", results / "cache")  # the features the linear probe extracted
     code, out, _ = cli(
         "run",
         "--model",

@@ -5,6 +5,7 @@ shared ImageNet subset rearranged into ImageNet-V2's layout scores exactly as in
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -194,7 +195,7 @@ def test_suite_doctor_view_and_a_protocol_that_needs_train(cli, results, tmp_pat
 
 
 @needs_shared_data
-def test_imagenet_v2_layout_scores_the_same_images_exactly_as_val(cli, results, tmp_path):
+def test_imagenet_v2_layout_scores_the_same_images_exactly_as_val(cli, results, tmp_path, deit_imagenet_eval):
     """The shared ImageNet val subset, linked into ImageNet-V2's layout (folders named by class
     index, any file names): the same 500 images give the same top-1 and top-5."""
     synsets = (SHARED_DATA / "imagenet" / "synset_words.txt").read_text().split("\n")
@@ -206,6 +207,7 @@ def test_imagenet_v2_layout_scores_the_same_images_exactly_as_val(cli, results, 
         for j, image in enumerate(sorted(folder.iterdir())):
             (target / f"{j:04x}.jpeg").symlink_to(image)
     run = ("--protocol", "eval", "--model", "deit-ti/16", "--weights", DEIT_WEIGHTS, "--workers", "2")
+    shutil.copytree(deit_imagenet_eval, results)  # val was scored there once (the fixture)
     code, _, err = cli("run", "--results", results, "--dataset", "imagenet", "--data-dir", SHARED_DATA, *run)
     assert code == 0, err
     code, _, err = cli("run", "--results", results, "--dataset", "imagenet-v2", "--data-dir", tmp_path / "data", *run)

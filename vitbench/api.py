@@ -47,6 +47,7 @@ class Summary:
     ran: int = 0
     failed: list[str] = field(default_factory=list)  # one line per failed cluster job
     waiting: int = 0  # cluster runs without a result yet (leased elsewhere, or waiting for their sweep)
+    groups: list[Group] = field(default_factory=list)  # the plan behind `specs` (a dry run's cost estimate reads it)
 
     @property
     def todo(self) -> list[RunSpec]:
@@ -141,7 +142,7 @@ def run(
     elif world.is_main:  # a dry run, or another run holds the store: a shard is a finished run
         done = set(store.read_results(req.results)["run_key"]) | store.shard_keys(req.results)
     done = broadcast(done, world)
-    summary = Summary(specs, set() if rerun else done, req.results)
+    summary = Summary(specs, set() if rerun else done, req.results, groups=groups)
     log.info(
         "%d runs planned, %d already stored, %d to run", len(specs), len(specs) - len(summary.todo), len(summary.todo)
     )
@@ -183,6 +184,7 @@ def _follow(summary: Summary, req: Request, groups: list[Group], rerun: bool, dr
         sub = run(follow, rerun=rerun, dry_run=dry_run, on_plan=on_plan, on_result=on_result,
                   cluster_options=cluster_options)  # fmt: skip
         summary.specs += sub.specs
+        summary.groups += sub.groups
         summary.done |= sub.done
         summary.ran += sub.ran
         summary.failed += sub.failed

@@ -35,7 +35,7 @@ LISTS = {
     "transfer_shots": int,
 }
 # what an experiment is not: how this one command runs
-NOT_CONFIG = {"config", "print_config", "dry_run", "rerun"}
+NOT_CONFIG = {"config", "print_config", "dry_run", "rerun", "assume_mfu"}
 SUITE_KEYS = {"datasets": list, "protocol": str, "description": str, "model": str, "weights": str}
 
 

@@ -16,9 +16,10 @@ from vitbench.cli import run_options as ro
 from vitbench.cli.app import app, err, out
 from vitbench.cli.output import print_summary_table
 from vitbench.cli.run_cluster import cluster_options, report
-from vitbench.devices import resolve_device
+from vitbench.devices import device_name, resolve_device
 from vitbench.engine import tensorboard_log
 from vitbench.errors import UserError
+from vitbench.execution import estimate
 from vitbench.protocols.base import DEFAULT_L2, SEEDS, SHOTS, Request, RunSpec
 from vitbench.protocols.registry import get_protocol
 
@@ -101,6 +102,7 @@ def run(
     slurm_qos: ro.SlurmQos = None,
     no_wait: ro.NoWait = False,
     dry_run: ro.DryRun = False,
+    assume_mfu: ro.AssumeMfu = None,
     rerun: ro.Rerun = False,
     config: ro.Config = None,
     print_config: ro.PrintConfig = False,
@@ -130,7 +132,10 @@ def _dispatch(ctx: typer.Context, given: dict) -> None:
         _check_before_launch(req, g["devices"] * g["nnodes"])
         rdzv = launch.Rendezvous(g["nnodes"], g["node_rank"], g["rdzv_endpoint"], g["rdzv_id"], g["rdzv_backend"])
         raise typer.Exit(launch.launch(g["devices"], launch.strip_devices(sys.argv[1:]), rdzv))
-    _run_here(req, g["rerun"], g["dry_run"])
+    rate = None
+    if g["assume_mfu"] is not None:  # checked before any work, as every option is
+        rate = estimate.parse_assume_mfu(g["assume_mfu"], device_name(resolve_device(req.device)))
+    _run_here(req, g["rerun"], g["dry_run"], rate)
 
 
 def _with_config(ctx: typer.Context, given: dict) -> tuple[dict, str]:
@@ -145,7 +150,7 @@ def _with_config(ctx: typer.Context, given: dict) -> tuple[dict, str]:
     return given, cfg.to_toml(given, kinds)
 
 
-def _run_here(req: Request, rerun: bool, dry_run: bool) -> None:
+def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | None = None) -> None:
     """This process (or this torchrun rank): the API's session, its progress lines, then the
     planned runs (dry run) or the summary table."""
     from vitbench import api
@@ -163,12 +168,38 @@ def _run_here(req: Request, rerun: bool, dry_run: bool) -> None:
         )
         raise typer.Exit(130) from None
     if dry_run:
-        for s in summary.specs:
-            detail = get_protocol(s.protocol).dry_run_detail(s)
-            state = "done" if s.run_key in summary.done else "todo"
-            out.print(f"{s.run_key[:12]}  {s.model:12s} {s.dataset:18s} {s.protocol}{detail} seed={s.seed}  {state}")
+        _print_plan(summary, req, rate)
     elif world().is_main:
         print_summary_table(req.results)
+
+
+def _print_plan(summary: api.Summary, req: Request, rate: estimate.Rate | None) -> None:
+    """Each planned run with its state and estimated device time (at `rate`, else at the rate
+    `vitbench bench` stored for this device), then the total still to run."""
+    here = device_name(resolve_device(req.device))
+    rate = rate or estimate.measured_rate(req.results, here)
+    found = estimate.estimate(summary.groups, rate) if rate else None
+    for s in summary.specs:
+        detail = get_protocol(s.protocol).dry_run_detail(s)
+        state = "done" if s.run_key in summary.done else "todo"
+        cost = f"  ≈ {estimate.duration(found.seconds[s.run_key])}" if found and s.run_key in found.seconds else ""
+        line = f"{s.run_key[:12]}  {s.model:12s} {s.dataset:18s} {s.protocol}{detail} seed={s.seed}  {state}{cost}"
+        out.print(line, markup=False, soft_wrap=True)
+    todo = [s.run_key for s in summary.todo]
+    if found is None:
+        out.print(
+            f"{len(todo)} run(s) to do; no device-time estimate: no `vitbench bench` measurement of {here} in "
+            f"{req.results}; run `vitbench bench` here, or give --assume-mfu 0.4@H100",
+            markup=False,
+            soft_wrap=True,
+        )
+        return
+    out.print(
+        f"{len(todo)} run(s) to do, estimated device time {estimate.duration(found.total(todo))} "
+        f"(an estimate: counted FLOPs at the rate of {found.basis})",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def _request(given: dict) -> Request:

@@ -131,7 +131,18 @@ SlurmQos = Annotated[str | None, typer.Option("--slurm-qos", help="submitit: SLU
 NoWait = Annotated[
     bool, typer.Option("--no-wait", help="submitit: submit and return; `vitbench ingest` merges the shards later.")
 ]
-DryRun = Annotated[bool, typer.Option("--dry-run", help="Show the planned runs and stop.")]
+DryRun = Annotated[
+    bool,
+    typer.Option("--dry-run", help="Show the planned runs, each with its estimated device time, and stop."),
+]
+AssumeMfu = Annotated[
+    str | None,
+    typer.Option(
+        "--assume-mfu",
+        help="--dry-run's estimate at this fraction of a bf16 peak: 0.4 (this GPU) or 0.4@H100 "
+        "[default: the rate `vitbench bench` stored for this device].",
+    ),
+]
 Config = Annotated[
     Path | None,
     typer.Option("--config", help="A TOML file of these options (and [suites.NAME]); the command line wins."),

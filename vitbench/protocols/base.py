@@ -248,6 +248,13 @@ class Protocol:
         """Run `todo` (a subset of `group.specs`), calling `recorder.record` once per finished run."""
         raise NotImplementedError
 
+    def planned_work(self, group: Group) -> dict[str, dict[str, float]]:
+        """Images each planned run passes through the model, by mode ("train": a training image,
+        three forward passes' FLOPs; "inference": one forward pass), for `--dry-run`'s cost
+        estimate. Default: one extraction of the protocol's splits, shared by the group's runs."""
+        images = sum(len(group.splits[name]) for name in self.splits(group.dataset))
+        return {s.run_key: {"inference": images / len(group.specs)} for s in group.specs}
+
     def followups(self, req: Request, groups: list[Group]) -> list[Request]:
         """What runs once this protocol's groups are done (pre-training: few-shot on the weights it
         wrote). The session runs each request the same way, into the same store."""

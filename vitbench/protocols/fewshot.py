@@ -126,6 +126,13 @@ class FewShot(Protocol):
                 predictions=Predictions.from_scores(kept[0], test.labels, test_ids) if kept else None,
             )
 
+    def planned_work(self, group: Group) -> dict[str, dict[str, float]]:
+        """Only the drawn train images are extracted (at most shots × classes per seed), then the test split."""
+        train, test = (group.splits[name] for name in self.splits(group.dataset))
+        shots, seeds = max(s.shots or 0 for s in group.specs), {s.seed for s in group.specs}
+        drawn = min(len(train), shots * group.dataset.num_classes * len(seeds))
+        return {s.run_key: {"inference": (drawn + len(test)) / len(group.specs)} for s in group.specs}
+
     def describe(self, spec: RunSpec) -> str:
         return f"{spec.shots}-shot seed {spec.seed}"
 

@@ -211,6 +211,14 @@ class Finetune(Protocol):
                 train_checkpoint.discard(checkpoint)
             barrier(world)
 
+    def planned_work(self, group: Group) -> dict[str, dict[str, float]]:
+        """steps × batch training images (the HyperRule's steps where a run uses its recipe), then its scored split."""
+        work = {}
+        for spec in group.specs:
+            h = training_hparams(spec.hparams, spec.hparams.get("recipe"))
+            work[spec.run_key] = {"train": h["steps"] * h["batch"], "inference": len(group.splits[h["splits"][1]])}
+        return work
+
     def jobs(self, specs: list[RunSpec]) -> list[list[list[RunSpec]]]:
         """One job per run; the final runs that take the sweep's LR wait for the sweep (a second wave)."""
         waves: list[list[list[RunSpec]]] = [[], []]

@@ -133,6 +133,14 @@ class Pretrain(Protocol):
             )
         return follow
 
+    def planned_work(self, group: Group) -> dict[str, dict[str, float]]:
+        """steps × batch training images (early stopping can end a run sooner), and the dev split at each validation."""
+        dev = len(group.splits[group.dataset.sweep_splits[1]])
+        return {
+            s.run_key: {"train": s.hparams["steps"] * s.hparams["batch"], "inference": recipe.VALIDATIONS * dev}
+            for s in group.specs
+        }
+
     def jobs(self, specs: list[RunSpec]) -> list[list[list[RunSpec]]]:
         """One cluster job per pre-training run (each is hours of accelerator time at scale)."""
         return [[[spec] for spec in specs]] if specs else []

@@ -1,0 +1,79 @@
+"""`vitbench run --dry-run` estimates each planned run's device time before any work: the
+protocol's planned images × the model's counted FLOPs, at the rate `vitbench bench` stored for the
+device or at an assumed MFU of a named accelerator's peak."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+import vitbench
+from vitbench import store
+from vitbench.devices import cpu_name, peak_flops
+from vitbench.execution import estimate
+from vitbench.store.bench import BENCH_COLUMNS
+
+DIGITS = dict(model="vit-ti/16", weights="random", datasets="digits", res=32, shots=(1, 5), seeds=(0,))
+
+
+def test_few_shot_runs_cost_their_share_of_one_extraction_at_the_rate_given():
+    (group,) = vitbench.plan(**DIGITS)
+    rate = estimate.Rate({"inference": 1e9, "train": 2e9}, "test rate")
+    found = estimate.estimate([group], rate)
+    flops = group.model.backend.flops_per_image(group.model, 32)
+    drawn = min(1000, 5 * 10 * 1)  # the most shots x classes x seeds, within the 1,000 train digits
+    for spec in group.specs:
+        assert found.seconds[spec.run_key] == pytest.approx((drawn + 797) / 2 * flops / 1e9)
+    assert found.total(found.seconds) == pytest.approx((drawn + 797) * flops / 1e9)
+
+
+def test_a_fine_tune_costs_its_training_steps_three_passes_an_image_and_its_scored_split():
+    (group,) = vitbench.plan(model="vit-ti/16", weights="random", datasets="digits", protocol="finetune", smoke=True,
+                             lr=0.01, seeds=(0,))  # fmt: skip
+    (spec,) = group.specs
+    found = estimate.estimate([group], estimate.Rate({"inference": 1e9, "train": 3e9}, "test rate"))
+    flops = group.model.backend.flops_per_image(group.model, group.res)
+    steps, batch = spec.hparams["steps"], spec.hparams["batch"]
+    assert found.seconds[spec.run_key] == pytest.approx(steps * batch * 3 * flops / 3e9 + 797 * flops / 1e9)
+
+
+def test_assume_mfu_takes_a_fraction_of_a_named_peak_and_refuses_what_is_not_one():
+    rate = estimate.parse_assume_mfu("0.4@H100", "CPU")
+    assert rate.flops_per_second["train"] == pytest.approx(0.4 * peak_flops("H100"))
+    for bad, said in (("1.5", "expected a fraction"), ("x", "expected a fraction"), ("0.4@TPUv9", "no bf16 peak")):
+        with pytest.raises(vitbench.errors.UserError, match=said):
+            estimate.parse_assume_mfu(bad, "CPU")
+
+
+def test_dry_run_prints_each_runs_estimate_and_the_total(cli, results):
+    args = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
+            "--shots", "1,5", "--seeds", "0", "--results", results, "--dry-run")  # fmt: skip
+    code, out, _ = cli(*args)
+    assert code == 0 and "no device-time estimate" in out and "vitbench bench" in out  # a CPU with no measurement
+    code, out, _ = cli(*args, "--assume-mfu", "0.4@H100")
+    assert code == 0 and out.count("≈") == 2 and "2 run(s) to do, estimated device time" in out
+    assert "an estimate" in out and "40% MFU of H100" in out
+    code, _, err = cli(*args, "--assume-mfu", "2")
+    assert code == 2 and "--assume-mfu 2: expected a fraction" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_stored_bench_measurement_of_this_device_sets_the_rate(cli, results):
+    (group,) = vitbench.plan(**DIGITS)
+    flops = group.model.backend.flops_per_image(group.model, 32)
+    row = dict.fromkeys(BENCH_COLUMNS)
+    row |= {"bench_id": "b", "created_at": datetime.now(UTC), "model": "vit-ti/16", "res": 32, "mode": "inference",
+            "runner": "vitbench", "data": "digits", "batch": 16, "precision": "fp32", "compile": False,
+            "images_per_second": 100.0, "flops_per_image": flops, "device_name": cpu_name(), "notes": {}}  # fmt: skip
+    con = store.connect(results)
+    try:
+        store.save_bench(con, [row])
+    finally:
+        con.close()
+    rate = estimate.measured_rate(results, cpu_name())
+    assert rate is not None and rate.of("vit-ti/16", 32, "inference") == pytest.approx(100.0 * flops)
+    found = estimate.estimate([group], rate)
+    assert found.total(found.seconds) == pytest.approx((50 + 797) / 100.0)  # images at the measured images/s
+    code, out, _ = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
+                       "--shots", "1,5", "--seeds", "0", "--results", results, "--dry-run")  # fmt: skip
+    assert code == 0 and "estimated device time 8 s" in out and f"`vitbench bench` on {cpu_name()}" in out
