@@ -77,3 +77,7 @@ def test_a_stored_bench_measurement_of_this_device_sets_the_rate(cli, results):
     code, out, _ = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
                        "--shots", "1,5", "--seeds", "0", "--results", results, "--dry-run")  # fmt: skip
     assert code == 0 and "estimated device time 8 s" in out and f"`vitbench bench` on {cpu_name()}" in out
+    code, _, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
+                       "--shots", "1,5", "--seeds", "0", "--results", results, "--workers", "0")  # fmt: skip
+    assert code == 0 and "[1/2]" in err and "of device time left, estimated" in err  # the dry run's rate
+    assert "[2/2]" in err and err.count("of device time left") == 1  # none left after the last run

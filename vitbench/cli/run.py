@@ -156,7 +156,9 @@ def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | No
     from vitbench import api
     from vitbench.engine.distributed import world
 
-    progress = _Progress()
+    if rate is None and not dry_run and world().is_main:  # read before the run holds the store
+        rate = estimate.measured_rate(req.results, device_name(resolve_device(req.device)))
+    progress = _Progress(None if dry_run else rate)
     try:
         summary = api.run(req, rerun=rerun, dry_run=dry_run, on_plan=progress.planned, on_result=progress)
     except KeyboardInterrupt:
@@ -251,18 +253,26 @@ def _check_before_launch(req: Request, devices: int) -> None:
 
 
 class _Progress:
-    """The `[k/n] model dataset what: result` line after each stored run."""
+    """The `[k/n] model dataset what: result` line after each stored run, with the estimated device
+    time still to go where a rate is known (the one `--dry-run` estimates with)."""
 
-    def __init__(self) -> None:
+    def __init__(self, rate: estimate.Rate | None = None) -> None:
         self.finished = 0
         self.todo: list[RunSpec] = []
+        self.rate = rate
+        self.left: dict[str, float] = {}  # run_key -> estimated device-seconds, of the runs not yet finished
 
     def planned(self, summary: api.Summary) -> None:
         self.todo += summary.todo  # a session's follow-up runs (few-shot after pre-training) join the count
+        if self.rate is not None and summary.todo:
+            found = estimate.estimate(summary.groups, self.rate)
+            self.left |= {s.run_key: found.seconds.get(s.run_key, 0.0) for s in summary.todo}
 
     def __call__(self, spec: RunSpec, metrics: dict) -> None:
         self.finished += 1
         protocol = get_protocol(spec.protocol)
         total = len(self.todo) or "?"
         what, shown = protocol.describe(spec), protocol.result_text(metrics)
-        log.info("[%d/%s] %s %s %s: %s", self.finished, total, spec.model, spec.dataset, what, shown)
+        self.left.pop(spec.run_key, None)
+        eta = f" (≈ {estimate.duration(sum(self.left.values()))} of device time left, estimated)" if self.left else ""
+        log.info("[%d/%s] %s %s %s: %s%s", self.finished, total, spec.model, spec.dataset, what, shown, eta)
