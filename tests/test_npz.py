@@ -1,6 +1,7 @@
 """Google .npz checkpoints: each family round-trips exactly through timm's loaders, every tensor is
 accounted for, pre_logits is kept, position embeddings resize as vit_jax does, and nothing is fetched."""
 
+import json
 import os
 from pathlib import Path
 
@@ -245,9 +246,12 @@ def test_few_shot_run_from_npz_records_the_representation(tmp_path, vit, cli):
 
 
 @needs_shared_data
-def test_deit_tiny_as_vit_jax_npz_gives_the_same_imagenet_predictions(tmp_path):
+def test_deit_tiny_as_vit_jax_npz_gives_the_same_imagenet_predictions(tmp_path, deit_imagenet_eval):
+    """DeiT-Ti written as a Google .npz and read back predicts, image for image, the top-1 that the
+    eval of its safetensors file stored (the shared fixture's run, same images, same recipe)."""
     from vitbench.datasets import DATASETS
     from vitbench.datasets.transformed import TransformedSplit
+    from vitbench.store.predictions import read_predictions
 
     deit = registry.get_model("deit-ti/16")
     reference = timm.create_model("deit_tiny_patch16_224", num_classes=1000).eval()
@@ -255,12 +259,19 @@ def test_deit_tiny_as_vit_jax_npz_gives_the_same_imagenet_predictions(tmp_path):
     path = save_npz(tmp_path / "DeiT-Ti.npz", google_npz.vit_arrays(reference))
     from_npz = timm.create_model("deit_tiny_patch16_224", num_classes=1000).eval()
     from_npz.load_state_dict(read_npz(path, deit))
+    run = store.read_results(deit_imagenet_eval).iloc[0]
+    stored = read_predictions(deit_imagenet_eval, run["run_key"], json.loads(run["notes"])["predictions"])
+    top1 = dict(zip(stored["id"], stored["top1"], strict=True))
     split = DATASETS["imagenet"].load_split(SHARED_DATA, "val")
     data = TransformedSplit(split, deit.preprocessing.transform())
     loader = torch.utils.data.DataLoader(data, batch_size=100, collate_fn=TransformedSplit.collate)
+    seen = 0
     with torch.inference_mode():
-        for images, *_ in loader:
-            assert torch.equal(reference(images).argmax(1), from_npz(images).argmax(1))
+        for images, _, indices, _ in loader:
+            expected = torch.tensor([top1[str(split.paths[i])] for i in indices.tolist()])
+            assert torch.equal(from_npz(images).argmax(1), expected)
+            seen += len(indices)
+    assert seen == len(top1) == 500
 
 
 @needs_shared_data
