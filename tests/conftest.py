@@ -105,33 +105,30 @@ def one_run(tmp_path_factory) -> Path:
     return results
 
 
-@pytest.fixture(scope="session")
-def deit_cifar10_linear(tmp_path_factory) -> Path:
-    """A results folder holding DeiT-Ti's linear probe of the shared CIFAR-10 subset, and with it
-    the features of every one of its images in the feature cache: extracted once (the costliest
-    step of several tests), copied by the tests that read them, never changed."""
+def _deit_run(tmp_path_factory, name: str, **options) -> Path:
+    """A results folder holding one DeiT-Ti run on shared data, made once per session."""
     if not DEIT_WEIGHTS.exists():
         pytest.skip("../shared/data is not present")
     import vitbench
 
-    results = tmp_path_factory.mktemp("deit-cifar10") / "results"
-    vitbench.run(model="deit-ti/16", weights=str(DEIT_WEIGHTS), datasets="cifar10", data_dir=SHARED_DATA,
-                 protocol="linear", workers=0, results=results)  # fmt: skip
+    results = tmp_path_factory.mktemp(name) / "results"
+    vitbench.run(model="deit-ti/16", weights=str(DEIT_WEIGHTS), data_dir=SHARED_DATA, results=results, **options)
     return results
+
+
+@pytest.fixture(scope="session")
+def deit_cifar10_linear(tmp_path_factory) -> Path:
+    """DeiT-Ti's linear probe of the shared CIFAR-10 subset, and with it the features of every one of
+    its images in the feature cache: extracted once (the costliest step of several tests), copied
+    by the tests that read them, never changed."""
+    return _deit_run(tmp_path_factory, "deit-cifar10", datasets="cifar10", protocol="linear", workers=0)
 
 
 @pytest.fixture(scope="session")
 def deit_imagenet_eval(tmp_path_factory) -> Path:
-    """A results folder holding DeiT-Ti's eval on the shared ImageNet val subset (500 images at
-    224 px), made once and copied by the tests that build on it, never changed."""
-    if not DEIT_WEIGHTS.exists():
-        pytest.skip("../shared/data is not present")
-    import vitbench
-
-    results = tmp_path_factory.mktemp("deit-imagenet") / "results"
-    vitbench.run(model="deit-ti/16", weights=str(DEIT_WEIGHTS), datasets="imagenet", data_dir=SHARED_DATA,
-                 protocol="eval", workers=2, results=results)  # fmt: skip
-    return results
+    """DeiT-Ti's eval on the shared ImageNet val subset (500 images at 224 px), made once and copied
+    by the tests that build on it, never changed."""
+    return _deit_run(tmp_path_factory, "deit-imagenet", datasets="imagenet", protocol="eval", workers=2)
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitbench import store
 from vitbench.devices import PEAK_BF16_FLOPS, peak_flops
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, RunSpec
 from vitbench.protocols.registry import get_protocol
+from vitbench.store.bench import read_bench_quietly
 
 MODES = ("train", "inference")
 
@@ -64,8 +64,8 @@ def parse_assume_mfu(text: str, device_name: str) -> Rate:
 def measured_rate(results: Path, device_name: str) -> Rate | None:
     """The FLOP/s `vitbench bench` stored for this device: vitbench's own loop, on real data where
     it was measured (else on the synthetic batch); per mode, the median over configurations."""
-    rows = store.read_bench(results)
-    if rows.empty:
+    rows = read_bench_quietly(results)
+    if rows is None or rows.empty:
         return None
     rows = rows[(rows["device_name"] == device_name) & (rows["runner"] == "vitbench")]
     rows = rows[pd.to_numeric(rows["flops_per_image"], errors="coerce") > 0]

@@ -9,7 +9,7 @@ import duckdb
 import pandas as pd
 
 from vitbench.store.database import read_table
-from vitbench.store.schema import ENVIRONMENT_COLUMNS, transaction
+from vitbench.store.schema import DB_NAME, ENVIRONMENT_COLUMNS, schema_version, transaction
 
 BENCH_COLUMNS = [
     "bench_id",
@@ -51,3 +51,22 @@ def save_bench(con: duckdb.DuckDBPyConnection, records: list[dict]) -> None:
 
 def read_bench(results: Path) -> pd.DataFrame:
     return read_table(results, 5, "SELECT * FROM bench ORDER BY created_at, model, res, mode", BENCH_COLUMNS)
+
+
+def read_bench_quietly(results: Path) -> pd.DataFrame | None:
+    """The throughput measurements, or None where the store is absent, held by a writer, damaged or
+    older than the bench table: for what is only a help (the dry run's estimate), which must not
+    warn, nor stand between a run and its own one-line error about the store."""
+    path = results / DB_NAME
+    if not path.is_file():
+        return None
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return None
+    try:
+        return con.execute("SELECT * FROM bench").df() if schema_version(con) >= 5 else None
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
