@@ -279,16 +279,14 @@ def _score(
     recorder: Recorder,
     what: str,
 ) -> None:
-    """Score the fine-tuned weights on the run's scored split (dev for a sweep run, test for a
-    final one) and record accuracy, throughput, MFU, cost and curves."""
-    from vitbench.engine import training
-    from vitbench.engine.inference import run_over
+    """Score the weights on the run's scored split (a sweep's dev, a final's test); record the run."""
+    from vitbench.engine import inference, training
 
     world, stage = recorder.world, spec.hparams["stage"]
     train_split, scored_split = (group.splits[n] for n in spec.hparams["splits"])
     eval_clock = Clock(device)
     with eval_clock:
-        logits = run_over(
+        logits = inference.run_over(
             training.logits_fn(device, settings.precision), outcome.model, scored_split,
             group.preprocessing.at(settings.res),
             device, req.extraction_batch, req.workers, f"{what} · {scored_split.name}", req.skip_corrupt,
