@@ -41,6 +41,9 @@ class ModelSpec:
         return self.backend.family if self.backend else "reference"
 
 
+_FLOPS: dict[tuple[type, str, int], int] = {}  # (backend class, architecture, image size) -> forward FLOPs per image
+
+
 class Backend:
     """A timm model family. Subclasses override what differs between families."""
 
@@ -113,7 +116,15 @@ class Backend:
         return timm_model.forward_head(timm_model.forward_features(images), pre_logits=True)
 
     def flops_per_image(self, spec: ModelSpec, img_size: int) -> int:
-        """Forward FLOPs for one image (2 per multiply-add), counted on the meta device."""
+        """Forward FLOPs for one image (2 per multiply-add), counted on the meta device once per
+        process and (backend class, architecture, size): a FlopCounterMode pass of ViT-H takes a
+        while, and the recorder and the dry run's estimate both ask."""
+        key = (type(self), spec.arch, img_size)
+        if key not in _FLOPS:
+            _FLOPS[key] = self._count_flops(spec, img_size)
+        return _FLOPS[key]
+
+    def _count_flops(self, spec: ModelSpec, img_size: int) -> int:
         import torch
         from torch.utils.flop_counter import FlopCounterMode
 

@@ -156,8 +156,9 @@ def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | No
     from vitbench import api
     from vitbench.engine.distributed import world
 
-    if rate is None and not dry_run and world().is_main:  # read before the run holds the store
-        rate = estimate.measured_rate(req.results, device_name(resolve_device(req.device)))
+    here = device_name(resolve_device(req.device))
+    if rate is None and world().is_main:  # what `vitbench bench` measured here, read before the run holds the store
+        rate = estimate.measured_rate(req.results, here)
     progress = _Progress(None if dry_run else rate)
     try:
         summary = api.run(req, rerun=rerun, dry_run=dry_run, on_plan=progress.planned, on_result=progress)
@@ -170,16 +171,13 @@ def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | No
         )
         raise typer.Exit(130) from None
     if dry_run:
-        _print_plan(summary, req, rate)
+        _print_plan(summary, req.results, here, rate)
     elif world().is_main:
         print_summary_table(req.results)
 
 
-def _print_plan(summary: api.Summary, req: Request, rate: estimate.Rate | None) -> None:
-    """Each planned run with its state and estimated device time (at `rate`, else at the rate
-    `vitbench bench` stored for this device), then the total still to run."""
-    here = device_name(resolve_device(req.device))
-    rate = rate or estimate.measured_rate(req.results, here)
+def _print_plan(summary: api.Summary, results: Path, here: str, rate: estimate.Rate | None) -> None:
+    """Each planned run with its state and estimated device time at `rate`, then the total still to run."""
     found = estimate.estimate(summary.groups, rate) if rate else None
     for s in summary.specs:
         detail = get_protocol(s.protocol).dry_run_detail(s)
@@ -191,7 +189,7 @@ def _print_plan(summary: api.Summary, req: Request, rate: estimate.Rate | None) 
     if found is None:
         out.print(
             f"{len(todo)} run(s) to do; no device-time estimate: no `vitbench bench` measurement of {here} in "
-            f"{req.results}; run `vitbench bench` here, or give --assume-mfu 0.4@H100",
+            f"{results}; run `vitbench bench` here, or give --assume-mfu 0.4@H100",
             markup=False,
             soft_wrap=True,
         )

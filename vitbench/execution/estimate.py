@@ -13,12 +13,11 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench.devices import PEAK_BF16_FLOPS, peak_flops
+from vitbench.engine.bench_types import MODES
 from vitbench.errors import UserError
-from vitbench.protocols.base import Group, RunSpec
+from vitbench.protocols.base import Group
 from vitbench.protocols.registry import get_protocol
 from vitbench.store.bench import read_bench_quietly
-
-MODES = ("train", "inference")
 
 
 @dataclass(frozen=True)
@@ -87,14 +86,11 @@ def estimate(groups: list[Group], rate: Rate) -> Estimate:
     """Every planned run's device-seconds: its protocol's planned images × the model's counted
     FLOPs per image (3 forward passes for a training image) ÷ the rate for that mode."""
     seconds: dict[str, float] = {}
-    flops: dict[tuple[str, int], int] = {}
     for group in groups:
         assert group.model.backend is not None
-        key = (group.model.name, group.res)
-        if key not in flops:
-            flops[key] = group.model.backend.flops_per_image(group.model, group.res)
+        per_image = group.model.backend.flops_per_image(group.model, group.res)
         for spec, work in get_protocol(group.protocol).planned_work(group).items():
-            seconds[spec] = _seconds(work, flops[key], rate, group.model.name, group.res)
+            seconds[spec] = _seconds(work, per_image, rate, group.model.name, group.res)
     return Estimate(seconds, rate.basis)
 
 
@@ -119,6 +115,3 @@ def duration(seconds: float) -> str:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} days"
 
-
-def specs_total(specs: list[RunSpec], done: set[str], found: Estimate) -> float:
-    return found.total(s.run_key for s in specs if s.run_key not in done)

@@ -29,16 +29,11 @@ class Recorder:
         self.env, self.device_name = environment(), device_name(device)
         self.peak = peak_flops(self.device_name) if device.type == "cuda" else None
         self.count = 0
-        self._flops: dict[tuple[str, int], int] = {}
 
     def flops_per_image(self, group: Group) -> int:
-        """Forward FLOPs per image, counted once per (model, resolution): a FlopCounterMode pass of
-        ViT-H takes a while, and a group records up to 12 runs."""
-        key = (group.model.name, group.res)
-        if key not in self._flops:
-            assert group.model.backend is not None
-            self._flops[key] = group.model.backend.flops_per_image(group.model, group.res)
-        return self._flops[key]
+        """Forward FLOPs per image (the backend counts them once per architecture and size)."""
+        assert group.model.backend is not None
+        return group.model.backend.flops_per_image(group.model, group.res)
 
     def metric_values(self, run_keys: list[str], name: str) -> dict[str, float]:
         """{run_key: value} of one stored metric; a cluster worker has no database, only the shards."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from vitbench.datasets.vtab import GROUPS, TASKS
+from vitbench.datasets.vtab import group_means
 from vitbench.protocols.registry import protocols
 from vitbench.provenance import canonical_json
 from vitbench.store.query import field_values, json_field
@@ -246,24 +246,14 @@ def vtab_rollups(acc: pd.DataFrame) -> pd.DataFrame:
     grid = values.pivot(index=keys, columns="task", values="value")  # (column, seed) x task, NaN where absent
     firsts = tasks.drop_duplicates(keys).set_index(keys)
     subset = tasks.groupby(keys, sort=False)["data_subset"].any()
-    means: dict[str, pd.Series] = {}
-    for name in (*GROUPS, "vtab"):
-        names = [t.key for t in TASKS if name == "vtab" or t.group == name]
-        if not set(names) <= set(grid.columns):
-            continue
-        block = np.ascontiguousarray(grid[names].to_numpy(dtype=float))
-        complete = ~np.isnan(block).any(axis=1)
-        means[name] = pd.Series(np.mean(block[complete], axis=1), index=grid.index[complete])
     records = []
-    for key in firsts.index:  # (column, seed) in order of first appearance, then Natural … VTAB
-        first = None
-        for name, found in means.items():
-            if key not in found.index:
-                continue
-            if first is None:
-                first = {**firsts.loc[key].to_dict(), "column": key[0], "seed": key[1]}
+    for key in firsts.index:  # (column, seed) in order of first appearance
+        row = grid.loc[key]
+        means = group_means({str(task): float(v) for task, v in row.items() if not pd.isna(v)})
+        first = {**firsts.loc[key].to_dict(), "column": key[0], "seed": key[1]}
+        for name, value in means.items():
             dataset = name if name == "vtab" else f"vtab_{name}"
-            records.append({**first, "dataset": dataset, "value": float(found[key]), "data_subset": bool(subset[key])})
+            records.append({**first, "dataset": dataset, "value": value, "data_subset": bool(subset[key])})
     return pd.DataFrame(records, columns=acc.columns) if records else acc.iloc[0:0]
 
 
@@ -301,17 +291,24 @@ def _cell(fractions: pd.Series, subset: bool, effective: int | None, column_meta
 
 
 def _effective_shots(part: pd.DataFrame) -> int | None:
-    """The fewest shots any run of a few-shot cell had in a class, where fewer than its label says."""
-    if "shots" not in part or part["shots"].isna().all():
+    if "shots" not in part:
         return None
     if "effective_shots" in part:  # read once for every run by measured_columns
-        counts = [int(e) for e in part["effective_shots"].dropna()]
+        counts = part["effective_shots"].to_numpy(dtype=float)
     elif "notes" in part:
-        found = [json_field(n).get("effective_shots") for n in part["notes"]]
-        counts = [int(e) for e in found if e is not None]
+        counts = effective_shots(part["notes"]).to_numpy(dtype=float)
     else:
         return None
-    return min(counts) if counts and min(counts) < int(part["shots"].max()) else None
+    return fewest_shots(counts, pd.to_numeric(part["shots"], errors="coerce").to_numpy(dtype=float))
+
+
+def fewest_shots(effective: np.ndarray, shots: np.ndarray) -> int | None:
+    """The fewest shots any run of a few-shot cell had in a class, where fewer than its label says
+    (NaN: a run with no shots, or no such note)."""
+    if np.isnan(shots).all() or np.isnan(effective).all():
+        return None
+    least = int(np.nanmin(effective))
+    return least if least < int(np.nanmax(shots)) else None
 
 
 def effective_shots(notes: pd.Series) -> pd.Series:
@@ -340,20 +337,15 @@ def measured_cells(
     for col in dict.fromkeys(m.runs["column"]):
         data.add_column(str(col))
     shown = acc[acc["dataset"].isin(list(row_of))]
-    if "effective_shots" not in shown:  # a frame measured_columns did not make: a cell at a time
-        for (dataset, col), part in shown.groupby(["dataset", "column"], sort=False):
-            data.cells[(row_of[str(dataset)], str(col))] = seed_cell(part, meta[str(col)], include_marked)
-        return meta
     # a cell at a time over plain arrays: slicing the whole frame per cell cost most of a 20,000-run table
     value = shown["value"].to_numpy(dtype=float)
     subset = shown["data_subset"].to_numpy(dtype=bool)
     shots = pd.to_numeric(shown["shots"], errors="coerce").to_numpy(dtype=float)
-    effective = shown["effective_shots"].to_numpy(dtype=float)
+    effective = (
+        shown["effective_shots"] if "effective_shots" in shown else effective_shots(shown["notes"])
+    ).to_numpy(dtype=float)
     for (dataset, col), rows in shown.groupby(["dataset", "column"], sort=False).indices.items():
-        fewest = None
-        if not np.isnan(shots[rows]).all() and not np.isnan(effective[rows]).all():
-            least = int(np.nanmin(effective[rows]))
-            fewest = least if least < int(np.nanmax(shots[rows])) else None
+        fewest = fewest_shots(effective[rows], shots[rows])
         cell = _cell(pd.Series(value[rows]), bool(subset[rows].any()), fewest, meta[str(col)], include_marked)
         data.cells[(row_of[str(dataset)], str(col))] = cell
     return meta
