@@ -88,14 +88,17 @@ def folder_loader(task: VtabTask):
     return load
 
 
+def group_tasks() -> dict[str, list[str]]:
+    """Each roll-up and its tasks: natural, specialized, structured, then "vtab" (all 19)."""
+    found = {group: [t.key for t in TASKS if t.group == group] for group in GROUPS}
+    return {**found, "vtab": [t.key for t in TASKS]}
+
+
 def group_means(task_accuracy: dict[str, float]) -> dict[str, float]:
     """Natural / specialized / structured means and the VTAB mean over the 19 tasks, unweighted as
     in the paper; a group (and the overall mean) only when all of its tasks are present."""
-    means: dict[str, float] = {}
-    for group in GROUPS:
-        keys = [t.key for t in TASKS if t.group == group]
-        if all(k in task_accuracy for k in keys):
-            means[group] = float(np.mean([task_accuracy[k] for k in keys]))
-    if all(t.key in task_accuracy for t in TASKS):
-        means["vtab"] = float(np.mean([task_accuracy[t.key] for t in TASKS]))
-    return means
+    return {
+        name: float(np.mean([task_accuracy[k] for k in keys]))
+        for name, keys in group_tasks().items()
+        if all(k in task_accuracy for k in keys)
+    }

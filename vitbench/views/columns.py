@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from vitbench.datasets.vtab import group_means
+from vitbench.datasets.vtab import group_means, group_tasks
 from vitbench.protocols.registry import protocols
 from vitbench.provenance import canonical_json
 from vitbench.store.query import field_values, json_field
@@ -246,8 +246,14 @@ def vtab_rollups(acc: pd.DataFrame) -> pd.DataFrame:
     grid = values.pivot(index=keys, columns="task", values="value")  # (column, seed) x task, NaN where absent
     firsts = tasks.drop_duplicates(keys).set_index(keys)
     subset = tasks.groupby(keys, sort=False)["data_subset"].any()
+    # only the (column, seed) that complete a group at all are rolled up (a checkpoint sweep holds
+    # thousands that complete none); each with group_means, the one rule
+    complete = pd.Series(False, index=grid.index)
+    for keys_of_group in group_tasks().values():
+        if set(keys_of_group) <= set(grid.columns):
+            complete |= grid[keys_of_group].notna().all(axis=1)
     records = []
-    for key in firsts.index:  # (column, seed) in order of first appearance
+    for key in firsts.index[complete.reindex(firsts.index).to_numpy()]:  # in order of first appearance
         row = grid.loc[key]
         means = group_means({str(task): float(v) for task, v in row.items() if not pd.isna(v)})
         first = {**firsts.loc[key].to_dict(), "column": key[0], "seed": key[1]}
