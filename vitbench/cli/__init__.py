@@ -14,6 +14,18 @@ from vitbench.logs import configure_logging
 
 __all__ = ["app", "err", "main", "out"]
 
+# `vitbench --help` lists the commands in the order a person reaches for them (typer keeps the order
+# of registration, which is the order of the imports above)
+ORDER = ("run", "table", "report", "compare", "plot", "export", "ingest", "bench", "inspect", "ls", "doctor")
+
+
+def _place(command) -> int:
+    name = command.name or command.callback.__name__  # `@app.command()` names it after its function
+    return ORDER.index(name) if name in ORDER else len(ORDER)
+
+
+app.registered_commands.sort(key=_place)
+
 
 def main() -> None:
     configure_logging()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
 
 from vitbench.version import __version__
 
@@ -18,6 +18,19 @@ app = typer.Typer(
 )
 out = Console()
 err = Console(stderr=True)
+# wide enough for any table vitbench draws; a pipe or a file gets the table's own width, not 80 columns
+UNWRAPPED = 10_000
+
+
+def print_table(renderable: RenderableType) -> None:
+    """A rich table on stdout: fitted to the terminal where there is one; piped or redirected (not a
+    terminal), at its full natural width, so no cell is cut to `rand…` by a default of 80 columns."""
+    if out.is_terminal:
+        out.print(renderable)
+        return
+    natural = out.measure(renderable, options=out.options.update_width(UNWRAPPED)).maximum
+    # a console of that width: Console.print(width=) is capped at the console's own width
+    Console(file=out.file, width=max(natural, 1)).print(renderable)
 
 
 def _version(value: bool) -> None:

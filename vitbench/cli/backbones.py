@@ -10,8 +10,8 @@ import typer
 from rich.table import Table
 
 from vitbench import registry, store
-from vitbench.cli.app import app, err, out
-from vitbench.cli.options import DataDir, Device, Results, check_data_dir
+from vitbench.cli.app import app, err, out, print_table
+from vitbench.cli.options import DataDir, Device, Results, argument, check_data_dir, option
 from vitbench.devices import device_name, resolve_device
 from vitbench.views import attention, render
 
@@ -20,21 +20,15 @@ from vitbench.views import attention, render
 
 @app.command("inspect")
 def inspect_cmd(
-    model: Annotated[str, typer.Option("--model", "-m", help="A ViT or hybrid (`vitbench ls models`).")],
-    weights: Annotated[
-        str, typer.Option("--weights", "-w", help="A .npz/.safetensors/.pth file, timm:<tag>, or 'random'.")
-    ],
-    images: Annotated[Path | None, typer.Option("--images", help="A folder of images.")] = None,
-    dataset: Annotated[str | None, typer.Option("--dataset", "-d", help="Or: a dataset's test images.")] = None,
+    model: Annotated[str, option("--model", "-m", help="A ViT or hybrid (`vitbench ls models`).")],
+    weights: Annotated[str, option("--weights", "-w", help="A .npz/.safetensors/.pth file, timm:<tag>, or 'random'.")],
+    images: Annotated[Path | None, option("--images", help="A folder of images.")] = None,
+    dataset: Annotated[str | None, option("--dataset", "-d", help="Or: a dataset's test images.")] = None,
     data_dir: DataDir = None,
-    res: Annotated[
-        int | None, typer.Option("--res", help="Input resolution (position embeddings interpolated).")
-    ] = None,
-    num_images: Annotated[int, typer.Option("--num-images", min=1, help="Images for the attention distances.")] = 32,
-    rollout_images: Annotated[
-        int, typer.Option("--rollout-images", min=0, help="Images to draw rollout maps for.")
-    ] = 8,
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the PNG files.")] = Path("inspect"),
+    res: Annotated[int | None, option("--res", help="Input resolution (position embeddings interpolated).")] = None,
+    num_images: Annotated[int, option("--num-images", min=1, help="Images for the attention distances.")] = 32,
+    rollout_images: Annotated[int, option("--rollout-images", min=0, help="Images to draw rollout maps for.")] = 8,
+    out_dir: Annotated[Path, option("--out", help="Folder for the PNG files.")] = Path("inspect"),
     results: Results = Path("results"),
     device: Device = "auto",
 ) -> None:
@@ -63,7 +57,7 @@ def inspect_cmd(
         store.save_attention_distance(con, rows)
     finally:
         con.close()
-    out.print(render.to_rich(attention.attention_view(store.read_attention_distance(results), only=key)))
+    print_table(render.to_rich(attention.attention_view(store.read_attention_distance(results), only=key)))
     written = ["embedding_filters.png"] if found["filters_written"] else []
     written += [
         "position_similarity.png",
@@ -80,21 +74,21 @@ app.add_typer(weights_app, name="weights")
 
 
 @weights_app.command("inspect")
-def weights_inspect(path: Annotated[Path, typer.Argument(help="A .npz, .safetensors or .pth file.")]) -> None:
+def weights_inspect(path: Annotated[Path, argument(help="A .npz, .safetensors or .pth file.")]) -> None:
     """Format, inferred architecture, parameters, patch/grid/width/depth/heads, head, pre_logits."""
     from vitbench.weights.describe import describe
 
     t = Table("field", "value", show_header=False)
     for key, value in describe(path).items():
         t.add_row(key, str(value))
-    out.print(t)
+    print_table(t)
 
 
 @weights_app.command("convert")
 def weights_convert(
-    path: Annotated[Path, typer.Argument(help="A Google .npz checkpoint.")],
-    output: Annotated[Path, typer.Argument(help="The .safetensors file to write.")],
-    model: Annotated[str | None, typer.Option("--model", "-m", help="Architecture, if it cannot be inferred.")] = None,
+    path: Annotated[Path, argument(help="A Google .npz checkpoint.")],
+    output: Annotated[Path, argument(help="The .safetensors file to write.")],
+    model: Annotated[str | None, option("--model", "-m", help="Architecture, if it cannot be inferred.")] = None,
 ) -> None:
     """Convert a Google .npz once into safetensors (every tensor checked), keeping pre_logits."""
     from vitbench.weights.describe import convert

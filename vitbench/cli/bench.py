@@ -7,11 +7,10 @@ import uuid
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from vitbench import store
 from vitbench.cli import options as o
-from vitbench.cli.app import app, out
+from vitbench.cli.app import app, out, print_table
+from vitbench.cli.options import option
 from vitbench.devices import resolve_device
 from vitbench.engine.bench_timm import check_timm_configs
 from vitbench.engine.bench_types import MODES, Config, Options  # light: the measuring engine loads in the command
@@ -21,39 +20,39 @@ from vitbench.views import bench_table, render
 BENCH_WORKERS = min(8, (os.cpu_count() or 2) // 2)
 BenchConfigs = Annotated[
     list[str] | None,
-    typer.Option(
+    option(
         "--config",
         "-c",
         help="MODEL@RES, repeatable [default on a GPU: vit-b/16@224, vit-b/16@384, vit-l/16@384, "
         "r50+vit-b/16@384, bit-m-r50x1@448; on a CPU: vit-ti/16@64].",
     ),
 ]
-BenchMode = Annotated[str, typer.Option("--mode", help="train, inference or both.")]
+BenchMode = Annotated[str, option("--mode", help="train, inference or both.")]
 BenchBatch = Annotated[
-    int | None, typer.Option("--batch", min=1, help="Images per step [default: 256 on a GPU, 16 on a CPU].")
+    int | None, option("--batch", min=1, help="Images per step [default: 256 on a GPU, 16 on a CPU].")
 ]
 BenchMicroBatch = Annotated[
     int | None,
-    typer.Option("--micro-batch", min=1, help="Training images per pass [default: chosen from free memory]."),
+    option("--micro-batch", min=1, help="Training images per pass [default: chosen from free memory]."),
 ]
-BenchSteps = Annotated[int, typer.Option("--steps", min=1, help="Timed steps (batches) per measurement.")]
-BenchWarmup = Annotated[int, typer.Option("--warmup", min=0, help="Untimed steps first (compilation, autotuning).")]
+BenchSteps = Annotated[int, option("--steps", min=1, help="Timed steps (batches) per measurement.")]
+BenchWarmup = Annotated[int, option("--warmup", min=0, help="Untimed steps first (compilation, autotuning).")]
 BenchRounds = Annotated[
-    int, typer.Option("--rounds", min=1, help="Alternate vitbench and the bare loop this often; keep the median.")
+    int, option("--rounds", min=1, help="Alternate vitbench and the bare loop this often; keep the median.")
 ]
-BenchPrecision = Annotated[str, typer.Option("--precision", help="auto (bf16 on CUDA, fp32 on CPU), bf16 or fp32.")]
-BenchCompile = Annotated[bool, typer.Option("--compile", help="torch.compile the model (every runner).")]
+BenchPrecision = Annotated[str, option("--precision", help="auto (bf16 on CUDA, fp32 on CPU), bf16 or fp32.")]
+BenchCompile = Annotated[bool, option("--compile", help="torch.compile the model (every runner).")]
 BenchDataset = Annotated[
     str,
-    typer.Option("--dataset", "-d", help="Real data for the input-pipeline rows (default: the embedded digits)."),
+    option("--dataset", "-d", help="Real data for the input-pipeline rows (default: the embedded digits)."),
 ]
 BenchInputPipeline = Annotated[
-    str, typer.Option("--input-pipeline", help="auto (the device on a GPU, else workers), workers or device.")
+    str, option("--input-pipeline", help="auto (the device on a GPU, else workers), workers or device.")
 ]
-BenchWorkers = Annotated[int, typer.Option("--workers", min=0, help="DataLoader worker processes.")]
+BenchWorkers = Annotated[int, option("--workers", min=0, help="DataLoader worker processes.")]
 TimmBenchmark = Annotated[
     Path | None,
-    typer.Option(
+    option(
         "--timm-benchmark",
         envvar="VITBENCH_TIMM_BENCHMARK",
         help="timm's benchmark.py (from a pytorch-image-models checkout), run at the same settings.",
@@ -103,7 +102,7 @@ def bench_cmd(
         finally:
             con.close()
     frame = store.read_bench(results)
-    out.print(render.to_rich(bench_table.bench_view(frame[frame["bench_id"] == bench_id])))
+    print_table(render.to_rich(bench_table.bench_view(frame[frame["bench_id"] == bench_id])))
     out.print(f"stored in {results / store.DB_NAME} (bench {bench_id}); all measurements: vitbench table --bench")
 
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from vitbench import store
 from vitbench.cli.app import app
-from vitbench.cli.options import Results, Where
+from vitbench.cli.options import Results, Where, argument, option
 from vitbench.cli.output import show
 from vitbench.store import query
 from vitbench.views.significance import compare_view
@@ -17,9 +15,9 @@ from vitbench.views.significance import compare_view
 
 @app.command("compare")
 def compare_cmd(
-    a: Annotated[str, typer.Argument(help="Runs A: --where clauses, comma-separated (e.g. 'shots=10').")],
-    b: Annotated[str, typer.Argument(help="Runs B, the same way (e.g. 'shots=25').")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="rich, md, latex, csv or html.")] = "rich",
+    a: Annotated[str, argument(help="Runs A: --where clauses, comma-separated (e.g. 'shots=10').")],
+    b: Annotated[str, argument(help="Runs B, the same way (e.g. 'shots=25').")],
+    fmt: Annotated[str, option("--format", "-f", help="rich, md, latex, csv or html.")] = "rich",
     where: Where = None,
     results: Results = Path("results"),
 ) -> None:

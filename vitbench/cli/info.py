@@ -7,12 +7,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Annotated
 
-import typer
 from rich.table import Column, Table
 
 from vitbench import paper, registry
-from vitbench.cli.app import app, out
-from vitbench.cli.options import DataDir, check_data_dir
+from vitbench.cli.app import app, out, print_table
+from vitbench.cli.options import DataDir, argument, check_data_dir, option
 from vitbench.datasets import dataset_status
 from vitbench.datasets.vtab import ROOT_FOLDER as VTAB_ROOT
 from vitbench.devices import cpu_name
@@ -26,7 +25,7 @@ from vitbench.version import __version__
 
 @app.command("ls")
 def ls(
-    what: Annotated[str, typer.Argument(help="models, datasets, suites, protocols or plugins.")],
+    what: Annotated[str, argument(help="models, datasets, suites, protocols or plugins.")],
 ) -> None:
     """List what vitbench knows about."""
     if what == "plugins":  # from package metadata only: nothing is imported
@@ -77,14 +76,14 @@ def ls(
             t.add_row(s.name, ", ".join(s.datasets), s.protocol, s.description)
     else:
         raise UserError(f"vitbench ls {what}: expected models, datasets, suites, protocols or plugins")
-    out.print(t)
+    print_table(t)
 
 
 @app.command()
 def doctor(
     data_dir: DataDir = None,
     ask_torch: Annotated[
-        bool, typer.Option("--torch", help="Also ask torch which CUDA devices it can use (loads torch: seconds).")
+        bool, option("--torch", help="Also ask torch which CUDA devices it can use (loads torch: seconds).")
     ] = False,
 ) -> None:
     """Versions, accelerators, and which datasets are found under --data-dir."""
@@ -109,7 +108,7 @@ def doctor(
         t.add_row(d.name, status, ", ".join(c.describe() for c in counts))
     if absent_vtab:
         t.add_row(f"vtab/* ({len(absent_vtab)} tasks)", f"absent (expected under {VTAB_ROOT}/<task>/)", "")
-    out.print(t)
+    print_table(t)
 
 
 def _version(package: str) -> str:

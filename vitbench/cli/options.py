@@ -5,15 +5,28 @@ devices.PRECISIONS, views.render.FORMATS, …) with vitbench's one-line errors."
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from vitbench.devices import PIPELINES, PRECISIONS
 from vitbench.errors import UserError
 from vitbench.protocols.base import DEFAULT_L2
 
 __all__ = ["DEFAULT_L2", "PIPELINES", "PRECISIONS"]
+
+
+def option(*names: str, help: str, panel: str | None = None, **settings: Any) -> Any:
+    """typer.Option with its help shown as written: rich markup would take `[default: 0,1,2]` or
+    `[suites.NAME]` for a style tag and print nothing in its place. `panel`: the group of options
+    `--help` shows it in."""
+    return typer.Option(*names, help=escape(help), rich_help_panel=panel, **settings)
+
+
+def argument(*, help: str, **settings: Any) -> Any:
+    """typer.Argument with its help shown as written (see `option`)."""
+    return typer.Argument(help=escape(help), **settings)
 
 
 def check_choice(option: str, value: str, choices, joiner: str = "") -> str:
@@ -52,7 +65,7 @@ def check_data_dir(data_dir: Path | None) -> Path | None:
 
 DataDir = Annotated[
     Path | None,
-    typer.Option("--data-dir", envvar="VITBENCH_DATA", help="Root holding datasets in torchvision's layout."),
+    option("--data-dir", envvar="VITBENCH_DATA", help="Root holding datasets in torchvision's layout."),
 ]
 
 
@@ -67,17 +80,17 @@ def results_folder(text: str | Path) -> Path:
 
 Results = Annotated[
     Path,
-    typer.Option(
+    option(
         "--results",
         envvar="VITBENCH_RESULTS",
         parser=results_folder,
         help="Results folder: vitbench.duckdb, runs/, cache/.",
     ),
 ]
-Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
+Device = Annotated[str, option("--device", help="auto, cpu, cuda or cuda:N.")]
 Where = Annotated[
     list[str] | None,
-    typer.Option(
+    option(
         "--where",
         help="Keep runs matching FIELD OP VALUE (OP: = != > < >= <= ~), repeatable: model=vit-b/16, "
         "weights=deit*, data_source~cifar, 'date>=2026-11-01', hparams.res=384.",
@@ -85,7 +98,7 @@ Where = Annotated[
 ]
 ViewProtocol = Annotated[
     str | None,
-    typer.Option(
+    option(
         "--protocol",
         help="finetune, eval, fewshot, knn or linear (default: fine-tuned results, else few-shot).",
     ),

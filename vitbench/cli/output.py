@@ -8,7 +8,7 @@ from pathlib import Path
 
 from vitbench import store
 from vitbench.atomic import write_atomic
-from vitbench.cli.app import err, out
+from vitbench.cli.app import err, print_table
 from vitbench.cli.options import check_choice
 from vitbench.errors import UserError
 from vitbench.views import pretraining, render, table
@@ -21,13 +21,13 @@ def print_summary_table(results: Path) -> None:
     df = store.read_results(results)
     if (df["protocol"] == pretraining.PROTOCOL).any():
         linked = pretraining.link(df)
-        out.print(render.to_rich(pretraining.pretrain_view(df)))
+        print_table(render.to_rich(pretraining.pretrain_view(df)))
         df = df[~df["run_key"].isin(set(linked.runs["run_key"]) | set(linked.transfer["run_key"]))]
         if df.empty:
             return
     data = table.accuracy_view(df, compact=True)
     if data.rows:
-        out.print(render.to_rich(data))
+        print_table(render.to_rich(data))
 
 
 def emit(text: str, out_file: Path | None) -> None:
@@ -49,6 +49,6 @@ def show(data: TableData, fmt: str, results: Path, out_file: Path | None = None)
     if fmt == "rich":
         if out_file is not None:
             raise UserError("--out needs a file format: --format md, latex, csv or html")
-        out.print(render.to_rich(data))
+        print_table(render.to_rich(data))
     else:
         emit(render.render_text(data, fmt), out_file)

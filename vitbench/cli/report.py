@@ -5,10 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from vitbench.cli.app import app, out
-from vitbench.cli.options import Results, ViewProtocol, Where, check_choice
+from vitbench.cli.options import Results, ViewProtocol, Where, check_choice, option
 from vitbench.cli.output import emit
 from vitbench.protocols.registry import protocols
 from vitbench.views.report import report_html
@@ -16,9 +14,9 @@ from vitbench.views.report import report_html
 
 @app.command("report")
 def report_cmd(
-    out_file: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")] = Path("report.html"),
+    out_file: Annotated[Path, option("--out", "-o", help="The HTML file to write.")] = Path("report.html"),
     compare: Annotated[
-        list[str] | None, typer.Option("--compare", help="Paper column(s) beside the measured ones, e.g. bit-l.")
+        list[str] | None, option("--compare", help="Paper column(s) beside the measured ones, e.g. bit-l.")
     ] = None,
     protocol: ViewProtocol = None,
     where: Where = None,

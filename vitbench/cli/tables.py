@@ -6,11 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from vitbench import store
 from vitbench.cli.app import app, err, out
-from vitbench.cli.options import Results, ViewProtocol, Where, check_choice
+from vitbench.cli.options import Results, ViewProtocol, Where, argument, check_choice, option
 from vitbench.cli.output import show
 from vitbench.errors import UserError
 from vitbench.protocols.registry import protocols, shots_protocol
@@ -34,32 +32,30 @@ def _view_protocol(protocol: str | None, shots: int | None) -> str | None:
 @app.command("table")
 def table_cmd(
     names: Annotated[
-        list[str] | None, typer.Argument(help="More paper columns after --compare (`--compare bit-l vit-l/16-i21k`).")
+        list[str] | None, argument(help="More paper columns after --compare (`--compare bit-l vit-l/16-i21k`).")
     ] = None,
     compare: Annotated[
-        list[str] | None, typer.Option("--compare", help="Paper column(s) to add, e.g. bit-l (`vitbench ls models`).")
+        list[str] | None, option("--compare", help="Paper column(s) to add, e.g. bit-l (`vitbench ls models`).")
     ] = None,
-    which: Annotated[str, typer.Option("--table", help="2 (default), 5, 6 or 9: the paper table's layout.")] = "2",
+    which: Annotated[str, option("--table", help="2 (default), 5, 6 or 9: the paper table's layout.")] = "2",
     protocol: ViewProtocol = None,
-    shots: Annotated[int | None, typer.Option("--shots", help="Only this few-shot count.")] = None,
+    shots: Annotated[int | None, option("--shots", help="Only this few-shot count.")] = None,
     group_by: Annotated[
         list[str] | None,
-        typer.Option(
-            "--group-by", help="Columns by these stored fields instead of (model, weights), e.g. data_source."
-        ),
+        option("--group-by", help="Columns by these stored fields instead of (model, weights), e.g. data_source."),
     ] = None,
     where: Where = None,
     include_marked: Annotated[
-        bool, typer.Option("--include-marked", help="Give random-init, subset and smoke cells a Δ and a bold too.")
+        bool, option("--include-marked", help="Give random-init, subset and smoke cells a Δ and a bold too.")
     ] = False,
     delta_to: Annotated[
-        str | None, typer.Option("--delta-to", help="The --compare column Δ is taken against (default: the first).")
+        str | None, option("--delta-to", help="The --compare column Δ is taken against (default: the first).")
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="rich, md, latex, csv or html.")] = "rich",
-    out_file: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file instead of stdout.")] = None,
+    fmt: Annotated[str, option("--format", "-f", help="rich, md, latex, csv or html.")] = "rich",
+    out_file: Annotated[Path | None, option("--out", "-o", help="Write to this file instead of stdout.")] = None,
     view: Annotated[
         str,
-        typer.Option(
+        option(
             "--view",
             help="accuracy; robustness (ImageNet val, V2, R, A, Sketch, ObjectNet: --protocol eval runs); "
             "calibration (ECE and NLL of eval runs); attention (mean attention distance per layer); or pretrain "
@@ -67,11 +63,11 @@ def table_cmd(
         ),
     ] = "accuracy",
     bench: Annotated[
-        bool, typer.Option("--bench", help="The throughput measurements of `vitbench bench` instead of accuracy.")
+        bool, option("--bench", help="The throughput measurements of `vitbench bench` instead of accuracy.")
     ] = False,
-    ci: Annotated[bool, typer.Option("--ci", help="95 % intervals; * on Holm-significant differences.")] = False,
+    ci: Annotated[bool, option("--ci", help="95 % intervals; * on Holm-significant differences.")] = False,
     per_class_of: Annotated[
-        str | None, typer.Option("--per-class", help="Per-class accuracy on this dataset (kept predictions).")
+        str | None, option("--per-class", help="Per-class accuracy on this dataset (kept predictions).")
     ] = None,
     results: Results = Path("results"),
 ) -> None:
@@ -135,7 +131,7 @@ def _paper_layout(df, which: str, o: dict, include_marked: bool, ci: Path | None
 def ingest_cmd(
     rebuild: Annotated[
         bool,
-        typer.Option(
+        option(
             "--rebuild",
             help="Set the database aside (renamed, not changed) and build a new one from the run shards: "
             "for a damaged file.",
@@ -158,13 +154,13 @@ def ingest_cmd(
 
 @app.command("export")
 def export_cmd(
-    fmt: Annotated[str, typer.Option("--format", "-f", help="parquet, csv or json.")] = "parquet",
+    fmt: Annotated[str, option("--format", "-f", help="parquet, csv or json.")] = "parquet",
     out_file: Annotated[
-        Path | None, typer.Option("--out", "-o", help="The file to write (default vitbench-runs.<format>).")
+        Path | None, option("--out", "-o", help="The file to write (default vitbench-runs.<format>).")
     ] = None,
     predictions: Annotated[
         bool,
-        typer.Option("--predictions", help="The runs' per-image predictions (id, label, top-5, correct) instead."),
+        option("--predictions", help="The runs' per-image predictions (id, label, top-5, correct) instead."),
     ] = False,
     where: Where = None,
     results: Results = Path("results"),
@@ -187,17 +183,17 @@ BY_NAME = ("confusion", "checkpoints", "datasize", "compute")  # figures drawn o
 def plot_cmd(
     figures: Annotated[
         list[str] | None,
-        typer.Argument(
+        argument(
             help="vtab, cost, fewshot, curves (default: all four); confusion (--run KEY); checkpoints; "
             "datasize (Fig 4) and compute (Fig 5) of pre-training runs."
         ),
     ] = None,
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the figures.")] = Path("plots"),
-    formats: Annotated[str, typer.Option("--formats", help="Comma-separated: png, svg.")] = "png,svg",
-    cost: Annotated[str, typer.Option("--cost", help="The cost axis of `cost`: flops or days.")] = "flops",
+    out_dir: Annotated[Path, option("--out", "-o", help="Folder for the figures.")] = Path("plots"),
+    formats: Annotated[str, option("--formats", help="Comma-separated: png, svg.")] = "png,svg",
+    cost: Annotated[str, option("--cost", help="The cost axis of `cost`: flops or days.")] = "flops",
     run: Annotated[
         str | None,
-        typer.Option("--run", help="`curves`: a fine-tuning run's run_key (or its start); `confusion`: any run's."),
+        option("--run", help="`curves`: a fine-tuning run's run_key (or its start); `confusion`: any run's."),
     ] = None,
     protocol: ViewProtocol = None,
     where: Where = None,

@@ -210,15 +210,14 @@ def to_html(t: TableData) -> str:
 
 
 def to_rich(t: TableData):
+    """The table, then its footnotes as lines of their own: a caption would wrap them to the table's
+    width (a provenance line cut into five); these wrap at the terminal's, or not at all in a pipe."""
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text  # Text, not markup: labels hold "[sha]" brackets
 
     best = t.best()
-    table = Table(
-        title=Text(t.title) if t.title else None,
-        caption=Text("\n".join(t.footnotes)) if t.footnotes else None,
-        caption_justify="left",
-    )
+    table = Table(title=Text(t.title) if t.title else None)
     table.add_column("")
     for c in t.columns:
         table.add_column(Text(c), justify="right", style="cyan" if c in t.paper_columns else None)
@@ -235,7 +234,7 @@ def to_rich(t: TableData):
                 text.append(f" {_delta_text(cell.delta)}", style="green" if cell.delta >= 0 else "red")
             shown.append(text)
         table.add_row(Text(r), *shown)
-    return table
+    return Group(table, Text("\n".join(t.footnotes))) if t.footnotes else table
 
 
 def render_text(t: TableData, fmt: str) -> str:
