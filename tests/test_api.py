@@ -34,3 +34,17 @@ def test_plan_runs_nothing(tmp_path):
 def test_an_unknown_option_is_a_one_line_error():
     with pytest.raises(UserError, match="vitbench.run: unknown option 'shot'; expected one of"):
         vitbench.run(model="vit-ti/16", weights="random", shot=5)
+
+
+def test_the_api_is_discoverable_without_loading_it():
+    """`dir(vitbench)` was `['os', 'version']`: tab completion found no `run`. It lists the API, and
+    listing it loads neither the API nor torch."""
+    import subprocess
+    import sys
+
+    probe = "import sys, vitbench; print(dir(vitbench)); print('vitbench.api' in sys.modules, 'torch' in sys.modules)"
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    listed, loaded = shown.splitlines()
+    assert listed == "['Summary', '__version__', 'plan', 'results', 'run']"
+    assert loaded == "False False"
+    assert "keyword arguments" in vitbench.__doc__ and callable(vitbench.run) and vitbench.Summary.__doc__

@@ -95,7 +95,7 @@ def test_a_protocol_and_a_dataset_from_another_package_run_end_to_end(site, tmp_
     run = ("run", "--model", "vit-ti/16", "--weights", "random", "--res", "32", "--workers", "0", "--results", results)
     code, _, err = vitbench(site, *run, "--protocol", "ncm", "--dataset", "low-digits")
     assert code == 0, err
-    assert "[1/1] vit-ti/16 low-digits ncm: accuracy" in err
+    assert "[1/1] vit-ti/16 (random init) low-digits ncm: accuracy" in err
 
     import duckdb
 

@@ -124,10 +124,12 @@ def test_table2_golden(stored, fmt, suffix):
 
 def test_table2_cells_deltas_markers_and_empty_cells(stored):
     data = table.accuracy_view(store.read_results(stored), compare=["bit-l", "vit-l/16-i21k"])
-    # one model and weights behind every measured column: said once, in the title; labels say the setting
-    assert data.title.endswith(" · vit-b/16 (ViT-B_16 [ab12cd34])")
-    ft, ev, smoke = "finetune", "eval", "finetune§"
-    assert data.columns[:3] == [ft, smoke, ev]
+    # every transfer protocol is shown (few-shot beside fine-tuned), in a stable order: model, weights
+    # (random init last), protocol in the registry's order, then the setting
+    ev, ft, smoke, few = "vit-b/16 · eval", "vit-b/16 · finetune", "vit-b/16 · finetune§", "vit-ti/16 · 10-shot†"
+    assert data.columns[:4] == [ev, ft, smoke, few]
+    assert data.title == "Table 2 layout: top-1 accuracy (%)"  # two models: each column names its own
+    assert ("CIFAR-10", few) in data.cells and data.cells[("CIFAR-10", few)].delta is None
     c10 = data.cells[("CIFAR-10", ft)]
     assert (round(c10.mean, 2), round(c10.std, 2), c10.n) == (99.02, 0.07, 3)
     assert round(c10.delta, 2) == round(99.02 - 99.37, 2)  # against the first --compare column
@@ -139,7 +141,8 @@ def test_table2_cells_deltas_markers_and_empty_cells(stored):
     assert cost.n == 9 and abs(cost.mean - (5 * 3600 + 4 * 1800) / 86400) < 1e-9  # the LR sweep counts
     assert data.cells[(table.PAPER_COST_ROW, "bit-l (paper)")].value() == "9.9k"
     assert ("ImageNet", "bit-l (paper)") in data.best() and ("CIFAR-10", "bit-l (paper)") in data.best()
-    assert any(n.startswith("1 fewshot run") or n.startswith("2 fewshot run") for n in data.footnotes)
+    assert not any("not shown" in n for n in data.footnotes)  # nothing hidden
+    assert "paper columns are fine-tuned results; few-shot cells get no Δ" in data.footnotes
     provenance = [n for n in data.footnotes if n.startswith(f"[{ft}]")]
     assert provenance and "sha256 ab12cd34ab12" in provenance[0] and "cifar10: cifar-pickle@ffffffff" in provenance[0]
     assert "vitbench 0.1.0 (git 0123abcd)" in provenance[0] and "NVIDIA H100" in provenance[0]
@@ -254,9 +257,9 @@ def test_table9_measured_tasks_roll_up_and_partial_is_said(tmp_path):
     assert t9.cells[("Natural mean (7 tasks)", col)].value().startswith("58.00 ± 7.07")
     assert t9.cells[("Caltech101 (natural)", col)].delta is not None
     t2 = table.accuracy_view(df)
-    assert t2.cells[("VTAB (19 tasks)", "finetune")].n == 2  # T2 also holds the eval column
+    assert t2.cells[("VTAB (19 tasks)", "vit-b/16 · finetune")].n == 2  # T2 also holds the eval column
     partial = table.accuracy_view(df[df["dataset"] != "vtab/dtd"])
-    assert ("VTAB (19 tasks)", "finetune") not in partial.cells
+    assert ("VTAB (19 tasks)", "vit-b/16 · finetune") not in partial.cells
     assert any("18 of 19 tasks stored" in n for n in partial.footnotes)
 
 
@@ -357,7 +360,8 @@ def test_plots_write_png_and_svg_of_the_expected_size(cli, stored, tmp_path):
         with Image.open(out_dir / f"{name}.png") as img:
             assert img.size == (900, 600)
         ET.parse(out_dir / f"{name}.svg")  # a well-formed SVG
-    assert "Measured: 12 run(s): c10-0, c10-1" in out  # cost: every run behind the stars (9 + 2 smoke + 1 eval)
+    # cost: every run behind the stars (9 + 2 smoke + 1 eval + 2 few-shot)
+    assert "Measured: 14 run(s): " in out
     assert "run c10-0" in out  # the curves figure: the only run with curves
     code, _, err = cli("plot", "curves", "--results", stored, "--out", out_dir, "--run", "zzz")
     assert code == 2 and "--run zzz: no stored fine-tuning run with curves" in err

@@ -1,23 +1,34 @@
 """vitbench: the transfer protocols of "An Image is Worth 16x16 Words" (ViT) for any backbone.
 
-The Python API is `vitbench.run(...)` and `vitbench.results(...)` (vitbench/api.py), loaded on
-first use so that `import vitbench` stays light.
+The Python API (vitbench/api.py), loaded on first use so that `import vitbench` stays light:
+
+- `vitbench.run(model=..., datasets=..., ...)`: what `vitbench run` does, with its options as
+  keyword arguments; returns a `Summary` (planned specs, runs done now, runs already stored).
+- `vitbench.plan(...)`: the planned groups of runs, nothing run.
+- `vitbench.results("results", where=[...])`: every stored run x metric with its provenance, as a
+  pandas DataFrame.
 """
 
-import os
+import os as _os
 
 # Never touch the network: timm and huggingface_hub read this when they are imported, so it must be
 # set before either is. Weights come from explicit files or an already-populated local cache only.
-os.environ["HF_HUB_OFFLINE"] = "1"
+_os.environ["HF_HUB_OFFLINE"] = "1"
 
 from vitbench.version import __version__  # noqa: E402
 
-__all__ = ["__version__", "plan", "results", "run"]
+API = ("plan", "results", "run", "Summary")
+__all__ = ["__version__", *API]
 
 
 def __getattr__(name: str):
-    if name in ("run", "results", "plan"):
+    if name in API:
         from vitbench import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'vitbench' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """What tab completion offers: the API (loaded lazily, so not yet among the module's globals)."""
+    return sorted(__all__)

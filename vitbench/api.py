@@ -21,12 +21,12 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench import store
-from vitbench.devices import resolve_device
+from vitbench.devices import cpu_threads, resolve_device
 from vitbench.engine.distributed import broadcast, setup
 from vitbench.errors import UserError, one_line
 from vitbench.execution import cluster
 from vitbench.execution.lease import lease_seconds
-from vitbench.execution.plan import DRY_RUN, with_suite_defaults
+from vitbench.execution.plan import DRY_RUN, suite_of, with_suite_defaults
 from vitbench.execution.plan import plan as plan_groups
 from vitbench.execution.runner import execute
 from vitbench.protocols.base import Group, Request, RunSpec
@@ -152,19 +152,21 @@ def run(
         summary.done = done
         _follow(summary, req, groups, rerun, True, on_plan, on_result, None)
         return summary
-    try:
-        summary.ran = execute(groups, req, con, done, rerun=rerun, on_result=on_result)
-    finally:
-        if con is not None:
-            con.close()
-        elif world.is_main:  # this run wrote shards only: merge them now if the other run has finished
-            store.sync(req.results)
-    if world.size > 1:  # the follow-up protocols do not run data-parallel: say what runs them
-        for follow in _followups(req, groups):
-            log.info("then, on one process: vitbench run --protocol %s --model %s --weights %s --dataset %s",
-                     follow.protocol, follow.model, follow.weights, ",".join(follow.datasets))  # fmt: skip
-        return summary
-    _follow(summary, req, groups, rerun, False, on_plan, on_result, None)
+    suite = suite_of(req)  # its pinned CPU threads hold for its follow-ups too (the demo's few-shot)
+    with cpu_threads(suite.cpu_threads if suite else None, resolve_device(req.device).type):
+        try:
+            summary.ran = execute(groups, req, con, done, rerun=rerun, on_result=on_result)
+        finally:
+            if con is not None:
+                con.close()
+            elif world.is_main:  # this run wrote shards only: merge them now if the other run has finished
+                store.sync(req.results)
+        if world.size > 1:  # the follow-up protocols do not run data-parallel: say what runs them
+            for follow in _followups(req, groups):
+                log.info("then, on one process: vitbench run --protocol %s --model %s --weights %s --dataset %s",
+                         follow.protocol, follow.model, follow.weights, ",".join(follow.datasets))  # fmt: skip
+            return summary
+        _follow(summary, req, groups, rerun, False, on_plan, on_result, None)
     return summary
 
 

@@ -15,10 +15,13 @@ from vitbench.views import pretraining, render, table
 from vitbench.views.cells import TableData
 
 
-def print_summary_table(results: Path) -> None:
+def print_summary_table(results: Path, run_keys: set[str] | None = None) -> None:
     """The summary after `vitbench run`: pre-training runs beside their transfer results (when the
-    store has any), then the default view of every other run, only the rows that have results."""
+    store has any), then the default view of every other run, only the rows that have results.
+    `run_keys`: only these runs (the ones the command planned), not the whole folder."""
     df = store.read_results(results)
+    if run_keys is not None:
+        df = df[df["run_key"].isin(run_keys)]
     if (df["protocol"] == pretraining.PROTOCOL).any():
         linked = pretraining.link(df)
         print_table(render.to_rich(pretraining.pretrain_view(df)))
@@ -28,6 +31,12 @@ def print_summary_table(results: Path) -> None:
     data = table.accuracy_view(df, compact=True)
     if data.rows:
         print_table(render.to_rich(data))
+
+
+def _demo_hint(results: Path) -> str:
+    """Where the demo's runs are, when they are all a results folder holds (they live apart)."""
+    demo = results / "demo"
+    return f" (the demo's runs are in {demo}: --results {demo})" if (demo / store.DB_NAME).exists() else ""
 
 
 def emit(text: str, out_file: Path | None) -> None:
@@ -44,7 +53,7 @@ def show(data: TableData, fmt: str, results: Path, out_file: Path | None = None)
     """`data` in `fmt` on the terminal (rich) or as text to stdout or `out_file`."""
     check_choice("--format", fmt, render.FORMATS)
     if not data.rows:
-        err.print(f"no results in {results / store.DB_NAME} yet; try `vitbench run`")
+        err.print(f"no results in {results / store.DB_NAME} yet; try `vitbench run`{_demo_hint(results)}")
         return
     if fmt == "rich":
         if out_file is not None:

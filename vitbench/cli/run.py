@@ -22,6 +22,7 @@ from vitbench.errors import UserError
 from vitbench.execution import estimate
 from vitbench.protocols.base import DEFAULT_L2, SEEDS, SHOTS, Request, RunSpec
 from vitbench.protocols.registry import get_protocol
+from vitbench.weights.names import RANDOM
 
 # The API, the engine and torch load inside the command, once it runs: `--help` never pays for them.
 if TYPE_CHECKING:
@@ -115,12 +116,15 @@ def _dispatch(ctx: typer.Context, given: dict) -> None:
     """The command's work: print the config, or run here, under torchrun or on a cluster."""
     from vitbench import api
     from vitbench.execution import launch
+    from vitbench.execution.plan import with_suite_defaults
 
     g, resolved = _with_config(ctx, given)
     if g["print_config"]:
         sys.stdout.write(resolved)
         return
-    req = _request({**g, "config": resolved})
+    req = with_suite_defaults(_request({**g, "config": resolved}))  # e.g. the demo's own results folder
+    if req.results != g["results"] and not g["dry_run"]:
+        log.info("the %s suite keeps its runs in %s (--results names another folder)", req.suite or "demo", req.results)
     if g["executor"] == "submitit" and not g["dry_run"]:
         submit = cluster_options(g)
         processes = submit.processes_per_node * g["nodes"]
@@ -172,8 +176,8 @@ def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | No
         raise typer.Exit(130) from None
     if dry_run:
         _print_plan(summary, req.results, here, rate)
-    elif world().is_main:
-        print_summary_table(req.results)
+    elif world().is_main:  # the runs this command planned (stored before or now), not the whole folder
+        print_summary_table(req.results, {s.run_key for s in summary.specs})
 
 
 def _print_plan(summary: api.Summary, results: Path, here: str, rate: estimate.Rate | None) -> None:
@@ -251,26 +255,37 @@ def _check_before_launch(req: Request, devices: int) -> None:
 
 
 class _Progress:
-    """The `[k/n] model dataset what: result` line after each stored run, with the estimated device
-    time still to go where a rate is known (the one `--dry-run` estimates with)."""
+    """The `[k/n] model (weights) dataset what: result` line after each stored run, with the
+    estimated device time still to go where a rate is known (the one `--dry-run` estimates with).
+    Each plan counts on its own: a session's follow-up (few-shot after pre-training) is planned
+    only once its weights exist, so `[1/1]` for the pre-training, then `[1/24]` … `[24/24]`."""
 
     def __init__(self, rate: estimate.Rate | None = None) -> None:
-        self.finished = 0
+        self.finished = 0  # in the whole session (what an interruption reports)
         self.todo: list[RunSpec] = []
+        self.step, self.steps = 0, 0  # in the plan now running
         self.rate = rate
         self.left: dict[str, float] = {}  # run_key -> estimated device-seconds, of the runs not yet finished
 
     def planned(self, summary: api.Summary) -> None:
-        self.todo += summary.todo  # a session's follow-up runs (few-shot after pre-training) join the count
+        self.todo += summary.todo  # a session's follow-up runs join the count
+        self.step, self.steps = 0, len(summary.todo)
         if self.rate is not None and summary.todo:
             found = estimate.estimate(summary.groups, self.rate)
             self.left |= {s.run_key: found.seconds.get(s.run_key, 0.0) for s in summary.todo}
 
     def __call__(self, spec: RunSpec, metrics: dict) -> None:
         self.finished += 1
+        self.step += 1
         protocol = get_protocol(spec.protocol)
-        total = len(self.todo) or "?"
         what, shown = protocol.describe(spec), protocol.result_text(metrics)
         self.left.pop(spec.run_key, None)
         eta = f" (≈ {estimate.duration(sum(self.left.values()))} of device time left, estimated)" if self.left else ""
-        log.info("[%d/%s] %s %s %s: %s%s", self.finished, total, spec.model, spec.dataset, what, shown, eta)
+        log.info("[%d/%s] %s (%s) %s %s: %s%s", self.step, self.steps or "?", spec.model, _weights(spec),
+                 spec.dataset, what, shown, eta)  # fmt: skip
+
+
+def _weights(spec: RunSpec) -> str:
+    """Which weights a progress line's run used: `random init`, or the start of the file's sha256
+    (as the tables show it)."""
+    return "random init" if spec.weights_sha256 == RANDOM else f"weights {spec.weights_sha256[:8]}"

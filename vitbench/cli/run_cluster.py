@@ -52,4 +52,4 @@ def report(summary: api.Summary, waited: bool) -> None:
             f"submitted; `vitbench ingest --results {summary.results}` (or any `vitbench table`) merges the results"
         )
         return
-    print_summary_table(summary.results)
+    print_summary_table(summary.results, {s.run_key for s in summary.specs})

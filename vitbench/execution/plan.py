@@ -19,6 +19,7 @@ from vitbench.protocols.base import Group, Request, ignored_options
 from vitbench.protocols.registry import get_protocol
 from vitbench.provenance import VERIFY_DATA, sha256_file
 from vitbench.registry import get_dataset, get_model, get_suite
+from vitbench.suites import Suite
 from vitbench.weights import RANDOM, RANDOM_INIT_SEED, check_weights_arg, pretrained
 
 log = logging.getLogger("vitbench")
@@ -34,12 +35,18 @@ def with_suite_defaults(req: Request) -> Request:
     return replace(req, **changes) if changes else req
 
 
+def suite_of(req: Request) -> Suite | None:
+    """The suite a request runs: the named one, the embedded demo when nothing is named, none for
+    explicit datasets."""
+    return None if req.datasets else get_suite(req.suite or "demo")
+
+
 def resolve(req: Request) -> tuple[str, tuple[str, ...], str, str]:
     """(model, datasets, protocol, weights) from the request and its suite's defaults."""
     if req.suite and req.datasets:
         raise UserError("give --suite or --dataset, not both")
     # explicit datasets run on their own; otherwise the named suite, or the embedded demo
-    suite = None if req.datasets else get_suite(req.suite or "demo")
+    suite = suite_of(req)
     datasets = suite.datasets if suite else tuple(dict.fromkeys(req.datasets))
     if len(datasets) < len(req.datasets):
         repeated = sorted({d for d in req.datasets if req.datasets.count(d) > 1})

@@ -41,6 +41,11 @@ class Recorder:
             return metric_values(self.con, run_keys, name)
         return shard_metric_values(self.req.results, run_keys, name)
 
+    def _threads(self) -> dict:
+        """A CPU run's intra-op thread count: float sums split over threads round differently, so a
+        trained CPU result is reproducible at one count only (the demo: 2 threads, see suites.py)."""
+        return {"cpu_threads": torch.get_num_threads()} if self.device.type == "cpu" else {}
+
     def record(
         self,
         group: Group,
@@ -87,7 +92,7 @@ class Recorder:
             "flops_per_image": flops_per_image,
             "flops": flops_per_image * images,
             **self.env,
-            "notes": {**notes, **({"skipped_corrupt": skipped} if skipped else {})},
+            "notes": {**notes, **({"skipped_corrupt": skipped} if skipped else {}), **self._threads()},
         }
         shard = shard_dir(self.req.results) / f"{spec.run_key}.json"
         record = {"schema": SHARD_SCHEMA, "run": run, "metrics": metrics, "curves": curves or {}}

@@ -279,8 +279,11 @@ class Protocol:
         shown = f"accuracy {value * 100:.2f}%" if value is not None else f"{len(metrics)} λ values"
         if value is None and "dev_accuracy" in metrics:
             shown = f"dev accuracy {metrics['dev_accuracy'] * 100:.2f}%"
+        shown += _counts(metrics, "n_correct", "n_scored")
         if "accuracy_real" in metrics:
-            shown += f", ReaL {metrics['accuracy_real'] * 100:.2f}%"
+            shown += f", ReaL {metrics['accuracy_real'] * 100:.2f}%" + _counts(
+                metrics, "n_correct_real", "n_scored_real"
+            )
         return shown
 
     def base_spec(
@@ -299,3 +302,10 @@ class Protocol:
             seed,
             shots,
         )
+
+
+def _counts(metrics: dict[str, float], correct: str, scored: str) -> str:
+    """` (353/500)`: the images behind an accuracy, where the run stored them."""
+    if correct not in metrics or scored not in metrics:
+        return ""
+    return f" ({int(metrics[correct])}/{int(metrics[scored])})"

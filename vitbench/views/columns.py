@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -86,7 +87,6 @@ class Measured:
     acc: pd.DataFrame
     runs: pd.DataFrame
     chosen_l2: dict[int, float]
-    protocols_hidden: dict[str, int] = field(default_factory=dict)
     superseded: int = 0  # earlier runs of the same setting on data whose files have changed since
 
 
@@ -111,23 +111,17 @@ def measured_columns(
     where a setting splits a column only by the hparams that differ between runs of one dataset
     (e.g. `res=96` next to `res=384`, or smoke next to full); `group_by` replaces that key."""
     df, chosen = select_sweep_l2(df)
-    hidden: dict[str, int] = {}
     if protocol is None:  # runs that are not transfer results (pre-training) have views of their own
         df = df[df["protocol"].isin({p.name for p in protocols().values() if p.scores_transfer})]
-    if protocol is None and not df.empty:  # Table 2 is fine-tuned: few-shot shows only when nothing else is stored
-        finetuned = df["protocol"].isin(paper_comparable())
-        if finetuned.any():
-            hidden = df.loc[~finetuned].groupby("protocol")["run_key"].nunique().to_dict()
-            df = df[finetuned]
-    elif protocol is not None:
+    else:
         df = df[df["protocol"] == protocol]
     if shots is not None:
         df = df[df["shots"] == shots]
     if df.empty:
         empty = df.assign(column=pd.Series(dtype=str), smoke=pd.Series(dtype=bool))
-        return Measured(empty, empty.drop_duplicates("run_key"), chosen, hidden)
+        return Measured(empty, empty.drop_duplicates("run_key"), chosen)
 
-    df = df.copy()
+    df = in_column_order(df)
     # per-run work once per run, not once per metric row (a --fewshot-l2 sweep stores 30 metrics a run)
     first = df.drop_duplicates("run_key")
     keys = first["run_key"].to_numpy(object)
@@ -150,6 +144,7 @@ def measured_columns(
         runs = df.drop_duplicates("run_key")
         labels = _default_columns(runs, runs["run_key"].isin(scored))
         df["column"] = df["run_key"].map(pd.Series(labels.to_numpy(), index=runs["run_key"].to_numpy(object)))
+        df = in_column_order(df, by_label=True)
 
     df, superseded = _latest_data_only(df)
     if "notes" in df:
@@ -158,7 +153,35 @@ def measured_columns(
     accuracy = df[df["metric"] == "accuracy"]
     real = df[df["metric"] == "accuracy_real"].assign(dataset="imagenet_real", metric="accuracy")
     acc = pd.concat([accuracy, real], ignore_index=True)
-    return Measured(acc, runs, chosen, hidden, superseded)
+    return Measured(acc, runs, chosen, superseded)
+
+
+def in_column_order(df: pd.DataFrame, by_label: bool = False) -> pd.DataFrame:
+    """`df` (a copy) with its runs in the order their columns are shown: by model, then weights
+    (trained before random init), protocol (in the registry's order), shots; `by_label`: then the
+    column labels in natural order (`res=96` before `res=384`). Stable: stored order within."""
+    rank = {name: i for i, name in enumerate(protocols())}
+    order = pd.DataFrame(
+        {
+            "model": df["model"].astype(str),
+            "random": df["random_init"].fillna(False).astype(bool),
+            "weights": df["weights"].astype(str),
+            "sha": df["weights_sha256"].astype(str),
+            "protocol": df["protocol"].map(rank).fillna(len(rank)),
+            "shots": pd.to_numeric(df["shots"], errors="coerce").fillna(-1),
+        },
+        index=df.index,
+    )
+    if by_label:
+        labels = pd.unique(df["column"].astype(str))
+        natural = {label: i for i, label in enumerate(sorted(labels, key=_natural))}
+        order["label"] = df["column"].astype(str).map(natural)
+    return df.loc[order.sort_values(list(order.columns), kind="mergesort").index].copy()
+
+
+def _natural(text: str) -> list:
+    """A sort key that reads digits as numbers: `res=96` < `res=384`, `2-shot` < `10-shot`."""
+    return [(0, int(piece), "") if piece.isdigit() else (1, 0, piece) for piece in re.split(r"(\d+)", text)]
 
 
 def _latest_data_only(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -347,9 +370,9 @@ def measured_cells(
     value = shown["value"].to_numpy(dtype=float)
     subset = shown["data_subset"].to_numpy(dtype=bool)
     shots = pd.to_numeric(shown["shots"], errors="coerce").to_numpy(dtype=float)
-    effective = (
-        shown["effective_shots"] if "effective_shots" in shown else effective_shots(shown["notes"])
-    ).to_numpy(dtype=float)
+    effective = (shown["effective_shots"] if "effective_shots" in shown else effective_shots(shown["notes"])).to_numpy(
+        dtype=float
+    )
     for (dataset, col), rows in shown.groupby(["dataset", "column"], sort=False).indices.items():
         fewest = fewest_shots(effective[rows], shots[rows])
         cell = _cell(pd.Series(value[rows]), bool(subset[rows].any()), fewest, meta[str(col)], include_marked)

@@ -166,8 +166,6 @@ def _common_footnotes(data: TableData, m: Measured, compare: Sequence[str], delt
             f"{m.superseded} earlier run(s) of a shown setting on data whose files have changed since "
             "(another fingerprint) not shown: the latest run stands for each"
         )
-    for protocol, count in sorted(m.protocols_hidden.items()):
-        data.footnotes.append(f"{count} {protocol} run(s) not shown: see them with --protocol {protocol}")
 
 
 def resolve_delta_to(compare: Sequence[str], delta_to: str | None) -> str | None:
