@@ -98,6 +98,28 @@ def test_compare_prints_delta_interval_and_p(cli, tmp_path):
     assert code != 0 and "selects no stored accuracy" in err and "Traceback" not in err
 
 
+def test_compare_names_the_field_to_add_and_keeps_the_marks(cli, tmp_path):
+    """After the demo, `compare shots=10 shots=25` selected pre-trained and random-init runs of each
+    seed and said only "narrow it"; a Flowers subset printed +0.00, p 1 with no word why."""
+    results = tmp_path / "results"
+    rng = np.random.default_rng(3)
+    for seed in (0, 1):
+        for shots in (10, 25):
+            outcomes = rng.random(200) < 0.6
+            for weights in ("/w/mine.safetensors", "random"):
+                fields = dict(seed=seed, shots=shots, protocol="fewshot", weights=weights, dataset="flowers102")
+                with_predictions(results, f"{weights[-6:]}-{shots}-{seed}", outcomes, data_subset=True, **fields)
+    code, _, err = cli("compare", "shots=10", "shots=25", "--results", results)
+    assert code == 2 and "compare A: selects 4 runs on flowers102; they differ in weights" in err
+    assert "narrow it, e.g. shots=10,weights=/w/mine.safetensors (or --where for both sides)" in err
+    # the clauses it suggests work, and the cells keep their ‡ mark with its footnote
+    code, out, err = cli("compare", "shots=10,weights=random", "shots=25,weights=random", "--format", "md",
+                         "--results", results)  # fmt: skip
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("| flowers102 |"))
+    assert row.count("‡") == 2 and "subset of the official splits" in out
+
+
 def test_table_ci_golden(tmp_path):
     results = build_store(tmp_path / "results")
     rng = np.random.default_rng(7)

@@ -17,7 +17,8 @@ from vitbench import stats
 from vitbench.errors import UserError
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import apply_where, json_field
-from vitbench.views.cells import Cell, TableData
+from vitbench.views.cells import SUBSET_MARK, Cell, TableData
+from vitbench.views.columns import effective_shots, fewest_shots
 
 SIGNIFICANT_MARK = "*"
 # rows not scored on the kept labels: ReaL (its labels are not in the predictions) gets no interval
@@ -115,14 +116,15 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path) ->
     interval and p-value (exact McNemar for one run each, paired bootstrap over seeds), and the
     p-value after Holm's correction over the datasets compared."""
     runs = df[df["metric"] == "accuracy"] if not df.empty else df
-    sides = {"A": apply_where(runs, a), "B": apply_where(runs, b)}
+    clauses = {"A": a, "B": b}
+    sides = {name: apply_where(runs, side) for name, side in clauses.items()}
     for name, part in sides.items():
         if part.empty:
             raise UserError(f"compare {name} ({', '.join(a if name == 'A' else b)}): selects no stored accuracy")
     kept = outcomes(results, pd.concat(sides.values()))
     rows = []
     for dataset in sorted(set(sides["A"]["dataset"]) & set(sides["B"]["dataset"])):
-        found = {n: _side(p[p["dataset"] == dataset], n, dataset, kept) for n, p in sides.items()}
+        found = {n: _side(p[p["dataset"] == dataset], n, dataset, kept, clauses[n]) for n, p in sides.items()}
         pair = _paired(found["A"], found["B"])
         if pair is not None:
             rows.append((dataset, found["A"], found["B"], stats.compare(*pair)))
@@ -135,9 +137,10 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path) ->
     for (dataset, ma, mb, result), p_holm in zip(rows, adjusted, strict=True):
         data.add_row(dataset)
         a_mean, b_mean = ma.to_numpy().mean() * 100, mb.to_numpy().mean() * 100
+        marks = {n: _marks(p[p["dataset"] == dataset]) for n, p in sides.items()}
         cells = [  # (value for CSV, text)
-            (a_mean, f"{a_mean:.2f} (n={len(ma)})"),
-            (b_mean, f"{b_mean:.2f} (n={len(mb)})"),
+            (a_mean, f"{a_mean:.2f} (n={len(ma)}){marks['A']}"),
+            (b_mean, f"{b_mean:.2f} (n={len(mb)}){marks['B']}"),
             (result.delta * 100, f"{result.delta * 100:+.2f}"),
             (None, f"[{result.low * 100:+.2f}, {result.high * 100:+.2f}]"),
             (result.p, result.p_text()),
@@ -146,16 +149,48 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path) ->
         ]
         for col, (value, text) in zip(data.columns, cells, strict=True):
             data.cells[(dataset, col)] = Cell(mean=value, text=text)
+    shown = " ".join(data.cells[(r, c)].text or "" for r in data.rows for c in data.columns[:2])
+    if SUBSET_MARK in shown:
+        data.footnotes.append(f"{SUBSET_MARK} measured on a subset of the official splits")
+    if "-shot]" in shown:
+        data.footnotes.append(
+            "[k-shot]: the fewest training images a class had, where fewer than the shots asked for; two sides "
+            "with the same k trained on the same images, so their Δ is 0 by construction"
+        )
     return data
 
 
-def _side(part: pd.DataFrame, name: str, dataset: str, kept: dict[str, pd.Series]) -> pd.DataFrame:
+def _marks(part: pd.DataFrame) -> str:
+    """A side's marks on one dataset: ‡ (a subset), [k-shot] (fewer shots than asked for)."""
+    marks = SUBSET_MARK if part["data_subset"].any() else ""
+    if "shots" in part and "notes" in part:
+        shots = pd.to_numeric(part["shots"], errors="coerce").to_numpy(dtype=float)
+        fewest = fewest_shots(effective_shots(part["notes"]).to_numpy(dtype=float), shots)
+        marks += f" [{fewest}-shot]" if fewest is not None else ""
+    return marks
+
+
+# the fields that tell two runs of one seed apart, in the order a person would name them
+DISTINGUISHING = ("model", "weights", "protocol", "shots", "protocol_version", "data_source")
+
+
+def _narrowing(part: pd.DataFrame, clauses: list[str]) -> str:
+    """What to add to a side that selects several runs per seed: the first field whose values differ
+    among them, and the side's clauses with one that picks one of its values."""
+    for field in DISTINGUISHING:
+        values = sorted(part[field].dropna().astype(str).unique())
+        if len(values) > 1:
+            listed = ", ".join(values[:4]) + (", …" if len(values) > 4 else "")
+            narrowed = ",".join([*clauses, f"{field}={values[0]}"])
+            return f"they differ in {field} ({listed}): narrow it, e.g. {narrowed} (or --where for both sides)"
+    return "several runs share a seed: narrow it (e.g. model=…, shots=…, protocol=…)"
+
+
+def _side(part: pd.DataFrame, name: str, dataset: str, kept: dict[str, pd.Series], clauses: list[str]) -> pd.DataFrame:
     seeds = part["seed"].astype(int)
     if seeds.duplicated().any():
-        raise UserError(
-            f"compare {name}: selects {part['run_key'].nunique()} runs on {dataset} with the same seed; "
-            "narrow it (e.g. model=…, shots=…, protocol=…)"
-        )
+        narrowing = _narrowing(part, clauses)
+        raise UserError(f"compare {name}: selects {part['run_key'].nunique()} runs on {dataset}; {narrowing}")
     found = matrix(list(part["run_key"]), list(seeds), kept)
     if found is None:
         raise UserError(f"compare {name}: a run on {dataset} kept no per-image predictions (stored before they were)")
