@@ -54,4 +54,4 @@ def demo(session: nox.Session) -> None:
     """The embedded default, end to end: pre-training on digits, few-shot beside random init, stored and tabled."""
     session.install(*INSTALL)
     session.run("vitbench", "run", *session.posargs)
-    session.run("vitbench", "table", "--view", "pretrain")
+    session.run("vitbench", "table", "--view", "pretrain", "--results", "results/demo")  # the demo keeps its own folder

@@ -108,4 +108,3 @@ def test_help_against_the_light_imports(benchmark, capsys):
 
     medians = alternate(benchmark, {"vitbench": help_, "baseline": light}, rounds=7)
     report(benchmark, capsys, "--help", medians, 0)
-

@@ -247,3 +247,16 @@ def test_random_init_is_reproducible_and_the_feature_cache_tells_gelu_apart(cli,
     tanh = store.read_results(results)
     tanh = tanh[tanh["hparams"].map(lambda h: json.loads(h)["gelu"] == "tanh")]
     assert len(tanh) == 1 and not json.loads(tanh.iloc[0]["notes"])["features_from_cache"]
+
+
+def test_the_summary_shows_the_runs_this_command_planned(cli, results):
+    """After `vitbench run --suite fewshot`, the summary used to print every table of the folder
+    (the demo's digits among them); it shows the runs this command planned, stored now or before."""
+    assert cli("run", *DIGITS, "--results", results, "--shots", "1", "--seeds", "0", *FAST)[0] == 0
+    code, out, err = cli("run", "--dataset", "digits5-9", "--model", "vit-ti/16", "--weights", "random",
+                         "--results", results, "--shots", "1", "--seeds", "0", *FAST)  # fmt: skip
+    assert code == 0, err
+    assert "Digits 5–9" in out and "Digits (8x8" not in out
+    assert "[1/1] vit-ti/16 (random init) digits5-9 1-shot seed 0: accuracy" in err
+    code, out, _ = cli("table", "--results", results)  # the folder's table still has both
+    assert code == 0 and "Digits 5–9" in out and "Digits (8x8" in out

@@ -6,6 +6,7 @@ checked in test_demo.py.)"""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -40,6 +41,15 @@ def test_a_two_model_three_subset_sweep_runs_end_to_end(cli, results, tmp_path):
     provenance = [json.loads(n)["pretrained"] for n in transferred["notes"]]
     assert {p["run_key"] for p in provenance} == set(pre["run_key"])  # each names the run that made its weights
     assert "Pre-training and what it buys" in " ".join(out.split()) and "random init" in out
+    # each plan counts from 1 (the count used to jump from [1/1] to [2/25]); each line names its weights
+    lines = [line for line in err.splitlines() if line.startswith("[")]
+    counts = [line.split("]")[0] + "]" for line in lines]
+    # the 6 pre-training runs, then each model's 12 transfer runs, planned once its weights exist
+    assert counts == [f"[{k}/6]" for k in range(1, 7)] + [f"[{k}/12]" for k in range(1, 13)] * 2
+    assert all(" (random init) digits0-4 pretrain " in line for line in lines[:6])
+    transfer = lines[6:]
+    assert sum("(random init) digits5-9 5-shot" in line for line in transfer) == 2 * 3  # random init, 2 models
+    assert sum(re.search(r"\(weights [0-9a-f]{8}\) digits5-9 5-shot", line) is not None for line in transfer) == 18
     code, out, _ = cli("plot", "datasize", "compute", "--results", results, "--out", tmp_path / "plots")
     assert code == 0, out
     assert (tmp_path / "plots" / "accuracy_vs_pretraining_images.png").stat().st_size > 10_000

@@ -100,6 +100,6 @@ ViewProtocol = Annotated[
     str | None,
     option(
         "--protocol",
-        help="finetune, eval, fewshot, knn or linear (default: fine-tuned results, else few-shot).",
+        help="Only this protocol's runs: finetune, eval, fewshot, knn or linear (default: every one, side by side).",
     ),
 ]

@@ -1,0 +1,233 @@
+"""The README as a program: its commands in order, in one results folder, and the output it quotes.
+
+README.md marks what the docs test (tests/test_readme.py) runs and compares with HTML comments,
+which GitHub does not show:
+
+- a fenced ```bash block: each `vitbench …` command in it runs, in order (`pip …` and `nox …` do
+  not: the test is already in the installed environment). A full-line `# …` comment under a
+  command is a line of that command's output;
+- a fenced ```python block runs as a script;
+- a fenced ```text block is the output of the block of commands just above it;
+- `<!-- docs-test: output of `COMMAND` -->` … `<!-- /docs-test -->`: the Markdown between the two
+  is what COMMAND prints at that point (it runs then; such a command only reads results);
+- `<!-- docs-test: tolerance N -->` before a quote: its numbers may differ from the printed ones by
+  up to N (results trained on a CPU: see the README for why);
+- `<!-- docs-test: skip … -->` before a block: not run (it needs a GPU, or data CI does not have).
+
+A quote matches when its words appear, in order and consecutively, among the words the command
+printed (stdout and stderr as they interleave); numbers within the quote's tolerance.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import shlex
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MARKER = re.compile(r"<!-- docs-test: (.*?) -->")
+NUMBER = re.compile(r"^[-+−]?\d[\d,]*(\.\d+)?(e[-+]?\d+)?$")
+PUNCTUATION = "()[]:%"
+
+
+@dataclass
+class Quote:
+    text: str
+    tolerance: float
+    line: int  # in README.md, for the failure message
+
+
+@dataclass
+class Step:
+    kind: str  # "vitbench" or "python"
+    source: str  # the command line or the script
+    line: int
+    quotes: list[Quote] = field(default_factory=list)
+    output: str = ""
+    code: int | None = None
+
+
+def parse(readme: Path) -> tuple[list[Step], list[str]]:
+    """The README's steps in order, and the blocks it marks as not run (with their reasons)."""
+    lines = readme.read_text().splitlines()
+    steps: list[Step] = []
+    skipped: list[str] = []
+    pending: dict[str, str] = {}
+    block: list[Step] = []  # the steps of the last block of commands, which a ```text block quotes
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        marker = MARKER.search(line)
+        if marker and marker.group(1).startswith("output of `"):
+            command = marker.group(1).removeprefix("output of `").removesuffix("`")
+            end = next(j for j in range(i + 1, len(lines)) if "<!-- /docs-test -->" in lines[j])
+            quote = Quote("\n".join(lines[i + 1 : end]), _tolerance(pending), i + 1)
+            steps.append(Step("vitbench", command, i + 1, [quote]))
+            pending, i = {}, end + 1
+            continue
+        if marker:
+            key, _, value = marker.group(1).partition(" ")
+            pending[key] = value
+        elif line.startswith("```") and line.strip() != "```":
+            language = line.strip("`").strip()
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+            body = lines[i + 1 : end]
+            if "skip" in pending:
+                skipped.append(f"README.md:{i + 1}: {pending['skip']}")
+            elif language == "bash":
+                block = _bash_steps(body, i + 2)
+                steps += block
+            elif language == "python":
+                block = [Step("python", "\n".join(body), i + 1)]
+                steps += block
+            elif language == "text" and block:
+                block[-1].quotes.append(Quote("\n".join(body), _tolerance(pending), i + 1))
+            pending, i = {}, end + 1
+            continue
+        i += 1
+    return steps, skipped
+
+
+def _tolerance(pending: dict[str, str]) -> float:
+    return float(pending.get("tolerance", "0").split()[0])
+
+
+def _bash_steps(body: list[str], first_line: int) -> list[Step]:
+    """`vitbench` commands (continuation lines joined), each with the `# ` output lines under it."""
+    steps: list[Step] = []
+    logical: list[tuple[int, str]] = []
+    for n, text in enumerate(body, first_line):
+        if logical and logical[-1][1].endswith("\\"):
+            logical[-1] = (logical[-1][0], logical[-1][1][:-1] + " " + text.strip())
+        else:
+            logical.append((n, text))
+    for n, text in logical:
+        stripped = text.strip()
+        if stripped.startswith("# ") and steps:
+            steps[-1].quotes.append(Quote(stripped[2:], 0.0, n))
+            continue
+        command = re.split(r"\s{2,}#", stripped, maxsplit=1)[0]  # a trailing comment annotates, it is not output
+        command = command.split("&&")[-1].strip()
+        if command.startswith("vitbench"):
+            steps.append(Step("vitbench", command, n))
+    return steps
+
+
+def run_step(step: Step) -> None:
+    """Run one step in this process and keep what it printed (stdout and stderr, interleaved)."""
+    printed = io.StringIO()
+    with redirect_stdout(printed), redirect_stderr(printed):
+        if step.kind == "python":
+            exec(compile(step.source, "README.md", "exec"), {"__name__": "__readme__"})
+            step.code = 0
+        else:
+            step.code = _vitbench(shlex.split(step.source)[1:])
+    step.output = printed.getvalue()
+
+
+def _vitbench(args: list[str]) -> int:
+    from vitbench.cli import main
+
+    argv = sys.argv
+    sys.argv = ["vitbench", *args]
+    try:
+        main()
+    except SystemExit as done:
+        return int(done.code or 0)
+    finally:
+        sys.argv = argv
+    return 0
+
+
+def mismatch(quote: Quote, printed: str) -> str | None:
+    """None when the quote's words appear consecutively among the printed words (numbers within
+    the tolerance; `…` stands for what differs from machine to machine: a bare `…` for one to
+    twelve words, `(git …)` for one word); else what the closest stretch of output says instead."""
+    want, have = _words(quote.text), _words(printed)
+    if not want:
+        return None
+    best, best_at = -1, 0
+    for start in range(len(have)):
+        agree = _agree(want, have, start, quote.tolerance)
+        if agree == len(want):
+            return None
+        if agree > best:
+            best, best_at = agree, start
+    if best < 0:
+        return f"README.md:{quote.line}: the command printed nothing"
+    return (
+        f"README.md:{quote.line}: after {' '.join(want[max(0, best - 6) : best])!r} the README says "
+        f"{' '.join(want[best : best + 12])!r}; the closest output, from its word {best_at}, goes on "
+        f"{' '.join(have[best_at + best : best_at + best + 12])!r}"
+    )
+
+
+def _words(text: str) -> list[str]:
+    """Words, with commas and semicolons words of their own (a quote may end where a line goes on)."""
+    return re.findall(r"[^\s,;]+|[,;]", text)
+
+
+def _agree(want: list[str], have: list[str], at: int, tolerance: float, i: int = 0) -> int:
+    """How many of `want[i:]` match `have` from `at` on (all of them: len(want) - i)."""
+    while i < len(want):
+        if want[i] == "…":  # one to twelve words: the longest agreement over the choices
+            tries = [_agree(want, have, at + n, tolerance, i + 1) for n in range(1, 13) if at + n <= len(have)]
+            return max(tries, default=i)
+        if at >= len(have) or not _same(want[i], have[at], tolerance):
+            return i
+        i, at = i + 1, at + 1
+    return i
+
+
+def _same(quoted: str, printed: str, tolerance: float) -> bool:
+    if quoted == printed or (_rule(quoted) and _rule(printed)):  # a table's border: its width follows the cells
+        return True
+    a, b = quoted.strip(PUNCTUATION), printed.strip(PUNCTUATION)
+    if a == "…":  # one word that differs between machines or commits, its punctuation kept
+        return quoted.replace(a, "") == printed.replace(b, "")
+    if not (NUMBER.match(a) and NUMBER.match(b)) or quoted.replace(a, "") != printed.replace(b, ""):
+        return False
+    return abs(_number(a) - _number(b)) <= tolerance + 1e-9
+
+
+def _rule(word: str) -> bool:
+    return all("\u2500" <= c <= "\u257f" for c in word)
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", "").replace("−", "-"))
+
+
+def main() -> None:
+    """`python tests/readme_walk.py [FOLDER]`: run the README's steps in FOLDER (a fresh temporary
+    one by default, laid out as a checkout with ../shared beside it) and print what each printed,
+    under the README line it belongs to: what to paste when a quote must change."""
+    import os
+    import tempfile
+    from contextlib import chdir
+
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="readme-"))
+    (root / "checkout").mkdir(parents=True, exist_ok=True)
+    shared = readme.parent.parent / "shared"
+    if shared.exists() and not (root / "shared").exists():
+        (root / "shared").symlink_to(shared, target_is_directory=True)
+    steps, skipped = parse(readme)
+    for k in ("VITBENCH_RESULTS", "VITBENCH_DATA"):
+        os.environ.pop(k, None)
+    with chdir(root / "checkout"):
+        for step in steps:
+            run_step(step)
+            print(f"===== README.md:{step.line}: {step.source.splitlines()[0]} (exit {step.code})", file=sys.__stdout__)
+            print(step.output, file=sys.__stdout__)
+            for quote in step.quotes:
+                print(f"----- quote at README.md:{quote.line}: {mismatch(quote, step.output) or 'matches'}",
+                      file=sys.__stdout__)  # fmt: skip
+    print("\n".join(f"not run: {reason}" for reason in skipped), file=sys.__stdout__)
+
+
+if __name__ == "__main__":
+    main()
