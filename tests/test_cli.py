@@ -260,3 +260,13 @@ def test_the_summary_shows_the_runs_this_command_planned(cli, results):
     assert "[1/1] vit-ti/16 (random init) digits5-9 1-shot seed 0: accuracy" in err
     code, out, _ = cli("table", "--results", results)  # the folder's table still has both
     assert code == 0 and "Digits 5–9" in out and "Digits (8x8" in out
+
+
+def test_an_empty_folder_points_to_the_demos_own(cli, tmp_path):
+    """The demo keeps its runs in results/demo: `vitbench table` on the empty results/ says where."""
+    results = tmp_path / "results"
+    store.connect(results / "demo").close()
+    code, _, err = cli("table", "--results", results)
+    assert code == 0 and f"the demo's runs are in {results / 'demo'}: --results {results / 'demo'}" in " ".join(
+        err.split()
+    )
