@@ -89,4 +89,6 @@ def test_the_demo_pretrains_apart_and_beats_random_init_on_10_shot(readme_walk):
     pretrained, random = _ten_shot(few, False), _ten_shot(few, True)
     assert pretrained > random + 0.05, (pretrained, random)
     mine = store.read_results(checkout / "results")  # the README's later commands ran there
-    assert not mine.empty and not set(mine["run_key"]) & set(df["run_key"])  # the demo's runs stayed apart
+    # the demo's pre-training and the few-shot of its weights stayed apart (its random-init runs are
+    # the same runs as the README's API example, which stores them in results/ on purpose)
+    assert not mine.empty and not set(mine["run_key"]) & set(df.loc[~df["random_init"], "run_key"])

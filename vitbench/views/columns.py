@@ -165,7 +165,7 @@ def in_column_order(df: pd.DataFrame, by_label: bool = False) -> pd.DataFrame:
         {
             "model": df["model"].astype(str),
             "random": df["random_init"].fillna(False).astype(bool),
-            "weights": df["weights"].astype(str),
+            "weights": _natural_rank(df["weights"]),  # a checkpoint series in step order: step_50 < step_1000
             "sha": df["weights_sha256"].astype(str),
             "protocol": df["protocol"].map(rank).fillna(len(rank)),
             "shots": pd.to_numeric(df["shots"], errors="coerce").fillna(-1),
@@ -173,10 +173,15 @@ def in_column_order(df: pd.DataFrame, by_label: bool = False) -> pd.DataFrame:
         index=df.index,
     )
     if by_label:
-        labels = pd.unique(df["column"].astype(str))
-        natural = {label: i for i, label in enumerate(sorted(labels, key=_natural))}
-        order["label"] = df["column"].astype(str).map(natural)
+        order["label"] = _natural_rank(df["column"])
     return df.loc[order.sort_values(list(order.columns), kind="mergesort").index].copy()
+
+
+def _natural_rank(values: pd.Series) -> pd.Series:
+    """Each value's rank among the distinct values in natural order."""
+    text = values.astype(str)
+    rank = {value: i for i, value in enumerate(sorted(pd.unique(text), key=_natural))}
+    return text.map(rank)
 
 
 def _natural(text: str) -> list:
