@@ -159,29 +159,33 @@ def measured_columns(
 def in_column_order(df: pd.DataFrame, by_label: bool = False) -> pd.DataFrame:
     """`df` (a copy) with its runs in the order their columns are shown: by model, then weights
     (trained before random init), protocol (in the registry's order), shots; `by_label`: then the
-    column labels in natural order (`res=96` before `res=384`). Stable: stored order within."""
+    column labels in natural order (`res=96` before `res=384`). Stable: stored order within. The
+    order is worked out once per run, not per metric row (a sweep run stores 30)."""
+    runs = df.drop_duplicates("run_key")
     rank = {name: i for i, name in enumerate(protocols())}
     order = pd.DataFrame(
         {
-            "model": df["model"].astype(str),
-            "random": df["random_init"].fillna(False).astype(bool),
-            "weights": _natural_rank(df["weights"]),  # a checkpoint series in step order: step_50 < step_1000
-            "sha": df["weights_sha256"].astype(str),
-            "protocol": df["protocol"].map(rank).fillna(len(rank)),
-            "shots": pd.to_numeric(df["shots"], errors="coerce").fillna(-1),
-        },
-        index=df.index,
+            "model": runs["model"].astype(str).to_numpy(),
+            "random": runs["random_init"].fillna(False).astype(bool).to_numpy(),
+            "weights": _natural_rank(runs["weights"]),  # a checkpoint series in step order: step_50 < step_1000
+            "sha": runs["weights_sha256"].astype(str).to_numpy(),
+            "protocol": runs["protocol"].map(rank).fillna(len(rank)).to_numpy(),
+            "shots": pd.to_numeric(runs["shots"], errors="coerce").fillna(-1).to_numpy(),
+        }
     )
     if by_label:
-        order["label"] = _natural_rank(df["column"])
-    return df.loc[order.sort_values(list(order.columns), kind="mergesort").index].copy()
+        order["label"] = _natural_rank(runs["column"])
+    place = pd.Series(np.arange(len(runs)), index=runs["run_key"].to_numpy(object)[order.sort_values(
+        list(order.columns), kind="mergesort").index.to_numpy()])  # fmt: skip
+    return df.iloc[np.argsort(df["run_key"].map(place).to_numpy(), kind="stable")].copy()
 
 
-def _natural_rank(values: pd.Series) -> pd.Series:
-    """Each value's rank among the distinct values in natural order."""
-    text = values.astype(str)
-    rank = {value: i for i, value in enumerate(sorted(pd.unique(text), key=_natural))}
-    return text.map(rank)
+def _natural_rank(values: pd.Series) -> np.ndarray:
+    """Each value's rank among the distinct values in natural order (sorted once per distinct value)."""
+    codes, uniques = pd.factorize(values.astype(str), use_na_sentinel=False)
+    ranks = np.empty(len(uniques), dtype=np.int64)
+    ranks[sorted(range(len(uniques)), key=lambda i: _natural(uniques[i]))] = np.arange(len(uniques))
+    return ranks[codes]
 
 
 def _natural(text: str) -> list:
