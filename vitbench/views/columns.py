@@ -311,7 +311,7 @@ def seed_cell(part: pd.DataFrame, column_meta: dict, include_marked: bool) -> Ce
     """One measured cell: mean ± std over the runs (seeds) of `part`, ‡ when any ran on a subset;
     it ranks for bold only without a marker (or with --include-marked)."""
     fractions = pd.Series(part["value"].to_numpy(dtype=float))
-    return _cell(fractions, bool(part["data_subset"].any()), _effective_shots(part), column_meta, include_marked)
+    return _cell(fractions, bool(part["data_subset"].any()), cell_effective_shots(part), column_meta, include_marked)
 
 
 def _cell(fractions: pd.Series, subset: bool, effective: int | None, column_meta: dict, include_marked: bool) -> Cell:
@@ -328,7 +328,7 @@ def _cell(fractions: pd.Series, subset: bool, effective: int | None, column_meta
     return cell
 
 
-def _effective_shots(part: pd.DataFrame) -> int | None:
+def cell_effective_shots(part: pd.DataFrame) -> int | None:
     if "shots" not in part:
         return None
     if "effective_shots" in part:  # read once for every run by measured_columns

@@ -18,7 +18,7 @@ from vitbench.errors import UserError
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import apply_where, json_field
 from vitbench.views.cells import SUBSET_MARK, Cell, TableData
-from vitbench.views.columns import effective_shots, fewest_shots
+from vitbench.views.columns import cell_effective_shots
 
 SIGNIFICANT_MARK = "*"
 # rows not scored on the kept labels: ReaL (its labels are not in the predictions) gets no interval
@@ -163,11 +163,8 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path) ->
 def _marks(part: pd.DataFrame) -> str:
     """A side's marks on one dataset: ‡ (a subset), [k-shot] (fewer shots than asked for)."""
     marks = SUBSET_MARK if part["data_subset"].any() else ""
-    if "shots" in part and "notes" in part:
-        shots = pd.to_numeric(part["shots"], errors="coerce").to_numpy(dtype=float)
-        fewest = fewest_shots(effective_shots(part["notes"]).to_numpy(dtype=float), shots)
-        marks += f" [{fewest}-shot]" if fewest is not None else ""
-    return marks
+    fewest = cell_effective_shots(part)  # the rule a table cell's [k-shot] follows
+    return marks + (f" [{fewest}-shot]" if fewest is not None else "")
 
 
 # the fields that tell two runs of one seed apart, in the order a person would name them
