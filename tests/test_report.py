@@ -168,3 +168,70 @@ def test_the_report_in_a_real_browser(cli, stored, tmp_path):
 def _row_position(dom: str, row: str) -> int:
     body = dom[dom.index('id="table2-table"') :]
     return body.index(f"<tr><th>{row.replace('&', '&amp;')}</th>")
+
+
+# each one sets an attribute on <html> if it ever runs (1+1 and 2+2 so that the payload's own text,
+# escaped and shown, never reads as the attribute it would set)
+HOSTILE = (
+    '<img src=x onerror="document.documentElement.dataset.pwned=1+1">'
+    "<script>document.documentElement.dataset.pwned=2+2</script>"
+    '"><svg onload="document.documentElement.dataset.pwned=3+3">'
+)
+RAN = re.compile(r"<html[^>]*data-pwned=")
+TEXT_FIELDS = ("model", "arch", "backend", "weights", "weights_sha256", "data_source", "data_dir", "data_fingerprint",
+               "protocol_version", "device", "device_name", "git_sha", "vitbench_version", "torch_version",
+               "timm_version", "python_version", "hostname", "command")  # fmt: skip
+
+
+def _hostile_store(results: Path) -> Path:
+    """build_store's runs, and beside them runs whose every text field, hparams and notes key and
+    value, metric name and dataset carries script, as a shared results folder can; and an
+    attention-distance measurement named likewise."""
+    from test_tables import write_run
+
+    build_store(results)
+    evil = {name: f"x{HOSTILE}" for name in TEXT_FIELDS}
+    for i, protocol in enumerate(("fewshot", "finetune", "eval", f"p{HOSTILE}")):
+        write_run(results, f"evil-{i}", {"accuracy": 0.5, f"m{HOSTILE}": 0.25}, protocol=protocol, shots=10,
+                  dataset=f"d{HOSTILE}" if i % 2 else "cifar10", hparams={"res": 224, f"k{HOSTILE}": HOSTILE},
+                  notes={HOSTILE: HOSTILE}, **evil)  # fmt: skip
+    con = store.connect(results)
+    try:
+        store.ingest_pending(con, results)
+        con.executemany(
+            "INSERT INTO attention_distance (inspect_key, model, weights, weights_sha256, random_init, res, images,"
+            " images_fingerprint, n_images, layer, head, distance_px)"
+            " VALUES (?, ?, ?, ?, false, 224, ?, ?, 8, ?, ?, ?)",
+            [
+                (HOSTILE, HOSTILE, HOSTILE, HOSTILE, HOSTILE, HOSTILE, layer, head, 10.0 + layer)
+                for layer in range(2)
+                for head in range(2)
+            ],  # fmt: skip
+        )
+    finally:
+        con.close()
+    return results
+
+
+def test_script_in_any_stored_value_never_runs_in_the_report(cli, tmp_path):
+    """Values from a store are text, everywhere on the page; and the page's Content-Security-Policy
+    stops an inline handler or script that ever slipped past the escaping (the second test below
+    plants one by hand)."""
+    binary = browser()
+    results = _hostile_store(tmp_path / "results")
+    page = tmp_path / "report.html"
+    code, _, err = cli("report", "--out", page, "--results", results)
+    assert code == 0, err
+    text = page.read_text()
+    assert "&lt;script&gt;" in text and text.count("<script>") == 1  # shown as text; the page's own script only
+    loaded = headless(binary, "--virtual-time-budget=3000", "--dump-dom", page.as_uri())
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert not RAN.search(loaded.stdout)
+    assert not [line for line in loaded.stderr.splitlines() if ":CONSOLE" in line]
+    # the second wall: the same page with the payload planted raw after <body> runs none of it
+    planted = tmp_path / "planted.html"
+    planted.write_text(text.replace("<body>", f"<body>{HOSTILE}", 1))
+    loaded = headless(binary, "--virtual-time-budget=3000", "--dump-dom", planted.as_uri())
+    assert loaded.returncode == 0 and "<body>" in text
+    assert not RAN.search(loaded.stdout)
+    assert "Content Security Policy" in loaded.stderr  # the browser says what it refused

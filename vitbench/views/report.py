@@ -9,6 +9,8 @@ its rows) inline. It reads the store read-only, so it works while a run holds th
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import re
 import tempfile
@@ -44,6 +46,13 @@ document.querySelectorAll("input.filter").forEach(i => i.addEventListener("input
 const m = location.hash.match(/^#sort=([\\w-]+):(\\d+)$/);  // a link (or a test) can ask for a sorted table
 if (m) sortBy(document.getElementById(m[1]).tHead.rows[0].children[+m[2]]);
 """
+# What the page may do, said to the browser: run its own script (by hash) and nothing else, no inline
+# event handler, no request to any address. Values from a store are escaped everywhere; this is the
+# second wall, for a value that ever slipped through (a shared results folder is enough to plant one).
+CONTENT_SECURITY_POLICY = (
+    f"default-src 'none'; script-src 'sha256-{base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()}'; "
+    "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+)
 PAGE_STYLE = """
 nav a { margin-right: 1em; } section { margin: 2em 0; } h2 { border-bottom: 1px solid #ccc; }
 div.scroll { overflow-x: auto; } section > div.scroll caption { display: none; }  /* the h2 says it */
@@ -162,9 +171,7 @@ def _provenance(df: pd.DataFrame, protocol: str | None) -> str:
             "cost": f"{days:.3g} accelerator-days" if days is not None else "not recorded",
             "settings": str(json_field(part["hparams"].iloc[0])),
         }  # fmt: skip
-        body = "".join(
-            f"<tr><th>{k}</th><td>{html.escape(v) if k != 'settings' else v}</td></tr>" for k, v in rows.items()
-        )
+        body = "".join(f"<tr><th>{k}</th><td>{html.escape(v)}</td></tr>" for k, v in rows.items())
         items.append(f"<details><summary>{html.escape(str(col))}</summary><table>{body}</table></details>")
     return _section("provenance", "Provenance of each measured column", "\n".join(items)) if items else ""
 
@@ -198,6 +205,7 @@ def report_html(
     nav = " ".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t in _anchors(sections))
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8"/>\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}"/>\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1"/>\n<title>vitbench report</title>\n'
         f"<style>{STYLE}{PAGE_STYLE}</style>\n</head>\n<body>\n<h1>vitbench report</h1>\n"
         f'<p class="made">{made}</p>\n<nav>{nav}</nav>\n'
