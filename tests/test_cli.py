@@ -120,7 +120,7 @@ def test_ctrl_c_leaves_no_partial_row_and_the_rerun_does_only_the_rest(cli, resu
             "unknown dataset 'cifar11'; did you mean cifar10",
         ),
         (["--seeds", "a,b"], "--seeds a,b: expected comma-separated non-negative integers"),
-        (["--shots", "0"], "--shots: shot counts must be at least 1"),
+        (["--shots", "0"], "--shots 0: expected an integer from 1 to 2147483647"),
         (["--dataset", "cifar10", "--model", "vit-ti/16"], "--weights is required"),
         (["--protocol", "probe"], "--protocol probe: expected fewshot, eval, finetune, knn, linear"),
         (["--res", "30"], "--res 30: vit-ti/16 needs an image size that is a positive multiple of 16"),

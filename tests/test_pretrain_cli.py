@@ -112,7 +112,7 @@ def test_pretrained_weights_serve_other_protocols_by_run_key(cli, results):
         (["--lr-decay", "step"], "--lr-decay step: expected linear or cosine"),
         (["--weights", "run:beef"], "no pre-training run with that key"),
         (["--transfer", "digitz"], "unknown dataset 'digitz'"),
-        (["--transfer-shots", "0"], "--transfer-shots: shot counts must be at least 1"),
+        (["--transfer-shots", "0"], "--transfer-shots 0: expected an integer from 1 to"),
     ):
         base = ["run", "--protocol", "pretrain", "--model", "vit-ti/16", *TINY, "--results", results]
         code, _, err = cli(*base, *args)

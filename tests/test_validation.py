@@ -3,6 +3,8 @@ that does not mean what its label says): values the store cannot hold, a resolut
 dataset named twice."""
 
 import json
+import os
+import re
 import shutil
 
 import pytest
@@ -17,10 +19,10 @@ RUN = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digit
 @pytest.mark.parametrize(
     "args,message",
     [
-        (("--seeds", "2147483648"), "--seeds 2147483648: expected integers from 0 to 2147483647"),
-        (("--seeds", "99999999999999999999"), "--seeds 99999999999999999999: expected integers from 0 to"),
-        (("--shots", "2147483648"), "--shots 2147483648: expected integers from 0 to 2147483647"),
-        (("--protocol", "knn", "--knn-k", "2147483648"), "--knn-k 2147483648: expected integers from 0 to"),
+        (("--seeds", "2147483648"), "--seeds 2147483648: expected an integer from 0 to 2147483647"),
+        (("--seeds", "99999999999999999999"), "--seeds 99999999999999999999: expected an integer from 0 to"),
+        (("--shots", "2147483648"), "--shots 2147483648: expected an integer from 1 to 2147483647"),
+        (("--protocol", "knn", "--knn-k", "2147483648"), "--knn-k 2147483648: expected an integer from 1 to"),
     ],
 )
 def test_values_the_store_cannot_hold_are_refused_before_any_work(cli, results, one_run, args, message):
@@ -35,14 +37,14 @@ def test_values_the_store_cannot_hold_are_refused_before_any_work(cli, results, 
 
 
 def test_the_python_api_refuses_them_too():
-    with pytest.raises(UserError, match="--seeds 2147483648: expected integers"):
+    with pytest.raises(UserError, match="--seeds 2147483648: expected an integer from 0 to 2147483647"):
         vitbench.run(model="vit-ti/16", weights="random", datasets="digits", seeds=(2147483648,))
 
 
 def test_res_zero_is_an_error_not_the_default(cli, results):
     """Before: `--res 0` quietly ran at the model's default resolution."""
     code, _, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--res", "0", "--results", results)
-    assert code == 2 and "--res 0: expected a positive image size in pixels" in err
+    assert code == 2 and "--res 0: expected an integer from 1 to 2147483647" in err
 
 
 def test_a_dataset_named_twice_runs_once(cli, results, caplog):
@@ -235,3 +237,59 @@ def test_doctor_names_the_file_it_cannot_read(cli, tmp_path):
 def test_a_ridge_strength_that_is_no_positive_number_is_refused(cli, results, value):
     code, _, err = cli(*RUN, "--fewshot-l2", value, "--results", results, "--dry-run")
     assert code == 2 and f"--fewshot-l2 {value}: expected a positive number" in err
+
+
+# (option, its Request/API name, a bad value, the one line that refuses it)
+BAD_NUMBERS = [
+    ("--workers", "workers", -3, "--workers -3: expected an integer ≥ 0"),
+    ("--batch-size", "extraction_batch", 0, "--batch-size 0: expected an integer ≥ 1"),
+    ("--batch", "batch", 0, "--batch 0: expected an integer ≥ 1"),
+    ("--lr", "lr", -0.5, "--lr -0.5: expected a number > 0"),
+    ("--lr", "lr", float("nan"), "--lr nan: expected a finite number"),
+    ("--polyak", "polyak", 2.0, "--polyak 2.0: expected a number from 0 to below 1"),
+    ("--mpp-rate", "mpp_rate", 0.0, "--mpp-rate 0.0: expected a number above 0 to 1"),
+    ("--label-smoothing", "label_smoothing", 1.0, "--label-smoothing 1.0: expected a number from 0 to below 1"),
+]
+
+
+@pytest.mark.parametrize("option, name, value, message", BAD_NUMBERS, ids=[f"{b[0]}={b[2]}" for b in BAD_NUMBERS])
+def test_a_value_is_checked_once_alike_from_the_command_line_a_config_and_the_api(
+    cli, tmp_path, option, name, value, message
+):
+    """Before: a config's workers=-3 and batch_size=0 gave torch's tracebacks, lr=nan trained for
+    149 s and quarantined its own shard, polyak=2.0 stored 10.04 %. Now one check (protocols/bounds.py)
+    refuses each before any work, whichever way the value came."""
+    results = tmp_path / "results"
+    code, _, err = cli("run", "--protocol", "finetune", option, str(value), "--dry-run", "--results", results)
+    assert code == 2 and err.strip() == f"error: {message}"
+    config = tmp_path / "exp.toml"
+    key = option.removeprefix("--").replace("-", "_")
+    config.write_text(f"{key} = {value}\n")
+    code, _, err = cli("run", "--protocol", "finetune", "--config", config, "--dry-run", "--results", results)
+    assert code == 2 and err.strip() == f"error: {message}"
+    with pytest.raises(UserError, match=re.escape(message)):
+        vitbench.run(protocol="finetune", dry_run=True, results=results, **{name: value})
+    assert not results.exists()  # nothing was done
+
+
+def test_a_config_file_that_is_no_config_is_one_line(cli, tmp_path):
+    """Before: non-UTF-8 bytes and 5,000 nested arrays gave tracebacks, 10^6 seeds planned for
+    minutes in over 1 GB, a FIFO blocked the read forever."""
+    config = tmp_path / "exp.toml"
+    cases = {
+        b'model = "vit\xff"\n': "not UTF-8 text (byte 12)",
+        b"seeds = " + b"[" * 5000 + b"]" * 5000 + b"\n": "nested too deeply for a config",
+        b"seeds = ["
+        + b",".join(b"%d" % i for i in range(10_001))
+        + b"]\n": "key 'seeds': 10,001 values; expected at most 10,000",
+        b"# " + b"x" * 1_000_001 + b"\n": "1,000,004 bytes; a config holds options, expected at most 1 MB",
+        b"devices = 0\n": "key 'devices': ",
+    }
+    for text, message in cases.items():
+        config.write_bytes(text)
+        code, _, err = cli("run", "--config", config, "--dry-run", "--results", tmp_path / "r")
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (message, err)
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    code, _, err = cli("run", "--config", fifo, "--dry-run", "--results", tmp_path / "r")
+    assert code == 2 and err.strip() == f"error: --config {fifo}: not a regular file; expected a TOML file"

@@ -18,6 +18,7 @@ import typing
 from pathlib import Path
 
 from vitbench.errors import UserError
+from vitbench.protocols.bounds import MAX_VALUES
 from vitbench.protocols.registry import get_protocol
 from vitbench.registry import get_dataset, get_model, get_suite
 from vitbench.suites import SUITES, Suite
@@ -36,6 +37,7 @@ LISTS = {
 }
 # what an experiment is not: how this one command runs
 NOT_CONFIG = {"config", "print_config", "dry_run", "rerun", "assume_mfu"}
+MAX_CONFIG_BYTES = 1_000_000  # an experiment's options are a few hundred bytes; more is not a config
 SUITE_KEYS = {"datasets": list, "protocol": str, "description": str, "model": str, "weights": str}
 
 
@@ -55,6 +57,8 @@ def _check(where: str, key: str, value, kind: str):
     """The value as the command line would give it, or a one-line error."""
     if key in LISTS:
         items = value if isinstance(value, list) else [value]
+        if len(items) > MAX_VALUES:
+            raise UserError(f"{where}: key '{key}': {len(items):,} values; expected at most {MAX_VALUES:,}")
         want = LISTS[key]
         if not all(isinstance(v, want) and not isinstance(v, bool) for v in items):
             what = "integers" if want is int else "strings"
@@ -75,12 +79,7 @@ def _check(where: str, key: str, value, kind: str):
 
 def load(path: Path, kinds: dict[str, str]) -> dict:
     """The file's options, checked (keys, types, names), as command-line values; its suites registered."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise UserError(f"--config {path}: cannot read it ({e.strerror})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: not valid TOML ({e})") from None
+    data = _parse(path)
     _register_suites(path, data.pop("suites", {}))
     known = [k for k in kinds if k not in NOT_CONFIG]
     values = {}
@@ -92,6 +91,27 @@ def load(path: Path, kinds: dict[str, str]) -> dict:
         values[key] = _check(str(path), key, value, kinds[key])
     _check_names(path, values)
     return values
+
+
+def _parse(path: Path) -> dict:
+    """The file as TOML, or one line saying why not: never a traceback, never a wait on a pipe."""
+    try:
+        if not path.is_file():  # a FIFO or a device would block the read forever
+            what = "a folder" if path.is_dir() else "not a regular file" if path.exists() else "no such file"
+            raise UserError(f"--config {path}: {what}; expected a TOML file")
+        raw = path.read_bytes() if path.stat().st_size <= MAX_CONFIG_BYTES else b""
+    except OSError as e:
+        raise UserError(f"--config {path}: cannot read it ({e.strerror})") from None
+    if not raw and path.stat().st_size:
+        raise UserError(f"{path}: {path.stat().st_size:,} bytes; a config holds options, expected at most 1 MB")
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start}); a TOML file is UTF-8") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: not valid TOML ({e})") from None
+    except RecursionError:
+        raise UserError(f"{path}: nested too deeply for a config (arrays or tables within each other)") from None
 
 
 def _register_suites(path: Path, suites) -> None:

@@ -147,11 +147,21 @@ def _with_config(ctx: typer.Context, given: dict) -> tuple[dict, str]:
     config file (what --print-config prints and every run stores)."""
     kinds = cfg.option_kinds(run)
     if given["config"] is not None:
+        params = {p.name: p for p in ctx.command.params}
         for key, value in cfg.load(given["config"], kinds).items():
             source = ctx.get_parameter_source(key)  # typer vendors click: its enum, compared by name
             if source is None or source.name != "COMMANDLINE":
-                given[key] = value
+                given[key] = _as_on_the_command_line(ctx, params[key], value, given["config"])
     return given, cfg.to_toml(given, kinds)
+
+
+def _as_on_the_command_line(ctx: typer.Context, param, value, config: Path):
+    """A config file's value through the command line's own conversion and range check (the
+    cluster options'), so that a file cannot pass what the command line refuses."""
+    try:
+        return value if value is None else param.process_value(ctx, value)
+    except typer.BadParameter as e:
+        raise UserError(f"{config}: key '{param.name}': {e.message}") from None
 
 
 def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | None = None) -> None:
@@ -214,12 +224,6 @@ def _request(given: dict) -> Request:
         tensorboard_log.check_available(given["tensorboard"])
     o.check_choice("--precision", given["precision"], o.PRECISIONS, "or")
     o.check_choice("--input-pipeline", given["input_pipeline"], o.PIPELINES)
-    req_shots = o.int_list("--shots", given["shots"]) or SHOTS
-    if 0 in req_shots:
-        raise UserError("--shots: shot counts must be at least 1")
-    knn_k = o.int_list("--knn-k", given["knn_k"]) or (20,)
-    if 0 in knn_k:
-        raise UserError("--knn-k: neighbour counts must be at least 1")
     dataset = given["dataset"]
     fields = {k: given[k] for k in Request.__dataclass_fields__ if k in given}
     return Request(
@@ -227,8 +231,8 @@ def _request(given: dict) -> Request:
             **fields,
             "datasets": tuple(d.strip() for d in dataset.split(",") if d.strip()) if dataset else (),
             "seeds": o.int_list("--seeds", given["seeds"]) or SEEDS,
-            "shots": req_shots,
-            "knn_k": knn_k,
+            "shots": o.int_list("--shots", given["shots"]) or SHOTS,
+            "knn_k": o.int_list("--knn-k", given["knn_k"]) or (20,),
             "data_dir": o.check_data_dir(given["data_dir"]),
             "extraction_batch": given["batch_size"],
             "polyak": given["polyak"] or None,

@@ -109,27 +109,23 @@ VerifyData = Annotated[
 SkipCorrupt = Annotated[
     bool, option("--skip-corrupt", panel=DATA, help="Leave corrupt images out (counted in each result).")
 ]
-ExtractionBatch = Annotated[int, option("--batch-size", panel=FEWSHOT, min=1, help="Feature-extraction batch size.")]
-RunWorkers = Annotated[int, option("--workers", panel=DEVICES, min=0, help="DataLoader worker processes.")]
+ExtractionBatch = Annotated[int, option("--batch-size", panel=FEWSHOT, help="Feature-extraction batch size.")]
+RunWorkers = Annotated[int, option("--workers", panel=DEVICES, help="DataLoader worker processes.")]
 Steps = Annotated[
     int | None,
-    option("--steps", panel=FINETUNE, min=1, help="finetune, pretrain: optimizer steps [default: Table 4's / 3's]."),
+    option("--steps", panel=FINETUNE, help="finetune, pretrain: optimizer steps [default: Table 4's / 3's]."),
 ]
 Batch = Annotated[
     int | None,
-    option("--batch", panel=FINETUNE, min=1, help="finetune, pretrain: global batch over all devices [512 / 4096]."),
+    option("--batch", panel=FINETUNE, help="finetune, pretrain: global batch over all devices [512 / 4096]."),
 ]
 Lr = Annotated[
     float | None,
-    option(
-        "--lr", panel=FINETUNE, min=0.0, help="finetune: a fixed base LR instead of the dev sweep; pretrain: the LR."
-    ),
+    option("--lr", panel=FINETUNE, help="finetune: a fixed base LR instead of the dev sweep; pretrain: the LR."),
 ]
 Polyak = Annotated[
     float | None,
-    option(
-        "--polyak", panel=FINETUNE, min=0.0, max=1.0, help="finetune: parameter EMA decay (Table 2 ImageNet: 0.9999)."
-    ),
+    option("--polyak", panel=FINETUNE, help="finetune: parameter EMA decay (Table 2 ImageNet: 0.9999)."),
 ]
 PolyakWarmup = Annotated[
     bool,
@@ -163,7 +159,6 @@ CheckpointEvery = Annotated[
     option(
         "--checkpoint-every",
         panel=FINETUNE,
-        min=1,
         help="finetune: steps between resumable checkpoints [default: steps/10, 50..500].",
     ),
 ]
@@ -246,9 +241,7 @@ InputPipeline = Annotated[
 ]
 MicroBatch = Annotated[
     int | None,
-    option(
-        "--micro-batch", panel=FINETUNE, min=1, help="finetune: images per pass per device; the rest is accumulated."
-    ),
+    option("--micro-batch", panel=FINETUNE, help="finetune: images per pass per device; the rest is accumulated."),
 ]
 # pre-training (--protocol pretrain); None: Table 3's value for the dataset
 Objective = Annotated[
@@ -265,7 +258,7 @@ MppTarget = Annotated[
 ]
 MppRate = Annotated[
     float,
-    option("--mpp-rate", panel=PRETRAIN, min=0.0, max=1.0, help="pretrain --objective mpp: patches corrupted (0.5)."),
+    option("--mpp-rate", panel=PRETRAIN, help="pretrain --objective mpp: patches corrupted (0.5)."),
 ]
 PosEmbed = Annotated[
     str,
@@ -291,22 +284,16 @@ PretrainRecipe = Annotated[
         "10,000 classes, else imagenet).",
     ),
 ]
-Epochs = Annotated[
-    float | None, option("--epochs", panel=PRETRAIN, min=0.0, help="pretrain: epochs of the full train split.")
-]
-Warmup = Annotated[
-    int | None, option("--warmup", panel=PRETRAIN, min=0, help="pretrain: LR warmup steps [default: 10k].")
-]
+Epochs = Annotated[float | None, option("--epochs", panel=PRETRAIN, help="pretrain: epochs of the full train split.")]
+Warmup = Annotated[int | None, option("--warmup", panel=PRETRAIN, help="pretrain: LR warmup steps [default: 10k].")]
 LrDecay = Annotated[
     str | None, option("--lr-decay", panel=PRETRAIN, help="pretrain: linear or cosine after the warmup.")
 ]
 WeightDecay = Annotated[
-    float | None, option("--weight-decay", panel=PRETRAIN, min=0.0, help="pretrain: decoupled weight decay.")
+    float | None, option("--weight-decay", panel=PRETRAIN, help="pretrain: decoupled weight decay.")
 ]
-Dropout = Annotated[float | None, option("--dropout", panel=PRETRAIN, min=0.0, help="pretrain: dropout rate.")]
-LabelSmoothing = Annotated[
-    float | None, option("--label-smoothing", panel=PRETRAIN, min=0.0, help="pretrain: label smoothing.")
-]
+Dropout = Annotated[float | None, option("--dropout", panel=PRETRAIN, help="pretrain: dropout rate.")]
+LabelSmoothing = Annotated[float | None, option("--label-smoothing", panel=PRETRAIN, help="pretrain: label smoothing.")]
 Transfer = Annotated[
     str | None,
     option(

@@ -21,6 +21,7 @@ from typing import Protocol as TypingProtocol
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec, Split
 from vitbench.errors import UserError
+from vitbench.protocols import bounds
 from vitbench.provenance import canonical_json, sha256_text
 from vitbench.store.predictions import Predictions
 
@@ -32,7 +33,6 @@ if TYPE_CHECKING:  # the engine (and torch) load when a protocol runs, not when 
 SEEDS = (0, 1, 2)  # the paper's three runs per setting (App. B; big_vision's few-shot seeds)
 SHOTS = (1, 5, 10, 25)  # the paper's few-shot counts (Fig. 2, Table 6)
 DEFAULT_L2 = "1024"  # big_vision's few-shot l2_reg, as `--fewshot-l2` takes it
-INT32_MAX = 2**31 - 1  # seeds, shots and sizes are INTEGER columns in the store
 
 
 @dataclass(frozen=True)
@@ -112,15 +112,11 @@ class Request:
 
     def __post_init__(self) -> None:
         """Values the store could not hold, or that would quietly mean something else, are refused
-        here, before any work: the command line and the Python API both pass through."""
-        for option, values in (("--seeds", self.seeds), ("--shots", self.shots), ("--knn-k", self.knn_k)):
-            for value in values:
-                if not 0 <= value <= INT32_MAX:
-                    raise UserError(
-                        f"{option} {value}: expected integers from 0 to {INT32_MAX} (stored as 32-bit integers)"
-                    )
-        if self.res is not None and not 0 < self.res <= INT32_MAX:
-            raise UserError(f"--res {self.res}: expected a positive image size in pixels")
+        here, before any work: the command line, a config file and the Python API all pass through
+        (protocols/bounds.py holds every numeric option's range)."""
+        found = bounds.problems({name: getattr(self, name) for name in (*bounds.SCALARS, *bounds.LISTS)})
+        if found:
+            raise UserError(found[0])
 
 
 # Request fields that only some protocols read, and the option that sets each

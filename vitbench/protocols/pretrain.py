@@ -80,8 +80,6 @@ class Pretrain(Protocol):
             raise UserError(f"--objective mpp: masked patch prediction needs a ViT; {group.model.name} is not one")
         for name in () if req.transfer == ("none",) else req.transfer:
             get_dataset(name)  # a misspelt transfer dataset stops the plan, not the session after hours of training
-        if any(k < 1 for k in req.transfer_shots):
-            raise UserError("--transfer-shots: shot counts must be at least 1")
         train = group.splits[group.dataset.sweep_splits[0]]
         h = {**hparams, **settings_for(group, req, len(train))}
         seeds = req.seeds if req.seeds != SEEDS else (0,)  # pre-training is costly: one run unless asked
