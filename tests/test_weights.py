@@ -1,3 +1,6 @@
+import re
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import DEIT_WEIGHTS, needs_shared_data
@@ -117,3 +120,50 @@ def test_random_init_is_drawn_from_a_fixed_seed():
     torch.manual_seed(7)
     c = build_model(VIT_TI, 10, 32, "random").state_dict()
     assert all(torch.equal(a[k], c[k]) for k in a)  # whatever the global seed
+
+
+def _saved(tmp_path, source_model, name="w.safetensors", metadata=None, **replace) -> Path:
+    state = {k: v.contiguous() for k, v in source_model.state_dict().items()}
+    path = tmp_path / name
+    save_file({**state, **replace}, str(path), metadata=metadata)
+    return path
+
+
+@pytest.mark.parametrize(
+    "replace, message",
+    [
+        ({"blocks.3.attn.qkv.weight": torch.full((576, 192), float("nan"))},
+         "tensor 'blocks.3.attn.qkv.weight' holds NaN or infinite values; a diverged or damaged checkpoint?"),
+        ({"norm.bias": torch.tensor([float("inf")] * 192)}, "tensor 'norm.bias' holds NaN or infinite values"),
+        ({"cls_token": torch.zeros(1, 1, 192, dtype=torch.int64)},
+         "tensor 'cls_token' is int64, vit-ti/16 expects floating-point values; saved with the wrong type?"),
+        ({"pos_embed": torch.zeros(1, 3, 7)},
+         "tensor 'pos_embed' has shape (1, 3, 7), vit-ti/16 expects (1, tokens, 192) to resample to its grid"),
+        ({"pos_embed": torch.zeros(1, 3, 192)}, "cannot fit its tensors to vit-ti/16 (position embeddings of 2 tokens"),
+    ],
+    ids=["nan", "inf", "int64", "pos-embed-width", "pos-embed-grid"],
+)  # fmt: skip
+def test_weights_that_cannot_give_a_meaningful_number_are_refused(tmp_path, source_model, replace, message):
+    """Before: all-NaN weights stored 9.91 %, int64 tensors were cast in silence, and a pos_embed of
+    shape (1, 3, 7) was a traceback from the resampler."""
+    path = _saved(tmp_path, source_model, **replace)
+    with pytest.raises(UserError, match=re.escape(f"{path}: {message}")):
+        load_into(make_model(), VIT_TI, path)
+
+
+@pytest.mark.parametrize("metadata", ["not json {", "[1, 2]", '{"run_key": 7}'])
+def test_vitbench_metadata_that_is_not_vitbenchs_is_one_line(tmp_path, source_model, metadata):
+    from vitbench.weights import pretrained
+
+    path = _saved(tmp_path, source_model, metadata={"vitbench": metadata})
+    with pytest.raises(UserError, match="its 'vitbench' metadata is not the JSON object vitbench writes"):
+        pretrained.provenance(path)
+
+
+def test_a_run_on_nan_weights_stores_nothing(cli, tmp_path, source_model):
+    path = _saved(tmp_path, source_model, **{"blocks.0.mlp.fc1.bias": torch.full((768,), float("nan"))})
+    results = tmp_path / "results"
+    run = ("run", "--model", "vit-ti/16", "--weights", path, "--dataset", "digits", "--res", "32", "--workers", "0")
+    code, _, err = cli(*run, "--shots", "5", "--seeds", "0", "--results", results)
+    assert code == 2 and "tensor 'blocks.0.mlp.fc1.bias' holds NaN or infinite values" in err
+    assert err.count("error:") == 1 and "Traceback" not in err and not list(results.glob("runs/*.json"))

@@ -116,9 +116,16 @@ def apply_state(
         return not keep_head and key.startswith(head)
 
     state = {k: v for k, v in state.items() if not replaced(k)}
+    _check_values(state, path)
     if PRE_LOGITS[0] in state:
         spec.backend.add_pre_logits(model, spec, state[PRE_LOGITS[0]].shape)
-    state = spec.backend.adapt_state_dict(state, model)
+    _check_pos_embed(model, spec, state, path)
+    try:
+        state = spec.backend.adapt_state_dict(state, model)
+    except (ValueError, RuntimeError) as e:  # a grid the resampler cannot read (not a square, say)
+        raise UserError(
+            f"{path}: cannot fit its tensors to {spec.name} ({one_line(e)}); another architecture?"
+        ) from None
     expected = {k: v for k, v in model.state_dict().items() if not replaced(k)}
 
     missing = [k for k in expected if k not in state]
@@ -137,7 +144,33 @@ def apply_state(
                 f"{path}: tensor '{key}' has shape {tuple(state[key].shape)}, {spec.name} expects "
                 f"{tuple(tensor.shape)}; weights of another architecture?"
             )
+        if tensor.is_floating_point() and not state[key].is_floating_point():  # load_state_dict would cast it
+            raise UserError(
+                f"{path}: tensor '{key}' is {str(state[key].dtype).removeprefix('torch.')}, {spec.name} expects "
+                "floating-point values; saved with the wrong type?"
+            )
     model.load_state_dict(state, strict=False)
+
+
+def _check_values(state: dict[str, torch.Tensor], path: Path) -> None:
+    """Weights holding NaN or infinity give a number that means nothing (all-NaN weights once stored
+    9.91 %): refused, naming the first such tensor."""
+    for key, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise UserError(f"{path}: tensor '{key}' holds NaN or infinite values; a diverged or damaged checkpoint?")
+
+
+def _check_pos_embed(model: nn.Module, spec: ModelSpec, state: dict[str, torch.Tensor], path: Path) -> None:
+    """A position embedding must be (1, tokens, width) with the model's width before it is resampled
+    to the model's grid (the resampler's own error would be a traceback)."""
+    given, target = state.get("pos_embed"), getattr(model, "pos_embed", None)
+    if given is None or not isinstance(target, torch.Tensor) or given.shape == target.shape:
+        return
+    if given.ndim != 3 or given.shape[0] != 1 or given.shape[-1] != target.shape[-1] or given.shape[1] < 2:
+        raise UserError(
+            f"{path}: tensor 'pos_embed' has shape {tuple(given.shape)}, {spec.name} expects (1, tokens, "
+            f"{target.shape[-1]}) to resample to its grid; weights of another architecture?"
+        )
 
 
 def _check_head(model: nn.Module, state: dict[str, torch.Tensor], head: str, path: Path) -> None:

@@ -48,7 +48,15 @@ def provenance(path: str | Path) -> dict | None:
             text = (f.metadata() or {}).get(METADATA_KEY)
     except Exception:
         return None  # unreadable: the loader reports it properly
-    return json.loads(text) if text else None
+    if not text:
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict) or not isinstance(found.get("run_key", ""), str):
+        raise UserError(f"{path}: its '{METADATA_KEY}' metadata is not the JSON object vitbench writes; damaged?")
+    return found
 
 
 def resolve_run(text: str, results: Path) -> str:
