@@ -16,6 +16,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+# submitit, once imported, logs to the sys.stdout of that moment: under pytest a capture that a
+# later test finds closed ("I/O operation on closed file"). vitbench's own log lines say what ran.
+os.environ.setdefault("SUBMITIT_LOG_LEVEL", "NOCONFIG")
+
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 DEIT_WEIGHTS = SHARED_DATA / "weights" / "deit_tiny_patch16_224.safetensors"
 needs_shared_data = pytest.mark.skipif(not DEIT_WEIGHTS.exists(), reason="../shared/data is not present")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -204,3 +205,17 @@ def test_tensorboard_event_files_hold_the_curves_and_scores(cli, results, tmp_pa
     assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4]
     stored = read_results(results).set_index("metric")["value"]["accuracy"]
     assert events.Scalars("test/accuracy")[0].value == pytest.approx(stored)
+
+
+def test_a_run_whose_loss_diverges_stops_and_leaves_nothing(cli, results):
+    """Before: `--lr nan` trained for 149 s, printed 9.91 %, quarantined its own shard and left its
+    predictions file behind. A loss that turns non-finite now ends the run at the next read-back."""
+    code, _, err = cli("run", *TINY, "--steps", "20", "--lr", "1e30", "--seeds", "0", "--checkpoint-every", "5",
+                       "--results", results)  # fmt: skip
+    assert code == 2 and "Traceback" not in err
+    (line,) = [e for e in err.splitlines() if e.startswith("error:")]
+    assert re.search(r"seed=0: the (training loss|gradient norm) is (nan|inf) at step \d+; the run stopped and stored "
+                     r"nothing \(.*try a lower --lr\)$", line), line  # fmt: skip
+    left = [p.relative_to(results) for p in results.rglob("*") if p.is_file() and "runs" in p.parts]
+    assert left == [], left  # no shard, no predictions, no checkpoint
+    assert read_results(results).empty

@@ -10,10 +10,11 @@ optimizer, schedule, EMA, RNG, data position, accelerator clock), data-parallel 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -296,6 +297,7 @@ def _steps(
             report = done % report_every == 0 or done == settings.steps
             if report or done % settings.log_every == 0 or done % settings.checkpoint_every == 0:
                 _flush(losses, norms, curves, world)
+                _stop_if_diverged(curves, description, checkpoint)
             if report:
                 loss_now, lr_now = curves["train_loss"][-1], curves["lr"][-1]
                 log.info("%s: step %d/%d, loss %.4f, lr %.4g", description, done, settings.steps, loss_now, lr_now)
@@ -304,6 +306,29 @@ def _steps(
                 at = replace(progress, step=done, curves=curves, train_images=images, seconds=clock.elapsed())
                 train_checkpoint.save(checkpoint, run_key, parts, device, at, asdict(settings))
     return time.perf_counter() - timer  # the clock synchronised the device on exit
+
+
+def _stop_if_diverged(curves: dict, description: str, checkpoint: Path) -> None:
+    """A loss or gradient norm that is no longer finite ends the run here, at the first read-back
+    after it (within log_every steps: no per-step sync): nothing is stored, and the checkpoint goes
+    too, since resuming it would diverge the same way."""
+    first = [
+        (step, name, value)
+        for name in ("train_loss", "grad_norm")
+        for step, value in enumerate(curves[name])
+        if not math.isfinite(value)
+    ]
+    if not first:
+        return
+    step, name, value = min(first)
+    checkpoint.unlink(missing_ok=True)
+    with suppress(OSError):
+        checkpoint.parent.rmdir()  # the run's own folder, when nothing else is in it
+    what = "training loss" if name == "train_loss" else "gradient norm"
+    raise UserError(
+        f"{description}: the {what} is {value} at step {step + 1}; the run stopped and stored nothing "
+        "(a learning rate too high for this model? try a lower --lr)"
+    )
 
 
 def _validate(model: nn.Module, validate: Validate, progress: train_checkpoint.Progress, step: int, what: str) -> None:
