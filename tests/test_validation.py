@@ -293,3 +293,33 @@ def test_a_config_file_that_is_no_config_is_one_line(cli, tmp_path):
     os.mkfifo(fifo)
     code, _, err = cli("run", "--config", fifo, "--dry-run", "--results", tmp_path / "r")
     assert code == 2 and err.strip() == f"error: --config {fifo}: not a regular file; expected a TOML file"
+
+
+def test_compare_across_a_test_split_that_grew_says_so_and_pairs_the_common_images(cli, results, tmp_path):
+    """Before: runs on a folder whose test split grew from 12 to 24 images were compared as
+    "Δ +0.00 [+0.00, +0.00], p 1 on the same test images", A's 12 against B's 24."""
+    tree = _tree(tmp_path / "ds", n=(3, 6), seed=50)
+    code, _, err = cli(*RUN, "--dataset", f"folder:{tree}", "--shots", "1", "--seeds", "0", "--results", results)
+    assert code == 0, err
+    for c, cls in enumerate(("cat", "dog")):  # six more test images per class, under new names
+        _tree_images(tree / "test" / cls, range(6, 12), seed=100 + 10 * c)
+    code, _, err = cli(*RUN, "--dataset", f"folder:{tree}", "--shots", "1", "--seeds", "0", "--results", results)
+    assert code == 0, err
+    runs = store.read_results(results).drop_duplicates("run_key").sort_values("n_test")
+    assert list(runs["n_test"]) == [12, 24]
+    a, b = (f"n_test={n}" for n in runs["n_test"])
+    code, out, err = cli("compare", a, b, "--format", "md", "--results", results)
+    assert code == 0, err
+    note = " ".join(out.split())
+    assert "A and B were scored on different test sets" in note and "A scored 12 images, B 24" in note
+    assert "every figure of this row is on the 12 images both scored" in note
+    # on the same files again: no such note
+    code, out, _ = cli("compare", a, a, "--format", "md", "--results", results)
+    assert code == 0 and "different test sets" not in out
+
+
+def _tree_images(folder, indices, seed):
+    from conftest import write_image
+
+    for i in indices:
+        write_image(folder / f"{i}.png", seed=seed + i)

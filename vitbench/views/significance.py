@@ -122,12 +122,13 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path) ->
         if part.empty:
             raise UserError(f"compare {name} ({', '.join(a if name == 'A' else b)}): selects no stored accuracy")
     kept = outcomes(results, pd.concat(sides.values()))
-    rows = []
+    rows, notes = [], []
     for dataset in sorted(set(sides["A"]["dataset"]) & set(sides["B"]["dataset"])):
         found = {n: _side(p[p["dataset"] == dataset], n, dataset, kept, clauses[n]) for n, p in sides.items()}
         pair = _paired(found["A"], found["B"])
         if pair is not None:
-            rows.append((dataset, found["A"], found["B"], stats.compare(*pair)))
+            rows.append((dataset, *pair, stats.compare(*pair)))
+            notes += _different_test_sets(dataset, sides, found, pair[0].shape[1])
     if not rows:
         raise UserError("compare: A and B share no dataset whose runs kept per-image predictions on the same images")
     adjusted = stats.holm([r[3].p for r in rows])
@@ -136,7 +137,7 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path) ->
         data.add_column(title)
     for (dataset, ma, mb, result), p_holm in zip(rows, adjusted, strict=True):
         data.add_row(dataset)
-        a_mean, b_mean = ma.to_numpy().mean() * 100, mb.to_numpy().mean() * 100
+        a_mean, b_mean = ma.mean() * 100, mb.mean() * 100  # on the images both sides scored
         marks = {n: _marks(p[p["dataset"] == dataset]) for n, p in sides.items()}
         cells = [  # (value for CSV, text)
             (a_mean, f"{a_mean:.2f} (n={len(ma)}){marks['A']}"),
@@ -149,6 +150,7 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path) ->
         ]
         for col, (value, text) in zip(data.columns, cells, strict=True):
             data.cells[(dataset, col)] = Cell(mean=value, text=text)
+    data.footnotes += notes
     shown = " ".join(data.cells[(r, c)].text or "" for r in data.rows for c in data.columns[:2])
     if SUBSET_MARK in shown:
         data.footnotes.append(f"{SUBSET_MARK} measured on a subset of the official splits")
@@ -158,6 +160,29 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path) ->
             "with the same k trained on the same images, so their Δ is 0 by construction"
         )
     return data
+
+
+def _different_test_sets(dataset: str, sides: dict, found: dict, paired: int) -> list[str]:
+    """A footnote where the two sides were not scored on one test set (a folder that grew, say):
+    the comparison holds on the images both scored, and only there."""
+    prints = {
+        n: sorted({_test_fingerprint(r) for r in p[p["dataset"] == dataset].itertuples()}) for n, p in sides.items()
+    }
+    counts = {n: found[n].shape[1] for n in found}
+    if prints["A"] == prints["B"] and counts["A"] == counts["B"] == paired:
+        return []
+    named = {n: ", ".join(f[:8] for f in fps) for n, fps in prints.items()}
+    return [
+        f"{dataset}: A and B were scored on different test sets (fingerprints {named['A']} and {named['B']}; A "
+        f"scored {counts['A']} images, B {counts['B']}): every figure of this row is on the {paired} images both "
+        "scored (an image is taken as the same where its name is)"
+    ]
+
+
+def _test_fingerprint(run) -> str:
+    """The scored split's fingerprint: planned into hparams, or the run's data identity where the
+    protocol learns nothing and scores the split it is given (eval)."""
+    return str(json_field(run.hparams).get("test_fingerprint") or run.data_fingerprint)
 
 
 def _marks(part: pd.DataFrame) -> str:
