@@ -4,6 +4,8 @@ respond to significance (not to the size of a difference alone), `vitbench compa
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from statsmodels.stats.contingency_tables import mcnemar
@@ -138,3 +140,21 @@ def test_table_ci_golden(tmp_path):
     assert "≈" in data.cells[("CIFAR-10", cc)].marks and "≈" not in data.cells[("CIFAR-10", dd)].marks
     # one comparison (the later column against the row's first with predictions), and it is significant
     assert sum(SIGNIFICANT_MARK in data.cells[("CIFAR-10", c)].marks for c in (cc, dd)) == 1
+
+
+def test_one_garbage_predictions_file_costs_its_own_interval_not_the_view(cli, tmp_path):
+    """Before: one garbage predictions file made `table --ci` and `report` refuse the whole folder."""
+    results = tmp_path / "results"
+    rng = np.random.default_rng(1)
+    for key, dataset in (("good", "cifar10"), ("bad", "pets")):
+        with_predictions(results, key, rng.random(50) < 0.7, dataset=dataset)
+    store.ingest_pending(store.connect(results), results)
+    (garbage,) = [p for p in (results / "runs").rglob("*") if p.is_file() and p.suffix != ".json" and "bad" in p.name]
+    garbage.write_bytes(b"not parquet at all")
+    code, out, err = cli("table", "--ci", "--format", "md", "--results", results)
+    assert code == 0, err
+    assert f"no interval for this run: {garbage}: changed since run bad wrote it" in " ".join(out.split())
+    assert re.search(r"\| CIFAR-10 \| [\d.]+ \[[\d.]+, [\d.]+\]", out)  # the good run keeps its interval
+    code, _, err = cli("report", "--out", tmp_path / "r.html", "--results", results)
+    assert code == 0, err
+    assert f"{garbage}: changed since run bad wrote it" in (tmp_path / "r.html").read_text()

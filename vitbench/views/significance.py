@@ -26,11 +26,19 @@ DERIVED_ROWS = {"imagenet_real"}
 ALPHA = 0.05
 
 
-def outcomes(results: Path, runs: pd.DataFrame) -> dict[str, pd.Series]:
-    """run_key -> per-image correctness indexed by image id, for the runs that kept predictions."""
+def outcomes(results: Path, runs: pd.DataFrame, lost: list[str] | None = None) -> dict[str, pd.Series]:
+    """run_key -> per-image correctness indexed by image id, for the runs that kept predictions. With
+    `lost`, a run whose predictions file is missing, changed or unreadable is read around (its one
+    line goes into `lost`); without, that line is the error."""
     found: dict[str, pd.Series] = {}
     for run in runs.drop_duplicates("run_key").itertuples():
-        table = read_predictions(results, str(run.run_key), json_field(run.notes).get("predictions"))
+        try:
+            table = read_predictions(results, str(run.run_key), json_field(run.notes).get("predictions"))
+        except UserError as e:
+            if lost is None:
+                raise
+            lost.append(str(e))
+            continue
         if table is not None:
             found[str(run.run_key)] = pd.Series(table["correct"].to_numpy(), index=table["id"].astype(str))
     return found
@@ -58,7 +66,8 @@ def add_significance(data: TableData, acc: pd.DataFrame, row_of: dict[str, str],
     acc = acc[~acc["dataset"].isin(DERIVED_ROWS)] if not acc.empty else acc
     if acc.empty:
         return
-    kept = outcomes(results, acc)
+    lost: list[str] = []  # one damaged file costs its own cell's interval, not the table's
+    kept = outcomes(results, acc, lost)
     cells = _cells(acc, row_of)
     matrices = {where: matrix(*runs, kept) for where, runs in cells.items()}
     for where, found in matrices.items():
@@ -75,6 +84,7 @@ def add_significance(data: TableData, acc: pd.DataFrame, row_of: dict[str, str],
         f"{stats.SAMPLES} resamples, seed {stats.SEED}"
         + (f"; {without} cell(s) without kept predictions have none" if without else "")
     )
+    data.footnotes += [f"no interval for this run: {line}" for line in lost]
     if tests:
         data.footnotes.append(
             f"{SIGNIFICANT_MARK} differs from the row's first measured column on the same test images: exact "
