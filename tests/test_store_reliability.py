@@ -6,6 +6,7 @@ reproduces the failure it guards against first (the issue's reproductions)."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -203,3 +204,49 @@ def test_two_runs_at_once_on_one_folder_both_reach_the_database(one_run, results
         assert process.returncode == 0, output
     store.sync(results)
     assert sorted(store.read_results(results).drop_duplicates("run_key")["seed"]) == [0, 1, 2]
+
+
+def _vitbench(*args: str, timeout: float = 120, preexec_fn=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vitbench", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, preexec_fn=preexec_fn)  # fmt: skip
+
+
+def test_a_fifo_among_the_shards_blocks_no_command(stored, tmp_path):
+    """Before: a FIFO named runs/fifo.json blocked table, report, export and run forever."""
+    for i, args in enumerate(
+        (("table",), ("report", "--out", tmp_path / "r.html"), ("export", "--out", tmp_path / "e.csv"))
+    ):
+        os.mkfifo(stored / "runs" / f"fifo{i}.json")
+        done = _vitbench(*args, "--results", stored, timeout=60)  # a hang fails here, not the whole suite
+        assert done.returncode == 0, done.stderr
+        assert f"fifo{i}.json: cannot be read (not a regular file); moved to" in done.stderr
+        assert (stored / "quarantine" / f"fifo{i}.json").exists()
+    assert accuracy(stored) > 0  # the stored run is still there
+    os.mkfifo(stored / "runs" / "fifo2.json")
+    done = _vitbench(*RUN, "--shots", "1", "--seeds", "0", "--results", stored, timeout=120)
+    assert done.returncode == 0 and "fifo2.json: cannot be read (not a regular file)" in done.stderr, done.stderr
+
+
+def _file_size_limit(limit: int):
+    """In the child: writes past `limit` bytes fail (EFBIG, as ENOSPC would on a full disk) instead
+    of killing the process with SIGXFSZ."""
+    import resource
+    import signal
+
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_a_write_that_fails_is_one_line_and_leaves_no_partial_file(tmp_path):
+    """Before: a full disk gave ENOSPC tracebacks and left a .tmp.npz in the cache. The feature cache
+    of the digits (1.4 MB) cannot be written under a 500 kB file-size limit."""
+    results = tmp_path / "results"
+    done = _vitbench(*RUN, "--shots", "1", "--seeds", "0", "--results", results, preexec_fn=_file_size_limit(500_000))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = [e for e in done.stderr.splitlines() if e.startswith("error:")]
+    assert re.search(r"cache/features/\w+\.npz: cannot write it \(File too large\); nothing was written$", line), line
+    assert not [p for p in results.rglob("*") if p.is_file() and ".tmp" in p.name]
+    assert not list(results.glob("runs/*.json"))

@@ -2,18 +2,44 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
+
+from vitbench.errors import UserError
 
 
 def write_atomic(path: Path, text: str | Callable[[Path], object]) -> None:
     """Readers see the old file or the new one, never half of one (temp file + os.replace).
-    `text` is the content, or a function that writes the file it is given (e.g. torch.save)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    `text` is the content, or a function that writes the file it is given (e.g. torch.save).
+    A write that fails (a full disk) leaves no temp file behind and is one line naming the file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    if isinstance(text, str):
-        tmp.write_text(text)
-    else:
-        text(tmp)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, str):
+            tmp.write_text(text)
+        else:
+            text(tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"{path}: cannot write it ({e.strerror or e}); nothing was written") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # an interruption or a library's own error: no half-written file either
+        raise
+
+
+def read_regular(path: Path) -> bytes:
+    """A regular file's bytes. Opened without blocking and checked before reading: a FIFO or a
+    device under a file's name would otherwise block the read forever (OSError: not a regular file)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)

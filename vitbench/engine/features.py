@@ -4,7 +4,6 @@ behind them built only when something is not cached."""
 from __future__ import annotations
 
 import logging
-import os
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vitbench.atomic import write_atomic
 from vitbench.datasets import Split
 from vitbench.devices import Clock, autocast, resolve_device, resolve_precision
 from vitbench.engine.inference import Outputs, run_over
@@ -68,11 +68,13 @@ class FeatureCache:
             quarantine(self.path(key), f"cached outputs {problem}; recomputing", results=self.root.parent.parent)
 
     def save(self, key: str, found: Outputs) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f".{key}.{os.getpid()}.tmp.npz"
         skipped = np.asarray(found.skipped, dtype=str)
-        np.savez(tmp, features=found.values, labels=found.labels, indices=found.indices, skipped=skipped)
-        os.replace(tmp, self.path(key))
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a name
+                np.savez(f, features=found.values, labels=found.labels, indices=found.indices, skipped=skipped)
+
+        write_atomic(self.path(key), write)
 
 
 def _mismatch(found: Outputs, split: Split, width: int | None) -> str | None:

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vitbench.atomic import read_regular
+
 log = logging.getLogger("vitbench")
 
 SHARD_SCHEMA = 1  # 1: the `schema` field itself; a shard without one (written before it) reads as 0
@@ -121,8 +123,7 @@ def read_shard(path: Path) -> dict:
     """The shard at `path`, checked (BadShard, or NewerShard, says what is wrong), migrated to
     this version's shape when older."""
     try:
-        with open(path, "rb") as f:
-            record = json.loads(f.read())
+        record = json.loads(read_regular(path))
     except (UnicodeDecodeError, ValueError) as e:
         raise BadShard(f"not JSON ({' '.join(str(e).split())[:80]})") from None
     if not isinstance(record, dict):
