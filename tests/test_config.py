@@ -10,6 +10,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vitbench import store
 
@@ -110,3 +112,37 @@ def test_the_printed_config_plans_the_same_run_keys(cli, tmp_path, flags):
     _, direct, _ = cli("run", *FAST, *flags, *results, "--dry-run")
     _, from_file, _ = cli("run", "--config", config, "--dry-run")
     assert _keys(direct) and _keys(direct) == _keys(from_file)
+
+
+@settings(derandomize=True, deadline=None, max_examples=200, database=None)
+@given(text=st.text(), suite=st.text(min_size=1))
+def test_every_text_value_round_trips_through_the_printed_toml(text, suite):
+    """Before: non-ASCII beyond U+FFFF was written as JSON's surrogate pairs and a suite name with a
+    space as a bare table key: --print-config's own output did not load back."""
+    from vitbench.cli.config import to_toml
+    from vitbench.suites import SUITES, Suite
+
+    SUITES[suite] = Suite(suite, (text, "digits"), "fewshot", f"defined in {text}", {"weights": text})
+    try:
+        printed = to_toml({"data_dir": text, "dataset": "a,b", "suite": suite, "lr": 0.5},
+                          {"data_dir": "path", "dataset": "str", "suite": "str", "lr": "float"})  # fmt: skip
+    finally:
+        del SUITES[suite]
+    loaded = tomllib.loads(printed)
+    assert loaded["data_dir"] == text and loaded["dataset"] == ["a", "b"] and loaded["suite"] == suite
+    mine = loaded["suites"][suite]
+    assert (
+        mine["datasets"] == [text, "digits"] and mine["weights"] == text and mine["description"] == f"defined in {text}"
+    )
+
+
+def test_a_path_that_is_not_utf8_cannot_be_printed_but_a_run_still_records_it():
+    from vitbench.cli.config import to_toml
+    from vitbench.errors import UserError
+
+    name = b"/data/caf\xe9".decode("utf-8", "surrogateescape")  # a Latin-1 folder name, as Python lists it
+    with pytest.raises(UserError, match="is not UTF-8 text; a TOML file cannot hold it"):
+        to_toml({"data_dir": name}, {"data_dir": "path"})
+    assert (
+        tomllib.loads(to_toml({"data_dir": name}, {"data_dir": "path"}, strict=False))["data_dir"] == "/data/caf\ufffd"
+    )

@@ -12,7 +12,6 @@ what was expected.
 from __future__ import annotations
 
 import difflib
-import json
 import tomllib
 import typing
 from pathlib import Path
@@ -155,29 +154,49 @@ def _check_names(path: Path, values: dict) -> None:
             _named(str(path), "protocol", lambda n=name: get_protocol(n))
 
 
-def _toml_value(key: str, value) -> str:
+# TOML basic strings escape these; every other character, non-ASCII included, is written as itself
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def toml_string(text: str, strict: bool = True) -> str:
+    """`text` as a TOML basic string that reads back as `text` (JSON's escapes are not TOML's: JSON
+    writes a character beyond U+FFFF as two surrogates, which TOML refuses). A file name that was
+    not UTF-8 (Python keeps its bytes as lone surrogates) cannot be TOML: an error where the file
+    must load back (`--print-config`), else written with U+FFFD in their place (a run's record)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        if strict:
+            raise UserError(f"--print-config: {text!r} is not UTF-8 text; a TOML file cannot hold it") from None
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    escaped = "".join(_ESCAPES.get(c) or (f"\\u{ord(c):04X}" if ord(c) < 0x20 or ord(c) == 0x7F else c) for c in text)
+    return f'"{escaped}"'
+
+
+def _toml_value(key: str, value, strict: bool) -> str:
     if key in LISTS:
         items = [v.strip() for v in str(value).split(",") if v.strip()]
-        return "[" + ", ".join(v if LISTS[key] is int else json.dumps(v) for v in items) + "]"
+        return "[" + ", ".join(v if LISTS[key] is int else toml_string(v, strict) for v in items) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    return json.dumps(str(value))  # a JSON string is a TOML basic string
+    return toml_string(str(value), strict)
 
 
-def to_toml(given: dict, kinds: dict[str, str]) -> str:
+def to_toml(given: dict, kinds: dict[str, str], strict: bool = True) -> str:
     """The resolved options (every one with a value) as a config file, and the suite they name if
-    it is a user-defined one."""
+    it is a user-defined one (`strict`: see toml_string)."""
     lines = ["# vitbench run --config: the resolved options of one command (`vitbench run --print-config`)"]
     for key in kinds:
         if key in NOT_CONFIG or given.get(key) is None:
             continue
-        lines.append(f"{key} = {_toml_value(key, given[key])}")
+        lines.append(f"{key} = {_toml_value(key, given[key], strict)}")
     suite = SUITES.get(str(given.get("suite")))
     if suite is not None and suite.description.startswith("defined in "):
-        lines += ["", f"[suites.{suite.name}]", f"datasets = {json.dumps(list(suite.datasets))}"]
-        lines.append(f"protocol = {json.dumps(suite.protocol)}")
-        lines += [f"{k} = {json.dumps(v)}" for k, v in suite.defaults.items()]
-        lines.append(f"description = {json.dumps(suite.description)}")
+        datasets = ", ".join(toml_string(d, strict) for d in suite.datasets)
+        lines += ["", f"[suites.{toml_string(suite.name, strict)}]", f"datasets = [{datasets}]"]
+        lines.append(f"protocol = {toml_string(suite.protocol, strict)}")
+        lines += [f"{k} = {toml_string(str(v), strict)}" for k, v in suite.defaults.items()]
+        lines.append(f"description = {toml_string(suite.description, strict)}")
     return "\n".join(lines) + "\n"

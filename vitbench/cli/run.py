@@ -152,7 +152,7 @@ def _with_config(ctx: typer.Context, given: dict) -> tuple[dict, str]:
             source = ctx.get_parameter_source(key)  # typer vendors click: its enum, compared by name
             if source is None or source.name != "COMMANDLINE":
                 given[key] = _as_on_the_command_line(ctx, params[key], value, given["config"])
-    return given, cfg.to_toml(given, kinds)
+    return given, cfg.to_toml(given, kinds, strict=bool(given["print_config"]))
 
 
 def _as_on_the_command_line(ctx: typer.Context, param, value, config: Path):
