@@ -158,3 +158,20 @@ def test_a_bit_resnet_pretrains_through_its_own_head(cli, results):
     assert code == 0, err
     run = store.read_results(results).drop_duplicates("run_key").iloc[0]
     assert run["backend"] == "bit" and json.loads(run["hparams"])["head"] == "linear"
+
+
+def test_ctrl_c_during_pretraining_names_what_resumes(cli, results, monkeypatch):
+    """Before: Ctrl-C during pre-training said "a fine-tune continues from its last checkpoint"."""
+    from vitbench.engine import training
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "_steps", interrupted)
+    code, _, err = cli("run", "--protocol", "pretrain", "--model", "vit-ti/16", "--smoke", "--steps", "4", *TINY,
+                       "--results", results)  # fmt: skip
+    assert code == 130
+    assert (
+        "interrupted: 0 of 1 runs stored; run the same command again to do the rest (the interrupted pretrain "
+        "run continues from its last checkpoint)" in " ".join(err.split())
+    )

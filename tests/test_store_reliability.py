@@ -6,8 +6,8 @@ reproduces the failure it guards against first (the issue's reproductions)."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,6 +75,19 @@ def test_quarantine_says_why_in_one_line(stored, caplog):
     store.sync(stored)
     lines = [r.getMessage() for r in caplog.records if "deadbeef" in r.getMessage()]
     assert len(lines) == 1 and "'run' is missing or not an object; moved to" in lines[0] and "\n" not in lines[0]
+
+
+def test_a_quarantine_folder_that_is_a_link_moves_nothing_out_of_the_results(cli, stored, tmp_path, caplog):
+    """Before: quarantine/ as a symbolic link moved bad shards wherever it pointed."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (stored / "quarantine").symlink_to(outside, target_is_directory=True)
+    bad = stored / "runs" / "deadbeef.json"
+    bad.write_text("{}")
+    code, _, err = cli("table", "--results", stored)
+    assert code == 0, err
+    assert bad.exists() and not list(outside.iterdir())
+    assert "left out (" in caplog.text and "quarantine is a symbolic link: nothing is moved through it)" in caplog.text
 
 
 def test_a_shard_missing_a_field_or_out_of_range_is_quarantined(cli, stored):

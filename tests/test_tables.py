@@ -402,3 +402,10 @@ def test_two_protocol_versions_are_two_columns_never_averaged(stored):
     new = next(c for c in data.columns if c.endswith("· finetune/2"))
     assert data.cells[("CIFAR-10", new)].mean == 50.0 and data.cells[("CIFAR-10", new)].n == 1
     assert data.cells[("CIFAR-10", old)].n == 3  # the three finetune/1 seeds, not four
+
+
+def test_a_where_that_matches_nothing_says_so_not_that_the_store_is_empty(cli, stored):
+    """Before: a --where that matched nothing said "no results yet; try vitbench run"."""
+    code, _, err = cli("table", "--results", stored, "--where", "model=vit-h/14")
+    assert code == 0 and "no results in" not in err
+    assert f"none of the 14 runs in {stored} fits what was asked for (--where" in " ".join(err.split())

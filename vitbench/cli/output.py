@@ -39,6 +39,18 @@ def _demo_hint(results: Path) -> str:
     return f" (the demo's runs are in {demo}: --results {demo})" if (demo / store.DB_NAME).exists() else ""
 
 
+def _nothing_shown(results: Path) -> str:
+    """Why a view is empty: the store is, or what was asked for (--where, --protocol, …) selects
+    none of what it holds."""
+    stored = store.read_results(results)
+    if stored.empty:
+        return f"no results in {results / store.DB_NAME} yet; try `vitbench run`{_demo_hint(results)}"
+    return (
+        f"none of the {stored['run_key'].nunique()} runs in {results} fits what was asked for (--where, --protocol, "
+        f"--shots, --view); `vitbench table --results {results}` shows them all"
+    )
+
+
 def emit(text: str, out_file: Path | None) -> None:
     if out_file is None:
         sys.stdout.write(text)
@@ -53,7 +65,7 @@ def show(data: TableData, fmt: str, results: Path, out_file: Path | None = None)
     """`data` in `fmt` on the terminal (rich) or as text to stdout or `out_file`."""
     check_choice("--format", fmt, render.FORMATS)
     if not data.rows:
-        err.print(f"no results in {results / store.DB_NAME} yet; try `vitbench run`{_demo_hint(results)}")
+        err.print(_nothing_shown(results), markup=False, soft_wrap=True)
         return
     if fmt == "rich":
         if out_file is not None:

@@ -149,6 +149,11 @@ def quarantine(path: Path, reason: str, results: Path | None = None) -> None:
     `<results>/quarantine/`, saying so in one line; where it cannot be moved (a read-only folder),
     it is only left out."""
     target = (results or path.parent.parent) / QUARANTINE / path.name
+    if target.parent.is_symlink():  # it would move the file out of the results folder, wherever it points
+        log.warning(
+            "%s: %s; left out (%s is a symbolic link: nothing is moved through it)", path, reason, target.parent
+        )
+        return
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         while target.exists():

@@ -353,6 +353,8 @@ def effective_shots(notes: pd.Series) -> pd.Series:
     """Each run's `effective_shots` note (NaN where it has none), read from the notes' JSON text in
     one vectorised pass: 100,000 runs would otherwise be 100,000 JSON parses. The notes are written
     by json.dumps (the recorder), so the key and its integer value have one form."""
+    if notes.empty:  # (an empty Arrow-backed column cannot compare types)
+        return pd.Series(dtype=float)
     text = notes.map(lambda n: n if isinstance(n, str) else json.dumps(n)) if notes.map(type).ne(str).any() else notes
     return pd.to_numeric(text.str.extract(r'"effective_shots":\s*(-?\d+)', expand=False), errors="coerce")
 
