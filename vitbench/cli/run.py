@@ -177,9 +177,9 @@ def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | No
     try:
         summary = api.run(req, rerun=rerun, dry_run=dry_run, on_plan=progress.planned, on_result=progress)
     except KeyboardInterrupt:
-        running = progress.todo[progress.finished] if progress.finished < len(progress.todo) else None
-        resumable = running is not None and get_protocol(running.protocol).resumable
-        hint = f" (the interrupted {running.protocol} run continues from its last checkpoint)" if resumable else ""
+        running = progress.todo[progress.finished].protocol if progress.finished < len(progress.todo) else None
+        resumable = running is not None and get_protocol(running).resumable
+        hint = f" (the interrupted {running} run continues from its last checkpoint)" if resumable else ""
         err.print(
             f"interrupted: {progress.finished} of {len(progress.todo)} runs stored; "
             f"run the same command again to do the rest{hint}"
