@@ -249,6 +249,7 @@ BAD_NUMBERS = [
     ("--polyak", "polyak", 2.0, "--polyak 2.0: expected a number from 0 to below 1"),
     ("--mpp-rate", "mpp_rate", 0.0, "--mpp-rate 0.0: expected a number above 0 to 1"),
     ("--label-smoothing", "label_smoothing", 1.0, "--label-smoothing 1.0: expected a number from 0 to below 1"),
+    ("--input-pipeline", "input_pipeline", "gpu", "--input-pipeline gpu: expected auto, workers or device"),
 ]
 
 
@@ -264,7 +265,7 @@ def test_a_value_is_checked_once_alike_from_the_command_line_a_config_and_the_ap
     assert code == 2 and err.strip() == f"error: {message}"
     config = tmp_path / "exp.toml"
     key = option.removeprefix("--").replace("-", "_")
-    config.write_text(f"{key} = {value}\n")
+    config.write_text(f"{key} = {json.dumps(value) if isinstance(value, str) else value}\n")
     code, _, err = cli("run", "--protocol", "finetune", "--config", config, "--dry-run", "--results", results)
     assert code == 2 and err.strip() == f"error: {message}"
     with pytest.raises(UserError, match=re.escape(message)):

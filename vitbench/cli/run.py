@@ -223,8 +223,6 @@ def _request(given: dict) -> Request:
     o.check_choice("--cluster", given["cluster"], CLUSTERS, "or")
     if given["tensorboard"] is not None:
         tensorboard_log.check_available(given["tensorboard"])
-    o.check_choice("--precision", given["precision"], o.PRECISIONS, "or")
-    o.check_choice("--input-pipeline", given["input_pipeline"], o.PIPELINES)
     dataset = given["dataset"]
     fields = {k: given[k] for k in Request.__dataclass_fields__ if k in given}
     return Request(

@@ -114,7 +114,8 @@ class Request:
         """Values the store could not hold, or that would quietly mean something else, are refused
         here, before any work: the command line, a config file and the Python API all pass through
         (protocols/bounds.py holds every numeric option's range)."""
-        found = bounds.problems({name: getattr(self, name) for name in (*bounds.SCALARS, *bounds.LISTS)})
+        checked = (*bounds.CHOICES, *bounds.SCALARS, *bounds.LISTS)
+        found = bounds.problems({name: getattr(self, name) for name in checked})
         if found:
             raise UserError(found[0])
 

@@ -1,4 +1,5 @@
-"""Every numeric option of `vitbench run`, checked once: type, finiteness and range.
+"""Every numeric option of `vitbench run`, checked once: type, finiteness and range (and the
+choices of the device options, which a word would otherwise pass until used).
 
 The command line, a `--config` file and the Python API all build a `Request`, which checks its
 values here before any work (a `--lr nan` would train for minutes and store nothing, a `--polyak 2`
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from vitbench.devices import PIPELINES, PRECISIONS
 
 INT32_MAX = 2**31 - 1  # seeds, shots and sizes are INTEGER columns in the store
 MAX_VALUES = 10_000  # values in one list option: more is a typo (10^6 seeds would plan for minutes)
@@ -63,6 +66,10 @@ LISTS = {
 }
 
 
+# Request field -> (option, its values): where a misspelt word would otherwise pass until it is used
+CHOICES = {"precision": ("--precision", PRECISIONS), "input_pipeline": ("--input-pipeline", PIPELINES)}
+
+
 def problem(bound: Bound, value: object) -> str | None:
     """Why `value` is not a valid value of the option, or None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -79,6 +86,9 @@ def problem(bound: Bound, value: object) -> str | None:
 def problems(values: dict[str, object]) -> list[str]:
     """What is wrong with a Request's numeric fields (given as field -> value), in field order."""
     found = []
+    for name, (option, choices) in CHOICES.items():
+        if name in values and values[name] not in choices:
+            found.append(f"{option} {values[name]}: expected {', '.join(choices[:-1])} or {choices[-1]}")
     for name, bound in SCALARS.items():
         value = values.get(name)
         if value is not None and (why := problem(bound, value)):
