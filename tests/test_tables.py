@@ -339,17 +339,42 @@ def test_empty_store(cli, tmp_path):
     assert code == 2 and "no stored runs in" in err
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "csv", "json"])
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
 def test_export_round_trips_with_provenance(cli, stored, tmp_path, fmt):
     path = tmp_path / "out" / f"runs.{fmt}"
     code, out, _ = cli("export", "--results", stored, "--format", fmt, "--out", path, "--where", "dataset=cifar10")
     assert code == 0 and "wrote 12 rows" in out  # 3 finals × (accuracy, lr), 4 sweeps' dev_accuracy, 2 few-shot
-    reader = {"parquet": "read_parquet", "csv": "read_csv", "json": "read_json"}[fmt]
+    reader = {"parquet": "read_parquet", "csv": "read_csv"}[fmt]
     got = duckdb.connect().execute(f"SELECT * FROM {reader}('{path}')").df()
     assert len(got) == 12 and set(got["metric"]) == {"accuracy", "lr", "dev_accuracy"}
     row = got[got["run_key"] == "c10-0"].iloc[0]
     assert row["weights_sha256"] == SHA_B16 and row["git_sha"] == "0123abcd" and row["data_source"] == "cifar-pickle"
     assert json.loads(row["hparams"])["res"] == 384
+
+
+def test_json_export_is_one_document_per_run_that_its_schema_describes(cli, stored, one_run, tmp_path):
+    """Other tools read a run as an object: hparams and notes nested (not JSON text inside JSON),
+    metrics by name, and docs/results-schema.json (versioned) says what each field is."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((Path(__file__).parents[1] / "docs" / "results-schema.json").read_text())
+    real = tmp_path / "real.json"
+    code, _, err = cli("export", "--results", one_run, "--format", "json", "--out", real)
+    assert code == 0, err
+    jsonschema.validate(json.loads(real.read_text()), schema, format_checker=jsonschema.FormatChecker())
+    path = tmp_path / "runs.json"  # the hand-made store: known values in every field
+    code, out, err = cli("export", "--results", stored, "--format", "json", "--out", path)
+    assert code == 0, err
+    assert f"wrote 14 run(s) (one document each, schema vitbench.run/1) to {path}" in " ".join(out.split())
+    documents = json.loads(path.read_text())
+    by_key = {d["run_key"]: d for d in documents}
+    assert len(by_key) == 14 and by_key["c10-0"]["metrics"] == {"accuracy": 0.99, "lr": 0.01}
+    assert by_key["c10-0"]["hparams"]["res"] == 384 and by_key["inet"]["metrics"]["accuracy_real"] == 0.8891
+    assert by_key["c10-0"]["started_at"] == "2026-11-20T10:00:00+00:00" and by_key["fs-0"]["shots"] == 10
+    assert by_key["inet"]["shots"] is None and by_key["fs-0"]["random_init"] is True
+    (document,) = json.loads(real.read_text())
+    broken = [{**document, "hparams": json.dumps(document["hparams"])}]  # the old form: JSON text inside JSON
+    with pytest.raises(jsonschema.ValidationError, match="is not of type 'object'"):
+        jsonschema.validate(broken, schema)
 
 
 def test_plots_write_png_and_svg_of_the_expected_size(cli, stored, tmp_path):

@@ -13,7 +13,7 @@ from vitbench.cli.output import show
 from vitbench.errors import UserError
 from vitbench.protocols.registry import protocols, shots_protocol
 from vitbench.store import query
-from vitbench.store.export import export, export_predictions
+from vitbench.store.export import RUN_DOCUMENT, export, export_predictions
 from vitbench.views import attention, bench_table, per_class, plots, pretraining, robustness, series, table
 
 
@@ -165,7 +165,8 @@ def export_cmd(
     where: Where = None,
     results: Results = Path("results"),
 ) -> None:
-    """Every stored run × metric with its provenance, as Parquet, CSV or JSON (for pandas and sharing)."""
+    """Every stored run × metric with its provenance, as Parquet or CSV (for pandas), or as JSON: one
+    document per run, its fields, hparams and metrics nested (docs/results-schema.md)."""
     if predictions:
         path = out_file or Path(f"vitbench-predictions.{fmt}")
         rows, runs = export_predictions(results, fmt, path, where)
@@ -173,6 +174,9 @@ def export_cmd(
         return
     path = out_file or Path(f"vitbench-runs.{fmt}")
     rows = export(results, fmt, path, where)
+    if fmt == "json":
+        out.print(f"wrote {rows} run(s) (one document each, schema {RUN_DOCUMENT}) to {path}", soft_wrap=True)
+        return
     out.print(f"wrote {rows} rows (run × metric, with provenance) to {path}")
 
 

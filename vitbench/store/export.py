@@ -1,12 +1,17 @@
 """`vitbench export`: every stored run and metric with its full provenance, for sharing and pandas.
 
-One row per (run, metric): all `runs` columns (model, weights sha256, data source and
-fingerprint, protocol version, hparams and notes as JSON text, seed, device, versions, …),
-then `metric` and `value`. DuckDB writes the file (Parquet needs no pyarrow), atomically.
+Parquet and CSV: one row per (run, metric): all `runs` columns (model, weights sha256, data source
+and fingerprint, protocol version, hparams and notes as JSON text, seed, device, versions, …), then
+`metric` and `value`; DuckDB writes the file (Parquet needs no pyarrow). JSON: one document per run
+(its fields, `hparams` and `notes` as objects, `metrics` as name -> value), versioned by
+RUN_DOCUMENT and described by docs/results-schema.json, for other tools and leaderboards. Every
+format is written atomically.
 """
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
@@ -19,6 +24,7 @@ from vitbench.store.predictions import read_predictions
 from vitbench.store.query import apply_where, json_field
 
 FORMATS = {"parquet": "(FORMAT parquet)", "csv": "(FORMAT csv, HEADER true)", "json": "(FORMAT json, ARRAY true)"}
+RUN_DOCUMENT = "vitbench.run/1"  # the JSON export's per-run document (docs/results-schema.json): bump on change
 
 
 def export(results: Path, fmt: str, out: Path, where: list[str] | None = None) -> int:
@@ -28,12 +34,38 @@ def export(results: Path, fmt: str, out: Path, where: list[str] | None = None) -
     df = apply_where(store.read_results(results), where)
     if df.empty:
         raise UserError(f"no stored runs in {results / store.DB_NAME}" + (" match --where" if where else ""))
+    if fmt == "json":
+        documents = run_documents(df)
+        write_atomic(out, json.dumps(documents, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
+        return len(documents)
     frame = df.reset_index(drop=True)
     for column in ("hparams", "notes"):  # JSON text, identical in every format
         frame[column] = frame[column].astype(str)
     frame["shots"] = pd.to_numeric(frame["shots"], errors="coerce").astype("Int64")
     _write(frame, fmt, out)
     return len(frame)
+
+
+def run_documents(df: pd.DataFrame) -> list[dict]:
+    """One JSON-ready document per stored run: its fields (timestamps in ISO 8601, a missing value as
+    null), `hparams` and `notes` as objects, `metrics` as name -> value."""
+    documents = []
+    for key, part in df.groupby("run_key", sort=False):
+        first = part.iloc[0]
+        fields = {c: _plain(first[c]) for c in store.RUN_COLUMNS if c in part.columns}
+        fields |= {"hparams": json_field(first["hparams"]), "notes": json_field(first["notes"])}
+        metrics = {str(m): float(v) for m, v in zip(part["metric"], part["value"], strict=True) if pd.notna(v)}
+        documents.append({"schema": RUN_DOCUMENT, **fields, "run_key": str(key), "metrics": metrics})
+    return documents
+
+
+def _plain(value: object) -> object:
+    """A stored value as JSON has it: numpy and pandas scalars as Python's, NaN/NaT as null."""
+    if value is None or (not isinstance(value, str | bytes) and pd.isna(value)):
+        return None
+    if isinstance(value, pd.Timestamp | datetime):  # stored in UTC, without the zone: said here
+        return value.isoformat() + ("+00:00" if value.tzinfo is None else "")
+    return value.item() if hasattr(value, "item") else value
 
 
 def _check(fmt: str, out: Path) -> None:
