@@ -296,8 +296,9 @@ def _steps(
                 _validate(parts.model, validate, progress, done, description)
             report = done % report_every == 0 or done == settings.steps
             if report or done % settings.log_every == 0 or done % settings.checkpoint_every == 0:
+                read = len(curves["train_loss"])
                 _flush(losses, norms, curves, world)
-                _stop_if_diverged(curves, description, checkpoint)
+                _stop_if_diverged(curves, read, description, checkpoint)
             if report:
                 loss_now, lr_now = curves["train_loss"][-1], curves["lr"][-1]
                 log.info("%s: step %d/%d, loss %.4f, lr %.4g", description, done, settings.steps, loss_now, lr_now)
@@ -308,15 +309,16 @@ def _steps(
     return time.perf_counter() - timer  # the clock synchronised the device on exit
 
 
-def _stop_if_diverged(curves: dict, description: str, checkpoint: Path) -> None:
+def _stop_if_diverged(curves: dict, since: int, description: str, checkpoint: Path) -> None:
     """A loss or gradient norm that is no longer finite ends the run here, at the first read-back
     after it (within log_every steps: no per-step sync): nothing is stored, and the checkpoint goes
-    too, since resuming it would diverge the same way."""
+    too, since resuming it would diverge the same way. Only the steps read back now (from `since`)
+    are looked at: every earlier one passed this check, so a long run's cost stays linear."""
     first = [
-        (step, name, value)
+        (step, name, curves[name][step])
         for name in ("train_loss", "grad_norm")
-        for step, value in enumerate(curves[name])
-        if not math.isfinite(value)
+        for step in range(since, len(curves[name]))
+        if not math.isfinite(curves[name][step])
     ]
     if not first:
         return
