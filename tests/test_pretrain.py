@@ -166,6 +166,7 @@ def test_each_position_embedding_variant_saves_weights_every_protocol_reads(vari
         assert "pos_embed" not in trainable and not backbone.pos_embed.abs().sum()
     if variant == "2-d":
         assert any("rows" in n for n in trainable) and any("cols" in n for n in trainable)
+        assert "parametrizations.pos_embed.original" not in trainable  # read by nothing
     with torch.no_grad():
         for p in backbone.parameters():
             p.add_(torch.randn_like(p) * 0.01)  # as if trained
@@ -179,6 +180,43 @@ def test_each_position_embedding_variant_saves_weights_every_protocol_reads(vari
     load_into(fresh, VIT_TI, path)  # a plain timm ViT (the relative bias is installed from the weights)
     assert torch.allclose(VIT_TI.backend.features(fresh.eval(), x), expected, atol=1e-5)
     assert pretrained.provenance(path) == {"run_key": "ab" * 32}
+
+
+def _train_each_variant_in_a_process_group(rank: int, port: int) -> None:
+    """One of two gloo processes: each position-embedding variant, wrapped in DDP as training.py
+    wraps it (only the parameters that train), takes three steps."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        for variant in position_embeddings.POS_EMBED:
+            torch.manual_seed(0)
+            backbone = build_model(VIT_TI, 5, 32, RANDOM)
+            position_embeddings.apply(backbone, variant)
+            params = [p for p in backbone.parameters() if p.requires_grad]
+            optimizer = torch.optim.SGD(params, lr=0.01)
+            model = torch.nn.parallel.DistributedDataParallel(backbone)
+            for step in range(3):
+                images, labels = torch.randn(4, 3, 32, 32), torch.arange(4) % 5
+                training.classification_loss()(model(images), labels).backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_every_position_embedding_variant_trains_under_data_parallelism():
+    """Before: `--pos-embed 2-d --devices 2` failed at step 2 with DDP's "Expected to have finished
+    reduction in the prior iteration": the parametrization kept `pos_embed`'s original tensor
+    trainable, though nothing reads it, so it never got a gradient."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_train_each_variant_in_a_process_group, args=(port,), nprocs=2)
 
 
 def test_run_weights_are_found_by_key_prefix(tmp_path):

@@ -80,6 +80,9 @@ def apply(model: nn.Module, variant: str) -> None:
     elif variant == "2-d":
         grid = tuple(vit.patch_embed.grid_size)
         parametrize.register_parametrization(vit, "pos_embed", TwoD(grid, vit.embed_dim, _prefix(vit)), unsafe=True)
+        # TwoD builds pos_embed from its rows and columns alone: the tensor the parametrization keeps
+        # as `original` is never read, so it must not train (under DDP it would wait for a gradient)
+        vit.parametrizations.pos_embed.original.requires_grad_(False)
     else:
         install_relative_bias(vit)
         with torch.no_grad():  # relative positions replace the absolute ones
