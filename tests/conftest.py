@@ -24,6 +24,36 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 DEIT_WEIGHTS = SHARED_DATA / "weights" / "deit_tiny_patch16_224.safetensors"
 needs_shared_data = pytest.mark.skipif(not DEIT_WEIGHTS.exists(), reason="../shared/data is not present")
 
+# `nox -s tests` runs the suite on two xdist workers. A test file is one unit of work, except that
+# the files sharing a costly session fixture are one unit together (the fixture is built once, on
+# one worker). The README walk, the longest unit, is handed out first.
+SHARED_FIXTURE_GROUPS = {
+    "test_cli.py": "deit-cifar10",  # deit_cifar10_linear
+    "test_linear_probe.py": "deit-cifar10",
+    "test_data_cli.py": "deit-imagenet",  # deit_imagenet_eval
+    "test_npz.py": "deit-imagenet",
+    "test_robustness.py": "deit-imagenet",
+}
+FIRST = "test_readme.py"
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    items.sort(key=lambda item: item.path.name != FIRST)  # stable: every other file keeps its order
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's per-file scheduling with the groups above. (Its own `xdist_group` marks renamed the
+    test ids, which pytest 9.2 no longer lets a plugin do: they would group nothing.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return SHARED_FIXTURE_GROUPS.get(Path(file).name, file)
+
+    return FileGroups(config, log)
+
 
 @pytest.fixture(scope="session")
 def tf():
@@ -120,12 +150,36 @@ def _deit_run(tmp_path_factory, name: str, **options) -> Path:
     return results
 
 
+def first_of_shared_cifar10(root: Path, n_train: int, n_test: int) -> Path:
+    """The shared CIFAR-10 subset cut to its first `n_train` train and `n_test` test images, in the
+    same pickle layout (real images, fewer of them: DeiT-Ti's extraction at 224 px is what costs)."""
+    source, target = SHARED_DATA / "cifar-10-batches-py", root / "cifar-10-batches-py"
+    target.mkdir(parents=True)
+    (target / "batches.meta").write_bytes((source / "batches.meta").read_bytes())
+    for name, n in (("data_batch_1", n_train), ("test_batch", n_test)):
+        with open(source / name, "rb") as f:
+            batch = pickle.load(f, encoding="latin1")
+        cut = {k: (v[:n] if k in ("data", "labels", "filenames") else v) for k, v in batch.items()}
+        with open(target / name, "wb") as f:
+            pickle.dump(cut, f, protocol=2)
+    return root
+
+
 @pytest.fixture(scope="session")
 def deit_cifar10_linear(tmp_path_factory) -> Path:
-    """DeiT-Ti's linear probe of the shared CIFAR-10 subset, and with it the features of every one of
-    its images in the feature cache: extracted once (the costliest step of several tests), copied
-    by the tests that read them, never changed."""
-    return _deit_run(tmp_path_factory, "deit-cifar10", datasets="cifar10", protocol="linear", workers=0)
+    """DeiT-Ti's linear probe of the first 600 train and 500 test images of the shared CIFAR-10
+    subset (in `<fixture>/../data`), and with it the features of every one of them in the feature
+    cache: extracted once (the costliest step of several tests), copied by the tests that read
+    them, never changed."""
+    if not DEIT_WEIGHTS.exists():
+        pytest.skip("../shared/data is not present")
+    import vitbench
+
+    folder = tmp_path_factory.mktemp("deit-cifar10")
+    data = first_of_shared_cifar10(folder / "data", 600, 500)
+    vitbench.run(model="deit-ti/16", weights=str(DEIT_WEIGHTS), datasets="cifar10", protocol="linear", workers=0,
+                 data_dir=data, results=folder / "results")  # fmt: skip
+    return folder / "results"
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ import shutil
 
 import duckdb
 import pytest
-from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data
+from conftest import DEIT_WEIGHTS, needs_shared_data
 from safetensors.torch import save_file
 
 from vitbench import store
@@ -206,6 +206,7 @@ def test_ls_doctor_version(cli, cifar10_dir):
 @needs_shared_data
 def test_deit_tiny_few_shot_on_shared_cifar10(cli, results, deit_cifar10_linear):
     shutil.copytree(deit_cifar10_linear / "cache", results / "cache")  # the features the linear probe extracted
+    data = deit_cifar10_linear.parent / "data"  # the first images of the shared subset, which it read
     code, out, _ = cli(
         "run",
         "--model",
@@ -215,7 +216,7 @@ def test_deit_tiny_few_shot_on_shared_cifar10(cli, results, deit_cifar10_linear)
         "--dataset",
         "cifar10",
         "--data-dir",
-        SHARED_DATA,
+        data,
         "--protocol",
         "fewshot",
         "--shots",

@@ -93,8 +93,13 @@ def test_devices_mistakes_stop_before_torchrun_starts(cli, results):
 
 @pytest.mark.slow
 def test_a_run_killed_with_sigkill_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
-    args = [*TINY, "--steps", "120", "--lr", "0.03", "--seeds", "0", "--checkpoint-every", "10"]
+    steps = 80  # 70 steps after the first checkpoint: the kill lands mid-run however fast the machine
+    args = [*TINY, "--steps", str(steps), "--lr", "0.03", "--seeds", "0", "--checkpoint-every", "10"]
     killed = tmp_path / "killed"
+    # the uninterrupted run, meanwhile, in a process of its own (the same trajectory whatever the load)
+    log = (tmp_path / "straight.log").open("w")
+    command = [sys.executable, "-m", "vitbench", "run", *args, "--results", str(tmp_path / "straight")]
+    straight = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
     proc = subprocess.Popen(
         [sys.executable, "-m", "vitbench", "run", *args, "--results", str(killed)],
         stdout=subprocess.DEVNULL,
@@ -110,25 +115,24 @@ def test_a_run_killed_with_sigkill_resumes_and_ends_as_an_uninterrupted_one(tmp_
     assert not list((killed / "runs").glob("*.json"))  # killed mid-run: no result yet
     (checkpoint,) = (killed / "runs").glob("*/checkpoint.pt")
     saved = torch.load(checkpoint, weights_only=True)
-    assert saved["seconds"] > 0 and saved["step"] < 120
+    assert saved["seconds"] > 0 and saved["step"] < steps
     # mark the first process's clock: 1000 device-seconds more than it counted, so the total shows
     # whether the resumed process went on from the checkpoint's clock or started again from 0
     torch.save({**saved, "seconds": saved["seconds"] + 1000.0}, checkpoint)
     resumed = vitbench(*args, results=killed)
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed at step" in resumed.stderr
-    straight = vitbench(*args, results=tmp_path / "straight")
-    assert straight.returncode == 0, straight.stderr
+    assert straight.wait(timeout=600) == 0, (tmp_path / "straight.log").read_text()
 
     runs = {name: finetune_runs(tmp_path / name) for name in ("killed", "straight")}
     curves = {name: read_curves(tmp_path / name) for name in runs}
     for curve in ("train_loss", "lr", "grad_norm"):
         a, b = (curves[n][curves[n]["name"] == curve]["value"].tolist() for n in runs)
-        assert len(a) == 120 and a == b  # the same trajectory, step for step
+        assert len(a) == steps and a == b  # the same trajectory, step for step
     accuracy = {n: r.loc[r["metric"] == "accuracy", "value"].item() for n, r in runs.items()}
     assert accuracy["killed"] == accuracy["straight"]
     notes = json.loads(runs["killed"]["notes"].iloc[0])
-    assert notes["restarts"] == 1 and notes["train_images"] >= 120 * 16
+    assert notes["restarts"] == 1 and notes["train_images"] >= steps * 16
     # the clock kept counting across the restart (big_vision's Chrono): the checkpoint's seconds are in the total
     assert notes["train_device_seconds"] > saved["seconds"] + 1000.0
     assert runs["killed"]["device_seconds"].iloc[0] > notes["train_device_seconds"]

@@ -78,7 +78,8 @@ RUN = (
 @needs_shared_data
 def test_linear_and_knn_on_shared_cifar10_with_one_extraction(cli, results, deit_cifar10_linear):
     shutil.copytree(deit_cifar10_linear, results)  # the linear probe was run there, extracting every image once
-    code, _, err = cli("run", *RUN, "--protocol", "linear", "--results", results)
+    run_on = (*RUN[:-3], deit_cifar10_linear.parent / "data", *RUN[-2:])  # the first images of the shared subset
+    code, _, err = cli("run", *run_on, "--protocol", "linear", "--results", results)
     assert code == 0, err
     df = store.read_results(results)
     run = df[df["metric"] == "accuracy"].iloc[0]
@@ -86,7 +87,7 @@ def test_linear_and_knn_on_shared_cifar10_with_one_extraction(cli, results, deit
     sweep = json.loads(run["notes"])["l2_sweep"]
     assert len(sweep) == 13 and metrics["val_accuracy"] == max(sweep.values())
     assert metrics["accuracy"] > 0.5  # DeiT-Ti's features separate CIFAR-10 well
-    code, _, err = cli("run", *RUN, "--protocol", "knn", "--results", results)
+    code, _, err = cli("run", *run_on, "--protocol", "knn", "--results", results)
     assert code == 0, err
     knn = store.read_results(results).query("protocol == 'knn' and metric == 'accuracy'")
     assert json.loads(knn["notes"].iloc[0])["features_from_cache"] is True and knn["value"].iloc[0] > 0.5
@@ -95,7 +96,7 @@ def test_linear_and_knn_on_shared_cifar10_with_one_extraction(cli, results, deit
 
     # the same λ on the same (cached) features: scikit-learn's accuracy within 0.5 points
     (group,) = vitbench.plan(model="deit-ti/16", weights=str(DEIT_WEIGHTS), datasets="cifar10", protocol="linear",
-                             data_dir=SHARED_DATA, results=results)  # fmt: skip
+                             data_dir=deit_cifar10_linear.parent / "data", results=results)  # fmt: skip
     found = frozen_features(group, vitbench.api.request(results=results), torch.device("cpu"), ("train", "test"))
     assert not found.extracted
     l2 = metrics["l2"]
