@@ -1,5 +1,7 @@
 """Developer sessions. `nox -s tests` is what CI runs (.ci/run)."""
 
+import os
+
 import nox
 
 nox.options.sessions = ["tests", "lint", "typing"]
@@ -13,7 +15,12 @@ SOURCES = ["vitbench", "plugins", "tests", "benchmarks", "noxfile.py"]
 @nox.session
 def tests(session: nox.Session) -> None:
     session.install(*TEST_INSTALL)
-    session.run("pytest", "-q", "-ra", *session.posargs)
+    # Two workers (tests/conftest.py groups the files that share a costly fixture): many tests wait on
+    # subprocesses they start, so one process leaves a core idle. OpenMP threads that wait sleep
+    # instead of spinning on the core the other worker needs; it changes no number (the thread count
+    # stays the same).
+    parallel = ["-n", str(min(4, os.cpu_count() or 1)), "--no-loadscope-reorder"]
+    session.run("pytest", "-q", "-ra", *(session.posargs or parallel), env={"OMP_WAIT_POLICY": "PASSIVE"})
     if not session.posargs:  # the benchmarks run once each (no timing, no ratio): they must keep working
         session.run("pytest", "benchmarks", "-q", "--benchmark-disable", "-p", "no:cacheprovider")
 
