@@ -434,3 +434,9 @@ def test_a_where_that_matches_nothing_says_so_not_that_the_store_is_empty(cli, s
     code, _, err = cli("table", "--results", stored, "--where", "model=vit-h/14")
     assert code == 0 and "no results in" not in err
     assert f"none of the 14 runs in {stored} fits what was asked for (--where" in " ".join(err.split())
+
+
+def test_a_where_that_misses_the_only_run_says_it_in_the_singular(cli, one_run):
+    code, _, err = cli("table", "--results", one_run, "--where", "shots=99")
+    assert code == 0
+    assert f"the one run in {one_run} does not fit what was asked for" in " ".join(err.split())

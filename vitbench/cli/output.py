@@ -45,9 +45,14 @@ def _nothing_shown(results: Path) -> str:
     stored = store.read_results(results)
     if stored.empty:
         return f"no results in {results / store.DB_NAME} yet; try `vitbench run`{_demo_hint(results)}"
+    runs = stored["run_key"].nunique()
+    if runs == 1:
+        held, shown = f"the one run in {results} does not fit", "it"
+    else:
+        held, shown = f"none of the {runs} runs in {results} fits", "them all"
     return (
-        f"none of the {stored['run_key'].nunique()} runs in {results} fits what was asked for (--where, --protocol, "
-        f"--shots, --view); `vitbench table --results {results}` shows them all"
+        f"{held} what was asked for (--where, --protocol, --shots, --view); "
+        f"`vitbench table --results {results}` shows {shown}"
     )
 
 
