@@ -196,7 +196,7 @@ def _train_each_variant_in_a_process_group(rank: int, port: int) -> None:
             params = [p for p in backbone.parameters() if p.requires_grad]
             optimizer = torch.optim.SGD(params, lr=0.01)
             model = torch.nn.parallel.DistributedDataParallel(backbone)
-            for step in range(3):
+            for _ in range(3):
                 images, labels = torch.randn(4, 3, 32, 32), torch.arange(4) % 5
                 training.classification_loss()(model(images), labels).backward()
                 optimizer.step()
