@@ -24,7 +24,7 @@ def knn_accuracies(
     """{k: (top-1, top-5 accuracy)} for every k, from one similarity pass: the neighbours of the
     largest k, sorted by similarity, give every smaller k as a prefix. `weighted=False` gives every
     neighbour one vote (scikit-learn's uniform KNeighborsClassifier). `rankings`: filled with each k's
-    (M, 5) top classes per test image, in blocks, for the run's per-image predictions."""
+    (M, min(5, k)) top classes per test image, in blocks, for the run's per-image predictions."""
     train = torch.nn.functional.normalize(train.double(), dim=1)  # (N, D)
     test = torch.nn.functional.normalize(test.double(), dim=1)  # (M, D)
     largest = min(max(ks), len(train))
@@ -38,9 +38,10 @@ def knn_accuracies(
         for k in ks:
             votes = torch.zeros(len(block), num_classes, dtype=votes_all.dtype, device=block.device)
             votes.scatter_add_(1, neighbour_labels[:, :k], votes_all[:, :k])  # (B, C)
-            # a stable sort: tied classes in class order (scikit-learn's vote takes the first too;
-            # DINO's topk leaves ties, e.g. the zero-vote classes of a small k, in no set order)
-            ranked = votes.sort(dim=1, descending=True, stable=True).indices[:, :5]  # (B, 5)
+            # a stable sort: tied classes in class order (scikit-learn's vote takes the first too).
+            # Top-5 ranks min(5, k) classes, as DINO's eval_knn.py does: below 5 neighbours the
+            # rest would be classes no neighbour voted for, in index order, counted as hits
+            ranked = votes.sort(dim=1, descending=True, stable=True).indices[:, : min(5, k)]  # (B, ≤5)
             hits[k][0] += int((ranked[:, 0] == truth).sum())
             hits[k][1] += int((ranked == truth[:, None]).any(dim=1).sum())
             if rankings is not None:

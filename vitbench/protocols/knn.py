@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 class KNearestNeighbours(Protocol):
     name = "knn"
     reads = frozenset({"knn_k"})
-    version = "knn/2"  # 2: big_vision's resize without antialiasing, the weights' value range only
+    # 2: big_vision's resize without antialiasing, the weights' value range only;
+    # 3: the top-5 of k < 5 ranks only k classes (DINO's min(5, k))
+    version = "knn/3"
     summary = "weighted k-NN on frozen features (DINO: cosine, k=20, T=0.07), top-1 and top-5"
     label = "k-NN"
 
