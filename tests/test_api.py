@@ -25,6 +25,18 @@ def test_the_readme_python_example_runs_as_written(tmp_path, monkeypatch, capsys
     summary = vitbench.run(model="vit-ti/16", weights="random", datasets="digits", shots=(1, 5), seeds=(0, 1),
                            res=32, workers=0, results=tmp_path / "results")  # fmt: skip
     assert summary.ran == 0 and len(summary.todo) == 0 and len(summary.table()) == 4
+    folder = str(tmp_path / "results")
+    counts = "4 runs planned, 4 stored before, 0 run now, 0 waiting, 0 failed"
+    assert repr(summary) == f"Summary({counts}; results={folder!r})"
+
+
+def test_list_options_take_a_range_and_a_long_one_is_refused_by_its_count(tmp_path):
+    """Before: `seeds=range(2)` was refused ("expected a list of integers, got range(0, 2)")."""
+    (group,) = vitbench.plan(model="vit-ti/16", weights="random", datasets="digits", shots=range(1, 3),
+                             seeds=range(2), res=32, results=tmp_path)  # fmt: skip
+    assert sorted((s.seed, s.shots) for s in group.specs) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    with pytest.raises(UserError, match="--seeds: 1,000,000,000,000 values; expected at most 10,000"):
+        vitbench.plan(seeds=range(10**12), results=tmp_path)  # never expanded
 
 
 def test_plan_runs_nothing(tmp_path):

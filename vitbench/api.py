@@ -30,6 +30,7 @@ from vitbench.execution.plan import DRY_RUN, suite_of, with_suite_defaults
 from vitbench.execution.plan import plan as plan_groups
 from vitbench.execution.runner import execute
 from vitbench.protocols.base import Group, Request, RunSpec
+from vitbench.protocols.bounds import MAX_VALUES
 from vitbench.protocols.registry import get_protocol, protocols
 from vitbench.store.query import apply_where
 
@@ -53,6 +54,14 @@ class Summary:
     def todo(self) -> list[RunSpec]:
         return [s for s in self.specs if s.run_key not in self.done]
 
+    def __repr__(self) -> str:
+        """What a notebook shows for it: the counts (the generated repr printed every planned
+        split's image array)."""
+        return (
+            f"Summary({len(self.specs)} runs planned, {len(self.specs) - len(self.todo)} stored before, "
+            f"{self.ran} run now, {self.waiting} waiting, {len(self.failed)} failed; results={str(self.results)!r})"
+        )
+
     def table(self) -> pd.DataFrame:
         """The stored results of this session's runs (run x metric)."""
         frame = store.read_results(self.results)
@@ -68,6 +77,8 @@ def request(**options) -> Request:
     for key in ("datasets", "seeds", "shots", "transfer", "transfer_shots"):
         if isinstance(options.get(key), str | int):
             options[key] = (options[key],)
+        elif isinstance(options.get(key), range) and len(options[key]) <= MAX_VALUES:
+            options[key] = tuple(options[key])  # (a longer one is refused by its count, never expanded)
     if options.get("results") is not None:
         if not str(options["results"]).strip():
             raise UserError("vitbench.run: results is empty; expected a folder for the results (default: results)")

@@ -95,7 +95,7 @@ def problems(values: dict[str, object]) -> list[str]:
             found.append(why)
     for name, bound in LISTS.items():
         items = values.get(name) or ()
-        if not isinstance(items, tuple | list):
+        if not isinstance(items, tuple | list | range):
             found.append(f"{bound.option}: expected a list of integers, got {items!r}")
             continue
         if len(items) > MAX_VALUES:
