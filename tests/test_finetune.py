@@ -84,6 +84,12 @@ def test_clipping_bounds_the_global_norm(digits, tmp_path):
     assert outcome.curves["grad_norm"][0] > training.CLIP_NORM  # the raw gradient was larger: clipping acted
     update = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(model.parameters(), before, strict=True)))
     assert float(update) == pytest.approx(training.CLIP_NORM, rel=1e-4)
+    # without clipping (Table 3's JFT and ImageNet-21k rows) the step is the raw gradient, of its measured norm
+    model = fresh_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    outcome = train(model, digits, tmp_path, key="unclipped", steps=1, warmup=0, lr=1.0, clip_norm=None)
+    update = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(model.parameters(), before, strict=True)))
+    assert float(update) == pytest.approx(outcome.curves["grad_norm"][0], rel=1e-4) and float(update) > 1.5
 
 
 def test_head_starts_at_zero_and_pre_logits_is_dropped(tmp_path):

@@ -138,6 +138,12 @@ def test_table3_rows_are_the_defaults():
     jft = recipe.table3_row("jft", "vit-l/16", 1000)
     assert (jft.lr, jft.epochs, jft.weight_decay, jft.decay, jft.dropout) == (4e-4, 7, 0.1, "linear", 0.0)
     assert recipe.table3_row("jft", "vit-h/14", 1000).epochs == 14
+    # the caption: clipping at global norm 1 was "additionally" applied for ImageNet, not the others
+    assert (recipe.IMAGENET.clip, recipe.IMAGENET21K.clip, jft.clip) == (1.0, None, None)
+    # Table 3's "7/14" and "30/90": the count used is the one the recorded row names
+    assert "7 of its 7/14 epochs" in jft.name and "7/14" not in recipe.table3_row("jft", "vit-b/16", 1000).name
+    i21k_l = recipe.table3_row("imagenet21k", "vit-l/32", 21_843)
+    assert i21k_l.epochs == 90 and "90 of vit-l/32's 30/90 epochs" in i21k_l.name
     assert recipe.steps_for(300, 1_281_167, 4096) == 93_836  # ImageNet, 300 epochs at batch 4096
     with pytest.raises(UserError, match="--pretrain-recipe"):
         recipe.table3_row("jft300m", "vit-b/16", 1000)

@@ -41,6 +41,8 @@ class Settings:
     weight_decay: float = 0.0
     decay: str = "cosine"  # the LR after the warmup: "cosine" or "linear" to 0
     label_smoothing: float = 0.0
+    # global-norm gradient clipping: 1 for fine-tuning (App. B.1.1) and Table 3's ImageNet rows; None: none
+    clip_norm: float | None = 1.0
     eval_every: int = 0  # steps between validations for early stopping (0: no validation)
     # images per forward/backward pass per process; None: the whole per-process batch on a GPU
     # (halved on an out-of-memory error until it fits), CPU_MICRO_BATCH on a CPU

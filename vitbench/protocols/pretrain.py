@@ -157,7 +157,6 @@ class Pretrain(Protocol):
 
 def settings_for(group: Group, req: Request, n_train: int) -> dict:
     """Every setting that changes a pre-training run's numbers: Table 3's row, then the options."""
-    from vitbench.engine import training
     from vitbench.engine.train_data import describe_train_aug
 
     row = recipe.table3_row(req.pretrain_recipe, group.model.name, group.dataset.num_classes)
@@ -187,7 +186,7 @@ def settings_for(group: Group, req: Request, n_train: int) -> dict:
         "weight_decay": req.weight_decay if req.weight_decay is not None else row.weight_decay,
         "dropout": req.dropout if req.dropout is not None else row.dropout,
         "label_smoothing": req.label_smoothing or 0.0,
-        "clip_global_norm": training.CLIP_NORM,
+        "clip_global_norm": row.clip,  # Table 3: the ImageNet rows only
         "head": "pre_logits tanh(Dense) + linear" if group.model.family in ("vit", "hybrid") else "linear",
         "train_aug": describe_train_aug(group.dataset.train_crop, group.res)
         + ("|flip_lr" if group.dataset.train_flip else ""),

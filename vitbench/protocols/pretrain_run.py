@@ -84,6 +84,7 @@ def pretrain(group: Group, spec: RunSpec, req: Request, device: torch.device, re
         steps=h["steps"], batch=h["batch"], lr=h["lr"], warmup=h["warmup"], res=h["res"],
         crop=group.dataset.train_crop, flip=group.dataset.train_flip, precision=h["precision"], seed=spec.seed,
         optimizer="adamw", weight_decay=h["weight_decay"], decay=h["lr_decay"], label_smoothing=h["label_smoothing"],
+        clip_norm=h["clip_global_norm"],
         eval_every=max(1, h["steps"] // recipe.VALIDATIONS), micro_batch=req.micro_batch, compile=req.compile,
         workers=req.workers, input_pipeline=choose_pipeline(req.input_pipeline, device),
         log_every=max(1, min(50, h["steps"] // 10)),
