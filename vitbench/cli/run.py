@@ -56,6 +56,7 @@ def run(
     skip_missing: ro.SkipMissing = False,
     skip_corrupt: ro.SkipCorrupt = False,
     verify_data: ro.VerifyData = False,
+    download: ro.Download = False,
     fewshot_l2: ro.FewshotL2 = DEFAULT_L2,
     fewshot_train: ro.FewshotTrain = "default",
     knn_k: ro.KnnK = None,

@@ -64,9 +64,10 @@ Weights = Annotated[
         "-w",
         panel=WHAT,
         help="A .safetensors, .pth or .npz file; a folder of checkpoints (each file in step order, one series) "
-        "or a glob; timm:<architecture>.<tag> or timm:paper (the local Hugging Face cache); run:<key> (the "
-        "weights a pre-training run wrote); random (random init, marked † in every table). A comma list: "
-        "each.",
+        "or a glob; timm:<architecture>.<tag>, timm:paper or hf-hub:<org>/<repo> (the Hugging Face cache); "
+        "paper:ViT-B_16, paper:imagenet21k+imagenet2012/ViT-B_16 or paper (the authors' released .npz files); "
+        "run:<key> (the weights a pre-training run wrote); random (random init, marked † in every table). "
+        "Named weights not here yet need --download. A comma list: each.",
     ),
 ]
 Seeds = Annotated[str | None, option("--seeds", panel=WHAT, help="Comma-separated seeds [default: 0,1,2].")]
@@ -104,6 +105,15 @@ VerifyData = Annotated[
         "--verify-data",
         panel=DATA,
         help="Fingerprint datasets by their files' contents, not names, sizes and times (reads every byte).",
+    ),
+]
+Download = Annotated[
+    bool,
+    option(
+        "--download",
+        panel=DATA,
+        help="Fetch named weights (paper:, timm:, hf-hub:) and TFDS builds that are not here yet: resumed, "
+        "checksum-verified [env VITBENCH_DOWNLOAD=1; default: offline, nothing is fetched].",
     ),
 ]
 SkipCorrupt = Annotated[

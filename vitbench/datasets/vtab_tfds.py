@@ -17,9 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from vitbench import downloads
 from vitbench.datasets.base import Split
 from vitbench.datasets.vtab import TASKS_BY_KEY, VtabTask, dataset_name
-from vitbench.errors import UserError
+from vitbench.errors import UserError, one_line
 from vitbench.provenance import sha256_file
 
 Record = dict  # one TFDS example as numpy values (nested dicts for `objects`)
@@ -164,7 +165,10 @@ def _root_logging_kept():
 
 
 def tfds_loader(task: VtabTask):
-    """Read one VTAB-1k split from a prepared TFDS data dir (`--data-dir`); never downloads."""
+    """Read one VTAB-1k split from a prepared TFDS data dir (`--data-dir`). A builder not prepared
+    there is built by TFDS's own download_and_prepare where downloads are allowed (`--download`):
+    TFDS fetches the sources, checks them against its registered checksums and shows its progress;
+    what it fetched stays in <data-dir>/downloads, so a failed build does not fetch them again."""
     rule = TFDS_TASKS[task.key]
 
     def load(data_dir: Path | None, split: str) -> Split:
@@ -184,8 +188,14 @@ def tfds_loader(task: VtabTask):
             counts = {name: info.num_examples for name, info in builder.info.splits.items()}
         except Exception as e:  # tfds raises several types for "not prepared here"
             raise UserError(f"TFDS {rule.builder} is not prepared under {data_dir} ({type(e).__name__}: {e})") from None
+        if not counts and downloads.allowed():
+            _download_and_prepare(builder, rule.builder, data_dir)
+            counts = {name: info.num_examples for name, info in builder.info.splits.items()}
         if not counts:
-            raise UserError(f"TFDS {rule.builder} is not prepared under {data_dir} (download_and_prepare it first)")
+            raise UserError(
+                f"TFDS {rule.builder} is not prepared under {data_dir}; add --download (or set {downloads.ENV}=1) "
+                f"to build it there, or build it on a connected machine (tfds build) and copy it"
+            )
         ds = builder.as_dataset(split=split_strings(rule, counts)[split], shuffle_files=False)
         images, labels = [], []
         for record in tfds.as_numpy(ds):
@@ -199,6 +209,19 @@ def tfds_loader(task: VtabTask):
         return Split(dataset_name(task), split, np.asarray(labels, dtype=np.int64), "tfds", fingerprint, images=images)
 
     return load
+
+
+def _download_and_prepare(builder, name: str, data_dir: Path) -> None:
+    """TFDS's own download and build, into `data_dir` (the builder's info then lists its splits);
+    any failure is one line naming the builder."""
+    try:
+        builder.download_and_prepare(download_dir=str(data_dir / "downloads"))
+    except Exception as e:  # network errors, checksum mismatches, a dataset TFDS cannot fetch itself
+        raise UserError(
+            f"TFDS {name}: download_and_prepare into {data_dir} failed ({type(e).__name__}: {one_line(e, 200)}); "
+            f"run the same command again to retry (finished downloads are kept), or build it on a connected "
+            f"machine (tfds build) and copy {data_dir}"
+        ) from None
 
 
 assert set(TFDS_TASKS) == set(TASKS_BY_KEY)  # one TFDS recipe per task

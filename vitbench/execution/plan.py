@@ -12,6 +12,7 @@ from contextvars import ContextVar
 from dataclasses import replace
 from pathlib import Path
 
+from vitbench import downloads
 from vitbench.backend import Preprocessing
 from vitbench.datasets import DatasetSpec
 from vitbench.errors import UserError
@@ -102,10 +103,12 @@ def plan(req: Request) -> list[Group]:
         log.warning("%s: --protocol %s does not use %s; ignored", ", ".join(ignored), names,
                     "it" if len(ignored) == 1 else "them")  # fmt: skip
     groups = []
-    for protocol in protocols:
-        for model_name in _items(model_arg, "--model"):
-            for weights in expand_weights(weights_arg, req.results):
-                groups += _model_groups(req, protocol, model_name, weights, dataset_names)
+    # weights and TFDS builds not here yet are fetched while planning (with --download; a dry run never fetches)
+    with downloads.permitted(req.download and not DRY_RUN.get()):
+        for protocol in protocols:
+            for model_name in _items(model_arg, "--model"):
+                for weights in expand_weights(weights_arg, req.results):
+                    groups += _model_groups(req, protocol, model_name, weights, dataset_names)
     return groups
 
 

@@ -76,6 +76,7 @@ class Request:
     skip_missing: bool = False
     skip_corrupt: bool = False
     verify_data: bool = False  # fingerprint datasets by their files' contents (reads every byte once)
+    download: bool = False  # fetch named weights (paper:, timm:, hf-hub:) and TFDS builds not here yet
     results: Path = Path("results")
     device: str = "auto"
     extraction_batch: int = 64

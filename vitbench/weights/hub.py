@@ -1,15 +1,25 @@
-"""timm weight tags from the local Hugging Face cache, offline only (HF_HUB_OFFLINE=1 is set
-before timm is imported: see vitbench/__init__.py). Nothing is ever downloaded."""
+"""timm weight tags (`timm:<arch>.<tag>`) and Hugging Face Hub repositories (`hf-hub:<org>/<name>`,
+timm's own prefix) from the Hugging Face cache. vitbench/__init__.py sets HF_HUB_OFFLINE=1 before
+timm or huggingface_hub is imported, so nothing is fetched unless downloads are allowed
+(`--download`, downloads.py): then huggingface_hub itself fetches the file into its normal cache
+(it resumes a partial `.incomplete` file and shows its progress bar), and vitbench checks the
+file's sha256 against the Hub's (the cache names an LFS file by it) before it is used."""
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from vitbench import downloads
 from vitbench.backend import ModelSpec
-from vitbench.errors import UserError
+from vitbench.errors import UserError, one_line
+from vitbench.provenance import sha256_file
 
 FILES = ("model.safetensors", "pytorch_model.bin")
+HF_PREFIX = "hf-hub:"
 
 
 def hub_cache() -> Path:
@@ -22,7 +32,6 @@ def hub_cache() -> Path:
 def resolve_timm_tag(weights: str, spec: ModelSpec | None) -> Path:
     """`timm:<arch>.<tag>` (or `timm:paper`: the paper's upstream weights of --model) -> a cached file."""
     import timm
-    from huggingface_hub import try_to_load_from_cache
 
     name = weights.removeprefix("timm:")
     if name == "paper":
@@ -34,14 +43,85 @@ def resolve_timm_tag(weights: str, spec: ModelSpec | None) -> Path:
         raise UserError(f"--weights {weights}: not a timm weights tag (expected timm:<architecture>.<tag>)")
     if spec is not None and name.split(".")[0] != spec.arch:
         raise UserError(f"--weights {weights}: weights for {name.split('.')[0]}, but {spec.name} is {spec.arch}")
-    repo = cfg.hf_hub_id or f"timm/{name}"
+    return cached_or_downloaded(cfg.hf_hub_id or f"timm/{name}", weights)
+
+
+def resolve_hf_hub(weights: str) -> Path:
+    """`hf-hub:<org>/<name>`: the repository's model.safetensors (or pytorch_model.bin)."""
+    repo = weights.removeprefix(HF_PREFIX)
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+        raise UserError(f"--weights {weights}: expected hf-hub:<organisation>/<repository>")
+    return cached_or_downloaded(repo, weights)
+
+
+def cached_or_downloaded(repo: str, weights: str) -> Path:
+    """The repository's weights file from the cache; fetched first where downloads are allowed."""
+    from huggingface_hub import try_to_load_from_cache
+
     cache = hub_cache()
     for filename in FILES:
         found = try_to_load_from_cache(repo, filename, cache_dir=cache)
         if isinstance(found, str):
             return Path(found)
+    if downloads.allowed():
+        return _download(repo, weights)
     folder = cache / f"models--{repo.replace('/', '--')}"
     raise UserError(
-        f"--weights {weights}: not in the local Hugging Face cache (looked in {folder}); download it on a "
-        f"connected machine (huggingface-cli download {repo}) and copy that folder here, or pass --weights FILE"
+        f"--weights {weights}: not in the local Hugging Face cache (looked in {folder}); add --download (or set "
+        f"{downloads.ENV}=1) to fetch it, or download it on a connected machine (huggingface-cli download {repo}) "
+        f"and copy that folder here, or pass --weights FILE"
     )
+
+
+@contextmanager
+def _online() -> Iterator[None]:
+    """huggingface_hub reads its offline switch at each request: lifted for one download only."""
+    from huggingface_hub import constants
+
+    before = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = False
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before
+
+
+def _download(repo: str, weights: str) -> Path:
+    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError
+
+    # HF_ENDPOINT (a mirror) read now, not when huggingface_hub was imported
+    endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+    where = f"{endpoint}/{repo}"
+    with _online():
+        for filename in FILES:
+            try:
+                path = Path(hf_hub_download(repo, filename, cache_dir=hub_cache(), endpoint=endpoint))
+            except EntryNotFoundError:
+                continue  # an older repository keeps pytorch_model.bin only
+            except RepositoryNotFoundError:
+                raise UserError(f"--weights {weights}: no repository {where} (or it is private)") from None
+            except (HfHubHTTPError, OSError, ValueError) as e:
+                raise UserError(
+                    f"--weights {weights}: cannot download from {where} ({one_line(e, 160)}); run the same command "
+                    f"again to resume, or offline: huggingface-cli download {repo} on a connected machine"
+                ) from None
+            _check_blob(path, weights, where)
+            return path
+    raise UserError(f"--weights {weights}: {where} has neither {' nor '.join(FILES)}")
+
+
+def _check_blob(path: Path, weights: str, where: str) -> None:
+    """The cache names an LFS file's blob by its sha256 (the Hub's ETag): the bytes must match it.
+    A mismatch removes the blob and its snapshot link, so the next try fetches it again."""
+    blob = path.resolve()
+    if not re.fullmatch(r"[0-9a-f]{64}", blob.name):
+        return  # a small non-LFS file: named by its git hash, which huggingface_hub does not state per byte
+    actual = sha256_file(blob)
+    if actual != blob.name:
+        blob.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+        raise UserError(
+            f"--weights {weights}: the file from {where} is corrupt (sha256 {actual[:16]}…, the Hub states "
+            f"{blob.name[:16]}…); it was removed, nothing was used"
+        )

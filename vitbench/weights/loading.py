@@ -13,7 +13,8 @@ from torch import nn
 
 from vitbench.backend import ModelSpec
 from vitbench.errors import UserError, one_line
-from vitbench.weights.hub import resolve_timm_tag
+from vitbench.weights import paper_weights
+from vitbench.weights.hub import HF_PREFIX, resolve_hf_hub, resolve_timm_tag
 from vitbench.weights.names import RANDOM, RANDOM_INIT_SEED
 from vitbench.weights.npz import npz_keys, read_npz
 
@@ -48,15 +49,23 @@ def build_model(
 
 
 def check_weights_arg(weights: str, spec: ModelSpec | None = None) -> str:
-    """Validate `--weights` early (before any work): `random`, `timm:<tag>` from the local Hugging
-    Face cache, or an existing file of a known format. Returns `random` or an absolute path."""
+    """Validate `--weights` early (before any work): `random`; `timm:<tag>` or `hf-hub:<repo>` from the
+    Hugging Face cache, `paper:<name>` from vitbench's (each fetched first with --download); or an
+    existing file of a known format. Returns `random` or an absolute path."""
     if weights == RANDOM:
         return RANDOM
     if weights.startswith("timm:"):
         return str(resolve_timm_tag(weights, spec))
+    if weights.startswith(HF_PREFIX):
+        return str(resolve_hf_hub(weights))
+    if paper_weights.is_paper_name(weights):
+        return str(paper_weights.resolve(weights, spec))
     path = Path(weights).expanduser()
     if not path.exists():
-        raise UserError(f"--weights {weights}: no such file (expected .npz/.safetensors/.pth, timm:<tag>, or 'random')")
+        raise UserError(
+            f"--weights {weights}: no such file (expected .npz/.safetensors/.pth, timm:<tag>, hf-hub:<repo>, "
+            f"paper:<name>, or 'random')"
+        )
     return str(check_weights_file(path, f"--weights {weights}").resolve())
 
 

@@ -1,0 +1,181 @@
+"""Opt-in downloads (`--download`, or VITBENCH_DOWNLOAD=1). Off by default: vitbench then reads
+only files already on disk, and a name that is not there is one line saying where to get it.
+
+`fetch` is the one HTTP download of a plain file (the paper's .npz checkpoints): it resumes a
+partial file (an HTTP Range request), shows a progress bar, checks the size and the checksums the
+server states (Google Cloud Storage's `x-goog-hash: md5=`) and any sha256 the caller knows before
+the file gets its final name, and never leaves a partial file under that name. Hugging Face Hub
+weights and TFDS builds go through their own libraries (weights/hub.py, datasets/vtab_tfds.py)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import logging
+import os
+import re
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+
+from vitbench.errors import UserError, one_line
+
+log = logging.getLogger("vitbench")
+
+ENV = "VITBENCH_DOWNLOAD"
+# set for one request by `--download` (execution/plan.py); the environment variable turns it on everywhere
+REQUESTED: ContextVar[bool] = ContextVar("download_requested", default=False)
+TIMEOUT_S = 60  # per connect and per read: a stalled server ends the download (resumable) instead of hanging
+CHUNK = 1 << 20
+
+
+def allowed() -> bool:
+    """Whether this process may download: `--download` for this request, or VITBENCH_DOWNLOAD=1."""
+    return REQUESTED.get() or os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@contextmanager
+def permitted(on: bool) -> Iterator[None]:
+    """Downloads allowed inside the block when `on` (a request's `--download`)."""
+    token = REQUESTED.set(on or REQUESTED.get())
+    try:
+        yield
+    finally:
+        REQUESTED.reset(token)
+
+
+def cache_root() -> Path:
+    """Where vitbench keeps what it downloads itself: VITBENCH_CACHE, else $XDG_CACHE_HOME/vitbench,
+    else ~/.cache/vitbench."""
+    if os.environ.get("VITBENCH_CACHE"):
+        return Path(os.environ["VITBENCH_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "vitbench"
+
+
+@dataclass(frozen=True)
+class Fetched:
+    url: str
+    path: Path
+    size: int
+    sha256: str
+
+
+def fetch(url: str, dest: Path, label: str, sha256: str | None = None) -> Fetched:
+    """`url` -> `dest`, through `dest.part` (kept when the transfer breaks off, so the next call
+    resumes it; removed when the bytes are wrong). `label` names the option in errors."""
+    part = dest.with_name(dest.name + ".part")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{label}: cannot write to {dest.parent} ({e.strerror or e})") from None
+    offset = part.stat().st_size if part.exists() else 0
+    response = _open(url, offset, label)
+    if response is None:  # 416: nothing after `offset` (a stale or complete partial file): start over
+        part.unlink()
+        offset, response = 0, _open(url, 0, label)
+    with response:
+        if offset and response.status != 206:  # the server ignored the Range: start over
+            offset = 0
+        total = _total_size(response, offset)
+        stated_md5 = _stated_md5(response.headers.get_all("x-goog-hash") or [])
+        try:
+            _copy(response, part, offset, total, dest.name)
+            error = None
+        except (OSError, http.client.HTTPException) as e:  # a dropped connection, a timeout, a full disk
+            error = one_line(e, 120)
+    size = part.stat().st_size
+    if error is not None or (total is not None and size < total):  # what arrived is kept for the next try
+        why = error or "the connection closed early"
+        raise UserError(
+            f"{label}: the download of {url} broke off at {size:,} bytes of {_mb(total)} ({why}); run the same "
+            f"command again to resume it"
+        )
+    problem = None
+    if total is not None and size != total:
+        problem = f"{size:,} bytes where the server stated {total:,}"
+    digests = _digests(part)
+    if problem is None and stated_md5 is not None and digests["md5"] != stated_md5:
+        problem = "its md5 differs from the one the server states (x-goog-hash)"
+    if problem is None and sha256 is not None and digests["sha256"] != sha256:
+        problem = f"its sha256 {digests['sha256'][:16]}… differs from the recorded {sha256[:16]}…"
+    if problem is not None:
+        part.unlink(missing_ok=True)
+        raise UserError(f"{label}: the download of {url} is corrupt ({problem}); it was removed, nothing was used")
+    os.replace(part, dest)
+    return Fetched(url, dest, size, digests["sha256"])
+
+
+def _open(url: str, offset: int, label: str):
+    request = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"} if offset else {})
+    try:
+        return urllib.request.urlopen(request, timeout=TIMEOUT_S)
+    except urllib.error.HTTPError as e:
+        if e.code == 416 and offset:
+            return None
+        raise UserError(
+            f"{label}: cannot download {url} (HTTP {e.code} {e.reason}); offline, fetch it on a connected "
+            f"machine and pass the file with --weights FILE"
+        ) from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise UserError(
+            f"{label}: cannot reach {url} ({one_line(reason, 120)}); offline, fetch it on a connected machine "
+            f"and pass the file with --weights FILE"
+        ) from None
+
+
+def _total_size(response, offset: int) -> int | None:
+    """The whole file's size: from Content-Range on a resumed (206) answer, else Content-Length."""
+    found = re.match(r"bytes \d+-\d+/(\d+)", response.headers.get("Content-Range", ""))
+    if response.status == 206 and found:
+        return int(found.group(1))
+    length = response.headers.get("Content-Length")
+    return int(length) + offset if length is not None and length.isdigit() else None
+
+
+def _stated_md5(values: list[str]) -> str | None:
+    """The hex md5 in Google Cloud Storage's `x-goog-hash: crc32c=…, md5=<base64>` header(s)."""
+    for value in values:
+        for item in value.split(","):
+            name, _, encoded = item.strip().partition("=")
+            if name == "md5" and encoded:
+                return base64.b64decode(encoded).hex()
+    return None
+
+
+def _copy(response, part: Path, offset: int, total: int | None, name: str) -> None:
+    """The body into `part` (appended after `offset` bytes): a rich bar on a terminal, log lines otherwise."""
+    with open(part, "ab" if offset else "wb") as f:
+        if sys.stderr.isatty():
+            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+            columns = (BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+            with Progress("{task.description}", *columns, transient=True) as bar:
+                task = bar.add_task(f"downloading {name}", total=total, completed=offset)
+                while chunk := response.read(CHUNK):
+                    f.write(chunk)
+                    bar.advance(task, len(chunk))
+            return
+        log.info("downloading %s (%s)%s", name, _mb(total), f", resuming at {_mb(offset)}" if offset else "")
+        while chunk := response.read(CHUNK):
+            f.write(chunk)
+        log.info("downloaded %s", name)
+
+
+def _mb(size: int | None) -> str:
+    return "size unknown" if size is None else f"{size / 1e6:,.1f} MB"
+
+
+def _digests(path: Path) -> dict[str, str]:
+    md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            md5.update(block)
+            sha.update(block)
+    return {"md5": md5.hexdigest(), "sha256": sha.hexdigest()}
