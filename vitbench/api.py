@@ -24,7 +24,7 @@ from vitbench import store
 from vitbench.devices import cpu_threads, resolve_device
 from vitbench.engine.distributed import broadcast, setup
 from vitbench.errors import UserError, one_line
-from vitbench.execution import cluster
+from vitbench.execution import cluster, trackers
 from vitbench.execution.lease import lease_seconds
 from vitbench.execution.plan import DRY_RUN, suite_of, with_suite_defaults
 from vitbench.execution.plan import plan as plan_groups
@@ -74,7 +74,7 @@ def request(**options) -> Request:
     unknown = sorted(set(options) - known)
     if unknown:
         raise UserError(f"vitbench.run: unknown option {unknown[0]!r}; expected one of {', '.join(sorted(known))}")
-    for key in ("datasets", "seeds", "shots", "transfer", "transfer_shots"):
+    for key in ("datasets", "seeds", "shots", "transfer", "transfer_shots", "tracker"):
         if isinstance(options.get(key), str | int):
             options[key] = (options[key],)
         elif isinstance(options.get(key), range) and len(options[key]) <= MAX_VALUES:
@@ -136,6 +136,7 @@ def run(
     lease_seconds()  # and a bad VITBENCH_LEASE_SECONDS
     if not dry_run and world.is_main:
         writable_results(req.results)
+        trackers.check(req.tracker, req.tensorboard)  # a tracker that cannot log: one line before any work
     token = DRY_RUN.set(dry_run)
     try:
         groups = plan_groups(req)

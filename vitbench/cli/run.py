@@ -17,7 +17,6 @@ from vitbench.cli.app import app, err, out
 from vitbench.cli.output import print_summary_table
 from vitbench.cli.run_cluster import cluster_options, report
 from vitbench.devices import device_name, resolve_device
-from vitbench.engine import tensorboard_log
 from vitbench.errors import UserError
 from vitbench.execution import estimate
 from vitbench.protocols.base import DEFAULT_L2, SEEDS, SHOTS, Request, RunSpec
@@ -108,6 +107,7 @@ def run(
     no_wait: ro.NoWait = False,
     results: ro.RunResults = Path("results"),
     tensorboard: ro.TensorBoard = None,
+    tracker: ro.Tracker = None,
 ) -> None:
     """Plan, run and store a benchmark. With no options: the embedded demo suite."""
     _dispatch(ctx, {k: v for k, v in locals().items() if k != "ctx"})
@@ -222,8 +222,6 @@ def _request(given: dict) -> Request:
     """The API's Request from the command line's values (the names differ where the CLI's are older)."""
     o.check_choice("--executor", given["executor"], EXECUTORS, "or")
     o.check_choice("--cluster", given["cluster"], CLUSTERS, "or")
-    if given["tensorboard"] is not None:
-        tensorboard_log.check_available(given["tensorboard"])
     dataset = given["dataset"]
     fields = {k: given[k] for k in Request.__dataclass_fields__ if k in given}
     return Request(
@@ -237,6 +235,7 @@ def _request(given: dict) -> Request:
             "extraction_batch": given["batch_size"],
             "polyak": given["polyak"] or None,
             "transfer": tuple(d.strip() for d in (given["transfer"] or "").split(",") if d.strip()),
+            "tracker": tuple(t.strip() for t in (given["tracker"] or "").split(",") if t.strip()),
             "transfer_shots": o.int_list("--transfer-shots", given["transfer_shots"]) or (5,),
             "compile": given["compile_model"],
         }

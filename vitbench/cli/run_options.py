@@ -234,7 +234,17 @@ TensorBoard = Annotated[
     option(
         "--tensorboard",
         panel=OUTPUT,
-        help="Write each fine-tune's loss, LR, gradient norm and accuracy here (event files).",
+        help="The tensorboard tracker's folder: each run's curves, scores and provenance as event files "
+        "[default with --tracker tensorboard: RESULTS/tensorboard].",
+    ),
+]
+Tracker = Annotated[
+    str | None,
+    option(
+        "--tracker",
+        panel=OUTPUT,
+        help="Also log every run (curves, final metrics, provenance as its config) to tensorboard, wandb "
+        "(WANDB_PROJECT, WANDB_MODE=offline) or mlflow (MLFLOW_TRACKING_URI, else RESULTS/mlruns); a comma list: each.",
     ),
 ]
 Rerun = Annotated[bool, option("--rerun", panel=WHAT, help="Run again even where results exist.")]

@@ -12,6 +12,7 @@ from vitbench.atomic import write_atomic
 from vitbench.devices import device_name, peak_flops
 from vitbench.engine.distributed import World
 from vitbench.execution.lease import Leases
+from vitbench.execution.trackers import Trackers
 from vitbench.protocols.base import Group, Request, RunSpec
 from vitbench.provenance import canonical_json, environment, sha256_text
 from vitbench.store import SHARD_SCHEMA, ingest, metric_values, shard_dir, shard_metric_values
@@ -29,6 +30,7 @@ class Recorder:
         self.env, self.device_name = environment(), device_name(device)
         self.peak = peak_flops(self.device_name) if device.type == "cuda" else None
         self.count = 0
+        self.trackers = Trackers(req.tracker, req.results, req.tensorboard) if self.world.is_main else None
 
     def flops_per_image(self, group: Group) -> int:
         """Forward FLOPs per image (the backend counts them once per architecture and size)."""
@@ -99,6 +101,8 @@ class Recorder:
         write_atomic(shard, canonical_json(record))
         if self.con is not None:  # a cluster worker leaves the merge to `vitbench ingest`
             ingest(self.con, [shard])
+        if self.trackers is not None:  # after the shard: a tracker that fails never costs the result
+            self.trackers.log_run(record)
         if self.leases is not None:
             self.leases.release(spec.run_key)
         self.count += 1

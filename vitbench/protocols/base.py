@@ -93,7 +93,8 @@ class Request:
     precision: str = "auto"  # bf16 on CUDA, fp32 on CPU
     compile: bool = False
     checkpoint_every: int | None = None  # None: a tenth of the run (protocols.finetune)
-    tensorboard: Path | None = None  # fine-tuning curves and scores as TensorBoard event files here
+    tensorboard: Path | None = None  # TensorBoard event files here (the tensorboard tracker's folder)
+    tracker: tuple[str, ...] = ()  # every stored run also to these: tensorboard, wandb, mlflow
     # pre-training (protocols/pretrain.py; None: Table 3's value for the dataset)
     objective: str = "supervised"  # or "mpp": masked patch prediction (§4.6)
     mpp_target: str = "mean-colour"
@@ -136,7 +137,6 @@ PROTOCOL_OPTIONS = {
     "polyak_warmup": "--polyak-warmup",
     "smoke": "--smoke",
     "checkpoint_every": "--checkpoint-every",
-    "tensorboard": "--tensorboard",
     "objective": "--objective",
     "mpp_target": "--mpp-target",
     "mpp_rate": "--mpp-rate",

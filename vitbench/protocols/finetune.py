@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock, resolve_device, resolve_precision
-from vitbench.engine import tensorboard_log
 from vitbench.engine.scoring import Predictions, image_ids, scores
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
@@ -95,7 +94,6 @@ class Finetune(Protocol):
             "polyak_warmup",
             "smoke",
             "checkpoint_every",
-            "tensorboard",
         }  # fmt: skip
     )
     version = "finetune/3"  # 2: TF's inception-crop sampler; 3: TF's resize, BiT's VTAB crop, bilinear always
@@ -345,16 +343,6 @@ def _score(
             else None
         ),
     )
-    if req.tensorboard is not None:  # the curves and scores as event files, written here, sent nowhere
-        _tensorboard(req.tensorboard, group, spec, outcome.curves, found["accuracy"])
-
-
-def _tensorboard(folder, group: Group, spec: RunSpec, curves: dict, accuracy: float) -> None:
-
-    stage = spec.hparams["stage"]
-    name = f"{spec.run_key[:12]}-{group.model.name.replace('/', '_')}-{group.dataset.name.replace('/', '_')}"
-    scored = {f"{'dev' if stage == 'sweep' else 'test'}/accuracy": accuracy}
-    tensorboard_log.write_run(folder, f"{name}-{stage}-seed{spec.seed}", curves, scored)
 
 
 def _fused_attention() -> bool:

@@ -127,6 +127,8 @@ class Pretrain(Protocol):
                     skip_corrupt=req.skip_corrupt,
                     input_pipeline=req.input_pipeline,
                     config=req.config,
+                    tracker=req.tracker,  # the transfer runs go where the pre-training runs went
+                    tensorboard=req.tensorboard,
                 )  # fmt: skip
             )
         return follow
