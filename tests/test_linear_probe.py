@@ -16,10 +16,11 @@ from vitbench.engine import logistic
 from vitbench.engine.features import frozen_features
 
 
-def sklearn_at(l2, x, y, x_test, y_test):
-    """scikit-learn's multinomial logistic regression at our λ (C = 1 / (n λ)) on the same standardised features."""
-    mean, std = x.mean(0), x.std(0) + 1e-5
-    model = LogisticRegression(C=1 / (len(x) * l2), max_iter=5000, tol=1e-10)
+def sklearn_at(l2, x, y, x_test, y_test, features="raw"):
+    """scikit-learn's multinomial logistic regression at CLIP's λ (C = 1 / λ), on the raw features
+    as CLIP's A.3 fits them, or standardised by the fitting set's mean and std."""
+    mean, std = (x.mean(0), x.std(0) + 1e-5) if features == "standardized" else (0.0, 1.0)
+    model = LogisticRegression(C=1 / l2, max_iter=5000, tol=1e-10)
     model.fit((x - mean) / std, y)
     return model, float((model.predict((x_test - mean) / std) == y_test).mean())
 
@@ -30,9 +31,9 @@ def test_the_same_lambda_gives_scikit_learns_model():
     y, y_test = rng.integers(0, 4, 400), rng.integers(0, 4, 200)
     x = centres[y] + rng.normal(scale=2.0, size=(400, 12))
     x_test = centres[y_test] + rng.normal(scale=2.0, size=(200, 12))
-    for l2 in (1e-4, 1e-2, 1.0):
-        probe = logistic.fit(torch.from_numpy(x), torch.from_numpy(y), 4, l2)
-        model, theirs = sklearn_at(l2, x, y, x_test, y_test)
+    for features, l2 in [(f, l2) for f in ("raw", "standardized") for l2 in (0.04, 4.0, 400.0)]:
+        probe = logistic.fit(torch.from_numpy(x), torch.from_numpy(y), 4, l2, features)
+        model, theirs = sklearn_at(l2, x, y, x_test, y_test, features)
         assert probe.accuracy(torch.from_numpy(x_test), torch.from_numpy(y_test)) == pytest.approx(theirs, abs=1e-9)
         # the same optimum: the weights agree (up to the softmax's shared offset, removed by centring)
         ours = probe.weight.numpy() - probe.weight.numpy().mean(axis=1, keepdims=True)
@@ -42,6 +43,7 @@ def test_the_same_lambda_gives_scikit_learns_model():
 def test_the_sweep_refines_around_the_best_and_prefers_the_larger_lambda_on_a_tie():
     calls = []
     scores = {1e-6: 0.5, 1e-5: 0.5, 1e-4: 0.6, 1e-3: 0.8, 1e-2: 0.8, 1e-1: 0.7, 1.0: 0.6, 10.0: 0.4, 100.0: 0.2}
+    scores |= {1e3: 0.2, 1e4: 0.1, 1e5: 0.1, 1e6: 0.1}
 
     class Probe:
         def __init__(self, l2):
@@ -52,13 +54,15 @@ def test_the_sweep_refines_around_the_best_and_prefers_the_larger_lambda_on_a_ti
             return scores.get(self.l2, 0.79)
 
     real = logistic.fit
-    logistic.fit = lambda x, y, k, l2: Probe(l2)
+    logistic.fit = lambda x, y, k, l2, features: Probe(l2)
     try:
         best, found = logistic.sweep((None, None), (None, None), 2)
     finally:
         logistic.fit = real
     assert best == 1e-2  # 1e-3 and 1e-2 tie: the larger λ
-    assert len(found) == len(calls) == 9 + 4 and found[best] == 0.8
+    # CLIP's range, a fit per decade, then 10^(±1/2), 10^(±1/4), 10^(±1/8) around the best: its eighths
+    assert len(found) == len(calls) == 13 + 6 and found[best] == 0.8
+    assert sorted(round(8 * np.log10(l2)) for l2 in found) == sorted([*range(-48, 49, 8), -20, -18, -17, -15, -14, -12])
 
 
 RUN = (
@@ -85,7 +89,8 @@ def test_linear_and_knn_on_shared_cifar10_with_one_extraction(cli, results, deit
     run = df[df["metric"] == "accuracy"].iloc[0]
     metrics = dict(zip(df["metric"], df["value"], strict=True))
     sweep = json.loads(run["notes"])["l2_sweep"]
-    assert len(sweep) == 13 and metrics["val_accuracy"] == max(sweep.values())
+    assert len(sweep) == 19 and metrics["val_accuracy"] == max(sweep.values())
+    assert json.loads(run["hparams"])["features"] == "raw"  # CLIP's A.3: no standardisation
     assert metrics["accuracy"] > 0.5  # DeiT-Ti's features separate CIFAR-10 well
     code, _, err = cli("run", *run_on, "--protocol", "knn", "--results", results)
     assert code == 0, err

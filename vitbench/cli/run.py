@@ -58,6 +58,7 @@ def run(
     download: ro.Download = False,
     fewshot_l2: ro.FewshotL2 = DEFAULT_L2,
     fewshot_train: ro.FewshotTrain = "default",
+    linear_features: ro.LinearFeatures = "raw",
     knn_k: ro.KnnK = None,
     batch_size: ro.ExtractionBatch = 64,
     steps: ro.Steps = None,

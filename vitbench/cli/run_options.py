@@ -75,6 +75,14 @@ Shots = Annotated[str | None, option("--shots", panel=WHAT, help="Comma-separate
 KnnK = Annotated[
     str | None, option("--knn-k", panel=FEWSHOT, help="knn: comma-separated neighbour counts [default: 20].")
 ]
+LinearFeatures = Annotated[
+    str,
+    option(
+        "--linear-features",
+        panel=FEWSHOT,
+        help="linear: the probe's input: raw (CLIP's A.3 recipe) or standardized (z-scored per dimension).",
+    ),
+]
 FewshotTrain = Annotated[
     str,
     option(

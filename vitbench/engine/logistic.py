@@ -1,28 +1,35 @@
-"""Multinomial logistic regression on frozen features, the linear probe of CLIP (Radford et al.
-2021, §3.2 / App. A.3: L-BFGS logistic regression, L2 strength chosen on a validation split with
-a log-spaced sweep) as CLIP_benchmark runs it: a coarse sweep, then a finer one around the best.
+"""Multinomial logistic regression on frozen features: the linear probe of CLIP (Radford et al.
+2021, App. A.3): "scikit-learn's L-BFGS implementation, with maximum 1,000 iterations", the L2
+strength λ "using a hyperparameter sweep on the validation sets over the range between 10^-6 and
+10^6, with 96 logarithmically spaced steps", on the raw features.
 
-Objective: mean cross-entropy + λ/2 · ||W||² (the bias is not penalised), in float64, minimised
-full-batch by torch's L-BFGS with a strong-Wolfe line search, on whatever device the features are
-on. scikit-learn's LogisticRegression(C) minimises C · Σ CE + ½ ||W||²: the same model for
-C = 1 / (n λ)."""
+λ is CLIP's, i.e. scikit-learn's C = 1/λ: LogisticRegression(C) minimises C · Σ CE + ½ ||W||², the
+same optimum as the mean cross-entropy + λ_mean/2 · ||W||² minimised here (the bias is not
+penalised) for λ_mean = λ / n, n the fitting images. Float64, full batch, torch's L-BFGS with a
+strong-Wolfe line search, on whatever device the features are on.
+
+The 96 steps (8 per decade) are reached as a search, not 96 fits: every decade from 10^-6 to 10^6,
+then the best so far refined x/÷ 10^(1/2), 10^(1/4), 10^(1/8): 19 fits that end on the same
+eighth-of-a-decade grid. Standardised (z-scored) features are an option (`--linear-features
+standardized`), not CLIP's."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-COARSE = tuple(10.0**e for e in range(-6, 3))  # 1e-6 .. 1e2
-REFINE_STEPS = (10**0.5, 10**0.25)  # then λ* x/÷ 10^0.5, then 10^0.25 around the best so far
-MAX_ITER = 1000
+COARSE = tuple(10.0**e for e in range(-6, 7))  # CLIP's range, one per decade: 1e-6 .. 1e6
+REFINE_STEPS = (10**0.5, 10**0.25, 10**0.125)  # then λ* x/÷ each around the best so far: 8 steps per decade
+MAX_ITER = 1000  # CLIP's (scikit-learn's max_iter)
 
 
 @dataclass
 class LinearProbe:
     weight: torch.Tensor  # (D, K)
     bias: torch.Tensor  # (K,)
-    mean: torch.Tensor  # (1, D) the fitting set's feature mean and std (standardisation)
+    mean: torch.Tensor  # (1, D) the fitting set's feature mean and std ("standardized"), else 0 and 1
     std: torch.Tensor
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
@@ -36,12 +43,23 @@ class LinearProbe:
         return float((self.predict(x) == y).double().mean())
 
 
-def fit(x: torch.Tensor, y: torch.Tensor, num_classes: int, l2: float, max_iter: int = MAX_ITER) -> LinearProbe:
-    """The L2-regularised multinomial logistic regression on standardised features."""
+def fit(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    num_classes: int,
+    l2: float,
+    features: str = "raw",
+    max_iter: int = MAX_ITER,
+) -> LinearProbe:
+    """The L2-regularised multinomial logistic regression at CLIP's λ (scikit-learn's 1/C)."""
     x = x.double()
-    mean = x.mean(dim=0, keepdim=True)
-    std = x.std(dim=0, unbiased=False, keepdim=True) + 1e-5
+    if features == "standardized":
+        mean = x.mean(dim=0, keepdim=True)
+        std = x.std(dim=0, unbiased=False, keepdim=True) + 1e-5
+    else:
+        mean, std = torch.zeros_like(x[:1]), torch.ones_like(x[:1])
     z = (x - mean) / std  # (N, D)
+    l2_mean = l2 / len(x)  # the same optimum as scikit-learn's C = 1/λ on the summed loss
     weight = torch.zeros(z.shape[1], num_classes, dtype=torch.float64, device=z.device, requires_grad=True)
     bias = torch.zeros(num_classes, dtype=torch.float64, device=z.device, requires_grad=True)
     optimizer = torch.optim.LBFGS(
@@ -56,7 +74,7 @@ def fit(x: torch.Tensor, y: torch.Tensor, num_classes: int, l2: float, max_iter:
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(z @ weight + bias, y) + 0.5 * l2 * (weight**2).sum()
+        loss = torch.nn.functional.cross_entropy(z @ weight + bias, y) + 0.5 * l2_mean * (weight**2).sum()
         loss.backward()
         return loss
 
@@ -65,15 +83,19 @@ def fit(x: torch.Tensor, y: torch.Tensor, num_classes: int, l2: float, max_iter:
 
 
 def sweep(
-    train: tuple[torch.Tensor, torch.Tensor], val: tuple[torch.Tensor, torch.Tensor], num_classes: int
+    train: tuple[torch.Tensor, torch.Tensor],
+    val: tuple[torch.Tensor, torch.Tensor],
+    num_classes: int,
+    features: str = "raw",
 ) -> tuple[float, dict[float, float]]:
-    """(the best λ, {λ: validation accuracy} for every λ tried): the coarse grid, then finer steps
+    """(the best λ, {λ: validation accuracy} for every λ tried): every decade, then finer steps
     around the best; the larger λ wins a tie (the simpler model)."""
     scores: dict[float, float] = {}
 
     def score(l2: float) -> None:
+        l2 = _on_grid(l2)
         if l2 not in scores:
-            scores[l2] = fit(*train, num_classes, l2).accuracy(*val)
+            scores[l2] = fit(*train, num_classes, l2, features).accuracy(*val)
 
     for l2 in COARSE:
         score(l2)
@@ -82,6 +104,11 @@ def sweep(
         for l2 in (best / step, best * step):
             score(l2)
     return _best(scores), scores
+
+
+def _on_grid(l2: float) -> float:
+    """λ rounded to the exact eighth-of-a-decade grid point (products of float steps drift)."""
+    return 10.0 ** (round(8 * math.log10(l2)) / 8)
 
 
 def _best(scores: dict[float, float]) -> float:

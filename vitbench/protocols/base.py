@@ -69,6 +69,7 @@ class Request:
     fewshot_l2: str = DEFAULT_L2
     fewshot_train: str = "default"  # "full": shots from the whole train split, not the dataset's few-shot subset
     knn_k: tuple[int, ...] = (20,)  # DINO's default k
+    linear_features: str = "raw"  # the linear probe's input: CLIP's raw features, or "standardized" (z-scored)
     res: int | None = None
     gelu: str = "exact"
     data_dir: Path | None = None
@@ -129,6 +130,7 @@ PROTOCOL_OPTIONS = {
     "fewshot_l2": "--fewshot-l2",
     "fewshot_train": "--fewshot-train",
     "knn_k": "--knn-k",
+    "linear_features": "--linear-features",
     "steps": "--steps",
     "batch": "--batch",
     "micro_batch": "--micro-batch",

@@ -67,7 +67,12 @@ LISTS = {
 
 
 # Request field -> (option, its values): where a misspelt word would otherwise pass until it is used
-CHOICES = {"precision": ("--precision", PRECISIONS), "input_pipeline": ("--input-pipeline", PIPELINES)}
+LINEAR_FEATURES = ("raw", "standardized")  # the linear probe's input: CLIP's raw features, or z-scored
+CHOICES = {
+    "precision": ("--precision", PRECISIONS),
+    "input_pipeline": ("--input-pipeline", PIPELINES),
+    "linear_features": ("--linear-features", LINEAR_FEATURES),
+}
 
 
 def problem(bound: Bound, value: object) -> str | None:

@@ -28,8 +28,11 @@ VALIDATION_FRACTION = 0.1  # where a dataset has no dev fraction of its own (our
 
 class LinearProbe(Protocol):
     name = "linear"
-    version = "linear/2"  # 2: big_vision's resize without antialiasing, the weights' value range only
-    summary = "full-data logistic-regression probe on frozen features, L2 chosen on a validation split"
+    # 2: big_vision's resize without antialiasing, the weights' value range only; 3: CLIP's A.3 recipe
+    # (raw features, λ = scikit-learn's 1/C over 1e-6..1e6 to an eighth of a decade), z-scoring an option
+    version = "linear/3"
+    summary = "full-data logistic-regression probe on frozen features, L2 chosen on a validation split (CLIP's)"
+    reads = frozenset({"linear_features"})
     label = "linear-probe"
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
@@ -43,8 +46,9 @@ class LinearProbe(Protocol):
             **hparams,
             **representation_hparams(group, req),
             "validation": f"{_validation_fraction(group.dataset):g} of train (dev split)",
-            "l2_grid": "1e-6..1e2, refined x/÷ 10^0.5 and 10^0.25 around the best",
-            "objective": "mean CE + l2/2 |W|^2 on standardised features, L-BFGS",
+            "l2_grid": "1e-6..1e6 per decade, refined x/÷ 10^(1/2), 10^(1/4), 10^(1/8) around the best",
+            "objective": "sum CE + l2/2 |W|^2 (scikit-learn's C = 1/l2), L-BFGS, at most 1000 iterations",
+            "features": req.linear_features,
         }
         return [self.base_spec(group, first, weights_sha, hparams, seed=0)]
 
@@ -59,10 +63,11 @@ class LinearProbe(Protocol):
         train_split = group.splits[self.splits(group.dataset)[0]]
         fit_idx, val_idx = _validation(found.train, len(train_split), _validation_fraction(group.dataset))
         with solve:
+            features = todo[0].hparams["features"]
             best, scores = logistic.sweep(
-                (train[0][fit_idx], train[1][fit_idx]), (train[0][val_idx], train[1][val_idx]), classes
+                (train[0][fit_idx], train[1][fit_idx]), (train[0][val_idx], train[1][val_idx]), classes, features
             )
-            probe = logistic.fit(*train, classes, best)
+            probe = logistic.fit(*train, classes, best, features)
             accuracy = probe.accuracy(*test)
         recorder.record(
             group,
