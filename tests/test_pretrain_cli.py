@@ -152,6 +152,25 @@ def test_mpp_pretraining_learns_its_targets_and_its_weights_transfer(cli, result
     assert max(scores) > scores[0] + 0.05, scores  # the masked patches' colours are learned
     few = df[(df["protocol"] == "fewshot") & ~df["random_init"]]
     assert len(few) == 3 and json.loads(few["notes"].iloc[0])["pretrained"]["objective"] == "mpp"
+    # App. B.1.2: no early stopping; the last step's weights are the run's, scored at that step
+    metrics = df[df["run_key"] == pre["run_key"]].set_index("metric")["value"]
+    assert h["early_stopping"].startswith("none (App. B.1.2)") and metrics["best_step"] == 80
+    assert notes["validation"][-1][0] == 80 and metrics["val_accuracy"] == notes["validation"][-1][1]
+    assert json.loads(few["notes"].iloc[0])["pretrained"]["best_step"] == 80
+
+
+def test_mpp_defaults_to_app_b12s_one_million_steps_at_batch_4096():
+    """Without --steps or --epochs, MPP trains App. B.1.2's 1M steps of 4,096 images (the same
+    images at another batch), where supervised pre-training takes Table 3's epochs."""
+    import vitbench
+
+    common = {"protocol": "pretrain", "model": "vit-ti/16", "datasets": "digits0-4", "transfer": ("none",),
+              "res": 32}  # fmt: skip
+    (mpp,) = vitbench.plan(objective="mpp", batch=512, **common)
+    (supervised,) = vitbench.plan(batch=512, **common)
+    h, s = mpp.specs[0].hparams, supervised.specs[0].hparams
+    assert h["steps"] == 1_000_000 * 4096 // 512 and h["steps_rule"].startswith("App. B.1.2: 1M steps")
+    assert s["steps"] < 10_000 and s["early_stopping"].startswith("best dev accuracy")
 
 
 def test_a_bit_resnet_pretrains_through_its_own_head(cli, results):

@@ -154,7 +154,8 @@ class Pretrain(Protocol):
         return f" {h['objective']} subset={h['subset']} steps={h['steps']} batch={h['batch']} lr={h['lr']:g}"
 
     def result_text(self, metrics: dict[str, float]) -> str:
-        return f"best dev accuracy {metrics['val_accuracy'] * 100:.2f}% at step {int(metrics['best_step'])}"
+        step = int(metrics["best_step"])
+        return f"dev accuracy {metrics['val_accuracy'] * 100:.2f}% at step {step} (its weights kept)"
 
 
 def settings_for(group: Group, req: Request, n_train: int) -> dict:
@@ -165,6 +166,8 @@ def settings_for(group: Group, req: Request, n_train: int) -> dict:
     mpp = req.objective == "mpp"
     batch = req.batch or (SMOKE_BATCH if req.smoke else recipe.BATCH)
     steps = req.steps or (SMOKE_STEPS if req.smoke else recipe.steps_for(req.epochs or row.epochs, n_train, batch))
+    if mpp and not (req.steps or req.smoke or req.epochs):  # App. B.1.2's budget, not Table 3's epochs
+        steps = recipe.MPP["steps"] * recipe.MPP["batch"] // batch
     if req.weight_decay is not None and req.weight_decay < 0:
         raise UserError(f"--weight-decay {req.weight_decay}: expected a value of 0 or more")
     for option, rate in (("--dropout", req.dropout), ("--label-smoothing", req.label_smoothing)):
@@ -179,7 +182,9 @@ def settings_for(group: Group, req: Request, n_train: int) -> dict:
         "pos_embed": req.pos_embed,
         "recipe": row.name + (" (§4.6 for the LR and decay)" if mpp else ""),
         "steps": steps,
-        "steps_rule": "same steps for every subset: epochs x the full train split / batch (Fig 4: same hparams)",
+        "steps_rule": recipe.MPP_STEPS_RULE
+        if mpp
+        else "same steps for every subset: epochs x the full train split / batch (Fig 4: same hparams)",
         "batch": batch,
         "lr": req.lr or (recipe.MPP["lr"] if mpp else row.lr),
         "warmup": req.warmup if req.warmup is not None else recipe.warmup_for(steps),
@@ -192,7 +197,7 @@ def settings_for(group: Group, req: Request, n_train: int) -> dict:
         "head": "pre_logits tanh(Dense) + linear" if group.model.family in ("vit", "hybrid") else "linear",
         "train_aug": describe_train_aug(group.dataset.train_crop, group.res)
         + ("|flip_lr" if group.dataset.train_flip else ""),
-        "early_stopping": f"best dev accuracy of {recipe.VALIDATIONS} evaluations",
+        "early_stopping": recipe.MPP_STOPPING if mpp else f"best dev accuracy of {recipe.VALIDATIONS} evaluations",
         "subset_seed": recipe.SUBSET_SEED,
         "precision": resolve_precision(req.precision, resolve_device(req.device).type),
         "smoke": req.smoke,

@@ -53,7 +53,11 @@ JFT_LR = {
 # (Table 3's R50+ViT-L/16 is "7/14" too, but has no vitbench model.)
 TWO_EPOCH_COUNTS = {"jft": ("vit-l/16",), "imagenet21k": ("vit-l/16", "vit-l/32")}
 JFT_DEFAULT_LR = 8e-4  # a model Table 3 does not list (ViT-Ti, ViT-S): ViT-B's
-MPP = {"lr": 2e-4, "decay": "cosine"}  # §4.6 / App. B.1.2
+# §4.6 / App. B.1.2: Adam at 2e-4, cosine, "1M steps (ca. 14 epochs) with batch size 4096 on JFT", and
+# no early stopping (the last step's weights are the run's)
+MPP = {"lr": 2e-4, "decay": "cosine", "steps": 1_000_000, "batch": 4096}
+MPP_STEPS_RULE = "App. B.1.2: 1M steps at batch 4096 (the same 4.1e9 images at another --batch)"
+MPP_STOPPING = "none (App. B.1.2): the last step's weights; the dev split is scored for information"
 
 
 def table3_row(recipe: str, model: str, num_classes: int) -> Row:

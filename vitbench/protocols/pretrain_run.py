@@ -108,9 +108,13 @@ def pretrain(group: Group, spec: RunSpec, req: Request, device: torch.device, re
 def _finish(
     group, spec, outcome, settings, started, backbone, model, checkpoint, path, n_train, n_dev, recorder
 ) -> None:
-    """The best weights saved as the run's weights file, then the result recorded."""
-    assert outcome.best_state is not None
-    model.load_state_dict(outcome.best_state)
+    """The kept weights saved as the run's weights file (the best on dev; MPP's: the last step's, as
+    App. B.1.2 trains without early stopping), then the result recorded."""
+    if spec.hparams["objective"] == "mpp":
+        outcome.best_step, outcome.best_state = settings.steps, None  # the model holds the last step's weights
+    else:
+        assert outcome.best_state is not None
+        model.load_state_dict(outcome.best_state)
     position_embeddings.materialize(backbone)
     pretrained.save(path, backbone.state_dict(), _provenance(spec, outcome))
     _record(group, spec, outcome, settings, started, path, n_train, n_dev, recorder)
@@ -137,7 +141,7 @@ def _record(group, spec, outcome, settings, started, path, n_train, n_dev, recor
     world = recorder.world
     train_seconds = outcome.seconds / world.size
     metrics = {
-        "val_accuracy": max(v for _, v in outcome.validation),
+        "val_accuracy": dict(outcome.validation)[outcome.best_step],  # of the weights kept
         "best_step": float(outcome.best_step),
         "final_train_loss": outcome.curves["train_loss"][-1] if outcome.curves["train_loss"] else float("nan"),
         "train_images_per_second": outcome.train_images / max(train_seconds, 1e-9),

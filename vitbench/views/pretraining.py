@@ -119,8 +119,9 @@ def pretrain_view(df: pd.DataFrame) -> TableData:
 def _footnotes(data: TableData, runs: pd.DataFrame, sources) -> None:
     data.footnotes.append(
         f"rows: vitbench's own pre-training from random init on {', '.join(sources)} (n: the images it learned from); "
-        "run key: for --weights run:<key>; dev acc.: the early-stopping score on the dev split held out of train "
-        "(MPP: of the masked patches' targets); exaFLOPs: the run's training and validation FLOPs, counted"
+        "run key: for --weights run:<key>; dev acc.: the kept weights' score on the dev split held out of train "
+        "(the best of the run; MPP: the last step's, of the masked patches' targets); "
+        "exaFLOPs: the run's training and validation FLOPs, counted"
     )
     data.footnotes.append(
         f"{BASELINE}: the same architecture and resolution, never trained: what the features give without pre-training"
