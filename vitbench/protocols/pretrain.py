@@ -167,7 +167,7 @@ def settings_for(group: Group, req: Request, n_train: int) -> dict:
     batch = req.batch or (SMOKE_BATCH if req.smoke else recipe.BATCH)
     steps = req.steps or (SMOKE_STEPS if req.smoke else recipe.steps_for(req.epochs or row.epochs, n_train, batch))
     if mpp and not (req.steps or req.smoke or req.epochs):  # App. B.1.2's budget, not Table 3's epochs
-        steps = recipe.MPP["steps"] * recipe.MPP["batch"] // batch
+        steps = recipe.MPP_STEPS * recipe.MPP_BATCH // batch
     if req.weight_decay is not None and req.weight_decay < 0:
         raise UserError(f"--weight-decay {req.weight_decay}: expected a value of 0 or more")
     for option, rate in (("--dropout", req.dropout), ("--label-smoothing", req.label_smoothing)):

@@ -55,7 +55,8 @@ TWO_EPOCH_COUNTS = {"jft": ("vit-l/16",), "imagenet21k": ("vit-l/16", "vit-l/32"
 JFT_DEFAULT_LR = 8e-4  # a model Table 3 does not list (ViT-Ti, ViT-S): ViT-B's
 # §4.6 / App. B.1.2: Adam at 2e-4, cosine, "1M steps (ca. 14 epochs) with batch size 4096 on JFT", and
 # no early stopping (the last step's weights are the run's)
-MPP = {"lr": 2e-4, "decay": "cosine", "steps": 1_000_000, "batch": 4096}
+MPP = {"lr": 2e-4, "decay": "cosine"}
+MPP_STEPS, MPP_BATCH = 1_000_000, 4096
 MPP_STEPS_RULE = "App. B.1.2: 1M steps at batch 4096 (the same 4.1e9 images at another --batch)"
 MPP_STOPPING = "none (App. B.1.2): the last step's weights; the dev split is scored for information"
 
