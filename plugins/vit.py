@@ -51,13 +51,12 @@ class ViTBackend(Backend):
 
     def adapt_state_dict(self, state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
         """Resize the position embeddings to the model's grid, class token kept (paper §3.2); weights
-        pre-trained with relative position biases (Table 8's variant) get them installed."""
+        pre-trained with relative positions (Table 8's variant, or vitbench's relative bias) get them installed."""
         from vitbench import position_embeddings
 
-        if position_embeddings.has_relative_bias(state) and not position_embeddings.has_relative_bias(
-            model.state_dict()
-        ):
-            position_embeddings.install_relative_bias(model)
+        variant = position_embeddings.relative_variant(state)
+        if variant is not None and position_embeddings.relative_variant(model.state_dict()) is None:
+            position_embeddings.install_relative(model, variant)
         posemb = state.get("pos_embed")
         target = getattr(model, "pos_embed", None)
         if posemb is None or target is None or posemb.shape == target.shape:

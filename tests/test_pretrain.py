@@ -168,7 +168,7 @@ def test_each_position_embedding_variant_saves_weights_every_protocol_reads(vari
     backbone = build_model(VIT_TI, 5, 32, RANDOM)
     position_embeddings.apply(backbone, variant)
     trainable = {n for n, p in backbone.named_parameters() if p.requires_grad}
-    if variant in ("none", "relative"):
+    if variant in ("none", "relative", "relative-bias"):
         assert "pos_embed" not in trainable and not backbone.pos_embed.abs().sum()
     if variant == "2-d":
         assert any("rows" in n for n in trainable) and any("cols" in n for n in trainable)
@@ -186,6 +186,34 @@ def test_each_position_embedding_variant_saves_weights_every_protocol_reads(vari
     load_into(fresh, VIT_TI, path)  # a plain timm ViT (the relative bias is installed from the weights)
     assert torch.allclose(VIT_TI.backend.features(fresh.eval(), x), expected, atol=1e-5)
     assert pretrained.provenance(path) == {"run_key": "ab" * 32}
+
+
+def test_relative_attention_is_app_d4s_query_against_offset_embeddings():
+    """App. D.4: for patches i, j the logit gains q_i · r(p_i - p_j), r an embedding per 1-D offset,
+    added to the content logit q_i · k_j before the softmax (both scaled by 1/sqrt(head width));
+    the class token takes part without relative positions. Transcribed here in plain loops."""
+    backbone = build_model(VIT_TI, 5, 32, RANDOM).eval()
+    position_embeddings.apply(backbone, "relative")
+    attn = backbone.blocks[0].attn
+    with torch.no_grad():
+        attn.relative_key.normal_()
+    assert attn.relative_key.shape == (2 * 4 - 1, attn.head_dim)  # 2x2 patches at 32 px: offsets -3..3
+    x = torch.randn(2, 5, 192)  # class token + 4 patches
+    b, n, _ = x.shape
+    q, k, v = attn.qkv(x).reshape(b, n, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+    logits = torch.einsum("bhid,bhjd->bhij", q, k)
+    for i in range(1, n):
+        for j in range(1, n):
+            offset = (i - 1) - (j - 1)  # patch positions in raster order
+            logits[:, :, i, j] += q[:, :, i] @ attn.relative_key[offset + 3]
+    out = (logits * attn.head_dim**-0.5).softmax(-1) @ v
+    expected = attn.proj(out.transpose(1, 2).reshape(b, n, -1))
+    with torch.no_grad():
+        assert torch.allclose(attn(x), expected, atol=1e-5)
+    without = build_model(VIT_TI, 5, 32, RANDOM).eval()
+    without.load_state_dict({k: v for k, v in backbone.state_dict().items() if "relative_key" not in k})
+    with torch.no_grad():
+        assert not torch.allclose(without.blocks[0].attn(x), attn(x), atol=1e-3)  # the offsets count
 
 
 def _train_each_variant_in_a_process_group(rank: int, port: int) -> None:

@@ -198,3 +198,18 @@ def test_ctrl_c_during_pretraining_names_what_resumes(cli, results, monkeypatch)
         "interrupted: 0 of 1 runs stored; run the same command again to do the rest (the interrupted pretrain "
         "run continues from its last checkpoint)" in " ".join(err.split())
     )
+
+
+def test_the_relative_variants_record_what_they_compute():
+    """`relative` (App. D.4's) and `relative-bias` (vitbench's) record their method, so neither
+    shares a run key with the other nor with a `relative` run stored before issue 35; the other
+    variants' keys are unchanged."""
+    import vitbench
+
+    common = {"protocol": "pretrain", "model": "vit-ti/16", "datasets": "digits0-4", "transfer": ("none",),
+              "res": 32, "smoke": True}  # fmt: skip
+    variants = ("1-d", "relative", "relative-bias")
+    hparams = {v: vitbench.plan(pos_embed=v, **common)[0].specs[0].hparams for v in variants}
+    assert hparams["relative"]["relative_positions"].startswith("App. D.4: 1-D offset embeddings")
+    assert hparams["relative-bias"]["relative_positions"].startswith("vitbench's")
+    assert "relative_positions" not in hparams["1-d"]

@@ -291,7 +291,10 @@ MppRate = Annotated[
 PosEmbed = Annotated[
     str,
     option(
-        "--pos-embed", panel=PRETRAIN, help="pretrain, ViT: position embeddings 1-d (default), none, 2-d or relative."
+        "--pos-embed",
+        panel=PRETRAIN,
+        help="pretrain, ViT: position embeddings 1-d (default), none, 2-d, relative (App. D.4's) or "
+        "relative-bias (vitbench's: a scalar per head and 2-D offset).",
     ),
 ]
 PretrainSubset = Annotated[

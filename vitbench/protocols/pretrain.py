@@ -180,6 +180,12 @@ def settings_for(group: Group, req: Request, n_train: int) -> dict:
         "objective": req.objective,
         **({"mpp_target": req.mpp_target, "mpp_rate": req.mpp_rate} if mpp else {}),
         "pos_embed": req.pos_embed,
+        # what the relative variants compute (a stored `relative` run from before issue 35 had the bias)
+        **(
+            {"relative_positions": recipe.RELATIVE_METHOD[req.pos_embed]}
+            if req.pos_embed in recipe.RELATIVE_METHOD
+            else {}
+        ),  # fmt: skip
         "recipe": row.name + (" (§4.6 for the LR and decay)" if mpp else ""),
         "steps": steps,
         "steps_rule": recipe.MPP_STEPS_RULE
