@@ -213,3 +213,22 @@ def test_the_relative_variants_record_what_they_compute():
     assert hparams["relative"]["relative_positions"].startswith("App. D.4: 1-D offset embeddings")
     assert hparams["relative-bias"]["relative_positions"].startswith("vitbench's")
     assert "relative_positions" not in hparams["1-d"]
+
+
+def test_transfer_defaults_to_imagenet_where_its_few_shot_splits_are_there(imagenet_dir):
+    """Fig 4's metric is 5-shot on ImageNet: the default --transfer where ImageNet's train and val
+    folders are under --data-dir; else the pre-training dataset itself."""
+    import shutil
+
+    import vitbench
+    from vitbench import api
+    from vitbench.protocols.pretrain import PRETRAIN
+
+    options = {"protocol": "pretrain", "model": "vit-ti/16", "datasets": "digits0-4", "smoke": True,
+               "data_dir": imagenet_dir}  # fmt: skip
+    req = api.request(**options)
+    assert PRETRAIN.followups(req, vitbench.plan(req))[0].datasets == ("digits0-4",)  # ImageNet: val only
+    shutil.copytree(imagenet_dir / "imagenet" / "val", imagenet_dir / "imagenet" / "train")
+    assert PRETRAIN.followups(req, vitbench.plan(req))[0].datasets == ("imagenet",)
+    explicit = api.request(**options, transfer=("digits5-9",))
+    assert PRETRAIN.followups(explicit, vitbench.plan(explicit))[0].datasets == ("digits5-9",)

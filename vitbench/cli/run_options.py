@@ -330,7 +330,8 @@ Transfer = Annotated[
     option(
         "--transfer",
         panel=PRETRAIN,
-        help="pretrain: datasets for the few-shot evaluation of its weights [default: the pre-training dataset]; none.",
+        help="pretrain: datasets for the few-shot evaluation of its weights [default: imagenet where it is under "
+        "--data-dir, as Fig 4; else the pre-training dataset]; none.",
     ),
 ]
 TransferShots = Annotated[

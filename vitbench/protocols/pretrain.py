@@ -24,6 +24,7 @@ from vitbench.devices import resolve_device, resolve_precision
 from vitbench.errors import UserError
 from vitbench.protocols import pretrain_recipe as recipe
 from vitbench.protocols.base import SEEDS, Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.fewshot import FEWSHOT
 from vitbench.registry import get_dataset
 from vitbench.weights import RANDOM
 
@@ -100,7 +101,7 @@ class Pretrain(Protocol):
         beside the same architecture at random init (what the pre-training bought)."""
         if req.transfer == ("none",):
             return []
-        datasets = req.transfer or tuple(dict.fromkeys(g.dataset.name for g in groups))
+        datasets = req.transfer or _default_transfer(req, groups)
         follow = []
         for model in dict.fromkeys(g.model.name for g in groups):
             specs = [s for g in groups if g.model.name == model for s in g.specs]
@@ -156,6 +157,15 @@ class Pretrain(Protocol):
     def result_text(self, metrics: dict[str, float]) -> str:
         step = int(metrics["best_step"])
         return f"dev accuracy {metrics['val_accuracy'] * 100:.2f}% at step {step} (its weights kept)"
+
+
+def _default_transfer(req: Request, groups: list[Group]) -> tuple[str, ...]:
+    """Fig 4's transfer metric is 5-shot on ImageNet: ImageNet where its few-shot splits are under
+    --data-dir (from the folder layout), else the pre-training datasets themselves."""
+    imagenet = get_dataset("imagenet")
+    if req.data_source is None and imagenet.missing_for(req.data_dir, FEWSHOT.splits(imagenet)) is None:
+        return ("imagenet",)
+    return tuple(dict.fromkeys(g.dataset.name for g in groups))
 
 
 def settings_for(group: Group, req: Request, n_train: int) -> dict:
