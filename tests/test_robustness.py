@@ -49,10 +49,10 @@ def write_tree(root: Path, counts: dict[str, int], suffix: str = ".jpg") -> None
             write_image(root / folder / f"img{j}{suffix}", seed=10 * i + j)
 
 
-def eval_metrics(cli, results: Path, weights: Path, data: Path, dataset: str) -> dict[str, float]:
+def eval_metrics(cli, results: Path, weights: Path, data: Path, dataset: str, *more: str) -> dict[str, float]:
     code, _, err = cli(
         "run", "--results", results, "--protocol", "eval", "--model", "vit-ti/16", "--weights", weights,
-        "--dataset", dataset, "--data-dir", data, "--workers", "0",
+        "--dataset", dataset, "--data-dir", data, "--workers", "0", *more,
     )  # fmt: skip
     assert code == 0, err
     rows = store.read_results(results)
@@ -155,6 +155,21 @@ def test_objectnet_pools_the_imagenet_logits_of_each_class(cli, results, tmp_pat
     assert (metrics["n_correct"], metrics["n_scored"]) == (2, 3)
     hparams = json.loads(store.read_results(results)["hparams"].iloc[0])
     assert hparams["class_pooling"] == "max" and hparams["head_classes"] == 1000
+    assert hparams["objectnet_scoring"] == "restricted"
+    # ObjectNet's own code: the top-k over all 1,000; ImageNet 999 belongs to no ObjectNet class, so
+    # every top-1 is a miss; the top 5 are ImageNet 999, 11, 0, 1, 2 (ties in index order) = ObjectNet
+    # -, 5, 0, 0, 1: the two class-5 images are hits at top-5, the class-50 one is not
+    theirs = eval_metrics(cli, results / "all", weights, tmp_path / "data", "objectnet", "--objectnet-scoring", "all")
+    assert (theirs["n_correct"], theirs["accuracy_top5"]) == (0, pytest.approx(2 / 3))
+    assert metrics["accuracy"] > theirs["accuracy"] and metrics["accuracy_top5"] >= theirs["accuracy_top5"]
+    stored = store.read_results(results / "all")
+    assert json.loads(stored["hparams"].iloc[0])["objectnet_scoring"] == "all"
+    from vitbench.store.predictions import read_predictions
+
+    (key,) = set(stored["run_key"])
+    recorded = json.loads(stored["notes"].iloc[0])["predictions"]
+    top1 = read_predictions(results / "all", key, recorded)["top1"]
+    assert set(top1) == {113}  # the stored top-1 is that of all 1,000: "other", outside ObjectNet's classes
 
 
 def test_suite_doctor_view_and_a_protocol_that_needs_train(cli, results, tmp_path):

@@ -59,6 +59,7 @@ def run(
     fewshot_l2: ro.FewshotL2 = DEFAULT_L2,
     fewshot_train: ro.FewshotTrain = "default",
     linear_features: ro.LinearFeatures = "raw",
+    objectnet_scoring: ro.ObjectnetScoring = "restricted",
     knn_k: ro.KnnK = None,
     batch_size: ro.ExtractionBatch = 64,
     steps: ro.Steps = None,

@@ -75,6 +75,15 @@ Shots = Annotated[str | None, option("--shots", panel=WHAT, help="Comma-separate
 KnnK = Annotated[
     str | None, option("--knn-k", panel=FEWSHOT, help="knn: comma-separated neighbour counts [default: 20].")
 ]
+ObjectnetScoring = Annotated[
+    str,
+    option(
+        "--objectnet-scoring",
+        panel=DATA,
+        help="eval on ObjectNet: restricted (the logits of the 113 classes that overlap ImageNet, max-pooled) or "
+        "all (the top-k over ImageNet's 1,000, a non-overlapping prediction a miss: ObjectNet's own code).",
+    ),
+]
 LinearFeatures = Annotated[
     str,
     option(

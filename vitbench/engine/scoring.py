@@ -9,7 +9,7 @@ import numpy as np
 
 from vitbench.store.predictions import Predictions
 
-__all__ = ["Predictions", "calibration", "image_ids", "pool_classes", "scores"]
+__all__ = ["Predictions", "calibration", "image_ids", "pool_classes", "scores", "scores_over_the_head"]
 
 TOP_K = 5
 
@@ -49,6 +49,33 @@ def pool_classes(logits: np.ndarray, class_map: list[list[int]] | None) -> np.nd
     if class_map is None:
         return logits
     return np.stack([logits[:, classes].max(axis=1) for classes in class_map], axis=1)
+
+
+def with_other(logits: np.ndarray, class_map: list[list[int]]) -> np.ndarray:
+    """(N, K + 1): the pooled logits, then the best logit of the head's classes no dataset class maps
+    to: the arg-max is the whole head's top-1 (an "other" prediction is a miss, as no label is K)."""
+    mapped = sorted({c for classes in class_map for c in classes})
+    others = np.setdiff1d(np.arange(logits.shape[1]), mapped)
+    other = logits[:, others].max(axis=1, keepdims=True) if len(others) else np.full((len(logits), 1), -np.inf)
+    return np.concatenate([pool_classes(logits, class_map), other], axis=1)
+
+
+def scores_over_the_head(logits: np.ndarray, labels: np.ndarray, class_map: list[list[int]]) -> dict[str, float]:
+    """ObjectNet's own convention (Barbu et al. 2019's evaluation code): the top-k over all of the
+    head's classes (ImageNet's 1,000), each mapped to the dataset class it belongs to; a prediction
+    of a class outside the dataset is a miss. Never higher than scoring the restricted logits."""
+    owner = np.full(logits.shape[1], -1)
+    for index, classes in enumerate(class_map):
+        owner[classes] = index
+    k = min(TOP_K, logits.shape[1])
+    top = owner[np.argsort(-logits, axis=1, kind="stable")[:, :k]]  # (N, k) dataset classes, -1: outside
+    correct = top[:, 0] == labels
+    return {
+        "accuracy": float(correct.mean()),
+        f"accuracy_top{k}": float((top == labels[:, None]).any(axis=1).mean()),
+        "n_correct": float(correct.sum()),
+        "n_scored": float(len(labels)),
+    }
 
 
 def scores(logits: np.ndarray, labels: np.ndarray, real: list[list[int]] | None = None) -> dict[str, float]:

@@ -69,6 +69,7 @@ class Request:
     fewshot_l2: str = DEFAULT_L2
     fewshot_train: str = "default"  # "full": shots from the whole train split, not the dataset's few-shot subset
     knn_k: tuple[int, ...] = (20,)  # DINO's default k
+    objectnet_scoring: str = "restricted"  # eval on ObjectNet: the 113 classes' logits, or "all" 1,000 (its authors')
     linear_features: str = "raw"  # the linear probe's input: CLIP's raw features, or "standardized" (z-scored)
     res: int | None = None
     gelu: str = "exact"
@@ -131,6 +132,7 @@ PROTOCOL_OPTIONS = {
     "fewshot_train": "--fewshot-train",
     "knn_k": "--knn-k",
     "linear_features": "--linear-features",
+    "objectnet_scoring": "--objectnet-scoring",
     "steps": "--steps",
     "batch": "--batch",
     "micro_batch": "--micro-batch",

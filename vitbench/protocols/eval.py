@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING
 from vitbench.backend import Preprocessing
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock
-from vitbench.engine.scoring import Predictions, calibration, image_ids, pool_classes, scores
+from vitbench.engine.scoring import (
+    Predictions,
+    calibration,
+    image_ids,
+    pool_classes,
+    scores,
+    scores_over_the_head,
+    with_other,
+)
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
@@ -23,6 +31,7 @@ if TYPE_CHECKING:
 class Eval(Protocol):
     name = "eval"
     version = "eval/2"  # 2: each checkpoint family's own eval recipe (Google: vit_jax's; timm, DeiT: timm's)
+    reads = frozenset({"objectnet_scoring"})
     summary = "score the checkpoint's own classifier (top-1, top-5, ImageNet ReaL)"
     label = "eval"
     compares_with_paper = True
@@ -38,6 +47,8 @@ class Eval(Protocol):
         hparams = {**hparams, "eval_recipe": group.preprocessing.family}
         if first.class_map is not None:  # recorded (and keyed) only where a class map applies
             hparams = {**hparams, "head_classes": group.dataset.head_size, "class_pooling": "max"}
+        if group.dataset.name == "objectnet":  # whose convention scored it (docs/protocols.md, "ObjectNet")
+            hparams = {**hparams, "objectnet_scoring": req.objectnet_scoring}
         return [self.base_spec(group, first, weights_sha, hparams, seed=0)]  # deterministic: one run
 
     def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
@@ -55,12 +66,17 @@ class Eval(Protocol):
         )  # fmt: skip
         real = [split.real_labels[i] for i in logits.indices] if split.real_labels is not None else None
         pooled = pool_classes(logits.values, split.class_map)
+        # calibration of the checkpoint's own softmax; a pooled (robustness) head has none to speak of
+        found = scores(pooled, logits.labels, real) | (
+            calibration(pooled, logits.labels) if split.class_map is None else {}
+        )
+        if spec.hparams.get("objectnet_scoring") == "all" and split.class_map is not None:
+            found = scores_over_the_head(logits.values, logits.labels, split.class_map)
+            pooled = with_other(logits.values, split.class_map)  # stored: their arg-max is that top-1
         recorder.record(
             group,
             spec,
-            # calibration of the checkpoint's own softmax; a pooled (robustness) head has none to speak of
-            scores(pooled, logits.labels, real)
-            | (calibration(pooled, logits.labels) if split.class_map is None else {}),
+            found,
             started,
             seconds=clock.seconds,
             images=float(len(logits.labels)) if computed else 0.0,
