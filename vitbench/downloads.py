@@ -3,8 +3,8 @@ only files already on disk, and a name that is not there is one line saying wher
 
 `fetch` is the one HTTP download of a plain file (the paper's .npz checkpoints): it resumes a
 partial file (an HTTP Range request), shows a progress bar, checks the size and the checksums the
-server states (Google Cloud Storage's `x-goog-hash: md5=`) and any sha256 the caller knows before
-the file gets its final name, and never leaves a partial file under that name. Hugging Face Hub
+server states (Google Cloud Storage's `x-goog-hash: md5=`) before the file gets its final name,
+returns its sha256 (both hashed as the bytes arrive), and never leaves a partial file under that name. Hugging Face Hub
 weights and TFDS builds go through their own libraries (weights/hub.py, datasets/vtab_tfds.py)."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class Fetched:
     sha256: str
 
 
-def fetch(url: str, dest: Path, label: str, sha256: str | None = None) -> Fetched:
+def fetch(url: str, dest: Path, label: str) -> Fetched:
     """`url` -> `dest`, through `dest.part` (kept when the transfer breaks off, so the next call
     resumes it; removed when the bytes are wrong). `label` names the option in errors."""
     part = dest.with_name(dest.name + ".part")
@@ -84,8 +84,9 @@ def fetch(url: str, dest: Path, label: str, sha256: str | None = None) -> Fetche
             offset = 0
         total = _total_size(response, offset)
         stated_md5 = _stated_md5(response.headers.get_all("x-goog-hash") or [])
+        digests: dict[str, str] = {}
         try:
-            _copy(response, part, offset, total, dest.name)
+            digests = _copy(response, part, offset, total, dest.name)
             error = None
         except (OSError, http.client.HTTPException) as e:  # a dropped connection, a timeout, a full disk
             error = one_line(e, 120)
@@ -99,11 +100,8 @@ def fetch(url: str, dest: Path, label: str, sha256: str | None = None) -> Fetche
     problem = None
     if total is not None and size != total:
         problem = f"{size:,} bytes where the server stated {total:,}"
-    digests = _digests(part)
     if problem is None and stated_md5 is not None and digests["md5"] != stated_md5:
         problem = "its md5 differs from the one the server states (x-goog-hash)"
-    if problem is None and sha256 is not None and digests["sha256"] != sha256:
-        problem = f"its sha256 {digests['sha256'][:16]}… differs from the recorded {sha256[:16]}…"
     if problem is not None:
         part.unlink(missing_ok=True)
         raise UserError(f"{label}: the download of {url} is corrupt ({problem}); it was removed, nothing was used")
@@ -149,33 +147,40 @@ def _stated_md5(values: list[str]) -> str | None:
     return None
 
 
-def _copy(response, part: Path, offset: int, total: int | None, name: str) -> None:
-    """The body into `part` (appended after `offset` bytes): a rich bar on a terminal, log lines otherwise."""
+def _copy(response, part: Path, offset: int, total: int | None, name: str) -> dict[str, str]:
+    """The body into `part` (appended after `offset` bytes): a rich bar on a terminal, log lines
+    otherwise. Returns the whole file's md5 and sha256, hashed as the bytes arrive (a resumed
+    file's first part is read once for it), so the file is never read again to check it."""
+    md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+    if offset:
+        with open(part, "rb") as kept:
+            while block := kept.read(CHUNK):
+                md5.update(block)
+                sha.update(block)
     with open(part, "ab" if offset else "wb") as f:
+
+        def chunks():
+            while chunk := response.read(CHUNK):
+                f.write(chunk)
+                md5.update(chunk)
+                sha.update(chunk)
+                yield len(chunk)
+
         if sys.stderr.isatty():
             from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
             columns = (BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
             with Progress("{task.description}", *columns, transient=True) as bar:
                 task = bar.add_task(f"downloading {name}", total=total, completed=offset)
-                while chunk := response.read(CHUNK):
-                    f.write(chunk)
-                    bar.advance(task, len(chunk))
-            return
-        log.info("downloading %s (%s)%s", name, _mb(total), f", resuming at {_mb(offset)}" if offset else "")
-        while chunk := response.read(CHUNK):
-            f.write(chunk)
-        log.info("downloaded %s", name)
+                for size in chunks():
+                    bar.advance(task, size)
+        else:
+            log.info("downloading %s (%s)%s", name, _mb(total), f", resuming at {_mb(offset)}" if offset else "")
+            for _ in chunks():
+                pass
+            log.info("downloaded %s", name)
+    return {"md5": md5.hexdigest(), "sha256": sha.hexdigest()}
 
 
 def _mb(size: int | None) -> str:
     return "size unknown" if size is None else f"{size / 1e6:,.1f} MB"
-
-
-def _digests(path: Path) -> dict[str, str]:
-    md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            md5.update(block)
-            sha.update(block)
-    return {"md5": md5.hexdigest(), "sha256": sha.hexdigest()}

@@ -67,12 +67,20 @@ def scores_over_the_head(logits: np.ndarray, labels: np.ndarray, class_map: list
     owner = np.full(logits.shape[1], -1)
     for index, classes in enumerate(class_map):
         owner[classes] = index
-    k = min(TOP_K, logits.shape[1])
-    top = owner[np.argsort(-logits, axis=1, kind="stable")[:, :k]]  # (N, k) dataset classes, -1: outside
+    return _top_k_scores(owner[_top_k(logits)], labels)  # the head's top k as dataset classes, -1: outside
+
+
+def _top_k(logits: np.ndarray) -> np.ndarray:
+    """(N, min(5, K)) class indices, best first (ties in class order)."""
+    return np.argsort(-logits, axis=1, kind="stable")[:, : min(TOP_K, logits.shape[1])]
+
+
+def _top_k_scores(top: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Top-1 and top-k accuracy and the counts behind them, from each image's top k classes."""
     correct = top[:, 0] == labels
     return {
         "accuracy": float(correct.mean()),
-        f"accuracy_top{k}": float((top == labels[:, None]).any(axis=1).mean()),
+        f"accuracy_top{top.shape[1]}": float((top == labels[:, None]).any(axis=1).mean()),
         "n_correct": float(correct.sum()),
         "n_scored": float(len(labels)),
     }
@@ -81,16 +89,8 @@ def scores_over_the_head(logits: np.ndarray, labels: np.ndarray, class_map: list
 def scores(logits: np.ndarray, labels: np.ndarray, real: list[list[int]] | None = None) -> dict[str, float]:
     """Metrics (fractions) and the counts behind them, for (N, K) logits and (N,) labels; `real` is
     aligned with the rows (one label list per image) or None where the dataset has no ReaL labels."""
-    k = min(TOP_K, logits.shape[1])
-    top = np.argsort(-logits, axis=1, kind="stable")[:, :k]
-    correct = top[:, 0] == labels
-    in_top_k = (top == labels[:, None]).any(axis=1)
-    out = {
-        "accuracy": float(correct.mean()),
-        f"accuracy_top{k}": float(in_top_k.mean()),
-        "n_correct": float(correct.sum()),
-        "n_scored": float(len(labels)),
-    }
+    top = _top_k(logits)
+    out = _top_k_scores(top, labels)
     scored = [i for i, r in enumerate(real or []) if r]
     if real is not None and scored:
         hits = sum(int(top[i, 0]) in real[i] for i in scored)

@@ -22,6 +22,7 @@ from vitbench.provenance import VERIFY_DATA, sha256_file
 from vitbench.registry import get_dataset, get_model, get_suite
 from vitbench.suites import Suite
 from vitbench.weights import RANDOM, RANDOM_INIT_SEED, check_weights_arg, pretrained
+from vitbench.weights.names import is_named
 
 log = logging.getLogger("vitbench")
 
@@ -134,7 +135,7 @@ def expand_weights(text: str, results: Path = Path("results")) -> list[str]:
     found: list[str] = []
     for item in _items(text, "--weights"):
         path = Path(item).expanduser()
-        if item == RANDOM or item.startswith("timm:"):
+        if is_named(item):  # random init or a checkpoint by name (resolved, or fetched, per model)
             found.append(item)
         elif item.startswith(pretrained.RUN_PREFIX):
             found.append(pretrained.resolve_run(item, results))

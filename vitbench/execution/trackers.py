@@ -26,8 +26,6 @@ from vitbench.errors import UserError, one_line
 log = logging.getLogger("vitbench")
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")
-# the package each needs (`pip install 'vitbench[<extra>]'`), checked before any work
-MODULES = {"tensorboard": "torch.utils.tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
 CURVE_TAGS = {"train_loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm"}
 # metrics about the run itself, not a score of its scored split
 RUN_METRICS = frozenset(
@@ -43,8 +41,8 @@ def check(names: tuple[str, ...], tensorboard_dir: Path | None = None) -> None:
     for name in names:
         if name not in TRACKERS:
             raise UserError(f"--tracker {name}: expected one of {', '.join(TRACKERS)}")
-        # torch.utils.tensorboard is always there; it needs the tensorboard package to write
-        if importlib.util.find_spec("tensorboard" if name == "tensorboard" else MODULES[name]) is None:
+        # each tracker's package is its extra's (torch's SummaryWriter needs the tensorboard package)
+        if importlib.util.find_spec(name) is None:
             raise UserError(f"--tracker {name}: needs the {name} package (pip install 'vitbench[{name}]')")
     if tensorboard_dir is not None:
         try:
@@ -59,6 +57,16 @@ def run_name(run: dict) -> str:
     shots = f"-{run['shots']}shot" if run.get("shots") else ""
     parts = (run["run_key"][:12], run["model"], run["dataset"], f"{stage}{shots}", f"seed{run['seed']}")
     return "-".join(p.replace("/", "_") for p in parts)
+
+
+def last_step(curves: dict[str, list[float]]) -> int:
+    """The step the final metrics are logged at: the last of the curves (0 without curves)."""
+    return max((len(v) for v in curves.values()), default=0)
+
+
+def plain(run: dict) -> dict:
+    """The provenance record as JSON values only (what a tracker's config takes)."""
+    return json.loads(json.dumps(run, default=str))
 
 
 def scalars(record: dict) -> tuple[dict[str, list[float]], dict[str, float]]:
@@ -99,12 +107,11 @@ class Trackers:
         curves, final = scalars(record)
         writer = SummaryWriter(log_dir=str(self.tensorboard_dir / run_name(record["run"])))
         try:
-            last = max((len(v) for v in curves.values()), default=0)
             for tag, values in curves.items():
                 for step, value in enumerate(values, start=1):
                     writer.add_scalar(tag, float(value), step)
             for tag, value in final.items():
-                writer.add_scalar(tag, value, last)
+                writer.add_scalar(tag, value, last_step(curves))
             writer.add_text("provenance", f"```json\n{json.dumps(record['run'], indent=1, default=str)}\n```")
         finally:
             writer.close()
@@ -119,11 +126,11 @@ class Trackers:
             name=run_name(run_record),
             group=f"{run_record['model']}-{run_record['dataset']}",
             job_type=run_record["protocol"],
-            config=json.loads(json.dumps(run_record, default=str)),
+            config=plain(run_record),
             reinit="create_new",
         )
         try:
-            for step in range(1, max((len(v) for v in curves.values()), default=0) + 1):
+            for step in range(1, last_step(curves) + 1):
                 run.log({tag: values[step - 1] for tag, values in curves.items() if step <= len(values)}, step=step)
             run.summary.update(final)
         finally:
@@ -150,14 +157,13 @@ class Trackers:
             metrics = [
                 Metric(tag, float(v), ms, step) for tag, values in curves.items() for step, v in enumerate(values, 1)
             ]
-            last = max((len(v) for v in curves.values()), default=0)
-            metrics += [Metric(tag, value, ms, last) for tag, value in final.items()]
+            metrics += [Metric(tag, value, ms, last_step(curves)) for tag, value in final.items()]
             params = [Param(k, str(run_record[k])[:500]) for k in PARAMS if run_record.get(k) is not None]
             for start in range(0, max(len(metrics), 1), 1000):  # MLflow takes 1,000 metrics per batch
                 client.log_batch(
                     run.info.run_id, metrics=metrics[start : start + 1000], params=params if not start else []
                 )
-            client.log_dict(run.info.run_id, json.loads(json.dumps(run_record, default=str)), "provenance.json")
+            client.log_dict(run.info.run_id, plain(run_record), "provenance.json")
         finally:
             client.set_terminated(run.info.run_id)
 

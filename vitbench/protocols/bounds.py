@@ -67,10 +67,10 @@ LISTS = {
 
 
 # Request field -> (option, its values): where a misspelt word would otherwise pass until it is used
-LINEAR_FEATURES = ("raw", "standardized")
+LINEAR_FEATURES = ("raw", "standardized")  # the linear probe's input: CLIP's raw features, or z-scored
 # ObjectNet under --protocol eval: the head's logits restricted to the 113 overlapping classes (wise-ft's
 # project_logits), or the top-k over all 1,000 with a non-overlapping prediction a miss (ObjectNet's own code)
-OBJECTNET_SCORING = ("restricted", "all")  # the linear probe's input: CLIP's raw features, or z-scored
+OBJECTNET_SCORING = ("restricted", "all")
 CHOICES = {
     "precision": ("--precision", PRECISIONS),
     "input_pipeline": ("--input-pipeline", PIPELINES),

@@ -65,14 +65,14 @@ class Eval(Protocol):
             distrust=group.dataset.head_size,
         )  # fmt: skip
         real = [split.real_labels[i] for i in logits.indices] if split.real_labels is not None else None
-        pooled = pool_classes(logits.values, split.class_map)
-        # calibration of the checkpoint's own softmax; a pooled (robustness) head has none to speak of
-        found = scores(pooled, logits.labels, real) | (
-            calibration(pooled, logits.labels) if split.class_map is None else {}
-        )
         if spec.hparams.get("objectnet_scoring") == "all" and split.class_map is not None:
             found = scores_over_the_head(logits.values, logits.labels, split.class_map)
             pooled = with_other(logits.values, split.class_map)  # stored: their arg-max is that top-1
+        else:
+            pooled = pool_classes(logits.values, split.class_map)
+            found = scores(pooled, logits.labels, real)
+            if split.class_map is None:  # the checkpoint's own softmax; a pooled (robustness) head has none
+                found |= calibration(pooled, logits.labels)
         recorder.record(
             group,
             spec,

@@ -53,14 +53,14 @@ JFT_LR = {
 # (Table 3's R50+ViT-L/16 is "7/14" too, but has no vitbench model.)
 TWO_EPOCH_COUNTS = {"jft": ("vit-l/16",), "imagenet21k": ("vit-l/16", "vit-l/32")}
 JFT_DEFAULT_LR = 8e-4  # a model Table 3 does not list (ViT-Ti, ViT-S): ViT-B's
-# §4.6 / App. B.1.2: Adam at 2e-4, cosine, "1M steps (ca. 14 epochs) with batch size 4096 on JFT", and
-# no early stopping (the last step's weights are the run's)
 # what each relative position variant computes (position_embeddings.py), recorded with each run: the two
 # never share a run key, nor with a `relative` run stored before issue 35 (which was the bias)
 RELATIVE_METHOD = {
     "relative": "App. D.4: 1-D offset embeddings as keys, q·r added to the logits",
     "relative-bias": "vitbench's: a learned scalar per head and 2-D offset added to the logits",
 }
+# §4.6 / App. B.1.2: Adam at 2e-4, cosine, "1M steps (ca. 14 epochs) with batch size 4096 on JFT", and
+# no early stopping (the last step's weights are the run's)
 MPP = {"lr": 2e-4, "decay": "cosine"}
 MPP_STEPS, MPP_BATCH = 1_000_000, 4096
 MPP_STEPS_RULE = "App. B.1.2: 1M steps at batch 4096 (the same 4.1e9 images at another --batch)"

@@ -3,6 +3,7 @@ stopping on the dev split, the best weights written with their provenance, the r
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -110,8 +111,8 @@ def _finish(
 ) -> None:
     """The kept weights saved as the run's weights file (the best on dev; MPP's: the last step's, as
     App. B.1.2 trains without early stopping), then the result recorded."""
-    if spec.hparams["objective"] == "mpp":
-        outcome.best_step, outcome.best_state = settings.steps, None  # the model holds the last step's weights
+    if spec.hparams["objective"] == "mpp":  # the model holds the last step's weights: they are kept
+        outcome = dataclasses.replace(outcome, best_step=settings.steps, best_state=None)
     else:
         assert outcome.best_state is not None
         model.load_state_dict(outcome.best_state)

@@ -17,9 +17,9 @@ from vitbench import downloads
 from vitbench.backend import ModelSpec
 from vitbench.errors import UserError, one_line
 from vitbench.provenance import sha256_file
+from vitbench.weights.names import HF_PREFIX, TIMM_PREFIX
 
 FILES = ("model.safetensors", "pytorch_model.bin")
-HF_PREFIX = "hf-hub:"
 
 
 def hub_cache() -> Path:
@@ -33,7 +33,7 @@ def resolve_timm_tag(weights: str, spec: ModelSpec | None) -> Path:
     """`timm:<arch>.<tag>` (or `timm:paper`: the paper's upstream weights of --model) -> a cached file."""
     import timm
 
-    name = weights.removeprefix("timm:")
+    name = weights.removeprefix(TIMM_PREFIX)
     if name == "paper":
         if spec is None or not spec.paper_tag:
             raise UserError(f"--weights {weights}: {spec.name if spec else 'this model'} has no paper upstream tag")

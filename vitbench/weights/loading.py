@@ -14,8 +14,8 @@ from torch import nn
 from vitbench.backend import ModelSpec
 from vitbench.errors import UserError, one_line
 from vitbench.weights import paper_weights
-from vitbench.weights.hub import HF_PREFIX, resolve_hf_hub, resolve_timm_tag
-from vitbench.weights.names import RANDOM, RANDOM_INIT_SEED
+from vitbench.weights.hub import resolve_hf_hub, resolve_timm_tag
+from vitbench.weights.names import HF_PREFIX, RANDOM, RANDOM_INIT_SEED, TIMM_PREFIX
 from vitbench.weights.npz import npz_keys, read_npz
 
 SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin")
@@ -54,7 +54,7 @@ def check_weights_arg(weights: str, spec: ModelSpec | None = None) -> str:
     existing file of a known format. Returns `random` or an absolute path."""
     if weights == RANDOM:
         return RANDOM
-    if weights.startswith("timm:"):
+    if weights.startswith(TIMM_PREFIX):
         return str(resolve_timm_tag(weights, spec))
     if weights.startswith(HF_PREFIX):
         return str(resolve_hf_hub(weights))

@@ -23,8 +23,8 @@ from vitbench.backend import ModelSpec
 from vitbench.errors import UserError
 from vitbench.provenance import sha256_file
 from vitbench.registry import get_model
+from vitbench.weights.names import PAPER, PAPER_PREFIX
 
-PREFIX = "paper:"
 DEFAULT_BASE = "https://storage.googleapis.com"
 UPSTREAM = "imagenet21k"  # `paper:ViT-B_16` without a collection: the pre-trained (not fine-tuned) weights
 
@@ -56,13 +56,17 @@ MODEL_OF = {
 }
 
 
+# `paper` alone: a model's ImageNet-21k upstream (BiT: BiT-M, its ImageNet-21k one)
+UPSTREAM_FILES = (*VIT_COLLECTIONS[UPSTREAM], *(name for name in BIT_FILES if name.startswith("BiT-M")))
+
+
 def names() -> list[str]:
     """Every `paper:` name, for help texts and errors."""
     return [f"{c}/{f}" for c, files in VIT_COLLECTIONS.items() for f in files] + list(BIT_FILES)
 
 
 def is_paper_name(weights: str) -> bool:
-    return weights == "paper" or weights.startswith(PREFIX)
+    return weights == PAPER or weights.startswith(PAPER_PREFIX)
 
 
 def resolve(weights: str, spec: ModelSpec | None) -> Path:
@@ -92,17 +96,16 @@ def resolve(weights: str, spec: ModelSpec | None) -> Path:
 
 
 def _parse(weights: str, spec: ModelSpec | None) -> tuple[str, str]:
-    if weights == "paper":
-        own = [f for f, m in MODEL_OF.items() if spec is not None and m == spec.name and f in VIT_COLLECTIONS[UPSTREAM]]
-        own += [f for f, m in MODEL_OF.items() if spec is not None and m == spec.name and f.startswith("BiT-M")]
-        if not own:
-            have = sorted({m for m in MODEL_OF.values()})
+    if weights == PAPER:
+        own = next((f for f in UPSTREAM_FILES if spec is not None and MODEL_OF[f] == spec.name), None)
+        if own is None:
+            have = sorted({MODEL_OF[f] for f in UPSTREAM_FILES})
             raise UserError(
                 f"--weights paper: {spec.name if spec else 'this model'} has no released paper checkpoint "
                 f"(those that do: {', '.join(have)})"
             )
-        return UPSTREAM, own[0]
-    text = weights.removeprefix(PREFIX)
+        return UPSTREAM, own
+    text = weights.removeprefix(PAPER_PREFIX)
     collection, _, name = text.rpartition("/")
     if name in BIT_FILES and not collection:
         return "", name
