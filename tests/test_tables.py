@@ -377,25 +377,64 @@ def test_json_export_is_one_document_per_run_that_its_schema_describes(cli, stor
         jsonschema.validate(broken, schema)
 
 
+PRETRAINED_SHA = "9e" * 32
+
+
+def add_pretraining(results: Path) -> Path:
+    """A pre-training run (2 exaFLOPs counted, one accelerator-hour) whose weights then ran few-shot
+    on CIFAR-10 (5 and 10 shots, two seeds each)."""
+    write_run(results, "pre", {"val_accuracy": 0.9, "best_step": 300}, model="vit-ti/16", dataset="digits",
+              data_source="sklearn-digits", data_fingerprint="sklearn-1.9.1-digits-0:1000", weights="random",
+              weights_sha256="random", random_init=True, protocol="pretrain", protocol_version="pretrain/3",
+              hparams={"subset": 900, "objective": "supervised", "steps": 300, "res": 32, "batch": 64},
+              notes={"weights_file": {"sha256": PRETRAINED_SHA}}, flops=2e18, device_seconds=3600.0,
+              curves={"train_loss": [2.3, 1.2, 0.4], "lr": [0.001, 0.001, 0.0]})  # fmt: skip
+    for shots in (5, 10):
+        for seed in (0, 1):
+            write_run(results, f"pre-fs{shots}-{seed}", {"accuracy": 0.5 + shots / 100 + seed / 100}, seed=seed,
+                      model="vit-ti/16", weights=str(results / "weights" / "vit-ti16-digits.safetensors"),
+                      weights_sha256=PRETRAINED_SHA, protocol="fewshot", protocol_version="fewshot-lsr/3",
+                      shots=shots, hparams={"l2": "1024", "res": 32}, device_seconds=5.0)  # fmt: skip
+    con = store.connect(results)
+    store.ingest_pending(con, results)
+    con.close()
+    return results
+
+
 def test_plots_write_png_and_svg_of_the_expected_size(cli, stored, tmp_path):
     out_dir = tmp_path / "plots"
     code, out, err = cli("plot", "--results", stored, "--out", out_dir)
     assert code == 0, err
-    for name in ("vtab_groups", "accuracy_vs_cost", "fewshot_shots", "finetune_curves"):
+    for name in ("fewshot_shots", "finetune_curves"):
         with Image.open(out_dir / f"{name}.png") as img:
             assert img.size == (900, 600)
         ET.parse(out_dir / f"{name}.svg")  # a well-formed SVG
-    # cost: every run behind the stars (9 + 2 smoke + 1 eval + 2 few-shot)
-    assert "Measured: 14 run(s): " in out
-    assert "run c10-0" in out  # the curves figure: the only run with curves
+    # no figure without measured data: no VTAB run; no weights whose pre-training cost is known
+    assert "vtab: skipped, no complete VTAB-1k group is stored" in err
+    assert "cost: skipped, no transfer run of weights pre-trained here" in err
+    assert not (out_dir / "vtab_groups.png").exists() and not (out_dir / "accuracy_vs_cost.png").exists()
+    assert "run c10-0" in out and "Fine-tuning: per-step" in out  # the curves figure: the only run with curves
     code, _, err = cli("plot", "curves", "--results", stored, "--out", out_dir, "--run", "zzz")
-    assert code == 2 and "--run zzz: no stored fine-tuning run with curves" in err
+    assert code == 2 and "--run zzz: no stored run with training curves" in err
+
+
+def test_the_cost_figure_draws_pre_training_cost_never_the_evaluations(cli, stored, tmp_path):
+    add_pretraining(stored)
+    code, out, err = cli("plot", "cost", "curves", "--results", stored, "--out", tmp_path / "p", "--formats", "svg")
+    assert code == 0, err
+    out = " ".join(out.split())  # as printed, wrapped at the terminal's width
+    assert "Measured: 4 run(s): pre-fs10, pre-fs10, pre-fs5-, pre-fs5-." in out  # the pre-trained weights' few-shot
+    assert "vit-b/16 · finetune (pre-trained elsewhere: its cost is not known here)" in out
+    assert "vit-ti/16 · 10-shot† (random init)" in out
+    assert "run c10-0" in out  # curves: the fine-tuning run, not the newer pre-training one
+    code, out, err = cli("plot", "curves", "--run", "pre", "--results", stored, "--out", tmp_path / "p")
+    assert code == 0 and "Pre-training: per-step training loss and learning rate of run pre " in out, err
 
 
 def test_plot_on_an_empty_store_skips_what_has_no_data(cli, tmp_path):
     code, out, err = cli("plot", "--results", tmp_path / "none", "--out", tmp_path / "p", "--formats", "png")
     assert code == 0 and "fewshot: skipped, no few-shot runs are stored" in err and "curves: skipped" in err
-    assert (tmp_path / "p" / "vtab_groups.png").exists()  # the paper's bars alone
+    assert "vtab: skipped" in err and not list((tmp_path / "p").glob("*.png"))  # nothing measured, nothing drawn
     code, _, err = cli("plot", "fewshot", "--results", tmp_path / "none", "--out", tmp_path / "p")
     assert code == 2 and "no few-shot runs are stored" in err
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, SUBSET_MARK, TableData
 from vitbench.views.columns import Measured
 from vitbench.views.paper_match import WITHIN_MARK
@@ -34,6 +36,13 @@ def marker_footnotes(data: TableData, include_marked: bool, compared: bool) -> N
         )
 
 
+def short_fingerprint(fingerprint) -> str:
+    """A hash's first 8 hex digits; a fingerprint that is a name (`sklearn-1.9.1-digits-0:1000`)
+    whole, since any cut of it would name something else."""
+    text = str(fingerprint)
+    return text[:8] if re.fullmatch(r"[0-9a-f]{9,}", text) else text
+
+
 def provenance_footnotes(data: TableData, m: Measured) -> None:
     """What stands behind each measured column: weights fingerprint, data source, protocol, seeds,
     hardware and code version — one footnote per distinct provenance, naming the columns it covers."""
@@ -50,7 +59,7 @@ def provenance_footnotes(data: TableData, m: Measured) -> None:
         )
         data_sources = sorted(
             {
-                f"{d}: {src}@{str(fp)[:8]}" + (" (subset)" if sub else "")
+                f"{d}: {src}@{short_fingerprint(fp)}" + (" (subset)" if sub else "")
                 for d, src, fp, sub in zip(
                     part["dataset"], part["data_source"], part["data_fingerprint"], part["data_subset"], strict=True
                 )

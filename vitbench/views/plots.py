@@ -67,30 +67,55 @@ def runs_text(keys) -> str:
     return f"{len(keys)} run(s): {shown}" if keys else "no measured runs"
 
 
-def save(fig, caption: str, out_dir: Path, name: str, formats: tuple[str, ...]) -> list[Path]:
-    fig.text(0.01, 0.01, "\n".join(textwrap.wrap(caption, 150)), fontsize=7, va="bottom", ha="left", wrap=True)
+@dataclass(frozen=True)
+class Look:
+    """How a figure is laid out. FILE, for `vitbench plot`: a fixed pixel size, the caption printed
+    under the axes (a PNG travels without its page), the legend beside. PAGE, for `vitbench report`:
+    the page says the caption once, in HTML; the legend sits under the axes in type a person reads;
+    the canvas is cropped to what is drawn (no blank margin)."""
+
+    size: tuple[float, float]
+    caption_in_image: bool
+    legend_size: float
+    legend_below: bool
+
+
+FILE = Look(SIZE, caption_in_image=True, legend_size=6, legend_below=False)
+PAGE = Look((7.5, 4.2), caption_in_image=False, legend_size=9, legend_below=True)
+
+
+def save(fig, caption: str, out_dir: Path, name: str, formats: tuple[str, ...], look: Look = FILE) -> list[Path]:
+    if look.caption_in_image:
+        fig.text(0.01, 0.01, "\n".join(textwrap.wrap(caption, 150)), fontsize=7, va="bottom", ha="left", wrap=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
     for ext in formats:
         path = out_dir / f"{FILE_NAMES[name]}.{ext}"
-        fig.savefig(path, dpi=DPI, metadata={"Title": caption[:200]} if ext in ("png", "svg") else None)
+        fig.savefig(
+            path, dpi=DPI, metadata={"Title": caption[:200]} if ext in ("png", "svg") else None,
+            bbox_inches=None if look.caption_in_image else "tight",
+        )  # fmt: skip
         files.append(path)
     pyplot().close(fig)
     return files
 
 
-def new_figure():
-    fig, ax = pyplot().subplots(figsize=SIZE)
-    fig.subplots_adjust(bottom=0.25, top=0.92, left=0.08, right=0.58)
+def new_figure(look: Look = FILE):
+    fig, ax = pyplot().subplots(figsize=look.size)
+    if not look.legend_below:
+        fig.subplots_adjust(bottom=0.25, top=0.92, left=0.08, right=0.58)
     return fig, ax
 
 
-def legend(ax) -> None:
-    """Beside the axes, long labels wrapped (they carry the weights' name and fingerprint)."""
+def legend(ax, look: Look = FILE) -> None:
+    """Long labels wrapped (they carry the weights' name and fingerprint): beside the axes in a
+    file, under them on a page."""
     handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        wrapped = ["\n".join(textwrap.wrap(label, 62)) for label in labels]
-        ax.legend(handles, wrapped, fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    if not handles:
+        return
+    wrapped = ["\n".join(textwrap.wrap(label, 100 if look.legend_below else 62)) for label in labels]
+    where = {"loc": "upper left", "bbox_to_anchor": (0.0, -0.16) if look.legend_below else (1.01, 1.0)}
+    ax.legend(handles, wrapped, fontsize=look.legend_size, frameon=False, **where)
 
 
 def _seed_stats(values: pd.Series) -> tuple[float, float]:
@@ -98,7 +123,9 @@ def _seed_stats(values: pd.Series) -> tuple[float, float]:
     return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
 
 
-def vtab_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], protocol: str | None) -> Figure:
+def vtab_figure(
+    df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], protocol: str | None, look: Look = FILE
+) -> Figure:
     """Figure 2: bars of the natural / specialized / structured means and the VTAB mean."""
     labels = ["VTAB (19 tasks)", *(g.capitalize() for g in GROUPS)]
     keys = ["vtab", *GROUPS]
@@ -125,8 +152,11 @@ def vtab_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], proto
                  else (np.nan, 0.0) for r in rows]  # fmt: skip
         used += list(part["run_key"])
         bars.append((str(col), [s[0] for s in stats], [s[1] for s in stats], False))
+    if not used:  # the paper's bars alone are the paper's figure, not a measurement
+        left = f" ({'; '.join(incomplete)})" if incomplete else ""
+        raise UserError(f"no complete VTAB-1k group is stored{left}; run `vitbench run --suite vtab`")
 
-    fig, ax = new_figure()
+    fig, ax = new_figure(look)
     width = 0.8 / len(bars)
     x = np.arange(len(keys))
     for i, (name, heights, stds, is_paper) in enumerate(bars):
@@ -135,7 +165,7 @@ def vtab_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], proto
     ax.set_xticks(x, labels)
     ax.set_ylabel("top-1 accuracy (%)")
     ax.set_title("VTAB-1k: group means (Figure 2 style)")
-    legend(ax)
+    legend(ax, look)
     caption = (
         "Measured bars (hatched): mean ± std over seeds of the unweighted task means of each complete VTAB-1k group, "
         f"from {runs_text(used)}. Paper bars: group means computed from ViT paper Table 9; BiT-L from Table 2 "
@@ -143,13 +173,28 @@ def vtab_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], proto
     )
     if incomplete:
         caption += " Left out, incomplete: " + "; ".join(incomplete) + "."
-    return Figure("vtab", caption, save(fig, caption, out_dir, "vtab", formats))
+    return Figure("vtab", caption, save(fig, caption, out_dir, "vtab", formats, look))
+
+
+def pretraining_costs(df: pd.DataFrame) -> dict[str, tuple[float, float | None]]:
+    """sha256 of the weights a vitbench pre-training run wrote -> (the exaFLOPs it counted, its
+    accelerator-days): the pre-training cost of transfer runs that used those weights."""
+    pre = df[df["protocol"] == "pretrain"].drop_duplicates("run_key")
+    costs = {}
+    for _, run in pre.iterrows():
+        sha = json_field(run["notes"]).get("weights_file", {}).get("sha256")
+        if sha:
+            days = columns.accelerator_days(pre[pre["run_key"] == run["run_key"]])
+            costs[str(sha)] = (float(run["flops"]) / 1e18, days)
+    return costs
 
 
 def cost_figure(
     df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], protocol: str | None, cost: str = "flops"
 ) -> Figure:
-    """Figure 5: average transfer accuracy against compute, log x axis."""
+    """Figure 5: average transfer accuracy against pre-training compute, log x axis. A measured point
+    needs weights pre-trained here (their cost was counted); the evaluation's own cost is another
+    quantity and is never drawn on this axis."""
     if cost not in COSTS:
         raise UserError(f"--cost {cost}: expected flops or days")
     fig, ax = new_figure()
@@ -180,25 +225,34 @@ def cost_figure(
         xlabel = "accelerator-days (log)"
 
     m = columns.measured_columns(df, protocol)
+    pretrained_here = pretraining_costs(df)
     used, left_out = [], []
     for col, part in m.acc.groupby("column", sort=False):
         part = part[part["dataset"].isin(AVERAGE5)]
         runs = m.runs[m.runs["column"] == col]
         if part.empty:
-            left_out.append(str(col))
+            left_out.append(f"{col} (none of the Average-5 datasets)")
+            continue
+        shas = set(runs["weights_sha256"].astype(str))
+        if runs["random_init"].any() or not shas <= set(pretrained_here):
+            why = "random init" if runs["random_init"].any() else "pre-trained elsewhere: its cost is not known here"
+            left_out.append(f"{col} ({why})")
+            continue
+        x = sum(pretrained_here[sha][0 if cost == "flops" else 1] or 0.0 for sha in shas)
+        if not x > 0:
+            left_out.append(f"{col} (no recorded pre-training cost)")
             continue
         accuracy = float(part.groupby("dataset")["value"].mean().mean() * 100)
-        if cost == "flops":
-            x = float(pd.to_numeric(runs["flops"], errors="coerce").sum()) / 1e18
-        else:
-            x = columns.accelerator_days(runs) or 0.0
-        if not x > 0:
-            left_out.append(f"{col} (no recorded cost)")
-            continue
         used += list(runs["run_key"])
         datasets = ",".join(sorted(set(part["dataset"])))
         subset = cells.SUBSET_MARK if part["data_subset"].any() else ""
-        ax.scatter([x], [accuracy], marker="*", s=160, label=f"{col}{subset} [{datasets}] (vitbench, this evaluation)")
+        ax.scatter([x], [accuracy], marker="*", s=160, label=f"{col}{subset} [{datasets}] (vitbench, pre-trained here)")
+    if not used:
+        pyplot().close(fig)
+        raise UserError(
+            "no transfer run of weights pre-trained here is stored (Figure 5's x is pre-training cost); "
+            "run `vitbench run --protocol pretrain`"
+        )
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("mean top-1 accuracy over Average-5 datasets (%)")
@@ -207,20 +261,20 @@ def cost_figure(
     what = "exaFLOPs" if cost == "flops" else "accelerator-days"
     caption = (
         f"y: mean top-1 over the Average-5 datasets ({', '.join(AVERAGE5)}); a measured point averages the ones it has "
-        f"(listed in brackets). x: {what}. Paper points are pre-training cost; vitbench's stars are the cost of the "
-        f"stored evaluation runs themselves (a different quantity, on the same log axis). Measured: {runs_text(used)}."
+        f"(listed in brackets). x: pre-training {what}: the paper's, and for vitbench's stars the cost vitbench "
+        f"counted for pre-training their weights here (only such weights are drawn). Measured: {runs_text(used)}."
     )
     if left_out:
         caption += " Not plotted: " + "; ".join(left_out) + "."
     return Figure("cost", caption, save(fig, caption, out_dir, "cost", formats))
 
 
-def fewshot_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...]) -> Figure:
+def fewshot_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], look: Look = FILE) -> Figure:
     """Few-shot accuracy against shots per (model, weights) and dataset, ± std over seeds."""
     m = columns.measured_columns(df, shots_protocol())
     if m.acc.empty:
         raise UserError("no few-shot runs are stored; run `vitbench run --protocol fewshot`")
-    fig, ax = new_figure()
+    fig, ax = new_figure(look)
     used: list[str] = []
     acc = m.acc.copy()
     acc["line"] = acc.apply(
@@ -243,33 +297,41 @@ def fewshot_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...]) ->
     ax.set_xlabel("shots per class (log)")
     ax.set_ylabel("top-1 accuracy (%)")
     ax.set_title("Linear few-shot accuracy against shots")
-    legend(ax)
+    legend(ax, look)
     caption = (
         "Closed-form linear few-shot evaluation (fewshot-lsr): mean ± std over seeds per shot count, "
         f"from {runs_text(used)}. ‡: a subset of the official splits; †: random-init weights."
     )
-    return Figure("fewshot", caption, save(fig, caption, out_dir, "fewshot", formats))
+    return Figure("fewshot", caption, save(fig, caption, out_dir, "fewshot", formats, look))
 
 
 def curves_figure(
-    df: pd.DataFrame, curves: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], run: str | None
+    df: pd.DataFrame,
+    curves: pd.DataFrame,
+    out_dir: Path,
+    formats: tuple[str, ...],
+    run: str | None,
+    look: Look = FILE,
 ) -> Figure:
-    """A fine-tuning run's loss and learning rate per step: `run` is a run_key (or its start);
-    default the most recently finished fine-tuning run that has curves."""
+    """A run's loss and learning rate per step: `run` is a run_key (or its start) of any run with
+    curves (fine-tuning or pre-training; the title says which); default the most recently finished
+    fine-tuning run that has curves (the file is finetune_curves)."""
     runs = df.drop_duplicates("run_key")
     runs = runs[runs["run_key"].isin(set(curves["run_key"]))]
     if run is not None:
         runs = runs[runs["run_key"].str.startswith(run)]
         if runs.empty:
-            raise UserError(f"--run {run}: no stored fine-tuning run with curves has a run_key starting so")
+            raise UserError(f"--run {run}: no stored run with training curves has a run_key starting so")
         if runs["run_key"].nunique() > 1:
             raise UserError(f"--run {run}: matches {runs['run_key'].nunique()} runs; give more of the run_key")
+    else:
+        runs = runs[runs["protocol"] == "finetune"]
     if runs.empty:
         raise UserError("no fine-tuning run with training curves is stored; run `vitbench run --protocol finetune`")
     chosen = runs.sort_values("finished_at").iloc[-1]
     mine = curves[curves["run_key"] == chosen["run_key"]]
-    fig, (loss_ax, lr_ax) = pyplot().subplots(2, 1, figsize=SIZE, sharex=True)
-    fig.subplots_adjust(bottom=0.25, top=0.92, left=0.09, right=0.97, hspace=0.15)
+    fig, (loss_ax, lr_ax) = pyplot().subplots(2, 1, figsize=look.size, sharex=True)
+    fig.subplots_adjust(bottom=0.25 if look.caption_in_image else 0.1, top=0.92, left=0.09, right=0.97, hspace=0.15)
     loss = mine[mine["name"] == "train_loss"]
     lr = mine[mine["name"] == "lr"]
     loss_ax.plot(loss["step"], loss["value"], lw=1)
@@ -281,12 +343,12 @@ def curves_figure(
     label = columns.weights_label(
         chosen["model"], chosen["weights"], chosen["weights_sha256"], bool(chosen["random_init"])
     )
-    what = "Fine-tuning" if h.get("stage") else str(chosen["protocol"]).capitalize()  # pre-training has no stages
+    what = {"finetune": "Fine-tuning", "pretrain": "Pre-training"}.get(chosen["protocol"], chosen["protocol"])
     loss_ax.set_title(f"{what}: {label} on {chosen['dataset']}, seed {int(chosen['seed'])}", fontsize=9)
     stage = f"{h['stage']} stage, " if h.get("stage") else ""
     caption = (
-        f"Per-step training loss and learning rate of run {chosen['run_key'][:12]} ({stage}lr "
+        f"{what}: per-step training loss and learning rate of run {chosen['run_key'][:12]} ({stage}lr "
         f"{h.get('lr')}, {h.get('steps')} steps, batch {h.get('batch')}, {h.get('res')} px"
         f"{', smoke' if h.get('smoke') else ''}), {chosen['protocol_version']}, finished {chosen['finished_at']}."
     )
-    return Figure("curves", caption, save(fig, caption, out_dir, "curves", formats))
+    return Figure("curves", caption, save(fig, caption, out_dir, "curves", formats, look))

@@ -20,7 +20,7 @@ from vitbench.errors import UserError
 from vitbench.protocols.registry import shots_protocol
 from vitbench.store.query import json_field
 from vitbench.views.cells import SMOKE_MARK, Cell, TableData
-from vitbench.views.plots import Figure, legend, new_figure, runs_text, save
+from vitbench.views.plots import FILE, Figure, Look, legend, new_figure, runs_text, save
 from vitbench.views.table import title
 
 PROTOCOL = "pretrain"
@@ -137,10 +137,10 @@ def _footnotes(data: TableData, runs: pd.DataFrame, sources) -> None:
         )
 
 
-def datasize_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...]) -> Figure:
+def datasize_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], look: Look = FILE) -> Figure:
     """Fig 4: few-shot accuracy (5-shot where measured) against pre-training images, per model."""
     linked = link(df)
-    fig, ax = new_figure()
+    fig, ax = new_figure(look)
     transfer = linked.transfer.merge(linked.runs[["row", "images", "objective"]], on="row")
     shots = FIG4_SHOTS if (transfer["shots"] == FIG4_SHOTS).any() else int(transfer["shots"].min())
     transfer = transfer[transfer["shots"] == shots]
@@ -158,20 +158,21 @@ def datasize_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...]) -
     for (model, dataset), part in baselines.groupby(["model", "dataset"], sort=False):
         ax.axhline(part["value"].mean() * 100, linestyle="--", linewidth=1, color="grey")
         ax.annotate(f"{model} at random init → {title(dataset)}", (0.01, part["value"].mean() * 100),
-                    xycoords=("axes fraction", "data"), fontsize=6, color="grey", va="bottom")  # fmt: skip
-    legend(ax)
+                    xycoords=("axes fraction", "data"), fontsize=look.legend_size, color="grey",
+                    va="bottom")  # fmt: skip
+    legend(ax, look)
     caption = (
         f"Linear {shots}-shot accuracy of each pre-training run's best weights (early stopping on dev), mean ± std "
         "over seeds, against the images it was pre-trained on (nested subsets), from "
         f"{runs_text(linked.runs['run_key'])}."
     )
-    return Figure("datasize", caption, save(fig, caption, out_dir, "datasize", formats))
+    return Figure("datasize", caption, save(fig, caption, out_dir, "datasize", formats, look))
 
 
-def compute_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...]) -> Figure:
+def compute_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], look: Look = FILE) -> Figure:
     """Fig 5: transfer accuracy against measured pre-training exaFLOPs, the paper's Table 6 beside."""
     linked = link(df)
-    fig, ax = new_figure()
+    fig, ax = new_figure(look)
     transfer = linked.transfer.merge(linked.runs[["row", "exaflops"]], on="row")
     for (model, dataset, shots), part in transfer.groupby(["model", "dataset", "shots"], sort=False):
         points = part.groupby("exaflops")["value"].mean().sort_index()
@@ -192,10 +193,10 @@ def compute_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...]) ->
     ax.set_xlabel("total pre-training compute (exaFLOPs, log)")
     ax.set_ylabel("transfer top-1 accuracy (%)")
     ax.set_title("Transfer accuracy against pre-training compute (Fig 5 style)")
-    legend(ax)
+    legend(ax, look)
     caption = (
         "vitbench points: few-shot accuracy of weights pre-trained here against the FLOPs vitbench counted for "
         f"their pre-training, from {runs_text(linked.runs['run_key'])}. Squares: the paper's Table 6 (JFT-300M "
         "pre-training, fine-tuned accuracy averaged over ImageNet, CIFAR-10/100, Pets, Flowers), for reference only."
     )
-    return Figure("compute", caption, save(fig, caption, out_dir, "compute", formats))
+    return Figure("compute", caption, save(fig, caption, out_dir, "compute", formats, look))
