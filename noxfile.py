@@ -1,6 +1,7 @@
 """Developer sessions. `nox -s tests` is what CI runs (.ci/run)."""
 
 import os
+from pathlib import Path
 
 import nox
 
@@ -21,7 +22,10 @@ def tests(session: nox.Session) -> None:
     # instead of spinning on the core the other worker needs; it changes no number (the thread count
     # stays the same).
     parallel = ["-n", str(min(4, os.cpu_count() or 1)), "--no-loadscope-reorder"]
-    session.run("pytest", "-q", "-ra", *(session.posargs or parallel), env={"OMP_WAIT_POLICY": "PASSIVE"})
+    # what a test keeps for a person to look at (the report's screenshot in Chromium): .ci/artifacts
+    artefacts = os.environ.get("VITBENCH_TEST_ARTIFACTS", str(Path(__file__).parent / ".ci" / "artifacts"))
+    env = {"OMP_WAIT_POLICY": "PASSIVE", "VITBENCH_TEST_ARTIFACTS": artefacts}
+    session.run("pytest", "-q", "-ra", *(session.posargs or parallel), env=env)
     if not session.posargs:  # the benchmarks run once each (no timing, no ratio): they must keep working
         session.run("pytest", "benchmarks", "-q", "--benchmark-disable", "-p", "no:cacheprovider")
 

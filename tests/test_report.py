@@ -1,11 +1,17 @@
 """`vitbench report`: one self-contained page, tested as a person would use it — opened in a real
-headless browser (Chromium from the distribution's packages; .ci/run installs it where it can),
-with no console errors, the Table 2 cells equal to `vitbench table --format csv`, a click-sort
-that reorders rows, and a screenshot kept as the test's artefact."""
+headless browser (Chromium from the distribution's packages; .ci/run installs it where it can) at
+1400 px: the summary first and a section per protocol, nothing wider than the window outside a
+table's own scroll box, no request beyond the page itself, no console message, the fine-tuning
+cells equal to `vitbench table --format csv`, a click-sort that reorders rows, and a screenshot
+kept as the test's artefact."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import html
 import io
+import json
 import os
 import re
 import shutil
@@ -18,10 +24,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_tables import build_store, check_golden
+from loopback import Server
+from test_tables import add_pretraining, build_store, check_golden, write_run
 
-from vitbench import store
+from vitbench import paper, store
 from vitbench.views.report import report_html
+from vitbench.views.report_page import CONTENT_SECURITY_POLICY, SCRIPT
+from vitbench.views.table import PAPER_COST_ROW
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -66,9 +75,28 @@ def outline(page: str) -> str:
     return "\n".join(parser.lines) + "\n"
 
 
-@pytest.fixture
-def stored(tmp_path: Path) -> Path:
-    return build_store(tmp_path / "results")
+def build_report_store(root: Path) -> Path:
+    """build_store's fine-tuning, eval and random-init few-shot runs; a pre-training run and the
+    few-shot runs of the weights it wrote; k-NN and linear probes of the fine-tuned model's weights
+    (data and weights in folders under `root`, as on a user's disk)."""
+    results = add_pretraining(build_store(root / "results"))
+    weights = str(root / "weights" / "ViT-B_16.npz")
+    for protocol, acc, hparams in (("knn", 0.912, {"k": 20, "res": 224}), ("linear", 0.955, {"res": 224})):
+        write_run(results, f"{protocol}-0", {"accuracy": acc}, protocol=protocol, protocol_version=f"{protocol}/3",
+                  hparams=hparams, weights=weights, data_dir=str(root / "data"), device_seconds=30.0)  # fmt: skip
+    con = store.connect(results)
+    store.ingest_pending(con, results)
+    con.close()
+    return results
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory) -> Path:
+    return build_report_store(tmp_path_factory.mktemp("report"))
+
+
+def sections(page: str) -> list[str]:
+    return re.findall(r'<section id="([^"]+)">', page)
 
 
 def test_report_structure_golden(stored):
@@ -78,6 +106,57 @@ def test_report_structure_golden(stored):
     check_golden("report_outline.txt", outline(page))
 
 
+def test_the_summary_comes_first_then_every_protocol_the_store_holds(stored):
+    page = report_html(stored, compare=["bit-l", "vit-b/16-i21k"], now=NOW)
+    assert sections(page) == ["summary", "fewshot", "finetune", "eval", "knn", "linear", "pretrain", "provenance"]
+    assert "not shown" not in page  # nothing sent away to a CLI flag
+    summary = page[page.index('<section id="summary">') : page.index('<section id="fewshot">')]
+    protocols_said = "few-shot (6), fine-tuned (11), eval (1), k-NN (1), linear-probe (1), pre-trained (1)"
+    for said in ("<dt>Runs</dt><dd>21, finished 2026-11-20", protocols_said, "NVIDIA H100 80GB HBM3",
+                 "vitbench 0.1.0 (git 0123abcd)"):  # fmt: skip
+        assert said in summary, said
+    headline = summary_cells(summary)
+    # the fine-tuned vit-b/16 on CIFAR-10 across protocols, beside the paper's vit-b/16 in the same setting
+    row = "vit-b/16 (ViT-B_16 [ab12cd34]) · CIFAR-10"
+    assert headline[(row, "fine-tuned")].startswith("99.02 ± 0.07")
+    assert headline[(row, "k-NN")].startswith("91.20") and headline[(row, "linear-probe")].startswith("95.50")
+    i21k = paper.cells("vit-b/16-i21k")
+    paper_c10 = i21k[(i21k["dataset"] == "cifar10") & (i21k["res"] == 384)]["value"].iloc[0]
+    assert headline[(row, "vit-b/16-i21k (paper)")] == f"{paper_c10:.2f}"
+    assert not any(col == "bit-l (paper)" for _, col in headline)  # another model: no matched cell
+    # few-shot at 10 shots where a model has them, else its most, said in the cell
+    assert headline[("vit-ti/16 (random init)† · CIFAR-10", "few-shot, 10-shot")].startswith("35.00 ± 7.07")
+    pre = "vit-ti/16 (vit-ti16-digits [9e9e9e9e]) · CIFAR-10"
+    assert headline[(pre, "few-shot, 10-shot")].startswith("60.50 ± 0.71")
+
+
+def summary_cells(summary: str) -> dict[tuple[str, str], str]:
+    header = re.search(r"<thead><tr><th></th>(.*?)</tr>", summary, flags=re.S).group(1)
+    columns = [html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<th[^>]*>.*?</th>", header)]
+    cells = {}
+    tbody = summary[summary.index("<tbody>") :]
+    for row, body in re.findall(r"<tr><th>(.*?)</th>(.*?)</tr>", tbody, flags=re.S):
+        for col, cell in zip(columns, re.findall(r"<td[^>]*>(.*?)</td>", body), strict=True):
+            if cell:
+                cells[(html.unescape(row), col)] = html.unescape(re.sub(r"<[^>]+>", "", cell))
+    return cells
+
+
+def test_paths_on_the_users_disk_stay_off_the_page_unless_asked(cli, stored, tmp_path):
+    root = str(stored.parent.resolve())
+    code, _, err = cli("report", "--out", tmp_path / "r.html", "--results", stored)
+    assert code == 0, err
+    page = (tmp_path / "r.html").read_text()
+    assert root not in page  # results, data and weights folders are all under it
+    assert "&lt;weights-dir&gt;/ViT-B_16.npz" in page and "&lt;results&gt;/vitbench.duckdb" in page
+    assert "--show-paths shows them" in page
+    assert "ab12cd34ab12" in page  # the weights' fingerprint stays: it says what ran, not where it lies
+    code, _, err = cli("report", "--out", tmp_path / "full.html", "--results", stored, "--show-paths")
+    assert code == 0, err
+    full = (tmp_path / "full.html").read_text()
+    assert f"{root}/weights/ViT-B_16.npz" in full and "&lt;weights-dir&gt;" not in full
+
+
 def test_a_store_with_nothing_in_it_says_so(cli, tmp_path):
     out = tmp_path / "r.html"
     code, text, err = cli("report", "--out", out, "--results", tmp_path / "none")
@@ -85,8 +164,9 @@ def test_a_store_with_nothing_in_it_says_so(cli, tmp_path):
     assert "This store holds no results yet" in out.read_text()
 
 
-def test_the_report_reads_while_a_run_holds_the_database(cli, stored, tmp_path):
+def test_the_report_reads_while_a_run_holds_the_database(cli, tmp_path):
     """Another process holds the database for writing: the report reads the shards meanwhile."""
+    stored = build_store(tmp_path / "results")
     db = stored / store.DB_NAME
     before = db.stat().st_mtime_ns
     hold = f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('held', flush=True); time.sleep(60)"
@@ -95,7 +175,7 @@ def test_the_report_reads_while_a_run_holds_the_database(cli, stored, tmp_path):
         assert holder.stdout.readline().strip() == "held"
         code, _, err = cli("report", "--out", tmp_path / "r.html", "--results", stored)
         assert code == 0, err
-        assert "Table 2 layout" in (tmp_path / "r.html").read_text()
+        assert sections((tmp_path / "r.html").read_text())[:2] == ["summary", "fewshot"]
     finally:
         holder.kill()
         holder.wait()
@@ -114,50 +194,90 @@ def headless(binary: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([binary, *flags, *args], capture_output=True, text=True, timeout=120)
 
 
-def table2_values(dom: str) -> dict[tuple[str, int], float]:
-    body = dom[dom.index('id="table2-table"') :]
+def table_values(dom: str, table_id: str) -> dict[tuple[str, int], float]:
+    body = dom[dom.index(f'id="{table_id}"') :]
     body = body[: body.index("</table>")]
     values = {}
     for row in re.findall(r"<tr><th>(.*?)</th>(.*?)</tr>", body, flags=re.S):
         for i, cell in enumerate(re.findall(r"<td[^>]*?>", row[1])):
             number = re.search(r'data-value="([^"]+)"', cell)
             if number:
-                values[(row[0].replace("&amp;", "&"), i)] = float(number.group(1))
+                values[(html.unescape(row[0]), i)] = float(number.group(1))
     return values
+
+
+# Run inside the page (the test's copy, its hash added to the policy): what a person at 1400 px would
+# meet — anything but a table's own scroll box reaching past the window's right edge — which sections
+# the page has, and every resource it fetched. Its answer lands in <body data-probe>.
+PROBE = """
+const width = document.documentElement.clientWidth;
+const outside = [...document.body.querySelectorAll("*")]
+  .filter(e => !(e.parentElement && e.parentElement.closest("div.scroll")))
+  .filter(e => e.getBoundingClientRect().right > width + 1).map(e => e.tagName + (e.id ? "#" + e.id : ""));
+document.body.dataset.probe = JSON.stringify({width: width, pageWidth: document.documentElement.scrollWidth,
+  outside: outside.slice(0, 20), sections: [...document.querySelectorAll("section")].map(s => s.id),
+  scrolls: [...document.querySelectorAll("div.scroll")].filter(d => d.scrollWidth > d.clientWidth).length,
+  fetched: performance.getEntriesByType("resource").map(r => r.name)});
+"""
+
+
+def probed(page: str) -> str:
+    script = SCRIPT + PROBE
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    policy = re.sub(r"'sha256-[^']+'", f"'sha256-{digest}'", CONTENT_SECURITY_POLICY)
+    assert page.count(CONTENT_SECURITY_POLICY) == 1 and page.count(f"<script>{SCRIPT}</script>") == 1
+    page = page.replace(CONTENT_SECURITY_POLICY, policy)
+    return page.replace(f"<script>{SCRIPT}</script>", f"<script>{script}</script>")
 
 
 def test_the_report_in_a_real_browser(cli, stored, tmp_path):
     binary = browser()
     page = tmp_path / "report.html"
-    code, _, err = cli("report", "--out", page, "--compare", "bit-l", "--results", stored)
+    compare = ["--compare", "bit-l", "--compare", "vit-b/16-i21k"]
+    code, _, err = cli("report", "--out", page, *compare, "--results", stored)
     assert code == 0, err
     assert page.stat().st_size < 5_000_000
-    loaded = headless(binary, "--virtual-time-budget=3000", "--dump-dom", page.as_uri())
+    # served from 127.0.0.1 (the test's own server), so that every request the page makes reaches it
+    with Server() as server:
+        server.state.files["/report.html"] = probed(page.read_text()).encode()
+        loaded = headless(binary, "--window-size=1400,1000", "--virtual-time-budget=3000", "--dump-dom",
+                          f"{server.url}/report.html")  # fmt: skip
+        requests = list(server.state.requests)
     assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert requests == [("GET", "/report.html", None)]  # the page, and nothing it asked for
     console = [line for line in loaded.stderr.splitlines() if ":CONSOLE" in line]
-    assert not console, console  # no error, no warning, no log line from the page's script
-    # the cells the browser shows are the numbers `vitbench table --format csv` gives
-    code, csv, _ = cli("table", "--compare", "bit-l", "--format", "csv", "--results", stored)
+    assert not console, console  # no error (a request the policy refused would be one), no warning, no log line
+    probe = json.loads(html.unescape(re.search(r'data-probe="([^"]*)"', loaded.stdout).group(1)))
+    assert probe["fetched"] == []  # nothing loaded from anywhere
+    assert probe["width"] == 1400 and probe["pageWidth"] <= 1400 and probe["outside"] == [], probe
+    assert probe["sections"] == sections(page.read_text()) and probe["sections"][0] == "summary"
+    assert {"fewshot", "finetune", "eval", "knn", "linear", "pretrain", "provenance"} <= set(probe["sections"])
+    # the cells the browser shows are the numbers `vitbench table --protocol finetune --format csv` gives
+    code, csv, _ = cli("table", "--protocol", "finetune", *compare, "--format", "csv", "--results", stored)
     table = pd.read_csv(io.StringIO(csv)).dropna(subset=["mean"])
-    shown = table2_values(loaded.stdout)
-    header = re.search(r'id="table2-table".*?<thead><tr><th></th>(.*?)</tr>', loaded.stdout, flags=re.S).group(1)
-    columns = [re.sub(r"<[^>]+>", "", c).replace("&amp;", "&") for c in re.findall(r"<th[^>]*>.*?</th>", header)]
+    measured = set(table.loc[table["source"] == "vitbench", "row"])
+    table = table[table["row"].isin(measured | {PAPER_COST_ROW})]  # the report shows the rows measured (and cost)
+    shown = table_values(loaded.stdout, "finetune-table")
+    header = re.search(r'id="finetune-table".*?<thead><tr><th></th>(.*?)</tr>', loaded.stdout, flags=re.S).group(1)
+    columns = [html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<th[^>]*>.*?</th>", header)]
     expected = {(r.row, columns.index(r.column)): float(f"{r.mean:.6g}") for r in table.itertuples()}
-    assert shown == expected
+    assert shown == expected and len(shown) >= 6
     # clicking a column's header (what the page's #sort link does) orders the rows by it
     sorted_dom = headless(
-        binary, "--virtual-time-budget=3000", "--dump-dom", page.as_uri() + "#sort=table2-table:1"
+        binary, "--virtual-time-budget=3000", "--dump-dom", page.as_uri() + "#sort=finetune-table:1"
     ).stdout
     order = [
         v
-        for (row, i), v in sorted(table2_values(sorted_dom).items(), key=lambda kv: _row_position(sorted_dom, kv[0][0]))
+        for (row, i), v in sorted(
+            table_values(sorted_dom, "finetune-table").items(), key=lambda kv: _row_position(sorted_dom, kv[0][0])
+        )
         if i == 0
     ]
     assert order == sorted(order, reverse=True) and len(order) >= 2
     artefacts = Path(os.environ.get("VITBENCH_TEST_ARTIFACTS", tmp_path))
     artefacts.mkdir(parents=True, exist_ok=True)
     shot = artefacts / "report.png"
-    headless(binary, f"--screenshot={shot}", "--window-size=1366,1800", page.as_uri())
+    headless(binary, f"--screenshot={shot}", "--window-size=1400,2400", page.as_uri())
     for _ in range(20):  # the file appears when the browser has written it
         if shot.exists() and shot.stat().st_size:
             break
@@ -166,8 +286,8 @@ def test_the_report_in_a_real_browser(cli, stored, tmp_path):
 
 
 def _row_position(dom: str, row: str) -> int:
-    body = dom[dom.index('id="table2-table"') :]
-    return body.index(f"<tr><th>{row.replace('&', '&amp;')}</th>")
+    body = dom[dom.index('id="finetune-table"') :]
+    return body.index(f"<tr><th>{html.escape(row, quote=False)}</th>")
 
 
 # each one sets an attribute on <html> if it ever runs (1+1 and 2+2 so that the payload's own text,
@@ -187,8 +307,6 @@ def _hostile_store(results: Path) -> Path:
     """build_store's runs, and beside them runs whose every text field, hparams and notes key and
     value, metric name and dataset carries script, as a shared results folder can; and an
     attention-distance measurement named likewise."""
-    from test_tables import write_run
-
     build_store(results)
     evil = {name: f"x{HOSTILE}" for name in TEXT_FIELDS}
     for i, protocol in enumerate(("fewshot", "finetune", "eval", f"p{HOSTILE}")):

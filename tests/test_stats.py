@@ -157,4 +157,5 @@ def test_one_garbage_predictions_file_costs_its_own_interval_not_the_view(cli, t
     assert re.search(r"\| CIFAR-10 \| [\d.]+ \[[\d.]+, [\d.]+\]", out)  # the good run keeps its interval
     code, _, err = cli("report", "--out", tmp_path / "r.html", "--results", results)
     assert code == 0, err
-    assert f"{garbage}: changed since run bad wrote it" in (tmp_path / "r.html").read_text()
+    said = f"&lt;results&gt;/{garbage.relative_to(results)}: changed since run bad wrote it"  # the folder, privately
+    assert said in (tmp_path / "r.html").read_text()

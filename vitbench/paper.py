@@ -64,6 +64,18 @@ def column(name: str) -> pd.DataFrame:
     raise AssertionError
 
 
+def model_of(name: str) -> str:
+    """The model a paper column measured, lower-cased as vitbench names models (`ViT-L/16` ->
+    `vit-l/16`; BiT-L is `bit-l`)."""
+    for number in ("2", "5", "6"):
+        rows = table(number)
+        rows = rows[rows["column"] == name]
+        if len(rows):
+            return str(rows["model"].iloc[0]).lower()
+    column(name)  # raises, with suggestions, for an unknown name
+    return ""
+
+
 def cells(name: str) -> pd.DataFrame:
     """Every cell of one paper column in every table that has it (2, then 5, then 6), with the
     setting it was measured in: rows (dataset, value, std, table, res, polyak, note, source).

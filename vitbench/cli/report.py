@@ -20,11 +20,20 @@ def report_cmd(
     ] = None,
     protocol: ViewProtocol = None,
     where: Where = None,
+    show_paths: Annotated[
+        bool,
+        option(
+            "--show-paths",
+            help="Show the data, weights and results folders in full (by default they are placeholders such as "
+            "<data-dir>, so the page can be forwarded without your disk's layout).",
+        ),
+    ] = False,
     results: Results = Path("results"),
 ) -> None:
-    """Every view, figure and provenance of the store in one HTML file (no server, no network)."""
+    """A summary, then every protocol's tables and figures and each column's provenance, in one HTML
+    file (no server, no network). Open it in any browser; forward it as it is."""
     if protocol is not None:
         check_choice("--protocol", protocol, list(protocols()), "or")
-    page = report_html(results, where, compare or (), protocol)
+    page = report_html(results, where, compare or (), protocol, show_paths=show_paths)
     emit(page, out_file)
     out.print(f"{len(page.encode()) / 1e6:.2f} MB, open it in any browser (it needs no network)")

@@ -20,7 +20,7 @@ class Cell:
     rankable: bool = False  # takes part in the row's best (accuracy cells without a marker)
     interval: tuple[float, float] | None = None  # a 95 % interval of the mean (fractions), with --ci
 
-    def value(self, pm: str = "±", show_n: bool = True) -> str:
+    def value(self, pm: str = "±", show_n: bool = True, show_interval: bool = True) -> str:
         if self.text is not None:
             return self.text
         if self.mean is None:
@@ -30,9 +30,12 @@ class Cell:
             out += f" {pm} {self.std:.2f}"
         if self.n is not None and show_n:
             out += f" (n={self.n})"
-        if self.interval is not None:
-            out += f" [{self.interval[0] * 100:.2f}, {self.interval[1] * 100:.2f}]"
+        if self.interval is not None and show_interval:
+            out += " " + self.interval_text()
         return out
+
+    def interval_text(self) -> str:
+        return f"[{self.interval[0] * 100:.2f}, {self.interval[1] * 100:.2f}]" if self.interval else ""
 
 
 @dataclass
@@ -50,9 +53,9 @@ class TableData:
         if row not in self.rows:
             self.rows.append(row)
 
-    def shown(self, cell: Cell, pm: str = "±") -> str:
+    def shown(self, cell: Cell, pm: str = "±", show_interval: bool = True) -> str:
         """A cell's value as this table shows it (without its n where the table says it once)."""
-        return cell.value(pm, show_n=self.uniform_n is None)
+        return cell.value(pm, show_n=self.uniform_n is None, show_interval=show_interval)
 
     def add_column(self, column: str, is_paper: bool = False) -> None:
         if column not in self.columns:

@@ -168,9 +168,10 @@ ol.notes { font-size: .85em; color: #555; max-width: 70em; }
 """
 
 
-def table_fragment(t: TableData, table_id: str = "") -> str:
-    """The table and its footnotes as HTML (no page around them): each cell carries its number in
-    `data-value` (for sorting, and for reading it back), the shown text as the other renderers."""
+def table_fragment(t: TableData, table_id: str = "", notes: list[str] | None = None) -> str:
+    """The table and its footnotes (`notes`: these instead) as HTML, no page around them. Each cell
+    carries its number in `data-value` (for sorting, and for reading it back) and its whole text in
+    `title` (shown on hover); a 95 % interval is a `span.ci` of its own, which a page may hide."""
     best = t.best()
     esc = html.escape
 
@@ -180,23 +181,26 @@ def table_fragment(t: TableData, table_id: str = "") -> str:
         if cell is None:
             return f"<td{klass}></td>"
         number = f' data-value="{cell.mean:.6g}"' if cell.mean is not None else ""
-        value = esc(t.shown(cell))
+        whole = f' title="{esc(_plain(t, cell))}"' if cell.interval is not None or cell.marks.strip() else ""
+        value = esc(t.shown(cell, show_interval=False))
         value = f"<strong>{value}</strong>" if (row, col) in best else value
+        if cell.interval is not None:
+            value += f' <span class="ci">{esc(cell.interval_text())}</span>'
         value += esc(cell.marks)
         if cell.delta is not None:
             sign = "pos" if cell.delta >= 0 else "neg"
             value += f' <span class="delta {sign}">{esc(_delta_text(cell.delta))}</span>'
-        return f"<td{klass}{number}>{value}</td>"
+        return f"<td{klass}{number}{whole}>{value}</td>"
 
     paper_th = ' class="paper"'
     head = "".join(f"<th{paper_th if c in t.paper_columns else ''}>{esc(c)}</th>" for c in t.columns)
     body = "\n".join(f"<tr><th>{esc(r)}</th>" + "".join(cell_html(r, c) for c in t.columns) + "</tr>" for r in t.rows)
-    notes = "".join(f"<li>{esc(n)}</li>" for n in t.footnotes)
+    notes_html = "".join(f"<li>{esc(n)}</li>" for n in (t.footnotes if notes is None else notes))
     ident = f' id="{esc(table_id)}"' if table_id else ""
     return (
         f'<table class="view"{ident}>\n<caption>{esc(t.title or "vitbench")}</caption>\n'
         f"<thead><tr><th></th>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>\n"
-        f'<ol class="notes">{notes}</ol>'
+        + (f'<ol class="notes">{notes_html}</ol>' if notes_html else "")
     )
 
 

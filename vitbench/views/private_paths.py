@@ -1,0 +1,46 @@
+"""Paths on the user's disk, kept out of a page they may forward: each data folder, weights
+folder, the results folder and the home folder are named by a placeholder (`<data-dir>/imagenet`,
+`<weights-dir>/ViT-B_16.npz`, `<results>`, `~`), which the page explains once. The weights'
+and data's fingerprints stay: they identify what ran without saying where it lies."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import pandas as pd
+
+DATA, WEIGHTS, RESULTS, HOME = "<data-dir>", "<weights-dir>", "<results>", "~"
+
+
+def private_roots(df: pd.DataFrame, results: Path) -> list[tuple[str, str]]:
+    """(absolute folder, placeholder), the longest first, so a weights folder inside a data folder
+    is named as the weights folder."""
+    roots: dict[str, str] = {}
+    for folder in df["data_dir"].dropna().unique() if "data_dir" in df else ():
+        roots[str(folder).rstrip("/")] = DATA
+    for weights in df["weights"].dropna().unique() if "weights" in df else ():
+        if str(weights).startswith("/"):
+            roots.setdefault(str(Path(str(weights)).parent), WEIGHTS)
+    roots[str(results.resolve())] = RESULTS
+    roots.setdefault(str(Path.home()), HOME)
+    return sorted(((k, v) for k, v in roots.items() if k.strip("/")), key=lambda kv: len(kv[0]), reverse=True)
+
+
+def redact(page: str, roots: list[tuple[str, str]]) -> str:
+    """`page` (HTML) with every root replaced by its placeholder where it is a whole path or starts
+    one: never a root inside a longer name (`/data` in `/database`, or in `imagenet/data`)."""
+    for root, placeholder in roots:
+        shown = html.escape(placeholder).replace("\\", "\\\\")  # a replacement string: backslashes doubled
+        for form in dict.fromkeys((root, html.escape(root))):
+            page = re.sub(r"(?<![\w.-])" + re.escape(form) + r"(?![\w.-])", shown, page)
+    return page
+
+
+def explanation(roots: list[tuple[str, str]]) -> str:
+    """The sentence that says what the placeholders stand for, without the paths."""
+    used = list(dict.fromkeys(p for _, p in roots if p != HOME))
+    names = {DATA: "a --data-dir", WEIGHTS: "a weights file's folder", RESULTS: "the results folder"}
+    said = "; ".join(f"{p} is {names[p]}" for p in used)
+    return f"Paths are shown without your disk's folders ({said}; ~ your home folder): --show-paths shows them."

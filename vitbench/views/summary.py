@@ -1,0 +1,187 @@
+"""The report's first section: what the store measured (models, datasets, protocols, devices,
+dates, code) and the headline numbers — one row per (model and weights, dataset), one column per
+transfer protocol (few-shot at 10 shots, k-NN, linear, fine-tune, eval), and beside them the
+paper's cell measured in the same setting where a `--compare` column is of the same model.
+
+A protocol that ran in several settings for one row (k-NN at several k, fine-tuning at two
+resolutions) shows its first setting in the views' column order here; its own section shows all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from vitbench import paper
+from vitbench.protocols.registry import protocols, shots_protocol
+from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, Cell, TableData
+from vitbench.views.columns import accelerator_days, measured_columns, meta_by_column, paper_comparable, seed_cell
+from vitbench.views.columns import weights_label as _weights_label
+from vitbench.views.footnotes import marker_footnotes
+from vitbench.views.paper_match import match
+from vitbench.views.table import TABLE2_ROWS, title
+
+# the transfer protocols in the order the report shows them (the summary's columns, the sections):
+# frozen features few-shot, then fine-tuned, the checkpoint's own head, then the other frozen-feature
+# probes; a plugin's protocol after them, in the registry's order
+ORDER = ("fewshot", "finetune", "eval", "knn", "linear")
+HEADLINE_SHOTS = 10  # the few-shot column: 10 shots where stored (else the most shots stored, said in the cell)
+
+
+@dataclass
+class Summary:
+    facts: list[tuple[str, str]] = field(default_factory=list)  # (what, text)
+    headline: TableData = field(default_factory=TableData)
+
+
+def identity(row) -> str:
+    """A (model, weights) as the summary names it: the model, its weights' file stem and sha256 start."""
+    label = _weights_label(row["model"], row["weights"], row["weights_sha256"], bool(row["random_init"]))
+    return label + (RANDOM_MARK if row["random_init"] else "")
+
+
+def in_report_order(names) -> list[str]:
+    """`names` (protocols) as the report orders them: ORDER's first, then the registry's order."""
+    known = list(protocols())
+    return sorted(set(names), key=lambda p: (ORDER.index(p) if p in ORDER else len(ORDER),
+                                             known.index(p) if p in known else len(known), p))  # fmt: skip
+
+
+def summarise(df: pd.DataFrame, compare: Sequence[str] = ()) -> Summary:
+    out = Summary()
+    if df.empty:
+        return out
+    out.facts = _facts(df)
+    out.headline = _headline(df, compare)
+    return out
+
+
+def _facts(df: pd.DataFrame) -> list[tuple[str, str]]:
+    runs = df.drop_duplicates("run_key")
+    known = protocols()
+    per_protocol = runs.groupby("protocol", sort=False)["run_key"].nunique()
+    order = in_report_order(per_protocol.index)
+    finished = pd.to_datetime(runs["finished_at"], errors="coerce", utc=True).dropna()
+    when = (
+        f", finished {finished.min():%Y-%m-%d}" + (f" to {finished.max():%Y-%m-%d}" if finished.max().date()
+                                                    != finished.min().date() else "")
+        if not finished.empty else ""
+    )  # fmt: skip
+    datasets = []
+    for dataset, part in runs.groupby("dataset", sort=False):
+        datasets.append(title(str(dataset)) + (" (subset ‡)" if part["data_subset"].any() else ""))
+    devices = sorted(
+        {f"{name} × {int(count)}" if count and count > 1 else str(name)
+         for name, count in zip(runs["device_name"], runs["device_count"], strict=True) if name is not None}
+    )  # fmt: skip
+    code = sorted(
+        {f"vitbench {v} (git {str(g)[:8]}), torch {t}, timm {m}"
+         for v, g, t, m in zip(runs["vitbench_version"], runs["git_sha"], runs["torch_version"], runs["timm_version"],
+                               strict=True)}
+    )  # fmt: skip
+    days = accelerator_days(runs)
+    return [
+        ("Runs", f"{len(runs):,}{when}" + (f"; {days:.2g} accelerator-days in all" if days else "")),
+        ("Models", "; ".join(dict.fromkeys(identity(r) for _, r in runs.iterrows()))),
+        ("Datasets", ", ".join(datasets)),
+        ("Protocols", ", ".join(f"{known[p].label if p in known else p} ({per_protocol[p]:,})" for p in order)),
+        ("Devices", "; ".join(devices) or "not recorded"),
+        ("Code", "; ".join(code)),
+    ]
+
+
+def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
+    data = TableData(title="Headline numbers: top-1 accuracy (%)")
+    m = measured_columns(df)
+    if m.acc.empty:
+        return data
+    acc = m.acc.copy()
+    acc["identity"] = [identity(r) for _, r in acc[["model", "weights", "weights_sha256", "random_init"]].iterrows()]
+    acc = _headline_shots(acc)
+    known = protocols()
+    header = {p: known[p].label for p in known}
+    header[shots_protocol()] += f", {HEADLINE_SHOTS}-shot"
+    meta = meta_by_column(m.runs)
+    present = [p for p in in_report_order(acc["protocol"]) if p in known]
+    for p in present:
+        data.add_column(header[p])
+    matched = _paper_matches(acc, compare)
+    fewer = False
+    one_identity = acc["identity"].nunique() == 1
+    if one_identity:  # said once, in the title
+        data.title += f" · {acc['identity'].iloc[0]}"
+    # rows: each model and weights in the views' order, its datasets in Table 2's order (ReaL under ImageNet)
+    identities = {ident: i for i, ident in enumerate(dict.fromkeys(acc["identity"]))}
+    rank = {d: i for i, d in enumerate(TABLE2_ROWS)}
+    acc = acc.assign(_i=acc["identity"].map(identities), _d=acc["dataset"].map(lambda d: rank.get(d, len(rank))))
+    acc = acc.sort_values(["_i", "_d", "dataset"], kind="stable")
+    for (ident, dataset), part in acc.groupby(["identity", "dataset"], sort=False):
+        row = title(str(dataset)) if one_identity else f"{ident} · {title(str(dataset))}"
+        data.add_row(row)
+        for p in present:
+            mine = part[part["protocol"] == p]
+            if mine.empty:
+                continue
+            col = mine["column"].iloc[0]  # the first setting in column order (see the module's docstring)
+            cell = seed_cell(mine[mine["column"] == col], meta[str(col)], include_marked=False)
+            cell.rankable = False  # a row's protocols measure different things: none is "the best"
+            cell.marks = (SMOKE_MARK if meta[str(col)]["smoke"] else "") + cell.marks
+            shots = mine["shots"].iloc[0]
+            if p == shots_protocol() and shots != HEADLINE_SHOTS:
+                cell.marks += f" ({int(shots)}-shot)"
+                fewer = True
+            data.cells[(row, header[p])] = cell
+            for name, paper_cell in matched.get((str(dataset), str(col)), []):
+                column = f"{name} (paper)"
+                data.add_column(column, is_paper=True)
+                data.cells[(row, column)] = Cell(paper_cell.value, paper_cell.std, is_paper=True)
+    counts = {c.n for c in data.cells.values() if not c.is_paper and c.n is not None}
+    if len(counts) == 1:
+        data.uniform_n = counts.pop()
+    runs_said = (
+        "one run each" if data.uniform_n == 1 else
+        f"mean ± std over {data.uniform_n} runs (seeds) each" if data.uniform_n else "mean ± std over seeds (n runs)"
+    )  # fmt: skip
+    data.footnotes.append(f"measured cells: top-1 accuracy (%), {runs_said}")
+    if any(data.paper_columns):
+        data.footnotes.append(
+            "paper columns: the --compare column's cell of the same model, in the setting measured (resolution, "
+            "Polyak), beside fine-tuned and eval cells only"
+        )
+    if fewer:
+        data.footnotes.append(
+            f"(k-shot) after a few-shot value: that model has no {HEADLINE_SHOTS}-shot runs; the most shots it has"
+        )
+    marker_footnotes(data, include_marked=False, compared=False)
+    return data
+
+
+def _headline_shots(acc: pd.DataFrame) -> pd.DataFrame:
+    """Few-shot rows at 10 shots where a (model and weights) has them, else at the most it has."""
+    few = acc["protocol"] == shots_protocol()
+    if not few.any():
+        return acc
+    most = (
+        acc[few]
+        .groupby("identity")["shots"]
+        .agg(lambda shots: HEADLINE_SHOTS if (shots == HEADLINE_SHOTS).any() else shots.max())
+    )
+    return acc[~few | (acc["shots"] == acc["identity"].map(most))]
+
+
+def _paper_matches(acc: pd.DataFrame, compare: Sequence[str]) -> dict[tuple[str, str], list]:
+    """(dataset, measured column) -> [(paper column name, its cell in the same setting)] for the
+    `compare` columns of the same model as the measured column's."""
+    found: dict[tuple[str, str], list] = {}
+    comparable = acc[acc["protocol"].isin(paper_comparable())]
+    for name in compare:
+        same_model = comparable[comparable["model"].str.lower() == paper.model_of(name)]
+        if same_model.empty:
+            continue
+        matches = match([name], same_model, paper_comparable())
+        for (_, dataset, col), (cell, agrees) in matches.against.items():
+            if agrees:
+                found.setdefault((dataset, col), []).append((name, cell))
+    return found
