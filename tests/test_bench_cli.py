@@ -41,10 +41,19 @@ def test_bench_measures_stores_and_tables_every_runner(cli, results):
     assert len(lines) == 1
     header = next(line for line in md.splitlines() if line.startswith("| |")).split("|")[2:-1]
     cells = dict(zip([h.strip() for h in header], [c.strip() for c in lines[0].split("|")[2:-1]], strict=True))
-    synthetic, real, bare = (float(cells[k]) for k in ("vitbench synthetic", "vitbench real data", "bare loop"))
-    assert float(cells["vitbench / bare"]) == pytest.approx(synthetic / bare, abs=0.01)
-    assert float(cells["real / synthetic"]) == pytest.approx(real / synthetic, abs=0.01)
+    # the ratios are the stored rates' (the table rounds a rate to 0.1 image/s, a ratio to 0.01: ratios of the
+    # rounded rates drift where a loaded machine measures a few images/s)
+    train = df[df["mode"] == "train"].set_index(["runner", "data"])["images_per_second"]
+    synthetic, real, bare = train[("vitbench", "synthetic")], train[("vitbench", "digits")], train[("bare", "synthetic")]
+    assert float(cells["vitbench / bare"]) == pytest.approx(synthetic / bare, abs=0.005 + 1e-9)
+    assert float(cells["real / synthetic"]) == pytest.approx(real / synthetic, abs=0.005 + 1e-9)
+    for name, rate in (("vitbench synthetic", synthetic), ("vitbench real data", real), ("bare loop", bare)):
+        assert float(cells[name]) == pytest.approx(rate, abs=0.05 + 1e-9)
     assert "timm benchmark.py" not in header  # not given: the column is left out, not shown empty
+    # the report has the same table in a section of its own (a store with no runs, only measurements)
+    code, _, err = cli("report", "--out", results / "report.html", "--results", results)
+    page = (results / "report.html").read_text()
+    assert code == 0 and '<section id="bench">' in page and "vit-ti/16 @32 · train" in page, err
 
 
 def test_a_second_bench_adds_rows_and_the_table_shows_the_latest(cli, results):
