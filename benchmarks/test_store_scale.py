@@ -1,10 +1,11 @@
-"""Cost growth of the store (`nox -s bench`): ingest and `vitbench table` at 1k / 10k / 100k runs,
+"""Cost growth of the store (`nox -s bench`): ingest, `vitbench table` and `report` at 1k / 10k / 100k runs,
 each against its baseline measured in the same run, alternately round by round:
 
 - ingest: merging the shards into a new database, against `json.load` of the same shards in one
   Python process (the least any reader of them must do);
 - table: `vitbench table` as a person types it (a fresh interpreter), against a fresh interpreter
-  that only imports duckdb, pandas, typer and rich.
+  that only imports duckdb, pandas, typer and rich;
+- report: `vitbench report` (every section), against `vitbench table` on the same store.
 
 With `--benchmark-disable` (CI) only the 1k case runs, once: it must keep working."""
 
@@ -108,3 +109,26 @@ def test_help_against_the_light_imports(benchmark, capsys):
 
     medians = alternate(benchmark, {"vitbench": help_, "baseline": light}, rounds=7)
     report(benchmark, capsys, "--help", medians, 0)
+
+
+def test_report_against_table(benchmark, shards, capsys):
+    """The whole page (summary, every protocol's views and figures, provenance) against `vitbench
+    table`, the one view a person would otherwise read: both fresh interpreters on the same store."""
+    benchmark.group = "store: `vitbench report` over n runs, against `vitbench table`"
+    if not (shards / store.DB_NAME).exists():
+        store.sync(shards, strict=True)
+    page = shards.parent / "report.html"
+    env = {**os.environ, "COLUMNS": "200"}
+
+    def report_():
+        done = subprocess.run([sys.executable, "-m", "vitbench", "report", "--out", str(page), "--results",
+                               str(shards)], capture_output=True, text=True, env=env)  # fmt: skip
+        assert done.returncode == 0 and '<section id="summary">' in page.read_text(), done.stderr[-500:]
+
+    def table():
+        done = subprocess.run([sys.executable, "-m", "vitbench", "table", "--results", str(shards)],
+                              capture_output=True, text=True, env=env)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-500:]
+
+    medians = alternate(benchmark, {"vitbench": report_, "baseline": table}, rounds=3)
+    report(benchmark, capsys, "report", medians, len(list(store.shard_dir(shards).glob("*.json"))))

@@ -28,6 +28,7 @@ from loopback import Server
 from test_tables import add_pretraining, build_store, check_golden, write_run
 
 from vitbench import paper, store
+from vitbench.views import summary
 from vitbench.views.report import report_html
 from vitbench.views.report_page import CONTENT_SECURITY_POLICY, SCRIPT
 from vitbench.views.table import PAPER_COST_ROW
@@ -128,6 +129,22 @@ def test_the_summary_comes_first_then_every_protocol_the_store_holds(stored):
     assert headline[("vit-ti/16 (random init)† · CIFAR-10", "few-shot, 10-shot")].startswith("35.00 ± 7.07")
     pre = "vit-ti/16 (vit-ti16-digits [9e9e9e9e]) · CIFAR-10"
     assert headline[(pre, "few-shot, 10-shot")].startswith("60.50 ± 0.71")
+
+
+def test_a_summary_of_one_protocol_is_a_row_per_model_and_a_column_per_dataset(tmp_path):
+    results = tmp_path / "results"
+    for model, sha, base in (("vit-b/16", "b1" * 32, 0.6), ("vit-s/16", "51" * 32, 0.5)):
+        for dataset, extra in (("cifar10", 0.1), ("pets", 0.0)):
+            for seed in (0, 1):
+                write_run(results, f"{model[-4:-3]}-{dataset}-{seed}", {"accuracy": base + extra + seed / 100},
+                          model=model, weights_sha256=sha, dataset=dataset, seed=seed, shots=10, protocol="fewshot",
+                          protocol_version="fewshot-lsr/3", hparams={"l2": "1024", "res": 224})  # fmt: skip
+    store.ingest_pending(store.connect(results), results)
+    headline = summary.summarise(store.read_results(results)).headline
+    assert headline.title == "Headline numbers: few-shot, 10-shot top-1 accuracy (%)"
+    assert headline.columns == ["CIFAR-10", "Oxford-IIIT Pets"]
+    assert headline.rows == ["vit-b/16 (ViT-B_16 [b1b1b1b1])", "vit-s/16 (ViT-B_16 [51515151])"]
+    assert round(headline.cells[("vit-s/16 (ViT-B_16 [51515151])", "Oxford-IIIT Pets")].mean, 2) == 50.5
 
 
 def summary_cells(summary: str) -> dict[tuple[str, str], str]:

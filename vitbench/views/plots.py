@@ -78,10 +78,11 @@ class Look:
     caption_in_image: bool
     legend_size: float
     legend_below: bool
+    max_lines: int | None = None  # lines past it are left out, and the caption says how many (the tables have them)
 
 
 FILE = Look(SIZE, caption_in_image=True, legend_size=6, legend_below=False)
-PAGE = Look((7.5, 4.2), caption_in_image=False, legend_size=9, legend_below=True)
+PAGE = Look((7.5, 4.2), caption_in_image=False, legend_size=9, legend_below=True, max_lines=12)
 
 
 def save(fig, caption: str, out_dir: Path, name: str, formats: tuple[str, ...], look: Look = FILE) -> list[Path]:
@@ -277,16 +278,16 @@ def fewshot_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], lo
     fig, ax = new_figure(look)
     used: list[str] = []
     acc = m.acc.copy()
-    acc["line"] = acc.apply(
-        lambda r: (
-            columns.weights_label(r["model"], r["weights"], r["weights_sha256"], bool(r["random_init"]))
-            + (cells.RANDOM_MARK if r["random_init"] else "")
-            + f" · {table.title(r['dataset'])}"
-            + (cells.SUBSET_MARK if r["data_subset"] else "")
-        ),
-        axis=1,
-    )
-    for line, part in acc.groupby("line", sort=False):
+    kinds = acc[["model", "weights", "weights_sha256", "random_init", "dataset", "data_subset"]].drop_duplicates()
+    kinds["line"] = [
+        columns.weights_label(model, weights, sha, bool(random)) + (cells.RANDOM_MARK if random else "")
+        + f" · {table.title(dataset)}" + (cells.SUBSET_MARK if subset else "")
+        for model, weights, sha, random, dataset, subset in kinds.itertuples(index=False)
+    ]  # fmt: skip
+    acc = acc.merge(kinds, on=list(kinds.columns[:-1]), how="left")
+    lines = list(dict.fromkeys(acc["line"]))
+    shown = lines[: look.max_lines] if look.max_lines else lines
+    for line, part in acc[acc["line"].isin(shown)].groupby("line", sort=False):
         stats = part.groupby("shots")["value"].agg(["mean", "std", "count"]).sort_index()
         ax.errorbar(stats.index, stats["mean"] * 100, yerr=stats["std"].fillna(0) * 100, marker="o", capsize=3,
                     label=f"{line} (n={int(stats['count'].min())})")  # fmt: skip
@@ -302,6 +303,8 @@ def fewshot_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], lo
         "Closed-form linear few-shot evaluation (fewshot-lsr): mean ± std over seeds per shot count, "
         f"from {runs_text(used)}. ‡: a subset of the official splits; †: random-init weights."
     )
+    if len(shown) < len(lines):
+        caption += f" The first {len(shown)} of {len(lines)} lines (model, weights, dataset); the tables have all."
     return Figure("fewshot", caption, save(fig, caption, out_dir, "fewshot", formats, look))
 
 

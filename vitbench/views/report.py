@@ -42,7 +42,7 @@ from vitbench.views.columns import accelerator_days, measured_columns, paper_com
 from vitbench.views.footnotes import short_fingerprint
 from vitbench.views.private_paths import explanation, private_roots, redact
 
-WIDE = 6  # measured columns: a protocol's table with more is split, one table per model and weights
+WIDE = 8  # measured columns: a protocol's table with more is split into tables of whole models and weights
 HEADINGS = {  # a protocol's section; a plugin's is its label
     "fewshot": "Few-shot linear evaluation",
     "finetune": "Fine-tuning",
@@ -99,14 +99,7 @@ def _protocol_section(page: Page, name: str) -> Section:
     df = page.df[page.df["protocol"] == name]
     compare = page.compare if name in paper_comparable() else ()
     out = Section(report_page.safe_id(name), HEADINGS.get(name, label))
-    whole = table.accuracy_view(df, compare, name, ci=page.results, compact=True)
-    if len([c for c in whole.columns if c not in whole.paper_columns]) <= WIDE:
-        views = [whole]
-    else:
-        views = [
-            table.accuracy_view(part, compare, name, ci=page.results, compact=True)
-            for _, part in df.groupby(["model", "weights_sha256", "random_init"], sort=False)
-        ]
+    views = [table.accuracy_view(part, compare, name, ci=page.results, compact=True) for part in _narrow(df, name)]
     for view in views:
         view.title = view.title.replace("Table 2 layout: top-1", f"{out.heading}: top-1")
         out.parts.append(page.table(out.anchor, view))
@@ -121,6 +114,27 @@ def _protocol_section(page: Page, name: str) -> Section:
         out.parts.append(page.figure("curves-finetune", lambda: plots.curves_figure(
             df, curves, page.figures, ("svg",), None, plots.PAGE)))  # fmt: skip
     return out
+
+
+def _narrow(df: pd.DataFrame, protocol: str) -> list[pd.DataFrame]:
+    """The protocol's runs in parts whose tables have at most WIDE measured columns: whole models
+    and weights, in the views' column order, packed together while they fit (one that has more
+    columns alone is a part of its own)."""
+    runs = measured_columns(df, protocol).runs
+    identity = ["model", "weights_sha256", "random_init"]
+    widths = runs.groupby(identity, sort=False)["column"].nunique()
+    if widths.sum() <= WIDE:
+        return [df]
+    parts: list[list[tuple]] = [[]]
+    width = 0
+    for key, columns in widths.items():
+        if parts[-1] and width + columns > WIDE:
+            parts.append([])
+            width = 0
+        parts[-1].append(key)
+        width += columns
+    keys = pd.Series(list(zip(*(df[f] for f in identity), strict=True)), index=df.index)
+    return [df[keys.isin(part)] for part in parts]
 
 
 def _pretraining_section(page: Page) -> Section:

@@ -36,10 +36,18 @@ class Summary:
     headline: TableData = field(default_factory=TableData)
 
 
-def identity(row) -> str:
-    """A (model, weights) as the summary names it: the model, its weights' file stem and sha256 start."""
-    label = _weights_label(row["model"], row["weights"], row["weights_sha256"], bool(row["random_init"]))
-    return label + (RANDOM_MARK if row["random_init"] else "")
+IDENTITY = ["model", "weights", "weights_sha256", "random_init"]
+
+
+def identities(df: pd.DataFrame) -> pd.Series:
+    """Each row's (model, weights) as the summary names it: the model, its weights' file stem and
+    sha256 start, † at random init. Labelled once per distinct identity, not per row."""
+    distinct = df[IDENTITY].drop_duplicates()
+    labels = [
+        _weights_label(m, w, s, bool(r)) + (RANDOM_MARK if r else "") for m, w, s, r in distinct.itertuples(index=False)
+    ]
+    keyed = distinct.assign(identity=labels)
+    return df[IDENTITY].merge(keyed, on=IDENTITY, how="left")["identity"].set_axis(df.index)
 
 
 def in_report_order(names) -> list[str]:
@@ -69,22 +77,23 @@ def _facts(df: pd.DataFrame) -> list[tuple[str, str]]:
                                                     != finished.min().date() else "")
         if not finished.empty else ""
     )  # fmt: skip
-    datasets = []
-    for dataset, part in runs.groupby("dataset", sort=False):
-        datasets.append(title(str(dataset)) + (" (subset ‡)" if part["data_subset"].any() else ""))
+    subset = runs.groupby("dataset", sort=False)["data_subset"].any()
+    datasets = [title(str(d)) + (" (subset ‡)" if sub else "") for d, sub in subset.items()]
+    hardware = runs[["device_name", "device_count"]].drop_duplicates().dropna(subset=["device_name"])
     devices = sorted(
-        {f"{name} × {int(count)}" if count and count > 1 else str(name)
-         for name, count in zip(runs["device_name"], runs["device_count"], strict=True) if name is not None}
-    )  # fmt: skip
+        {
+            f"{name} × {int(count)}" if count and count > 1 else str(name)
+            for name, count in hardware.itertuples(index=False)
+        }  # fmt: skip
+    )
+    versions = runs[["vitbench_version", "git_sha", "torch_version", "timm_version"]].drop_duplicates()
     code = sorted(
-        {f"vitbench {v} (git {str(g)[:8]}), torch {t}, timm {m}"
-         for v, g, t, m in zip(runs["vitbench_version"], runs["git_sha"], runs["torch_version"], runs["timm_version"],
-                               strict=True)}
-    )  # fmt: skip
+        {f"vitbench {v} (git {str(g)[:8]}), torch {t}, timm {m}" for v, g, t, m in versions.itertuples(index=False)}
+    )
     days = accelerator_days(runs)
     return [
         ("Runs", f"{len(runs):,}{when}" + (f"; {days:.2g} accelerator-days in all" if days else "")),
-        ("Models", "; ".join(dict.fromkeys(identity(r) for _, r in runs.iterrows()))),
+        ("Models", "; ".join(dict.fromkeys(identities(runs)))),
         ("Datasets", ", ".join(datasets)),
         ("Protocols", ", ".join(f"{known[p].label if p in known else p} ({per_protocol[p]:,})" for p in order)),
         ("Devices", "; ".join(devices) or "not recorded"),
@@ -98,7 +107,7 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
     if m.acc.empty:
         return data
     acc = m.acc.copy()
-    acc["identity"] = [identity(r) for _, r in acc[["model", "weights", "weights_sha256", "random_init"]].iterrows()]
+    acc["identity"] = identities(acc)
     acc = _headline_shots(acc)
     known = protocols()
     header = {p: known[p].label for p in known}
@@ -113,12 +122,21 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
     if one_identity:  # said once, in the title
         data.title += f" · {acc['identity'].iloc[0]}"
     # rows: each model and weights in the views' order, its datasets in Table 2's order (ReaL under ImageNet)
-    identities = {ident: i for i, ident in enumerate(dict.fromkeys(acc["identity"]))}
+    place = {ident: i for i, ident in enumerate(dict.fromkeys(acc["identity"]))}
     rank = {d: i for i, d in enumerate(TABLE2_ROWS)}
-    acc = acc.assign(_i=acc["identity"].map(identities), _d=acc["dataset"].map(lambda d: rank.get(d, len(rank))))
+    acc = acc.assign(_i=acc["identity"].map(place), _d=acc["dataset"].map(lambda d: rank.get(d, len(rank))))
     acc = acc.sort_values(["_i", "_d", "dataset"], kind="stable")
+    # one protocol, several models: a model per row, a dataset per column (the long form would repeat each model)
+    by_dataset = len(present) == 1 and not one_identity and acc["dataset"].nunique() > 1
+    if by_dataset:
+        data.columns = []
+        data.title = f"Headline numbers: {header[present[0]]} top-1 accuracy (%)"
     for (ident, dataset), part in acc.groupby(["identity", "dataset"], sort=False):
         row = title(str(dataset)) if one_identity else f"{ident} · {title(str(dataset))}"
+        if by_dataset:
+            row = str(ident)
+            header = {p: title(str(dataset)) for p in present}
+            data.add_column(header[present[0]])
         data.add_row(row)
         for p in present:
             mine = part[part["protocol"] == p]
@@ -134,9 +152,13 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
                 fewer = True
             data.cells[(row, header[p])] = cell
             for name, paper_cell in matched.get((str(dataset), str(col)), []):
-                column = f"{name} (paper)"
-                data.add_column(column, is_paper=True)
-                data.cells[(row, column)] = Cell(paper_cell.value, paper_cell.std, is_paper=True)
+                if by_dataset:  # the paper's column becomes a row of its own
+                    where = (f"{name} (paper)", header[p])
+                    data.add_row(where[0])
+                else:
+                    where = (row, f"{name} (paper)")
+                    data.add_column(where[1], is_paper=True)
+                data.cells[where] = Cell(paper_cell.value, paper_cell.std, is_paper=True)
     counts = {c.n for c in data.cells.values() if not c.is_paper and c.n is not None}
     if len(counts) == 1:
         data.uniform_n = counts.pop()
