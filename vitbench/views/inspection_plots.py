@@ -65,7 +65,7 @@ def attention_distance(distances: np.ndarray, n_images: int, path: Path, title: 
     ax.set_ylabel("mean attention distance (pixels)")
     ax.set_title(f"Mean attention distance over {n_images} images\n{title}", fontsize=9)
     if heads <= 16:
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(fontsize=8, ncol=2)  # read on a page at its own size: 8 pt, not 6
     fig.tight_layout()
     return _save(fig, path)
 
