@@ -183,10 +183,10 @@ def pretraining_costs(df: pd.DataFrame) -> dict[str, tuple[float, float | None]]
     pre = df[df["protocol"] == "pretrain"].drop_duplicates("run_key")
     costs = {}
     for _, run in pre.iterrows():
-        sha = json_field(run["notes"]).get("weights_file", {}).get("sha256")
+        sha = columns.written_weights_sha(run["notes"])
         if sha:
             days = columns.accelerator_days(pre[pre["run_key"] == run["run_key"]])
-            costs[str(sha)] = (float(run["flops"]) / 1e18, days)
+            costs[sha] = (float(run["flops"]) / 1e18, days)
     return costs
 
 

@@ -20,6 +20,7 @@ from vitbench.errors import UserError
 from vitbench.protocols.registry import shots_protocol
 from vitbench.store.query import json_field
 from vitbench.views.cells import SMOKE_MARK, Cell, TableData
+from vitbench.views.columns import written_weights_sha
 from vitbench.views.plots import FILE, Figure, Look, legend, new_figure, runs_text, save
 from vitbench.views.table import title
 
@@ -45,7 +46,7 @@ def link(df: pd.DataFrame) -> Linked:
     few_res = few["hparams"].map(lambda h: json_field(h).get("res"))
     rows, transfer = [], []
     for _, run in pre.drop_duplicates("run_key").iterrows():
-        h, notes = json_field(run["hparams"]), json_field(run["notes"])
+        h = json_field(run["hparams"])
         metrics = dict(zip(*pre.loc[pre["run_key"] == run["run_key"], ["metric", "value"]].T.values, strict=True))
         label = f"{run['model']} · {run['dataset']} n={h['subset']}, {h['objective']}"
         if h.get("pos_embed", "1-d") != "1-d":
@@ -59,7 +60,7 @@ def link(df: pd.DataFrame) -> Linked:
                 "smoke": bool(h.get("smoke")),
             }
         )  # fmt: skip
-        sha = notes.get("weights_file", {}).get("sha256")
+        sha = written_weights_sha(run["notes"])
         transfer.append(few[few["weights_sha256"] == sha].assign(row=label))
     runs = pd.DataFrame(rows).sort_values(["model", "dataset", "objective", "images"], kind="stable")
     for (model, res), _ in runs.groupby(["model", "res"], sort=False):

@@ -109,8 +109,8 @@ def _protocol_section(page: Page, name: str) -> Section:
                                                                               plots.PAGE)))  # fmt: skip
     if name == shots_protocol():
         out.parts.append(page.figure("fewshot", lambda: plots.fewshot_figure(df, page.figures, ("svg",), plots.PAGE)))
-    curves = store.read_curves(page.results, list(df["run_key"].unique()))
-    if not curves.empty and name == "finetune":
+    curves = store.read_curves(page.results, list(df["run_key"].unique())) if name == "finetune" else None
+    if curves is not None and not curves.empty:
         out.parts.append(page.figure("curves-finetune", lambda: plots.curves_figure(
             df, curves, page.figures, ("svg",), None, plots.PAGE)))  # fmt: skip
     return out

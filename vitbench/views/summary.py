@@ -114,8 +114,6 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
     header[shots_protocol()] += f", {HEADLINE_SHOTS}-shot"
     meta = meta_by_column(m.runs)
     present = [p for p in in_report_order(acc["protocol"]) if p in known]
-    for p in present:
-        data.add_column(header[p])
     matched = _paper_matches(acc, compare)
     fewer = False
     one_identity = acc["identity"].nunique() == 1
@@ -129,14 +127,14 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
     # one protocol, several models: a model per row, a dataset per column (the long form would repeat each model)
     by_dataset = len(present) == 1 and not one_identity and acc["dataset"].nunique() > 1
     if by_dataset:
-        data.columns = []
         data.title = f"Headline numbers: {header[present[0]]} top-1 accuracy (%)"
     for (ident, dataset), part in acc.groupby(["identity", "dataset"], sort=False):
-        row = title(str(dataset)) if one_identity else f"{ident} · {title(str(dataset))}"
         if by_dataset:
-            row = str(ident)
-            header = {p: title(str(dataset)) for p in present}
-            data.add_column(header[present[0]])
+            row, columns = str(ident), {present[0]: title(str(dataset))}
+        else:
+            row, columns = title(str(dataset)) if one_identity else f"{ident} · {title(str(dataset))}", header
+        for p in present:
+            data.add_column(columns[p])
         data.add_row(row)
         for p in present:
             mine = part[part["protocol"] == p]
@@ -150,10 +148,10 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
             if p == shots_protocol() and shots != HEADLINE_SHOTS:
                 cell.marks += f" ({int(shots)}-shot)"
                 fewer = True
-            data.cells[(row, header[p])] = cell
+            data.cells[(row, columns[p])] = cell
             for name, paper_cell in matched.get((str(dataset), str(col)), []):
                 if by_dataset:  # the paper's column becomes a row of its own
-                    where = (f"{name} (paper)", header[p])
+                    where = (f"{name} (paper)", columns[p])
                     data.add_row(where[0])
                 else:
                     where = (row, f"{name} (paper)")
