@@ -13,11 +13,10 @@ import time
 import pytest
 
 from vitbench import store
-from vitbench.api import work
+from vitbench.api import request, work
 from vitbench.execution import cluster, launch
 from vitbench.execution.lease import Lease
 from vitbench.execution.plan import plan
-from vitbench.protocols.base import Request
 
 pytestmark = pytest.mark.slow
 FEWSHOT = (
@@ -72,7 +71,7 @@ def test_a_lease_of_a_dead_process_on_this_host_is_taken_at_once(tmp_path):
 
 
 def test_a_run_leased_elsewhere_is_skipped_then_run_when_free(cli, results):
-    req = Request(model="vit-ti/16", weights="random", datasets=("digits",), shots=(1,), seeds=(0,),
+    req = request(model="vit-ti/16", weights="random", datasets=("digits",), shots=(1,), seeds=(0,),
                          res=32, workers=0, results=results)  # fmt: skip
     key = plan(req)[0].specs[0].run_key
     held = Lease(results, key)
@@ -130,7 +129,7 @@ def test_reading_commands_merge_new_shards_themselves(cli, results):
 def test_a_killed_worker_resumes_from_its_checkpoint_when_resubmitted(cli, results):
     """SIGKILL the job's process mid fine-tune (after a checkpoint), then run the command again:
     the resubmitted job takes over the dead worker's lease and resumes at the checkpoint."""
-    req = Request(model="vit-ti/16", weights="random", datasets=("digits",), protocol="finetune", lr=0.01,
+    req = request(model="vit-ti/16", weights="random", datasets=("digits",), protocol="finetune", lr=0.01,
                          seeds=(0,), res=32, batch=8, workers=0, steps=100, checkpoint_every=10,
                          results=results)  # fmt: skip
     groups = plan(req)
@@ -170,12 +169,12 @@ def test_torchrun_gets_the_rendezvous_options_across_nodes():
 
 
 def test_units_group_fewshot_runs_and_hold_back_final_finetunes(tmp_path):
-    req = Request(model="vit-ti/16", weights="random", datasets=("digits",), protocol="finetune",
+    req = request(model="vit-ti/16", weights="random", datasets=("digits",), protocol="finetune",
                          seeds=(0, 1), res=32, batch=8, steps=2, results=tmp_path)  # fmt: skip
     groups = plan(req)
     first, second = cluster.units(groups, {s.run_key for g in groups for s in g.specs})
     assert len(first) == 4 and len(second) == 2  # the 4-LR dev sweep, then the 2 seeds on its best LR
-    few = plan(Request(model="vit-ti/16", weights="random", datasets=("digits",), results=tmp_path))
+    few = plan(request(model="vit-ti/16", weights="random", datasets=("digits",), results=tmp_path))
     first, second = cluster.units(few, {s.run_key for g in few for s in g.specs})
     assert len(first) == 1 and len(first[0]) == 12 and second == []
 

@@ -12,8 +12,8 @@ import pytest
 import timm
 from safetensors.torch import save_file
 
+from vitbench.api import request
 from vitbench.execution.plan import plan
-from vitbench.protocols.base import Request
 
 IMAGENET = "mean=0.485,0.456,0.406,std=0.229,0.224,0.225"
 TIMM_CONFIG = {
@@ -37,7 +37,7 @@ def weights_file(folder, name: str = "model.safetensors", config: dict | None = 
 
 
 def planned(weights: str, protocol: str, results, **options) -> dict:
-    req = Request(model="vit-ti/16", weights=weights, datasets=("digits",), protocol=protocol, seeds=(0,),
+    req = request(model="vit-ti/16", weights=weights, datasets=("digits",), protocol=protocol, seeds=(0,),
                   shots=(1,), workers=0, results=results, **options)  # fmt: skip
     return plan(req)[0].specs[-1].hparams
 
@@ -71,8 +71,8 @@ def test_eval_uses_the_checkpoint_familys_own_recipe(timm_weights, tmp_path):
 
 def test_deit_weights_keep_timms_recipe_for_eval_only(tmp_path):
     req = dict(weights="random", datasets=("digits",), seeds=(0,), shots=(1,), workers=0, results=tmp_path)
-    eval_h = plan(Request(model="deit-ti/16", protocol="eval", **req))[0].specs[0].hparams
-    fewshot_h = plan(Request(model="deit-ti/16", protocol="fewshot", **req))[0].specs[0].hparams
+    eval_h = plan(request(model="deit-ti/16", protocol="eval", **req))[0].specs[0].hparams
+    fewshot_h = plan(request(model="deit-ti/16", protocol="fewshot", **req))[0].specs[0].hparams
     assert eval_h["eval_recipe"] == "timm" and eval_h["preprocessing"].startswith("resize_center(248,bicubic)")
     assert (
         fewshot_h["preprocessing"]

@@ -30,8 +30,8 @@ from vitbench.execution.plan import DRY_RUN, suite_of, with_suite_defaults
 from vitbench.execution.plan import plan as plan_groups
 from vitbench.execution.runner import execute
 from vitbench.protocols.base import Group, Request, RunSpec
-from vitbench.protocols.bounds import MAX_VALUES
 from vitbench.protocols.registry import get_protocol, protocols
+from vitbench.protocols.requests import make_request
 from vitbench.store.query import apply_where
 
 log = logging.getLogger("vitbench")
@@ -69,23 +69,9 @@ class Summary:
 
 
 def request(**options) -> Request:
-    """A Request from keyword options (the names of `vitbench run`'s options, lists as tuples)."""
-    known = set(Request.__dataclass_fields__)
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise UserError(f"vitbench.run: unknown option {unknown[0]!r}; expected one of {', '.join(sorted(known))}")
-    for key in ("datasets", "seeds", "shots", "transfer", "transfer_shots", "tracker"):
-        if isinstance(options.get(key), str | int):
-            options[key] = (options[key],)
-        elif isinstance(options.get(key), range) and len(options[key]) <= MAX_VALUES:
-            options[key] = tuple(options[key])  # (a longer one is refused by its count, never expanded)
-    if options.get("results") is not None:
-        if not str(options["results"]).strip():
-            raise UserError("vitbench.run: results is empty; expected a folder for the results (default: results)")
-        options["results"] = Path(options["results"])
-    if options.get("data_dir") is not None:
-        options["data_dir"] = Path(options["data_dir"])
-    return Request(**options)
+    """A Request from keyword options: the names of `vitbench run`'s options, each protocol's own
+    among them (`knn_k=(10, 20)`, a plugin's too); lists as tuples, lists or ranges."""
+    return make_request("vitbench.run", **options)
 
 
 RESULT_FOLDERS = ("runs", "leases", "cache", "quarantine")  # what vitbench keeps under --results

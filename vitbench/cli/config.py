@@ -18,22 +18,20 @@ from pathlib import Path
 
 from vitbench.errors import UserError
 from vitbench.protocols.bounds import MAX_VALUES
-from vitbench.protocols.registry import get_protocol
+from vitbench.protocols.registry import get_protocol, option_table
 from vitbench.registry import get_dataset, get_model, get_suite
 from vitbench.suites import SUITES, Suite
 
 # options that take a comma list on the command line: a TOML array (or one value) in a config
-LISTS = {
-    "model": str,
-    "weights": str,
-    "dataset": str,
-    "protocol": str,
-    "seeds": int,
-    "shots": int,
-    "knn_k": int,
-    "transfer": str,
-    "transfer_shots": int,
-}
+# (and every list option a protocol declares: `lists()`)
+LISTS = {"model": str, "weights": str, "dataset": str, "protocol": str, "tracker": str}
+PROTOCOL_TABLES = "protocols"  # [protocols.knn] knn_k = [10, 20]: one protocol's options
+
+
+def lists() -> dict[str, type]:
+    return {**LISTS, **{name: d.kind for name, (d, _) in option_table().items() if d.many}}
+
+
 # what an experiment is not: how this one command runs
 NOT_CONFIG = {"config", "print_config", "dry_run", "rerun", "assume_mfu"}
 MAX_CONFIG_BYTES = 1_000_000  # an experiment's options are a few hundred bytes; more is not a config
@@ -54,13 +52,13 @@ def option_kinds(command) -> dict[str, str]:
 
 def _check(where: str, key: str, value, kind: str):
     """The value as the command line would give it, or a one-line error."""
-    if key in LISTS:
+    if key in (listed := lists()):
         items = value if isinstance(value, list) else [value]
         if len(items) > MAX_VALUES:
             raise UserError(f"{where}: key '{key}': {len(items):,} values; expected at most {MAX_VALUES:,}")
-        want = LISTS[key]
+        want = listed[key]
         if not all(isinstance(v, want) and not isinstance(v, bool) for v in items):
-            what = "integers" if want is int else "strings"
+            what = {int: "integers", float: "numbers"}.get(want, "strings")
             raise UserError(f"{where}: key '{key}': expected {what} or a list of them")
         return ",".join(str(v) for v in items)
     ok = {
@@ -80,6 +78,7 @@ def load(path: Path, kinds: dict[str, str]) -> dict:
     """The file's options, checked (keys, types, names), as command-line values; its suites registered."""
     data = _parse(path)
     _register_suites(path, data.pop("suites", {}))
+    data = _with_protocol_tables(path, data)
     known = [k for k in kinds if k not in NOT_CONFIG]
     values = {}
     for key, value in data.items():
@@ -111,6 +110,32 @@ def _parse(path: Path) -> dict:
         raise UserError(f"{path}: not valid TOML ({e})") from None
     except RecursionError:
         raise UserError(f"{path}: nested too deeply for a config (arrays or tables within each other)") from None
+
+
+def _with_protocol_tables(path: Path, data: dict) -> dict:
+    """`[protocols.NAME]` tables' options beside the file's top-level keys (one name is one option,
+    so each may be given once, at the top level or in the table of a protocol that reads it)."""
+    tables = data.pop(PROTOCOL_TABLES, {})
+    if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):
+        raise UserError(f"{path}: key '{PROTOCOL_TABLES}': expected tables, e.g. [protocols.knn] with knn_k = [10, 20]")
+    table = option_table()
+    for name, values in tables.items():
+        where = f"{path}: [{PROTOCOL_TABLES}.{name}]"
+        _named(where, "protocol", lambda n=name: get_protocol(n))
+        own = get_protocol(name).Options.names()
+        for key, value in values.items():
+            if key not in own:
+                readers = table[key][1] if key in table else ()
+                hint = (
+                    f"; {', '.join(readers)} reads it"
+                    if readers
+                    else f"; {name} reads {', '.join(sorted(own)) or 'none'}"
+                )
+                raise UserError(f"{where}: key '{key}' is not an option of {name}{hint}")
+            if key in data:
+                raise UserError(f"{where}: key '{key}' is given at the top level too; give it once")
+            data[key] = value
+    return data
 
 
 def _register_suites(path: Path, suites) -> None:
@@ -174,9 +199,9 @@ def toml_string(text: str, strict: bool = True) -> str:
 
 
 def _toml_value(key: str, value, strict: bool) -> str:
-    if key in LISTS:
+    if key in (listed := lists()):
         items = [v.strip() for v in str(value).split(",") if v.strip()]
-        return "[" + ", ".join(v if LISTS[key] is int else toml_string(v, strict) for v in items) + "]"
+        return "[" + ", ".join(v if listed[key] in (int, float) else toml_string(v, strict) for v in items) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):

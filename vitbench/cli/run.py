@@ -3,15 +3,18 @@ which runs this same command once per device)."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
+import typing
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from vitbench.cli import config as cfg
 from vitbench.cli import options as o
+from vitbench.cli import protocol_flags
 from vitbench.cli import run_options as ro
 from vitbench.cli.app import app, err, out
 from vitbench.cli.output import print_summary_table
@@ -19,8 +22,10 @@ from vitbench.cli.run_cluster import cluster_options, report
 from vitbench.devices import device_name, resolve_device
 from vitbench.errors import UserError
 from vitbench.execution import estimate
-from vitbench.protocols.base import DEFAULT_L2, SEEDS, SHOTS, Request, RunSpec
+from vitbench.protocols.base import Request, RunSpec
 from vitbench.protocols.registry import get_protocol
+from vitbench.protocols.requests import SHARED, make_request
+from vitbench.protocols.shared_options import TrainingOptions
 from vitbench.weights.names import RANDOM
 
 # The API, the engine and torch load inside the command, once it runs: `--help` never pays for them.
@@ -33,16 +38,12 @@ EXECUTORS = ("local", "submitit")
 CLUSTERS = ("auto", "slurm", "local")
 
 
-@app.command()
-def run(
-    ctx: typer.Context,
+def _shared_options(
     model: ro.Model = None,
     suite: ro.SuiteName = None,
     dataset: ro.Datasets = None,
     protocol: ro.RunProtocol = None,
     weights: ro.Weights = None,
-    seeds: ro.Seeds = None,
-    shots: ro.Shots = None,
     res: ro.Res = None,
     gelu: ro.Gelu = "exact",
     rerun: ro.Rerun = False,
@@ -56,34 +57,7 @@ def run(
     skip_corrupt: ro.SkipCorrupt = False,
     verify_data: ro.VerifyData = False,
     download: ro.Download = False,
-    fewshot_l2: ro.FewshotL2 = DEFAULT_L2,
-    fewshot_train: ro.FewshotTrain = "default",
-    linear_features: ro.LinearFeatures = "raw",
-    objectnet_scoring: ro.ObjectnetScoring = "restricted",
-    knn_k: ro.KnnK = None,
     batch_size: ro.ExtractionBatch = 64,
-    steps: ro.Steps = None,
-    batch: ro.Batch = None,
-    micro_batch: ro.MicroBatch = None,
-    lr: ro.Lr = None,
-    polyak: ro.Polyak = None,
-    polyak_warmup: ro.PolyakWarmup = False,
-    smoke: ro.Smoke = False,
-    checkpoint_every: ro.CheckpointEvery = None,
-    objective: ro.Objective = "supervised",
-    mpp_target: ro.MppTarget = "mean-colour",
-    mpp_rate: ro.MppRate = 0.5,
-    pos_embed: ro.PosEmbed = "1-d",
-    pretrain_subset: ro.PretrainSubset = None,
-    pretrain_recipe: ro.PretrainRecipe = "auto",
-    epochs: ro.Epochs = None,
-    warmup: ro.Warmup = None,
-    lr_decay: ro.LrDecay = None,
-    weight_decay: ro.WeightDecay = None,
-    dropout: ro.Dropout = None,
-    label_smoothing: ro.LabelSmoothing = None,
-    transfer: ro.Transfer = None,
-    transfer_shots: ro.TransferShots = None,
     device: ro.RunDevice = "auto",
     devices: ro.Devices = 1,
     precision: ro.Precision = "auto",
@@ -111,8 +85,34 @@ def run(
     tensorboard: ro.TensorBoard = None,
     tracker: ro.Tracker = None,
 ) -> None:
+    """The options of `vitbench run` that are not a protocol's (its signature is read, never called)."""
+
+
+def run(ctx: typer.Context, **given: Any) -> None:
     """Plan, run and store a benchmark. With no options: the embedded demo suite."""
-    _dispatch(ctx, {k: v for k, v in locals().items() if k != "ctx"})
+    _dispatch(ctx, given)
+
+
+def _signature() -> inspect.Signature:
+    """`run`'s options as typer reads them: the shared ones and every protocol's own (a plugin's
+    too), each in its `--help` panel, the panels in order."""
+    shared = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints[p.name])
+        for hints in [typing.get_type_hints(_shared_options, include_extras=True)]
+        for p in inspect.signature(_shared_options).parameters.values()
+    ]
+    ordered = sorted([*shared, *protocol_flags.parameters()], key=lambda p: protocol_flags.panel_rank(_panel(p)))
+    context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+    return inspect.Signature([context, *ordered], return_annotation=None)
+
+
+def _panel(parameter: inspect.Parameter) -> str | None:
+    return typing.get_args(parameter.annotation)[1].rich_help_panel
+
+
+run.__signature__ = _signature()  # type: ignore[attr-defined]
+run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameters.values()}  # type: ignore[attr-defined]
+app.command()(run)
 
 
 def _dispatch(ctx: typer.Context, given: dict) -> None:
@@ -224,24 +224,20 @@ def _request(given: dict) -> Request:
     """The API's Request from the command line's values (the names differ where the CLI's are older)."""
     o.check_choice("--executor", given["executor"], EXECUTORS, "or")
     o.check_choice("--cluster", given["cluster"], CLUSTERS, "or")
-    dataset = given["dataset"]
-    fields = {k: given[k] for k in Request.__dataclass_fields__ if k in given}
-    return Request(
-        **{
-            **fields,
-            "datasets": tuple(d.strip() for d in dataset.split(",") if d.strip()) if dataset else (),
-            "seeds": o.int_list("--seeds", given["seeds"]) or SEEDS,
-            "shots": o.int_list("--shots", given["shots"]) or SHOTS,
-            "knn_k": o.int_list("--knn-k", given["knn_k"]) or (20,),
-            "data_dir": o.check_data_dir(given["data_dir"]),
-            "extraction_batch": given["batch_size"],
-            "polyak": given["polyak"] or None,
-            "transfer": tuple(d.strip() for d in (given["transfer"] or "").split(",") if d.strip()),
-            "tracker": tuple(t.strip() for t in (given["tracker"] or "").split(",") if t.strip()),
-            "transfer_shots": o.int_list("--transfer-shots", given["transfer_shots"]) or (5,),
-            "compile": given["compile_model"],
-        }
-    )
+    shared = {k: given[k] for k in SHARED if k in given}
+    shared |= {
+        "datasets": _words(given["dataset"]),
+        "data_dir": o.check_data_dir(given["data_dir"]),
+        "extraction_batch": given["batch_size"],
+        "tracker": _words(given["tracker"]),
+        "compile": given["compile_model"],
+    }
+    return make_request("vitbench run", **shared, **protocol_flags.values(given))
+
+
+def _words(text: str | None) -> tuple[str, ...]:
+    """A comma list's names."""
+    return tuple(d.strip() for d in (text or "").split(",") if d.strip())
 
 
 def _check_before_launch(req: Request, devices: int) -> None:
@@ -256,7 +252,7 @@ def _check_before_launch(req: Request, devices: int) -> None:
         if not get_protocol(group.protocol).data_parallel:
             raise UserError(f"--devices {devices}: {api.data_parallel_only()}")
         for spec in group.specs:
-            micro_batch_size(spec.hparams["batch"], devices, req.micro_batch, device_type)
+            micro_batch_size(spec.hparams["batch"], devices, TrainingOptions.of(req).micro_batch, device_type)
 
 
 class _Progress:

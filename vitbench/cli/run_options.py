@@ -8,18 +8,17 @@ from pathlib import Path
 from typing import Annotated, Any, get_args
 
 from vitbench.cli.options import DataDir, Device, Results, option
+from vitbench.protocols.options import CLUSTER_PANEL as CLUSTER
+from vitbench.protocols.options import DATA_PANEL as DATA
+from vitbench.protocols.options import DEVICES_PANEL as DEVICES
+from vitbench.protocols.options import FEWSHOT_PANEL as FEWSHOT
+from vitbench.protocols.options import OUTPUT_PANEL as OUTPUT
+from vitbench.protocols.options import WHAT_PANEL as WHAT
 
 RUN_WORKERS = min(4, (os.cpu_count() or 2) // 2)
-# `vitbench run --help` groups its options by what they are for; only the first panel matters to
-# an ordinary few-shot run
-WHAT = "What to run"
-DATA = "Data"
-FEWSHOT = "Few-shot, k-NN, linear probe and eval"
-FINETUNE = "Fine-tuning (--protocol finetune)"
-PRETRAIN = "Pre-training (--protocol pretrain)"
-DEVICES = "Devices and precision"
-CLUSTER = "Several nodes (torchrun) and clusters (submitit)"
-OUTPUT = "Output"
+# `vitbench run --help` groups its options by what they are for (protocols/options.py has the
+# panels, in order); only the first matters to an ordinary few-shot run. The options a protocol
+# declares are its own flags: cli/protocol_flags.py.
 
 
 def in_panel(shared: Any, panel: str) -> Any:
@@ -70,37 +69,6 @@ Weights = Annotated[
         "Named weights not here yet need --download. A comma list: each.",
     ),
 ]
-Seeds = Annotated[str | None, option("--seeds", panel=WHAT, help="Comma-separated seeds [default: 0,1,2].")]
-Shots = Annotated[str | None, option("--shots", panel=WHAT, help="Comma-separated shot counts [default: 1,5,10,25].")]
-KnnK = Annotated[
-    str | None, option("--knn-k", panel=FEWSHOT, help="knn: comma-separated neighbour counts [default: 20].")
-]
-ObjectnetScoring = Annotated[
-    str,
-    option(
-        "--objectnet-scoring",
-        panel=DATA,
-        help="eval on ObjectNet: restricted (the logits of the 113 classes that overlap ImageNet, max-pooled) or "
-        "all (the top-k over ImageNet's 1,000, a non-overlapping prediction a miss: ObjectNet's own code).",
-    ),
-]
-LinearFeatures = Annotated[
-    str,
-    option(
-        "--linear-features",
-        panel=FEWSHOT,
-        help="linear: the probe's input: raw (CLIP's A.3 recipe) or standardized (z-scored per dimension).",
-    ),
-]
-FewshotTrain = Annotated[
-    str,
-    option(
-        "--fewshot-train",
-        panel=FEWSHOT,
-        help="default: shots from big_vision's part of train where it has one (ImageNet: 65 per class, "
-        "65,000 images); full: the whole train split.",
-    ),
-]
 FewshotL2 = Annotated[str, option("--fewshot-l2", panel=FEWSHOT, help="Ridge λ (1024, 2^10) or 'sweep' (2^-10..2^19).")]
 Res = Annotated[
     int | None,
@@ -138,38 +106,6 @@ SkipCorrupt = Annotated[
 ]
 ExtractionBatch = Annotated[int, option("--batch-size", panel=FEWSHOT, help="Feature-extraction batch size.")]
 RunWorkers = Annotated[int, option("--workers", panel=DEVICES, help="DataLoader worker processes.")]
-Steps = Annotated[
-    int | None,
-    option("--steps", panel=FINETUNE, help="finetune, pretrain: optimizer steps [default: Table 4's / 3's]."),
-]
-Batch = Annotated[
-    int | None,
-    option("--batch", panel=FINETUNE, help="finetune, pretrain: global batch over all devices [512 / 4096]."),
-]
-Lr = Annotated[
-    float | None,
-    option("--lr", panel=FINETUNE, help="finetune: a fixed base LR instead of the dev sweep; pretrain: the LR."),
-]
-Polyak = Annotated[
-    float | None,
-    option("--polyak", panel=FINETUNE, help="finetune: parameter EMA decay (Table 2 ImageNet: 0.9999)."),
-]
-PolyakWarmup = Annotated[
-    bool,
-    option(
-        "--polyak-warmup",
-        panel=FINETUNE,
-        help="finetune: warm the EMA decay up (timm's ModelEmaV3) instead of constant from the pre-trained weights.",
-    ),
-]
-Smoke = Annotated[
-    bool,
-    option(
-        "--smoke",
-        panel=FINETUNE,
-        help="finetune: 20 steps, batch 32, 64 px (pretrain: 50, 64, 48 px); marked, never compared.",
-    ),
-]
 Precision = Annotated[
     str,
     option(
@@ -180,14 +116,6 @@ Precision = Annotated[
 ]
 Devices = Annotated[
     int, option("--devices", panel=DEVICES, min=1, help="finetune: data-parallel processes (torchrun + DDP).")
-]
-CheckpointEvery = Annotated[
-    int | None,
-    option(
-        "--checkpoint-every",
-        panel=FINETUNE,
-        help="finetune: steps between resumable checkpoints [default: steps/10, 50..500].",
-    ),
 ]
 Nnodes = Annotated[int, option("--nnodes", panel=CLUSTER, min=1, help="torchrun: nodes in the data-parallel job.")]
 NodeRank = Annotated[int, option("--node-rank", panel=CLUSTER, min=0, help="torchrun: this node's rank.")]
@@ -275,74 +203,4 @@ InputPipeline = Annotated[
         panel=DEVICES,
         help="Where images are decoded and augmented: auto (the device on a GPU, else workers), workers or device.",
     ),
-]
-MicroBatch = Annotated[
-    int | None,
-    option("--micro-batch", panel=FINETUNE, help="finetune: images per pass per device; the rest is accumulated."),
-]
-# pre-training (--protocol pretrain); None: Table 3's value for the dataset
-Objective = Annotated[
-    str,
-    option("--objective", panel=PRETRAIN, help="pretrain: supervised (§3.1) or mpp (masked patch prediction, §4.6)."),
-]
-MppTarget = Annotated[
-    str,
-    option(
-        "--mpp-target",
-        panel=PRETRAIN,
-        help="pretrain --objective mpp: mean-colour (3-bit, 512 classes), downsized-4x4 or l2.",
-    ),
-]
-MppRate = Annotated[
-    float,
-    option("--mpp-rate", panel=PRETRAIN, help="pretrain --objective mpp: patches corrupted (0.5)."),
-]
-PosEmbed = Annotated[
-    str,
-    option(
-        "--pos-embed",
-        panel=PRETRAIN,
-        help="pretrain, ViT: position embeddings 1-d (default), none, 2-d, relative (App. D.4's) or "
-        "relative-bias (vitbench's: a scalar per head and 2-D offset).",
-    ),
-]
-PretrainSubset = Annotated[
-    str | None,
-    option(
-        "--pretrain-subset",
-        panel=PRETRAIN,
-        help="pretrain: nested random subsets of train, e.g. 10%,30%,100% or image counts (Fig 4); each is "
-        "evaluated with 5-shot transfer.",
-    ),
-]
-PretrainRecipe = Annotated[
-    str,
-    option(
-        "--pretrain-recipe",
-        panel=PRETRAIN,
-        help="pretrain: Table 3's row for the defaults: imagenet, imagenet21k or jft (auto: imagenet21k from "
-        "10,000 classes, else imagenet).",
-    ),
-]
-Epochs = Annotated[float | None, option("--epochs", panel=PRETRAIN, help="pretrain: epochs of the full train split.")]
-Warmup = Annotated[int | None, option("--warmup", panel=PRETRAIN, help="pretrain: LR warmup steps [default: 10k].")]
-LrDecay = Annotated[
-    str | None, option("--lr-decay", panel=PRETRAIN, help="pretrain: linear or cosine after the warmup.")
-]
-WeightDecay = Annotated[
-    float | None, option("--weight-decay", panel=PRETRAIN, help="pretrain: decoupled weight decay.")
-]
-Dropout = Annotated[float | None, option("--dropout", panel=PRETRAIN, help="pretrain: dropout rate.")]
-LabelSmoothing = Annotated[float | None, option("--label-smoothing", panel=PRETRAIN, help="pretrain: label smoothing.")]
-Transfer = Annotated[
-    str | None,
-    option(
-        "--transfer",
-        panel=PRETRAIN,
-        help="pretrain: datasets for the few-shot evaluation of its weights [default: imagenet where it is under "
-        "--data-dir, as Fig 4; else the pre-training dataset]; none.",
-    ),
-]
-TransferShots = Annotated[
-    str | None, option("--transfer-shots", panel=PRETRAIN, help="pretrain: shots of that evaluation [5].")
 ]

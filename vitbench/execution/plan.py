@@ -16,8 +16,8 @@ from vitbench import downloads
 from vitbench.backend import Preprocessing
 from vitbench.datasets import DatasetSpec
 from vitbench.errors import UserError
-from vitbench.protocols.base import Group, Request, ignored_options
-from vitbench.protocols.registry import get_protocol
+from vitbench.protocols.base import Group, Request
+from vitbench.protocols.registry import get_protocol, option_table
 from vitbench.provenance import VERIFY_DATA, sha256_file
 from vitbench.registry import get_dataset, get_model, get_suite
 from vitbench.suites import Suite
@@ -32,8 +32,11 @@ def with_suite_defaults(req: Request) -> Request:
     demo's model, weights, steps and transfer datasets); explicit datasets run without a suite."""
     if req.datasets:
         return req
-    suite, unset = get_suite(req.suite or "demo"), Request()
-    changes = {k: v for k, v in suite.defaults.items() if getattr(req, k) == getattr(unset, k)}
+    suite, unset, table = get_suite(req.suite or "demo"), Request(), option_table()
+    changes = {k: v for k, v in suite.defaults.items() if k not in table and getattr(req, k) == getattr(unset, k)}
+    options = {k: v for k, v in suite.defaults.items() if k in table and k not in req.options}
+    if options:
+        changes["options"] = {**options, **req.options}
     return replace(req, **changes) if changes else req
 
 
@@ -97,8 +100,9 @@ def plan(req: Request) -> list[Group]:
     req = with_suite_defaults(req)
     model_arg, dataset_names, protocol_names, weights_arg = resolve(req)
     protocols = [get_protocol(name) for name in protocol_names.split(",")]
-    read = frozenset().union(*(p.reads for p in protocols))
-    ignored = ignored_options(req, read)
+    read = frozenset().union(*(p.Options.names() for p in protocols))
+    table = option_table()
+    ignored = sorted(d.flag for name, (d, _) in table.items() if name in req.options and name not in read)
     if ignored:
         names = ", ".join(p.name for p in protocols)
         log.warning("%s: --protocol %s does not use %s; ignored", ", ".join(ignored), names,

@@ -15,13 +15,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from typing import Protocol as TypingProtocol
 
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec, Split
 from vitbench.errors import UserError
 from vitbench.protocols import bounds
+from vitbench.protocols.options import ProtocolOptions
 from vitbench.provenance import canonical_json, sha256_text
 from vitbench.store.predictions import Predictions
 
@@ -55,22 +56,17 @@ class RunSpec:
 
 @dataclass
 class Request:
-    """What the user asked for, after parsing (see `vitbench run -h`). `extraction_batch` and the
-    fine-tuning `batch` are different things: images per forward pass when extracting features,
-    and images per optimizer step."""
+    """What the user asked for, after parsing (see `vitbench run -h`): what every run shares. The
+    options only some protocols read are in `options`, by name, as given (each protocol declares
+    its own, with defaults and checks: protocols/options.py). `extraction_batch` is images per
+    forward pass when extracting features; fine-tuning's `batch` (an option) is images per step."""
 
     model: str | None = None
     suite: str | None = None
     datasets: tuple[str, ...] = ()
     protocol: str | None = None
     weights: str | None = None
-    seeds: tuple[int, ...] = SEEDS
-    shots: tuple[int, ...] = SHOTS
-    fewshot_l2: str = DEFAULT_L2
-    fewshot_train: str = "default"  # "full": shots from the whole train split, not the dataset's few-shot subset
-    knn_k: tuple[int, ...] = (20,)  # DINO's default k
-    objectnet_scoring: str = "restricted"  # eval on ObjectNet: the 113 classes' logits, or "all" 1,000 (its authors')
-    linear_features: str = "raw"  # the linear probe's input: CLIP's raw features, or "standardized" (z-scored)
+    options: dict[str, Any] = field(default_factory=dict)  # protocol options given: name -> value
     res: int | None = None
     gelu: str = "exact"
     data_dir: Path | None = None
@@ -84,89 +80,21 @@ class Request:
     extraction_batch: int = 64
     workers: int = 1
     input_pipeline: str = "auto"  # devices.PIPELINES: where images are decoded and augmented
-    # fine-tuning (None: Table 4's value for the dataset, or the protocol's default)
-    steps: int | None = None
-    batch: int | None = None
-    micro_batch: int | None = None
-    lr: float | None = None  # a fixed LR: no dev sweep
-    polyak: float | None = None
-    polyak_warmup: bool = False  # warm the EMA's decay up (timm's ModelEmaV3) instead of constant
-    smoke: bool = False
     precision: str = "auto"  # bf16 on CUDA, fp32 on CPU
     compile: bool = False
-    checkpoint_every: int | None = None  # None: a tenth of the run (protocols.finetune)
     tensorboard: Path | None = None  # TensorBoard event files here (the tensorboard tracker's folder)
     tracker: tuple[str, ...] = ()  # every stored run also to these: tensorboard, wandb, mlflow
-    # pre-training (protocols/pretrain.py; None: Table 3's value for the dataset)
-    objective: str = "supervised"  # or "mpp": masked patch prediction (§4.6)
-    mpp_target: str = "mean-colour"
-    mpp_rate: float = 0.5
-    pos_embed: str = "1-d"  # Table 8's variants: none, 1-d, 2-d, relative
-    pretrain_subset: str | None = None  # "10%,30%,100%" or image counts: nested subsets of train (Fig 4)
-    pretrain_recipe: str = "auto"  # Table 3's row: imagenet, imagenet21k or jft (auto: by the number of classes)
-    epochs: float | None = None
-    warmup: int | None = None
-    lr_decay: str | None = None
-    weight_decay: float | None = None
-    dropout: float | None = None
-    label_smoothing: float | None = None
-    transfer: tuple[str, ...] = ()  # few-shot after pre-training on these datasets (): the pre-training one
-    transfer_shots: tuple[int, ...] = (5,)  # Fig 4's metric: linear 5-shot
     config: str | None = None  # the resolved options as a config file (cli/config.py): stored with each run
 
     def __post_init__(self) -> None:
         """Values the store could not hold, or that would quietly mean something else, are refused
         here, before any work: the command line, a config file and the Python API all pass through
-        (protocols/bounds.py holds every numeric option's range)."""
+        (protocols/bounds.py holds the shared numeric options' ranges; each protocol's options
+        dataclass checks its own when the request is made: protocols/requests.py)."""
         checked = (*bounds.CHOICES, *bounds.SCALARS, *bounds.LISTS)
         found = bounds.problems({name: getattr(self, name) for name in checked})
         if found:
             raise UserError(found[0])
-
-
-# Request fields that only some protocols read, and the option that sets each
-PROTOCOL_OPTIONS = {
-    "seeds": "--seeds",
-    "shots": "--shots",
-    "fewshot_l2": "--fewshot-l2",
-    "fewshot_train": "--fewshot-train",
-    "knn_k": "--knn-k",
-    "linear_features": "--linear-features",
-    "objectnet_scoring": "--objectnet-scoring",
-    "steps": "--steps",
-    "batch": "--batch",
-    "micro_batch": "--micro-batch",
-    "lr": "--lr",
-    "polyak": "--polyak",
-    "polyak_warmup": "--polyak-warmup",
-    "smoke": "--smoke",
-    "checkpoint_every": "--checkpoint-every",
-    "objective": "--objective",
-    "mpp_target": "--mpp-target",
-    "mpp_rate": "--mpp-rate",
-    "pos_embed": "--pos-embed",
-    "pretrain_subset": "--pretrain-subset",
-    "pretrain_recipe": "--pretrain-recipe",
-    "epochs": "--epochs",
-    "warmup": "--warmup",
-    "lr_decay": "--lr-decay",
-    "weight_decay": "--weight-decay",
-    "dropout": "--dropout",
-    "label_smoothing": "--label-smoothing",
-    "transfer": "--transfer",
-    "transfer_shots": "--transfer-shots",
-}
-
-
-def ignored_options(req: Request, reads: frozenset[str]) -> list[str]:
-    """The protocol-specific options set to something other than their default that a protocol
-    reading only `reads` would ignore."""
-    defaults = Request()
-    return [
-        option
-        for name, option in PROTOCOL_OPTIONS.items()
-        if name not in reads and getattr(req, name) != getattr(defaults, name)
-    ]
 
 
 @dataclass
@@ -225,8 +153,8 @@ class Protocol:
     has_shots: ClassVar[bool] = False  # its runs are labelled by shot count (`--shots`)
     from_random_init: ClassVar[bool] = False  # it makes weights: `--weights` defaults to random
     scores_transfer: ClassVar[bool] = True  # its accuracies are transfer results (the accuracy views show them)
-    # the protocol-specific Request fields it reads (PROTOCOL_OPTIONS); another one set is warned about
-    reads: ClassVar[frozenset[str]] = frozenset()
+    # the options only it (or a few protocols) reads: `vitbench run` flags, config keys, API keywords
+    Options: ClassVar[type[ProtocolOptions]] = ProtocolOptions
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         """The dataset's splits it reads, in the order it uses them (the last one is scored)."""

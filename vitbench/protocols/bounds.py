@@ -1,10 +1,11 @@
-"""Every numeric option of `vitbench run`, checked once: type, finiteness and range (and the
-choices of the device options, which a word would otherwise pass until used).
+"""Numeric options, checked once: type, finiteness and range (and the choices of the device
+options, which a word would otherwise pass until used).
 
 The command line, a `--config` file and the Python API all build a `Request`, which checks its
-values here before any work (a `--lr nan` would train for minutes and store nothing, a `--polyak 2`
-would store a number that means nothing). The command line's own options carry no second copy of
-these ranges: this table is the one place they are written.
+shared values here before any work, and each protocol's options dataclass checks its own with a
+`Bound` from its declaration (a `--lr nan` would train for minutes and store nothing, a
+`--polyak 2` would store a number that means nothing). The command line's own options carry no
+second copy of these ranges.
 """
 
 from __future__ import annotations
@@ -40,42 +41,18 @@ class Bound:
         return above and below
 
 
-# Request field -> its bound (None values mean "the protocol's default" and are not checked)
+# Request field -> its bound (None values mean "the protocol's default" and are not checked); each
+# protocol's own options carry theirs in their declarations (protocols/options.py)
 SCALARS = {
     "res": Bound("--res", int, 1, INT32_MAX),
     "extraction_batch": Bound("--batch-size", int, 1),
     "workers": Bound("--workers", int, 0),
-    "steps": Bound("--steps", int, 1, INT32_MAX),
-    "batch": Bound("--batch", int, 1),
-    "micro_batch": Bound("--micro-batch", int, 1),
-    "checkpoint_every": Bound("--checkpoint-every", int, 1),
-    "warmup": Bound("--warmup", int, 0),
-    "lr": Bound("--lr", float, 0, low_open=True),
-    "polyak": Bound("--polyak", float, 0, 1, high_open=True),  # 0: off; 1 would never move the average
-    "mpp_rate": Bound("--mpp-rate", float, 0, 1, low_open=True),  # 0 corrupts nothing: nothing to predict
-    "epochs": Bound("--epochs", float, 0, low_open=True),
-    "weight_decay": Bound("--weight-decay", float, 0),
-    "dropout": Bound("--dropout", float, 0, 1, high_open=True),
-    "label_smoothing": Bound("--label-smoothing", float, 0, 1, high_open=True),
 }
-LISTS = {
-    "seeds": Bound("--seeds", int, 0, INT32_MAX),
-    "shots": Bound("--shots", int, 1, INT32_MAX),
-    "knn_k": Bound("--knn-k", int, 1, INT32_MAX),
-    "transfer_shots": Bound("--transfer-shots", int, 1, INT32_MAX),
-}
-
-
+LISTS: dict[str, Bound] = {}
 # Request field -> (option, its values): where a misspelt word would otherwise pass until it is used
-LINEAR_FEATURES = ("raw", "standardized")  # the linear probe's input: CLIP's raw features, or z-scored
-# ObjectNet under --protocol eval: the head's logits restricted to the 113 overlapping classes (wise-ft's
-# project_logits), or the top-k over all 1,000 with a non-overlapping prediction a miss (ObjectNet's own code)
-OBJECTNET_SCORING = ("restricted", "all")
 CHOICES = {
     "precision": ("--precision", PRECISIONS),
     "input_pipeline": ("--input-pipeline", PIPELINES),
-    "linear_features": ("--linear-features", LINEAR_FEATURES),
-    "objectnet_scoring": ("--objectnet-scoring", OBJECTNET_SCORING),
 }
 
 

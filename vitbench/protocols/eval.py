@@ -5,6 +5,7 @@ restricted to, or max-pooled into, the set's own classes: datasets/robustness.py
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from vitbench.engine.scoring import (
     with_other,
 )
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.options import DATA_PANEL, ProtocolOptions, option
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
 # version (tables, `--help`) stays light.
@@ -28,10 +30,23 @@ if TYPE_CHECKING:
     import torch
 
 
+@dataclass(frozen=True)
+class EvalOptions(ProtocolOptions):
+    # ObjectNet: the head's logits restricted to the 113 overlapping classes (wise-ft's project_logits),
+    # or the top-k over all 1,000 with a non-overlapping prediction a miss (ObjectNet's own code)
+    objectnet_scoring: str = option(
+        "restricted",
+        "eval on ObjectNet: restricted (the logits of the 113 classes that overlap ImageNet, max-pooled) or "
+        "all (the top-k over ImageNet's 1,000, a non-overlapping prediction a miss: ObjectNet's own code).",
+        panel=DATA_PANEL,
+        choices=("restricted", "all"),
+    )
+
+
 class Eval(Protocol):
     name = "eval"
     version = "eval/2"  # 2: each checkpoint family's own eval recipe (Google: vit_jax's; timm, DeiT: timm's)
-    reads = frozenset({"objectnet_scoring"})
+    Options = EvalOptions
     summary = "score the checkpoint's own classifier (top-1, top-5, ImageNet ReaL)"
     label = "eval"
     compares_with_paper = True
@@ -48,7 +63,7 @@ class Eval(Protocol):
         if first.class_map is not None:  # recorded (and keyed) only where a class map applies
             hparams = {**hparams, "head_classes": group.dataset.head_size, "class_pooling": "max"}
         if group.dataset.name == "objectnet":  # whose convention scored it (docs/protocols.md, "ObjectNet")
-            hparams = {**hparams, "objectnet_scoring": req.objectnet_scoring}
+            hparams = {**hparams, "objectnet_scoring": EvalOptions.of(req).objectnet_scoring}
         return [self.base_spec(group, first, weights_sha, hparams, seed=0)]  # deterministic: one run
 
     def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:

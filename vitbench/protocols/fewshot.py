@@ -9,6 +9,7 @@ x seeds of them) and of every test image are extracted once and cached on disk
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,9 @@ from vitbench.devices import Clock
 from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.bounds import INT32_MAX
+from vitbench.protocols.options import FEWSHOT_PANEL, WHAT_PANEL, limits, option
+from vitbench.protocols.shared_options import SeededOptions
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
 # version (tables, `--help`) stays light.
@@ -44,9 +48,33 @@ def parse_l2(text: str) -> tuple[str, tuple[float, ...]]:
     return f"{value:g}", (value,)
 
 
+FEWSHOT_TRAIN = ("default", "full")
+SHOTS = (1, 5, 10, 25)  # the paper's few-shot counts (Fig. 2, Table 6)
+DEFAULT_L2 = "1024"  # big_vision's few-shot l2_reg, as `--fewshot-l2` takes it
+
+
+@dataclass(frozen=True)
+class FewshotOptions(SeededOptions):
+    shots: tuple[int, ...] = option(
+        SHOTS,
+        "Comma-separated shot counts [default: 1,5,10,25].",
+        panel=WHAT_PANEL,
+        many=True,
+        bound=limits(int, 1, INT32_MAX),
+    )
+    fewshot_l2: str = option(DEFAULT_L2, "Ridge λ (1024, 2^10) or 'sweep' (2^-10..2^19).", panel=FEWSHOT_PANEL)
+    fewshot_train: str = option(
+        "default",
+        "default: shots from big_vision's part of train where it has one (ImageNet: 65 per class, "
+        "65,000 images); full: the whole train split.",
+        panel=FEWSHOT_PANEL,
+        choices=FEWSHOT_TRAIN,
+    )
+
+
 class FewShot(Protocol):
     name = "fewshot"
-    reads = frozenset({"seeds", "shots", "fewshot_l2", "fewshot_train"})
+    Options = FewshotOptions
     # bump when a change alters the numbers (2: vit_jax pos-emb resize; 3: big_vision's resize without
     # antialiasing, and only the value range taken from the weights' own recipe)
     version = "fewshot-lsr/3"
@@ -60,12 +88,13 @@ class FewShot(Protocol):
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         from vitbench.engine.features import representation_hparams
 
-        label, _ = parse_l2(req.fewshot_l2)
+        o = FewshotOptions.of(req)
+        label, _ = parse_l2(o.fewshot_l2)
         hparams = {**hparams, "l2": label, **representation_hparams(group, req)}
-        hparams |= _fewshot_train(group, self.splits(group.dataset)[0], req.fewshot_train)
+        hparams |= _fewshot_train(group, self.splits(group.dataset)[0], o.fewshot_train)
         first = group.splits[self.splits(group.dataset)[0]]
         fewest = fewest_per_class(first.labels)
-        beyond = sorted(k for k in req.shots if k > fewest)
+        beyond = sorted(k for k in o.shots if k > fewest)
         if beyond:
             log.warning(
                 "--shots %s: %s %s has only %d image(s) in its smallest class; those runs use all of a "
@@ -73,7 +102,7 @@ class FewShot(Protocol):
                 ",".join(map(str, beyond)), group.dataset.name, first.name, fewest,
             )  # fmt: skip
         return [
-            self.base_spec(group, first, weights_sha, hparams, seed, shots) for seed in req.seeds for shots in req.shots
+            self.base_spec(group, first, weights_sha, hparams, seed, shots) for seed in o.seeds for shots in o.shots
         ]
 
     def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
@@ -138,9 +167,6 @@ class FewShot(Protocol):
 
     def dry_run_detail(self, spec: RunSpec) -> str:
         return f" shots={spec.shots}"
-
-
-FEWSHOT_TRAIN = ("default", "full")
 
 
 def _fewshot_train(group: Group, name: str, choice: str) -> dict:

@@ -11,6 +11,7 @@ The training loop itself is engine/training.py.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from vitbench.devices import Clock, resolve_device, resolve_precision
 from vitbench.engine.scoring import Predictions, image_ids, scores
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.options import FINETUNE_PANEL, limits, option
 from vitbench.protocols.recipes import (
     HYPERRULE,
     RECIPES_NOTE,
@@ -28,6 +30,7 @@ from vitbench.protocols.recipes import (
     sweep_choice,
     training_hparams,
 )
+from vitbench.protocols.shared_options import TrainingOptions
 from vitbench.store.shards import shard_dir
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
@@ -81,21 +84,30 @@ def smoke_res(input_multiple: int) -> int:
     return input_multiple * math.ceil(SMOKE_RES / input_multiple)
 
 
+@dataclass(frozen=True)
+class FinetuneOptions(TrainingOptions):
+    polyak: float | None = option(
+        None,
+        "finetune: parameter EMA decay (Table 2 ImageNet: 0.9999).",
+        panel=FINETUNE_PANEL,
+        kind=float,
+        bound=limits(float, 0, 1, high_open=True),  # 0: off; 1 would never move the average
+    )
+    polyak_warmup: bool = option(
+        False,
+        "finetune: warm the EMA decay up (timm's ModelEmaV3) instead of constant from the pre-trained weights.",
+        panel=FINETUNE_PANEL,
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.polyak == 0:  # off, as no --polyak: one value, so one run key
+            object.__setattr__(self, "polyak", None)
+
+
 class Finetune(Protocol):
     name = "finetune"
-    reads = frozenset(
-        {
-            "seeds",
-            "steps",
-            "batch",
-            "micro_batch",
-            "lr",
-            "polyak",
-            "polyak_warmup",
-            "smoke",
-            "checkpoint_every",
-        }  # fmt: skip
-    )
+    Options = FinetuneOptions
     version = "finetune/3"  # 2: TF's inception-crop sampler; 3: TF's resize, BiT's VTAB crop, bilinear always
     summary = "App. B fine-tuning: dev LR sweep, then 3 seeds on the full train split"
     label = "fine-tuned"
@@ -108,7 +120,7 @@ class Finetune(Protocol):
         return tuple(dict.fromkeys(dataset.sweep_splits + dataset.final_splits))
 
     def resolution(self, model: ModelSpec, req: Request) -> int:
-        return smoke_res(model.input_multiple) if req.smoke else RES
+        return smoke_res(model.input_multiple) if FinetuneOptions.of(req).smoke else RES
 
     def preprocessing(self, pre: Preprocessing) -> Preprocessing:
         # evaluated after vit_jax's plain resize, in the weights' value range (not their eval recipe)
@@ -120,12 +132,12 @@ class Finetune(Protocol):
         from vitbench.engine import training
         from vitbench.engine.train_data import describe_train_aug
 
-        dataset, splits, model = group.dataset, group.splits, group.model
+        dataset, splits, model, o = group.dataset, group.splits, group.model, FinetuneOptions.of(req)
         steps, grid = table4(dataset, len(splits[dataset.final_splits[0]]))
-        if req.smoke:
+        if o.smoke:
             steps = SMOKE_STEPS
-        steps = req.steps or steps
-        batch = req.batch or (SMOKE_BATCH if req.smoke else BATCH)
+        steps = o.steps or steps
+        batch = o.batch or (SMOKE_BATCH if o.smoke else BATCH)
         hparams = {
             **hparams,
             "steps": steps,
@@ -139,18 +151,18 @@ class Finetune(Protocol):
             "train_aug": describe_train_aug(dataset.train_crop, hparams["res"])
             + ("|flip_lr" if dataset.train_flip else ""),
             "precision": resolve_precision(req.precision, resolve_device(req.device).type),
-            "polyak": req.polyak,
+            "polyak": o.polyak,
             "dropout": model.dropout,
-            "smoke": req.smoke,
+            "smoke": o.smoke,
         }
-        if req.polyak_warmup:  # recorded only when asked for: the default keeps its run keys
-            if req.polyak is None:
+        if o.polyak_warmup:  # recorded only when asked for: the default keeps its run keys
+            if o.polyak is None:
                 raise UserError("--polyak-warmup: warms up the decay of --polyak; give --polyak 0.9999 too")
             hparams["polyak_warmup"] = "timm ModelEmaV3: decay min(polyak, 1 - (1 + step)^(-2/3))"
-        hyperrule = runs_hyperrule(group, req)
+        hyperrule = runs_hyperrule(group, o)
         if hyperrule:
             hparams["recipes"] = RECIPES_NOTE
-        sweep = req.lr is None and (len(grid) > 1 or hyperrule)
+        sweep = o.lr is None and (len(grid) > 1 or hyperrule)
         specs = []
         if sweep:
             train_on = splits[dataset.sweep_splits[0]]
@@ -158,12 +170,12 @@ class Finetune(Protocol):
                 h = {**hparams, "stage": "sweep", "lr": lr, "splits": list(dataset.sweep_splits)}
                 specs.append(self.base_spec(group, train_on, weights_sha, h, seed=0))
             if hyperrule:
-                recipe = hyperrule_hparams(group, req, hparams["res"], steps)
+                recipe = hyperrule_hparams(group, o, hparams["res"], steps)
                 h = {**hparams, "stage": "sweep", "lr": recipe["lr"], "splits": list(dataset.sweep_splits)}
                 specs.append(self.base_spec(group, train_on, weights_sha, {**h, "recipe": recipe}, seed=0))
-        final_lr: float | str = req.lr if req.lr is not None else ("best-on-dev" if sweep else grid[0])
+        final_lr: float | str = o.lr if o.lr is not None else ("best-on-dev" if sweep else grid[0])
         train_on = splits[dataset.final_splits[0]]
-        for seed in req.seeds:
+        for seed in o.seeds:
             h = {**hparams, "stage": "final", "lr": final_lr, "lr_grid": list(grid) if sweep else None}
             h["splits"] = list(dataset.final_splits)
             specs.append(self.base_spec(group, train_on, weights_sha, h, seed))
@@ -255,13 +267,13 @@ def _settings(group: Group, seed: int, h: dict, lr: float, req: Request, device:
         polyak=h["polyak"],
         polyak_warmup="polyak_warmup" in h,
         seed=seed,
-        micro_batch=req.micro_batch,
+        micro_batch=FinetuneOptions.of(req).micro_batch,
         compile=req.compile,
         channels_last=group.model.family in ("bit", "hybrid") and device.type == "cuda",
         workers=req.workers,
         input_pipeline=choose_pipeline(req.input_pipeline, device),
         log_every=max(1, min(50, h["steps"] // 10)),
-        checkpoint_every=req.checkpoint_every or checkpoint_interval(h["steps"]),
+        checkpoint_every=FinetuneOptions.of(req).checkpoint_every or checkpoint_interval(h["steps"]),
     )
 
 

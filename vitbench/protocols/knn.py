@@ -5,6 +5,7 @@ protocol's, from the same cache (engine/features.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,8 @@ from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock
 from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.bounds import INT32_MAX
+from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, limits, option
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
 # version (tables, `--help`) stays light.
@@ -19,9 +22,20 @@ if TYPE_CHECKING:
     import torch
 
 
+@dataclass(frozen=True)
+class KnnOptions(ProtocolOptions):
+    knn_k: tuple[int, ...] = option(
+        (20,),  # DINO's default k
+        "knn: comma-separated neighbour counts [default: 20].",
+        panel=FEWSHOT_PANEL,
+        many=True,
+        bound=limits(int, 1, INT32_MAX),
+    )
+
+
 class KNearestNeighbours(Protocol):
     name = "knn"
-    reads = frozenset({"knn_k"})
+    Options = KnnOptions
     # 2: big_vision's resize without antialiasing, the weights' value range only;
     # 3: the top-5 of k < 5 ranks only k classes (DINO's min(5, k))
     version = "knn/3"
@@ -37,7 +51,9 @@ class KNearestNeighbours(Protocol):
 
         first = group.splits[self.splits(group.dataset)[0]]
         hparams = {**hparams, "temperature": TEMPERATURE, **representation_hparams(group, req)}
-        return [self.base_spec(group, first, weights_sha, {**hparams, "k": k}, seed=0) for k in req.knn_k]
+        return [
+            self.base_spec(group, first, weights_sha, {**hparams, "k": k}, seed=0) for k in KnnOptions.of(req).knn_k
+        ]
 
     def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
         import torch

@@ -5,6 +5,7 @@ and scored on test. The features are the few-shot protocol's, from the same cach
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ from vitbench.datasets.base import dev_holdout
 from vitbench.devices import Clock
 from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, option
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
 # version (tables, `--help`) stays light.
@@ -26,13 +28,23 @@ if TYPE_CHECKING:
 VALIDATION_FRACTION = 0.1  # where a dataset has no dev fraction of its own (ours: as Pets and Flowers)
 
 
+@dataclass(frozen=True)
+class LinearOptions(ProtocolOptions):
+    linear_features: str = option(
+        "raw",
+        "linear: the probe's input: raw (CLIP's A.3 recipe) or standardized (z-scored per dimension).",
+        panel=FEWSHOT_PANEL,
+        choices=("raw", "standardized"),
+    )
+
+
 class LinearProbe(Protocol):
     name = "linear"
     # 2: big_vision's resize without antialiasing, the weights' value range only; 3: CLIP's A.3 recipe
     # (raw features, λ = scikit-learn's 1/C over 1e-6..1e6 to an eighth of a decade), z-scoring an option
     version = "linear/3"
     summary = "full-data logistic-regression probe on frozen features, L2 chosen on a validation split (CLIP's)"
-    reads = frozenset({"linear_features"})
+    Options = LinearOptions
     label = "linear-probe"
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
@@ -48,7 +60,7 @@ class LinearProbe(Protocol):
             "validation": f"{_validation_fraction(group.dataset):g} of train (dev split)",
             "l2_grid": "1e-6..1e6 per decade, refined x/÷ 10^(1/2), 10^(1/4), 10^(1/8) around the best",
             "objective": "sum CE + l2/2 |W|^2 (scikit-learn's C = 1/l2), L-BFGS, at most 1000 iterations",
-            "features": req.linear_features,
+            "features": LinearOptions.of(req).linear_features,
         }
         return [self.base_spec(group, first, weights_sha, hparams, seed=0)]
 

@@ -14,17 +14,20 @@ with the run's provenance, and evaluated at once with linear few-shot on `--tran
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import resolve_device, resolve_precision
 from vitbench.errors import UserError
 from vitbench.protocols import pretrain_recipe as recipe
-from vitbench.protocols.base import SEEDS, Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.fewshot import FEWSHOT
+from vitbench.protocols.options import PRETRAIN_PANEL, limits, option
+from vitbench.protocols.shared_options import SEEDS, TrainingOptions
 from vitbench.registry import get_dataset
 from vitbench.weights import RANDOM
 
@@ -37,6 +40,82 @@ OBJECTIVES = ("supervised", "mpp")
 SMOKE_RES, SMOKE_BATCH, SMOKE_STEPS = 48, 64, 50  # --smoke: a pipeline check, never a number to compare
 
 
+def _rate(what: str) -> Any:
+    return option(
+        None, f"pretrain: {what}.", panel=PRETRAIN_PANEL, kind=float, bound=limits(float, 0, 1, high_open=True)
+    )
+
+
+@dataclass(frozen=True)
+class PretrainOptions(TrainingOptions):
+    """Pre-training's own options (None: Table 3's value for the dataset)."""
+
+    objective: str = option(
+        "supervised", "pretrain: supervised (§3.1) or mpp (masked patch prediction, §4.6).", panel=PRETRAIN_PANEL
+    )
+    mpp_target: str = option(
+        "mean-colour",
+        "pretrain --objective mpp: mean-colour (3-bit, 512 classes), downsized-4x4 or l2.",
+        panel=PRETRAIN_PANEL,
+    )
+    mpp_rate: float = option(
+        0.5,
+        "pretrain --objective mpp: patches corrupted (0.5).",
+        panel=PRETRAIN_PANEL,
+        bound=limits(float, 0, 1, low_open=True),  # 0 corrupts nothing: nothing to predict
+    )
+    pos_embed: str = option(
+        "1-d",
+        "pretrain, ViT: position embeddings 1-d (default), none, 2-d, relative (App. D.4's) or "
+        "relative-bias (vitbench's: a scalar per head and 2-D offset).",
+        panel=PRETRAIN_PANEL,
+    )
+    pretrain_subset: str | None = option(
+        None,
+        "pretrain: nested random subsets of train, e.g. 10%,30%,100% or image counts (Fig 4); each is "
+        "evaluated with 5-shot transfer.",
+        panel=PRETRAIN_PANEL,
+        kind=str,
+    )
+    pretrain_recipe: str = option(
+        "auto",
+        "pretrain: Table 3's row for the defaults: imagenet, imagenet21k or jft (auto: imagenet21k from "
+        "10,000 classes, else imagenet).",
+        panel=PRETRAIN_PANEL,
+    )
+    epochs: float | None = option(
+        None,
+        "pretrain: epochs of the full train split.",
+        panel=PRETRAIN_PANEL,
+        kind=float,
+        bound=limits(float, 0, low_open=True),
+    )
+    warmup: int | None = option(
+        None, "pretrain: LR warmup steps [default: 10k].", panel=PRETRAIN_PANEL, kind=int, bound=limits(int, 0)
+    )
+    lr_decay: str | None = option(None, "pretrain: linear or cosine after the warmup.", panel=PRETRAIN_PANEL, kind=str)
+    weight_decay: float | None = option(
+        None, "pretrain: decoupled weight decay.", panel=PRETRAIN_PANEL, kind=float, bound=limits(float, 0)
+    )
+    dropout: float | None = _rate("dropout rate")
+    label_smoothing: float | None = _rate("label smoothing")
+    transfer: tuple[str, ...] = option(
+        (),
+        "pretrain: datasets for the few-shot evaluation of its weights [default: imagenet where it is under "
+        "--data-dir, as Fig 4; else the pre-training dataset]; none.",
+        panel=PRETRAIN_PANEL,
+        kind=str,
+        many=True,
+    )
+    transfer_shots: tuple[int, ...] = option(
+        (5,),  # Fig 4's metric: linear 5-shot
+        "pretrain: shots of that evaluation [5].",
+        panel=PRETRAIN_PANEL,
+        many=True,
+        bound=limits(int, 1, INT32_MAX),
+    )
+
+
 class Pretrain(Protocol):
     name = "pretrain"
     version = "pretrain/1"
@@ -46,20 +125,14 @@ class Pretrain(Protocol):
     resumable = True
     from_random_init = True
     scores_transfer = False  # a dev accuracy during training: shown by `table --view pretrain`
-    reads = frozenset(
-        {
-            "seeds", "steps", "batch", "micro_batch", "lr", "smoke", "checkpoint_every", "objective", "pos_embed",
-            "pretrain_subset", "transfer", "transfer_shots", "weight_decay", "dropout", "label_smoothing", "warmup",
-            "lr_decay", "pretrain_recipe", "epochs", "mpp_target", "mpp_rate",
-        }
-    )  # fmt: skip
+    Options = PretrainOptions
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         """Learn from the part of train that fine-tuning's LR sweep learns from; stop early on its dev part."""
         return tuple(dataset.sweep_splits)
 
     def resolution(self, model: ModelSpec, req: Request) -> int:
-        if not req.smoke:
+        if not PretrainOptions.of(req).smoke:
             return recipe.RES
         return model.input_multiple * math.ceil(SMOKE_RES / model.input_multiple)
 
@@ -69,24 +142,25 @@ class Pretrain(Protocol):
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         if group.weights != RANDOM:
             raise UserError("--protocol pretrain: trains from random init; give --weights random (or leave it out)")
-        if req.objective not in OBJECTIVES:
-            raise UserError(f"--objective {req.objective}: expected one of {', '.join(OBJECTIVES)}")
+        o = PretrainOptions.of(req)
+        if o.objective not in OBJECTIVES:
+            raise UserError(f"--objective {o.objective}: expected one of {', '.join(OBJECTIVES)}")
         from vitbench import position_embeddings
 
-        if req.pos_embed not in position_embeddings.POS_EMBED:
-            raise UserError(f"--pos-embed {req.pos_embed}: expected one of {', '.join(position_embeddings.POS_EMBED)}")
-        if req.pos_embed != "1-d" and group.model.family != "vit":
-            raise UserError(f"--pos-embed {req.pos_embed}: an option of ViT backbones; {group.model.name} is not one")
-        if req.objective == "mpp" and group.model.family not in ("vit", "hybrid"):
+        if o.pos_embed not in position_embeddings.POS_EMBED:
+            raise UserError(f"--pos-embed {o.pos_embed}: expected one of {', '.join(position_embeddings.POS_EMBED)}")
+        if o.pos_embed != "1-d" and group.model.family != "vit":
+            raise UserError(f"--pos-embed {o.pos_embed}: an option of ViT backbones; {group.model.name} is not one")
+        if o.objective == "mpp" and group.model.family not in ("vit", "hybrid"):
             raise UserError(f"--objective mpp: masked patch prediction needs a ViT; {group.model.name} is not one")
-        for name in () if req.transfer == ("none",) else req.transfer:
+        for name in () if o.transfer == ("none",) else o.transfer:
             get_dataset(name)  # a misspelt transfer dataset stops the plan, not the session after hours of training
         train = group.splits[group.dataset.sweep_splits[0]]
         h = {**hparams, **settings_for(group, req, len(train))}
-        seeds = req.seeds if req.seeds != SEEDS else (0,)  # pre-training is costly: one run unless asked
+        seeds = o.seeds if o.seeds != SEEDS else (0,)  # pre-training is costly: one run unless asked
         return [
             self.base_spec(group, train, weights_sha, {**h, "subset": n}, seed)
-            for n in recipe.subset_sizes(req.pretrain_subset, len(train))
+            for n in recipe.subset_sizes(o.pretrain_subset, len(train))
             for seed in seeds
         ]
 
@@ -99,9 +173,10 @@ class Pretrain(Protocol):
     def followups(self, req: Request, groups: list[Group]) -> list[Request]:
         """Per model: linear few-shot on the --transfer datasets with the weights each run wrote,
         beside the same architecture at random init (what the pre-training bought)."""
-        if req.transfer == ("none",):
+        o = PretrainOptions.of(req)
+        if o.transfer == ("none",):
             return []
-        datasets = req.transfer or _default_transfer(req, groups)
+        datasets = o.transfer or _default_transfer(req, groups)
         follow = []
         for model in dict.fromkeys(g.model.name for g in groups):
             specs = [s for g in groups if g.model.name == model for s in g.specs]
@@ -117,7 +192,7 @@ class Pretrain(Protocol):
                     datasets=datasets,
                     protocol="fewshot",
                     weights=",".join([RANDOM, *files]),
-                    shots=req.transfer_shots,
+                    options={"shots": o.transfer_shots},
                     res=res,
                     results=req.results,
                     data_dir=req.data_dir,
@@ -172,29 +247,23 @@ def settings_for(group: Group, req: Request, n_train: int) -> dict:
     """Every setting that changes a pre-training run's numbers: Table 3's row, then the options."""
     from vitbench.engine.train_data import describe_train_aug
 
-    row = recipe.table3_row(req.pretrain_recipe, group.model.name, group.dataset.num_classes)
-    mpp = req.objective == "mpp"
-    batch = req.batch or (SMOKE_BATCH if req.smoke else recipe.BATCH)
-    steps = req.steps or (SMOKE_STEPS if req.smoke else recipe.steps_for(req.epochs or row.epochs, n_train, batch))
-    if mpp and not (req.steps or req.smoke or req.epochs):  # App. B.1.2's budget, not Table 3's epochs
+    o = PretrainOptions.of(req)  # (their ranges checked where the request was made)
+    row = recipe.table3_row(o.pretrain_recipe, group.model.name, group.dataset.num_classes)
+    mpp = o.objective == "mpp"
+    batch = o.batch or (SMOKE_BATCH if o.smoke else recipe.BATCH)
+    steps = o.steps or (SMOKE_STEPS if o.smoke else recipe.steps_for(o.epochs or row.epochs, n_train, batch))
+    if mpp and not (o.steps or o.smoke or o.epochs):  # App. B.1.2's budget, not Table 3's epochs
         steps = recipe.MPP_STEPS * recipe.MPP_BATCH // batch
-    if req.weight_decay is not None and req.weight_decay < 0:
-        raise UserError(f"--weight-decay {req.weight_decay}: expected a value of 0 or more")
-    for option, rate in (("--dropout", req.dropout), ("--label-smoothing", req.label_smoothing)):
-        if rate is not None and not 0 <= rate < 1:
-            raise UserError(f"{option} {rate}: expected a rate from 0 to below 1")
-    decay = req.lr_decay or (recipe.MPP["decay"] if mpp else row.decay)
+    decay = o.lr_decay or (recipe.MPP["decay"] if mpp else row.decay)
     if decay not in ("linear", "cosine"):
         raise UserError(f"--lr-decay {decay}: expected linear or cosine")
     return {
-        "objective": req.objective,
-        **({"mpp_target": req.mpp_target, "mpp_rate": req.mpp_rate} if mpp else {}),
-        "pos_embed": req.pos_embed,
+        "objective": o.objective,
+        **({"mpp_target": o.mpp_target, "mpp_rate": o.mpp_rate} if mpp else {}),
+        "pos_embed": o.pos_embed,
         # what the relative variants compute (a stored `relative` run from before issue 35 had the bias)
         **(
-            {"relative_positions": recipe.RELATIVE_METHOD[req.pos_embed]}
-            if req.pos_embed in recipe.RELATIVE_METHOD
-            else {}
+            {"relative_positions": recipe.RELATIVE_METHOD[o.pos_embed]} if o.pos_embed in recipe.RELATIVE_METHOD else {}
         ),  # fmt: skip
         "recipe": row.name + (" (§4.6 for the LR and decay)" if mpp else ""),
         "steps": steps,
@@ -202,13 +271,13 @@ def settings_for(group: Group, req: Request, n_train: int) -> dict:
         if mpp
         else "same steps for every subset: epochs x the full train split / batch (Fig 4: same hparams)",
         "batch": batch,
-        "lr": req.lr or (recipe.MPP["lr"] if mpp else row.lr),
-        "warmup": req.warmup if req.warmup is not None else recipe.warmup_for(steps),
+        "lr": o.lr or (recipe.MPP["lr"] if mpp else row.lr),
+        "warmup": o.warmup if o.warmup is not None else recipe.warmup_for(steps),
         "lr_decay": decay,
         "optimizer": "adamw(b1=0.9, b2=0.999), decoupled weight decay",
-        "weight_decay": req.weight_decay if req.weight_decay is not None else row.weight_decay,
-        "dropout": req.dropout if req.dropout is not None else row.dropout,
-        "label_smoothing": req.label_smoothing or 0.0,
+        "weight_decay": o.weight_decay if o.weight_decay is not None else row.weight_decay,
+        "dropout": o.dropout if o.dropout is not None else row.dropout,
+        "label_smoothing": o.label_smoothing or 0.0,
         "clip_global_norm": row.clip,  # Table 3: the ImageNet rows only
         "head": "pre_logits tanh(Dense) + linear" if group.model.family in ("vit", "hybrid") else "linear",
         "train_aug": describe_train_aug(group.dataset.train_crop, group.res)
@@ -216,7 +285,7 @@ def settings_for(group: Group, req: Request, n_train: int) -> dict:
         "early_stopping": recipe.MPP_STOPPING if mpp else f"best dev accuracy of {recipe.VALIDATIONS} evaluations",
         "subset_seed": recipe.SUBSET_SEED,
         "precision": resolve_precision(req.precision, resolve_device(req.device).type),
-        "smoke": req.smoke,
+        "smoke": o.smoke,
     }
 
 

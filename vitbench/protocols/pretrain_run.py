@@ -20,6 +20,7 @@ from vitbench.engine.pretrain_objectives import Classifier, MaskedPatchPredictio
 from vitbench.protocols import pretrain_recipe as recipe
 from vitbench.protocols.base import Group, Recorder, Request, RunSpec
 from vitbench.protocols.finetune import checkpoint_interval
+from vitbench.protocols.shared_options import TrainingOptions
 from vitbench.provenance import sha256_file
 from vitbench.store.shards import shard_dir
 from vitbench.weights import RANDOM, RANDOM_INIT_SEED, build_model, pretrained
@@ -77,7 +78,7 @@ def _validator(group: Group, h: dict, req: Request, device: torch.device, dev: S
 
 def pretrain(group: Group, spec: RunSpec, req: Request, device: torch.device, recorder: Recorder, path: Path) -> None:
     """Train, keep the best weights on dev, write them to `path` and record the run."""
-    h, world = spec.hparams, recorder.world
+    h, world, o = spec.hparams, recorder.world, TrainingOptions.of(req)
     train = recipe.nested_subset(group.splits[group.dataset.sweep_splits[0]], h["subset"])
     dev = group.splits[group.dataset.sweep_splits[1]]
     backbone, model = _model(group, h)
@@ -86,10 +87,10 @@ def pretrain(group: Group, spec: RunSpec, req: Request, device: torch.device, re
         crop=group.dataset.train_crop, flip=group.dataset.train_flip, precision=h["precision"], seed=spec.seed,
         optimizer="adamw", weight_decay=h["weight_decay"], decay=h["lr_decay"], label_smoothing=h["label_smoothing"],
         clip_norm=h["clip_global_norm"],
-        eval_every=max(1, h["steps"] // recipe.VALIDATIONS), micro_batch=req.micro_batch, compile=req.compile,
+        eval_every=max(1, h["steps"] // recipe.VALIDATIONS), micro_batch=o.micro_batch, compile=req.compile,
         workers=req.workers, input_pipeline=choose_pipeline(req.input_pipeline, device),
         log_every=max(1, min(50, h["steps"] // 10)),
-        checkpoint_every=req.checkpoint_every or checkpoint_interval(h["steps"]),
+        checkpoint_every=o.checkpoint_every or checkpoint_interval(h["steps"]),
     )  # fmt: skip
     objective = model.loss() if isinstance(model, MaskedPatchPrediction) else None
     what = f"{group.model.name} · {group.dataset.name} pretrain n={h['subset']} seed={spec.seed}"

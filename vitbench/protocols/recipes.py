@@ -8,18 +8,19 @@ Both are stored; the choice is recorded with every final run.
 from __future__ import annotations
 
 from vitbench.errors import UserError
-from vitbench.protocols.base import Group, Recorder, Request, RunSpec
+from vitbench.protocols.base import Group, Recorder, RunSpec
+from vitbench.protocols.shared_options import TrainingOptions
 
 HYPERRULE = "bit-hyperrule"
 RECIPES_NOTE = "the better on dev of the paper's LR sweep and BiT-HyperRule (App. B.1.1, ResNets)"
 
 
-def runs_hyperrule(group: Group, req: Request) -> bool:
+def runs_hyperrule(group: Group, o: TrainingOptions) -> bool:
     """The paper's ResNet baselines choose between the two recipes; with --lr there is no choice."""
-    return group.model.family == "bit" and req.lr is None
+    return group.model.family == "bit" and o.lr is None
 
 
-def hyperrule_hparams(group: Group, req: Request, res: int, steps: int) -> dict:
+def hyperrule_hparams(group: Group, o: TrainingOptions, res: int, steps: int) -> dict:
     """The HyperRule's settings for this dataset (its size and its images' size), recorded as the
     dev run's `recipe`. A shorter run than the rule's (--smoke, --steps) scales its steps, and
     --smoke its resolution too, keeping their ratios."""
@@ -28,15 +29,15 @@ def hyperrule_hparams(group: Group, req: Request, res: int, steps: int) -> dict:
     train = group.splits[group.dataset.final_splits[0]]
     first = train.image(0)
     found = bit_hyperrule.recipe(len(train), (first.height, first.width))
-    if req.smoke or req.steps:
+    if o.smoke or o.steps:
         scale = steps / found.steps[-1]
         found = bit_hyperrule.Recipe(
             tuple(max(i + 1, round(s * scale)) for i, s in enumerate(found.steps)),
-            round(res * found.precrop / found.crop) if req.smoke else found.precrop,
-            res if req.smoke else found.crop,
+            round(res * found.precrop / found.crop) if o.smoke else found.precrop,
+            res if o.smoke else found.crop,
             found.mixup,
         )
-    return found.hparams(scaled=bool(req.smoke or req.steps))
+    return found.hparams(scaled=bool(o.smoke or o.steps))
 
 
 def sweep_choice(sweep: list[RunSpec], recorder: Recorder) -> dict:

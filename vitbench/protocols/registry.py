@@ -15,6 +15,7 @@ from vitbench.protocols.fewshot import FEWSHOT
 from vitbench.protocols.finetune import FINETUNE
 from vitbench.protocols.knn import KNN
 from vitbench.protocols.linear import LINEAR
+from vitbench.protocols.options import Declared, declared
 from vitbench.protocols.pretrain import PRETRAIN
 
 log = logging.getLogger("vitbench")
@@ -57,3 +58,27 @@ def get_protocol(name: str) -> Protocol:
 def shots_protocol() -> str:
     """The protocol whose runs are labelled by shot count (the few-shot views and figure)."""
     return next(p.name for p in protocols().values() if p.has_shots)
+
+
+def option_table() -> dict[str, tuple[Declared, tuple[str, ...]]]:
+    """Every protocol option by name, with the protocols that read it (built-ins' first). One name
+    is one option: a plugin's declaration of a name already declared with another type is left
+    out (said once), so `--steps` always means the same thing."""
+    found: dict[str, tuple[Declared, tuple[str, ...]]] = {}
+    for protocol in protocols().values():
+        for d in declared(protocol.Options):
+            if d.name not in found:
+                found[d.name] = (d, (protocol.name,))
+                continue
+            first, owners = found[d.name]
+            if (first.kind, first.many) != (d.kind, d.many):
+                _warn_once(f"protocol {protocol.name}: option {d.flag} is declared by {owners[0]} with another "
+                           "type; it keeps that one")  # fmt: skip
+                continue
+            found[d.name] = (first, (*owners, protocol.name))
+    return found
+
+
+@cache
+def _warn_once(message: str) -> None:
+    log.warning("%s", message)

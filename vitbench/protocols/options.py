@@ -1,0 +1,178 @@
+"""Protocol options: each protocol declares the options only it reads as a frozen dataclass of
+`option(...)` fields (default, help, help panel, choices, range), and everything else is made
+from those declarations.
+
+    @dataclass(frozen=True)
+    class KnnOptions(ProtocolOptions):
+        knn_k: tuple[int, ...] = option((20,), "knn: neighbour counts", kind=int, many=True,
+                                        bound=limits(int, 1, INT32_MAX), panel=FEWSHOT_PANEL)
+
+`vitbench run` grows a `--knn-k` flag in that panel (cli/run_command.py), a `--config` file takes
+`knn_k` (at its top level or in a `[protocols.knn]` table), the Python API takes `knn_k=...`, and
+the protocol reads its typed values with `KnnOptions.of(req)`. A `Request` carries the values the
+user gave (`req.options`, by name); the dataclass supplies the defaults and checks every value
+once, before any work. One name means one option across protocols (fine-tuning's and
+pre-training's `steps` are one `--steps`), so two declarations of a name must agree on its type.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Any, Self
+
+from vitbench.errors import UserError
+from vitbench.protocols.bounds import MAX_VALUES, Bound, problem
+
+# `vitbench run --help`'s panels, in the order it shows them: the options a protocol declares name one
+WHAT_PANEL = "What to run"
+DATA_PANEL = "Data"
+FEWSHOT_PANEL = "Few-shot, k-NN, linear probe and eval"
+FINETUNE_PANEL = "Fine-tuning (--protocol finetune)"
+PRETRAIN_PANEL = "Pre-training (--protocol pretrain)"
+DEVICES_PANEL = "Devices and precision"
+CLUSTER_PANEL = "Several nodes (torchrun) and clusters (submitit)"
+OUTPUT_PANEL = "Output"
+PANELS = (
+    WHAT_PANEL,
+    DATA_PANEL,
+    FEWSHOT_PANEL,
+    FINETUNE_PANEL,
+    PRETRAIN_PANEL,
+    DEVICES_PANEL,
+    CLUSTER_PANEL,
+    OUTPUT_PANEL,
+)
+PROTOCOL_PANELS_END = PANELS.index(DEVICES_PANEL)  # a plugin's own panel shows after the built-in protocols'
+
+_META = "vitbench.option"
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One protocol option, as its declaration gives it."""
+
+    name: str  # the dataclass field: the API keyword and the config key
+    kind: type  # int, float, str or bool (of each value, for a list)
+    many: bool  # a comma list on the command line, a TOML array, a tuple in the API
+    default: Any
+    help: str
+    panel: str
+    choices: tuple[str, ...] = ()
+    bound: Bound | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def default_text(self) -> str | None:
+        """The default as `--help` shows it, or None where the help text says it."""
+        if self.default is None or self.default is False or "[default" in self.help:
+            return None
+        return ",".join(map(str, self.default)) if self.many else str(self.default)
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` cannot be this option's value, or None."""
+        if value is None and self.default is None:
+            return None
+        if self.many:
+            if not isinstance(value, tuple | list | range):
+                return f"{self.flag}: expected a list of {_plural(self.kind)}, got {value!r}"
+            if len(value) > MAX_VALUES:
+                return f"{self.flag}: {len(value):,} values; expected at most {MAX_VALUES:,}"
+            return next((why for v in value if (why := self._one(v))), None)
+        return self._one(value)
+
+    def _one(self, value: Any) -> str | None:
+        if self.choices and value not in self.choices:
+            return f"{self.flag} {value}: expected {', '.join(self.choices[:-1])} or {self.choices[-1]}"
+        if self.bound is not None:
+            return problem(self.bound, value)
+        if self.kind is bool and not isinstance(value, bool):
+            return f"{self.flag} {value!r}: expected true or false"
+        if self.kind is str and not isinstance(value, str):
+            return f"{self.flag} {value!r}: expected a string"
+        return None
+
+
+def _plural(kind: type) -> str:
+    return {int: "integers", float: "numbers", str: "strings"}.get(kind, "values")
+
+
+def limits(kind: type, low: float, high: float = math.inf, *, low_open: bool = False, high_open: bool = False) -> Bound:
+    """A numeric option's range; the declaration fills in its flag."""
+    return Bound("", kind, low, high, low_open, high_open)
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    panel: str,
+    kind: type | None = None,
+    many: bool = False,
+    choices: tuple[str, ...] = (),
+    bound: Bound | None = None,
+) -> Any:
+    """A field of a ProtocolOptions dataclass: its default, `--help` text and panel, and what it accepts.
+    `kind` is the type of one value (taken from the default where it has one)."""
+    if kind is None:
+        sample = default[0] if many and default else default
+        kind = type(sample) if sample is not None else str
+    meta = {"help": help, "panel": panel, "kind": kind, "many": many, "choices": choices, "bound": bound}
+    return field(default=default, metadata={_META: meta})
+
+
+_declared: dict[type, tuple[Declared, ...]] = {}
+
+
+def declared(cls: type) -> tuple[Declared, ...]:
+    """The options a ProtocolOptions dataclass declares, in field order (read once per class)."""
+    if cls in _declared:
+        return _declared[cls]
+    found = []
+    for f in fields(cls):
+        meta = f.metadata.get(_META)
+        if meta is None or f.default is MISSING:
+            raise TypeError(f"{cls.__name__}.{f.name}: declare protocol options with options.option(...)")
+        bound = meta["bound"]
+        found.append(
+            Declared(
+                f.name,
+                meta["kind"],
+                meta["many"],
+                f.default,
+                meta["help"],
+                meta["panel"],
+                meta["choices"],
+                None if bound is None else replace(bound, option="--" + f.name.replace("_", "-")),
+            )
+        )
+    _declared[cls] = tuple(found)
+    return _declared[cls]
+
+
+@dataclass(frozen=True)
+class ProtocolOptions:
+    """The options one protocol reads (none: this class itself). Subclasses are frozen dataclasses
+    of `option(...)` fields; building one checks every value."""
+
+    def __post_init__(self) -> None:
+        for d in declared(type(self)):
+            value = getattr(self, d.name)
+            if d.many and isinstance(value, list | range):
+                object.__setattr__(self, d.name, tuple(value))
+            if why := d.problem(value):
+                raise UserError(why)
+
+    @classmethod
+    def of(cls, given: Mapping[str, Any] | Any) -> Self:
+        """This protocol's options from a Request (or its `options` mapping): the values given,
+        the declared defaults for the rest."""
+        values = getattr(given, "options", given)
+        return cls(**{d.name: values[d.name] for d in declared(cls) if d.name in values})
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        return frozenset(d.name for d in declared(cls))

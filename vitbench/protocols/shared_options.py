@@ -1,0 +1,64 @@
+"""Options more than one built-in protocol reads, declared once: one name is one option
+(`--seeds` of few-shot, fine-tuning and pre-training; `--steps` of fine-tuning and pre-training)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vitbench.protocols.bounds import INT32_MAX
+from vitbench.protocols.options import FINETUNE_PANEL, WHAT_PANEL, ProtocolOptions, limits, option
+
+SEEDS = (0, 1, 2)  # the paper's three runs per setting (App. B; big_vision's few-shot seeds)
+
+
+@dataclass(frozen=True)
+class SeededOptions(ProtocolOptions):
+    seeds: tuple[int, ...] = option(
+        SEEDS, "Comma-separated seeds [default: 0,1,2].", panel=WHAT_PANEL, many=True, bound=limits(int, 0, INT32_MAX)
+    )
+
+
+@dataclass(frozen=True)
+class TrainingOptions(SeededOptions):
+    """What fine-tuning and pre-training both take (None: the protocol's recipe decides)."""
+
+    steps: int | None = option(
+        None,
+        "finetune, pretrain: optimizer steps [default: Table 4's / 3's].",
+        panel=FINETUNE_PANEL,
+        kind=int,
+        bound=limits(int, 1, INT32_MAX),
+    )
+    batch: int | None = option(
+        None,
+        "finetune, pretrain: global batch over all devices [512 / 4096].",
+        panel=FINETUNE_PANEL,
+        kind=int,
+        bound=limits(int, 1),
+    )
+    micro_batch: int | None = option(
+        None,
+        "finetune: images per pass per device; the rest is accumulated.",
+        panel=FINETUNE_PANEL,
+        kind=int,
+        bound=limits(int, 1),
+    )
+    lr: float | None = option(
+        None,
+        "finetune: a fixed base LR instead of the dev sweep; pretrain: the LR.",
+        panel=FINETUNE_PANEL,
+        kind=float,
+        bound=limits(float, 0, low_open=True),
+    )
+    smoke: bool = option(
+        False,
+        "finetune: 20 steps, batch 32, 64 px (pretrain: 50, 64, 48 px); marked, never compared.",
+        panel=FINETUNE_PANEL,
+    )
+    checkpoint_every: int | None = option(
+        None,
+        "finetune: steps between resumable checkpoints [default: steps/10, 50..500].",
+        panel=FINETUNE_PANEL,
+        kind=int,
+        bound=limits(int, 1),
+    )
