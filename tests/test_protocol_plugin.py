@@ -1,8 +1,10 @@
 """A protocol and a dataset from another package: nearest-class-mean on frozen features, defined
 here, installed as a real wheel that registers through the `vitbench.protocols` and
 `vitbench.datasets` entry-point groups, and run end to end through `vitbench run`, the store and
-`vitbench table`, without any change to vitbench's own modules."""
+`vitbench table`, without any change to vitbench's own modules. The protocol declares an option of
+its own (`--ncm-norm`), which `vitbench run --help`, a config file and the Python API all take."""
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from conftest import install_wheel
 PACKAGE = '''
 """Nearest class mean: each test image takes the class whose mean L2-normalised train feature is
 closest in cosine similarity."""
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
@@ -23,6 +26,15 @@ from vitbench.datasets.digits import load_digits
 from vitbench.devices import Clock
 from vitbench.engine.features import group_model, outputs_over
 from vitbench.protocols.base import Protocol
+from vitbench.protocols.options import ProtocolOptions, option
+
+
+@dataclass(frozen=True)
+class NcmOptions(ProtocolOptions):
+    ncm_norm: str = option(
+        "l2", "ncm: the features' normalisation before the class means: l2 or none.",
+        panel="Nearest class mean (--protocol ncm)", choices=("l2", "none"),
+    )
 
 
 class NearestClassMean(Protocol):
@@ -30,13 +42,15 @@ class NearestClassMean(Protocol):
     version = "ncm/1"
     summary = "nearest class mean on L2-normalised frozen features"
     label = "nearest-class-mean"
+    Options = NcmOptions
 
     def splits(self, dataset):
         return dataset.fewshot_splits
 
     def plan(self, group, req, weights_sha, hparams):
         first = group.splits[self.splits(group.dataset)[0]]
-        return [self.base_spec(group, first, weights_sha, {**hparams, "normalise": "l2"}, seed=0)]
+        norm = NcmOptions.of(req).ncm_norm
+        return [self.base_spec(group, first, weights_sha, {**hparams, "normalise": norm}, seed=0)]
 
     def run(self, group, todo, req, device, recorder):
         started, clock = datetime.now(UTC), Clock(device)
@@ -46,7 +60,8 @@ class NearestClassMean(Protocol):
             outputs_over(group, s, req, device, clock, {"representation": "ncm"}, features, model)
             for s in self.splits(group.dataset)
         ]
-        unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)
+        norm = todo[0].hparams["normalise"]
+        unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True) if norm == "l2" else x
         train_x, test_x = unit(train.values.astype(np.float64)), unit(test.values.astype(np.float64))
         means = np.stack([train_x[train.labels == c].mean(0) for c in range(group.dataset.num_classes)])
         accuracy = float((np.argmax(test_x @ means.T, axis=1) == test.labels).mean())
@@ -115,6 +130,45 @@ def test_a_protocol_and_a_dataset_from_another_package_run_end_to_end(site, tmp_
     assert len(cells) == 1 and float(cells[0].split(",")[2]) == pytest.approx(value * 100)
 
 
+def _hparams(results) -> list[dict]:
+    import duckdb
+
+    con = duckdb.connect(str(results / "vitbench.duckdb"), read_only=True)
+    rows = con.execute("SELECT hparams FROM runs WHERE protocol = 'ncm' ORDER BY started_at").fetchall()
+    con.close()
+    return [json.loads(h) for (h,) in rows]
+
+
+def test_the_plugins_own_option_is_a_flag_a_config_key_and_stored(site, tmp_path):
+    """Issue 30: a plugin protocol's option shows in `vitbench run --help` in its own panel (after
+    the built-in protocols' panels), runs from the command line and from a `[protocols.ncm]`
+    table, is stored in the run's hparams, and a wrong value is one line naming the flag."""
+    code, shown, err = vitbench(site, "run", "--help")
+    assert code == 0, err
+    panel = shown.find("─ Nearest class mean (--protocol ncm) ─")
+    assert -1 < shown.find("─ Pre-training (--protocol pretrain) ─") < panel < shown.find("─ Devices and precision ─")
+    assert "--ncm-norm" in shown[panel:] and "l2 or none" in shown[panel:] and "[default: l2]" in shown[panel:]
+
+    results = tmp_path / "results"
+    run = ("run", "--model", "vit-ti/16", "--weights", "random", "--res", "32", "--workers", "0",
+           "--protocol", "ncm", "--dataset", "low-digits", "--results", results)  # fmt: skip
+    code, _, err = vitbench(site, *run, "--ncm-norm", "none")
+    assert code == 0, err
+    config = tmp_path / "ncm.toml"
+    config.write_text('[protocols.ncm]\nncm_norm = "l2"\n')
+    code, _, err = vitbench(site, *run, "--config", config)
+    assert code == 0, err
+    assert [h["normalise"] for h in _hparams(results)] == ["none", "l2"]  # two runs: two keys
+
+    code, printed, err = vitbench(site, *run, "--ncm-norm", "none", "--print-config")
+    assert code == 0 and 'ncm_norm = "none"' in printed, err
+    code, _, err = vitbench(site, *run, "--ncm-norm", "cosine")
+    assert code == 2 and "--ncm-norm cosine: expected l2 or none" in err and "Traceback" not in err
+    config.write_text('[protocols.fewshot]\nncm_norm = "l2"\n')
+    code, _, err = vitbench(site, *run, "--config", config)
+    assert code == 2 and "key 'ncm_norm' is not an option of fewshot; ncm reads it" in err
+
+
 def test_a_protocol_registered_in_process_runs_through_the_python_api(tmp_path):
     """A notebook's way: `register` a protocol object, then `vitbench.run` and `vitbench.results`."""
     import vitbench
@@ -132,6 +186,12 @@ def test_a_protocol_registered_in_process_runs_through_the_python_api(tmp_path):
         assert [s.protocol for s in summary.specs] == ["ncm"] and summary.ran == 1
         frame = vitbench.results(tmp_path, where=["protocol=ncm"])
         assert list(frame["metric"]) == ["accuracy"] and 0.1 < frame["value"].iloc[0] <= 1.0
+        # its own option, as a keyword of the API (issue 30): stored in the run's hparams
+        plain = vitbench.plan(model="vit-ti/16", weights="random", protocol="ncm", datasets="digits", res=32,
+                              ncm_norm="none", results=tmp_path)  # fmt: skip
+        assert plain[0].specs[0].hparams["normalise"] == "none"
+        with pytest.raises(UserError, match="--ncm-norm cosine: expected l2 or none"):
+            vitbench.plan(model="vit-ti/16", weights="random", protocol="ncm", datasets="digits", ncm_norm="cosine")
         with pytest.raises(UserError, match="--protocol nope: expected fewshot, eval, .*, pretrain, ncm"):
             registry.get_protocol("nope")
     finally:
