@@ -96,3 +96,32 @@ def _reaches_heavy(module: str, top: dict[str, set[str]], seen: set[str]) -> boo
         if target.split(".")[0] in HEAVY or (target in top and _reaches_heavy(target, top, seen)):
             return True
     return False
+
+
+# where a protocol's name must never decide anything: the views ask a protocol's attributes instead
+# (heading, headline_rank, scores_own_head, trains, from_random_init, has_shots: protocols/base.py)
+NAME_FREE = ("vitbench/views", "vitbench/execution", "vitbench/store", "vitbench/api.py", "vitbench/cli/output.py")
+
+
+def test_no_view_and_no_runner_compares_a_protocol_name():
+    """Issue 30: views tested protocol names (report headings keyed by name, `== "eval"` for the
+    robustness and calibration rows, `== "pretrain"` for Fig 4/5, `== "finetune"` for the training
+    curves), so a plugin protocol could not take part in them."""
+    from vitbench.protocols.registry import BUILTIN
+
+    names = {p.name for p in BUILTIN}
+    found = []
+    for root in NAME_FREE:
+        paths = [ROOT / root] if root.endswith(".py") else sorted((ROOT / root).rglob("*.py"))
+        for path in paths:
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Compare):
+                    named = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and n.value in names]
+                elif isinstance(node, ast.Dict):  # a table keyed by protocol names is the same test
+                    named = [k.value for k in node.keys if isinstance(k, ast.Constant) and k.value in names]
+                    named = named if len(named) > 1 else []
+                else:
+                    continue
+                if named:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} names {named}")
+    assert found == []

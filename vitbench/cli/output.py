@@ -11,6 +11,7 @@ from vitbench.atomic import write_atomic
 from vitbench.cli.app import err, print_table
 from vitbench.cli.options import check_choice
 from vitbench.errors import UserError
+from vitbench.protocols.registry import weights_protocol
 from vitbench.views import pretraining, render, table
 from vitbench.views.cells import TableData
 
@@ -22,7 +23,7 @@ def print_summary_table(results: Path, run_keys: set[str] | None = None) -> None
     df = store.read_results(results)
     if run_keys is not None:
         df = df[df["run_key"].isin(run_keys)]
-    if (df["protocol"] == pretraining.PROTOCOL).any():
+    if (df["protocol"] == weights_protocol()).any():
         linked = pretraining.link(df)
         print_table(render.to_rich(pretraining.pretrain_view(df)))
         df = df[~df["run_key"].isin(set(linked.runs["run_key"]) | set(linked.transfer["run_key"]))]

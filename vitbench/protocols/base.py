@@ -153,6 +153,11 @@ class Protocol:
     has_shots: ClassVar[bool] = False  # its runs are labelled by shot count (`--shots`)
     from_random_init: ClassVar[bool] = False  # it makes weights: `--weights` defaults to random
     scores_transfer: ClassVar[bool] = True  # its accuracies are transfer results (the accuracy views show them)
+    # what the views ask of it, so that no view tests a protocol's name:
+    heading: ClassVar[str] = ""  # its section of `vitbench report` (default: its label)
+    headline_rank: ClassVar[int | None] = None  # its column in the report's summary (None: after the ranked ones)
+    scores_own_head: ClassVar[bool] = False  # it scores the checkpoint's own classifier (robustness, calibration)
+    trains: ClassVar[bool] = False  # it trains a network and stores its training curves
     # the options only it (or a few protocols) reads: `vitbench run` flags, config keys, API keywords
     Options: ClassVar[type[ProtocolOptions]] = ProtocolOptions
 

@@ -49,6 +49,9 @@ class Eval(Protocol):
     Options = EvalOptions
     summary = "score the checkpoint's own classifier (top-1, top-5, ImageNet ReaL)"
     label = "eval"
+    heading = "The checkpoints' own classifiers (eval)"
+    headline_rank = 2
+    scores_own_head = True  # only the checkpoint's own classifier can be scored on a shifted label space
     compares_with_paper = True
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:

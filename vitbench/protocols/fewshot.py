@@ -81,6 +81,8 @@ class FewShot(Protocol):
     summary = "closed-form linear few-shot on frozen features (1/5/10/25 shots x 3 seeds)"
     label = "few-shot"
     has_shots = True
+    heading = "Few-shot linear evaluation"
+    headline_rank = 0
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         return dataset.fewshot_splits  # shots from the first, scored on the second

@@ -111,6 +111,9 @@ class Finetune(Protocol):
     version = "finetune/3"  # 2: TF's inception-crop sampler; 3: TF's resize, BiT's VTAB crop, bilinear always
     summary = "App. B fine-tuning: dev LR sweep, then 3 seeds on the full train split"
     label = "fine-tuned"
+    heading = "Fine-tuning"
+    headline_rank = 1
+    trains = True
     compares_with_paper = True
     data_parallel = True
     resumable = True

@@ -41,6 +41,8 @@ class KNearestNeighbours(Protocol):
     version = "knn/3"
     summary = "weighted k-NN on frozen features (DINO: cosine, k=20, T=0.07), top-1 and top-5"
     label = "k-NN"
+    heading = "k-NN"
+    headline_rank = 3
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         return dataset.fewshot_splits  # the memory bank, then the scored split

@@ -46,6 +46,8 @@ class LinearProbe(Protocol):
     summary = "full-data logistic-regression probe on frozen features, L2 chosen on a validation split (CLIP's)"
     Options = LinearOptions
     label = "linear-probe"
+    heading = "Linear probe"
+    headline_rank = 4
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         return dataset.fewshot_splits  # train (the validation split is carved from it), then test

@@ -121,6 +121,8 @@ class Pretrain(Protocol):
     version = "pretrain/1"
     summary = "pre-train from random init (Table 3 recipe, --objective mpp, --pretrain-subset), then 5-shot transfer"
     label = "pre-trained"
+    heading = "Pre-training"
+    trains = True
     data_parallel = True
     resumable = True
     from_random_init = True

@@ -60,6 +60,21 @@ def shots_protocol() -> str:
     return next(p.name for p in protocols().values() if p.has_shots)
 
 
+def own_head_protocol() -> str:
+    """The protocol that scores the checkpoint's own classifier (the robustness and calibration views)."""
+    return next(p.name for p in protocols().values() if p.scores_own_head)
+
+
+def weights_protocol() -> str:
+    """The protocol that makes weights from random init (the pre-training views, Fig 4 and 5)."""
+    return next(p.name for p in protocols().values() if p.from_random_init)
+
+
+def transfer_training_protocol() -> str:
+    """The protocol that trains on the transfer task itself (the default of the training-curves figure)."""
+    return next(p.name for p in protocols().values() if p.trains and p.scores_transfer)
+
+
 def option_table() -> dict[str, tuple[Declared, tuple[str, ...]]]:
     """Every protocol option by name, with the protocols that read it (built-ins' first). One name
     is one option: a plugin's declaration of a name already declared with another type is left

@@ -22,7 +22,7 @@ import pandas as pd
 from vitbench import paper
 from vitbench.datasets.vtab import GROUPS, TASKS, group_means
 from vitbench.errors import UserError
-from vitbench.protocols.registry import shots_protocol
+from vitbench.protocols.registry import protocols, shots_protocol, transfer_training_protocol, weights_protocol
 from vitbench.store.query import json_field
 from vitbench.views import cells, columns, table
 
@@ -180,7 +180,7 @@ def vtab_figure(
 def pretraining_costs(df: pd.DataFrame) -> dict[str, tuple[float, float | None]]:
     """sha256 of the weights a vitbench pre-training run wrote -> (the exaFLOPs it counted, its
     accelerator-days): the pre-training cost of transfer runs that used those weights."""
-    pre = df[df["protocol"] == "pretrain"].drop_duplicates("run_key")
+    pre = df[df["protocol"] == weights_protocol()].drop_duplicates("run_key")
     costs = {}
     for _, run in pre.iterrows():
         sha = columns.written_weights_sha(run["notes"])
@@ -328,7 +328,7 @@ def curves_figure(
         if runs["run_key"].nunique() > 1:
             raise UserError(f"--run {run}: matches {runs['run_key'].nunique()} runs; give more of the run_key")
     else:
-        runs = runs[runs["protocol"] == "finetune"]
+        runs = runs[runs["protocol"] == transfer_training_protocol()]
     if runs.empty:
         raise UserError("no fine-tuning run with training curves is stored; run `vitbench run --protocol finetune`")
     chosen = runs.sort_values("finished_at").iloc[-1]
@@ -346,7 +346,8 @@ def curves_figure(
     label = columns.weights_label(
         chosen["model"], chosen["weights"], chosen["weights_sha256"], bool(chosen["random_init"])
     )
-    what = {"finetune": "Fine-tuning", "pretrain": "Pre-training"}.get(chosen["protocol"], chosen["protocol"])
+    ran = protocols().get(chosen["protocol"])
+    what = (ran.heading if ran else "") or chosen["protocol"]
     loss_ax.set_title(f"{what}: {label} on {chosen['dataset']}, seed {int(chosen['seed'])}", fontsize=9)
     stage = f"{h['stage']} stage, " if h.get("stage") else ""
     caption = (

@@ -17,14 +17,13 @@ import pandas as pd
 
 from vitbench import paper
 from vitbench.errors import UserError
-from vitbench.protocols.registry import shots_protocol
+from vitbench.protocols.registry import shots_protocol, weights_protocol
 from vitbench.store.query import json_field
 from vitbench.views.cells import SMOKE_MARK, Cell, TableData
 from vitbench.views.columns import written_weights_sha
 from vitbench.views.plots import FILE, Figure, Look, legend, new_figure, runs_text, save
 from vitbench.views.table import title
 
-PROTOCOL = "pretrain"
 BASELINE = "random init"
 FIG4_SHOTS = 5  # Fig 4's metric: linear 5-shot
 
@@ -39,7 +38,7 @@ class Linked:
 
 
 def link(df: pd.DataFrame) -> Linked:
-    pre = df[df["protocol"] == PROTOCOL]
+    pre = df[df["protocol"] == weights_protocol()]
     if pre.empty:
         raise UserError("no pre-training runs are stored; run `vitbench run --protocol pretrain`")
     few = df[(df["protocol"] == shots_protocol()) & (df["metric"] == "accuracy")]

@@ -23,7 +23,7 @@ import pandas as pd
 from vitbench import store
 from vitbench.datasets.robustness import ROBUSTNESS_NAMES
 from vitbench.errors import UserError
-from vitbench.protocols.registry import protocols, shots_protocol
+from vitbench.protocols.registry import own_head_protocol, protocols, shots_protocol, weights_protocol
 from vitbench.store.query import apply_where, json_field
 from vitbench.views import (
     attention,
@@ -43,13 +43,6 @@ from vitbench.views.footnotes import short_fingerprint
 from vitbench.views.private_paths import explanation, private_roots, redact
 
 WIDE = 8  # measured columns: a protocol's table with more is split into tables of whole models and weights
-HEADINGS = {  # a protocol's section; a plugin's is its label
-    "fewshot": "Few-shot linear evaluation",
-    "finetune": "Fine-tuning",
-    "eval": "The checkpoints' own classifiers (eval)",
-    "knn": "k-NN",
-    "linear": "Linear probe",
-}
 
 
 @dataclass
@@ -98,7 +91,8 @@ def _protocol_section(page: Page, name: str) -> Section:
     label = spec.label if spec else name
     df = page.df[page.df["protocol"] == name]
     compare = page.compare if name in paper_comparable() else ()
-    out = Section(report_page.safe_id(name), HEADINGS.get(name, label))
+    protocol = protocols().get(name)
+    out = Section(report_page.safe_id(name), (protocol.heading if protocol else "") or label)
     views = [table.accuracy_view(part, compare, name, ci=page.results, compact=True) for part in _narrow(df, name)]
     for view in views:
         view.title = view.title.replace("Table 2 layout: top-1", f"{out.heading}: top-1")
@@ -109,9 +103,10 @@ def _protocol_section(page: Page, name: str) -> Section:
                                                                               plots.PAGE)))  # fmt: skip
     if name == shots_protocol():
         out.parts.append(page.figure("fewshot", lambda: plots.fewshot_figure(df, page.figures, ("svg",), plots.PAGE)))
-    curves = store.read_curves(page.results, list(df["run_key"].unique())) if name == "finetune" else None
+    trains = protocol is not None and protocol.trains
+    curves = store.read_curves(page.results, list(df["run_key"].unique())) if trains else None
     if curves is not None and not curves.empty:
-        out.parts.append(page.figure("curves-finetune", lambda: plots.curves_figure(
+        out.parts.append(page.figure(f"curves-{out.anchor}", lambda: plots.curves_figure(
             df, curves, page.figures, ("svg",), None, plots.PAGE)))  # fmt: skip
     return out
 
@@ -144,7 +139,7 @@ def _pretraining_section(page: Page) -> Section:
                                                                                  plots.PAGE)))  # fmt: skip
     out.parts.append(page.figure("compute", lambda: pretraining.compute_figure(page.df, page.figures, ("svg",),
                                                                                plots.PAGE)))  # fmt: skip
-    pre = page.df[page.df["protocol"] == pretraining.PROTOCOL]
+    pre = page.df[page.df["protocol"] == weights_protocol()]
     curves = store.read_curves(page.results, list(pre["run_key"].unique()))
     if not curves.empty:
         latest = pre.sort_values("finished_at")["run_key"].iloc[-1]
@@ -184,14 +179,15 @@ def _sections(page: Page, only: str | None) -> list[Section]:
             head.parts.append(page.table("summary", gist.headline, filter_box=False))
         out.append(head)
     out += [_protocol_section(page, p) for p in transfer]
-    evals = df[df["protocol"] == "eval"] if not df.empty else df
-    if only in (None, "eval") and not evals.empty and evals["dataset"].isin(ROBUSTNESS_NAMES).any():
-        shifted = robustness.robustness_view(df, (), "eval")
+    own = own_head_protocol()
+    evals = df[df["protocol"] == own] if not df.empty else df
+    if only in (None, own) and not evals.empty and evals["dataset"].isin(ROBUSTNESS_NAMES).any():
+        shifted = robustness.robustness_view(df, (), own)
         out.append(Section("robustness", "Robustness", [page.table("robustness", shifted)]))
-    if only in (None, "eval") and not evals.empty and evals["metric"].isin(["ece", "nll"]).any():
+    if only in (None, own) and not evals.empty and evals["metric"].isin(["ece", "nll"]).any():
         calibration = per_class.calibration_view(df)
         out.append(Section("calibration", "Calibration", [page.table("calibration", calibration, filter_box=False)]))
-    if pretraining.PROTOCOL in present:
+    if weights_protocol() in present:
         out.append(_pretraining_section(page))
     if only is None:
         distances = store.read_attention_distance(page.results)

@@ -11,12 +11,12 @@ import pandas as pd
 from vitbench import paper
 from vitbench.datasets.robustness import ROBUSTNESS
 from vitbench.errors import UserError
+from vitbench.protocols.registry import own_head_protocol
 from vitbench.views.cells import SUBSET_MARK, Cell, TableData
 from vitbench.views.columns import measured_columns, meta_by_column, seed_cell
 from vitbench.views.footnotes import marker_footnotes, provenance_footnotes
 from vitbench.views.table import add_deltas, paper_columns, resolve_delta_to
 
-PROTOCOL = "eval"  # only the checkpoint's own classifier can be scored on these label spaces
 # row key -> (dataset, stored metric, row label); the ImageNet rows first, the shifts below them
 ROWS: dict[str, tuple[str, str, str]] = {
     "imagenet": ("imagenet", "accuracy", "ImageNet"),
@@ -66,13 +66,14 @@ def robustness_view(
     """Rows ImageNet, ReaL, each robustness set (ObjectNet also top-5) and the average drop; one
     measured column per (model, weights) evaluated with its own head; paper columns where the
     paper has robustness numbers (all of them when `compare` is empty)."""
-    if protocol not in (None, PROTOCOL):
-        raise UserError(f"--view robustness shows --protocol {PROTOCOL} runs (the checkpoint's own ImageNet head)")
+    own = own_head_protocol()  # only the checkpoint's own classifier can be scored on these label spaces
+    if protocol not in (None, own):
+        raise UserError(f"--view robustness shows --protocol {own} runs (the checkpoint's own ImageNet head)")
     robust = paper.table("robustness")
     names = list(compare) or list(dict.fromkeys(robust["column"]))
     delta_to = resolve_delta_to(names, delta_to)
     datasets = {d for d, _, _ in ROWS.values()}
-    m = measured_columns(df[df["dataset"].isin(datasets)] if not df.empty else df, PROTOCOL)
+    m = measured_columns(df[df["dataset"].isin(datasets)] if not df.empty else df, own)
     data = TableData(title="Robustness: the ImageNet head under distribution shift, top-1 accuracy (%)")
     row_of = {key: label for key, (_, _, label) in ROWS.items()}
     for label in row_of.values():

@@ -26,7 +26,6 @@ from vitbench.views.table import TABLE2_ROWS, title
 # the transfer protocols in the order the report shows them (the summary's columns, the sections):
 # frozen features few-shot, then fine-tuned, the checkpoint's own head, then the other frozen-feature
 # probes; a plugin's protocol after them, in the registry's order
-ORDER = ("fewshot", "finetune", "eval", "knn", "linear")
 HEADLINE_SHOTS = 10  # the few-shot column: 10 shots where stored (else the most shots stored, said in the cell)
 
 
@@ -51,10 +50,16 @@ def identities(df: pd.DataFrame) -> pd.Series:
 
 
 def in_report_order(names) -> list[str]:
-    """`names` (protocols) as the report orders them: ORDER's first, then the registry's order."""
-    known = list(protocols())
-    return sorted(set(names), key=lambda p: (ORDER.index(p) if p in ORDER else len(ORDER),
-                                             known.index(p) if p in known else len(known), p))  # fmt: skip
+    """`names` (protocols) as the report orders them: by each protocol's headline rank, then the
+    registry's order (a plugin's after vitbench's)."""
+    known = protocols()
+    order = list(known)
+
+    def rank(p: str) -> tuple:
+        headline = known[p].headline_rank if p in known else None
+        return (headline is None, headline or 0, order.index(p) if p in order else len(order), p)
+
+    return sorted(set(names), key=rank)
 
 
 def summarise(df: pd.DataFrame, compare: Sequence[str] = ()) -> Summary:
