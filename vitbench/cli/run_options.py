@@ -169,7 +169,12 @@ AssumeMfu = Annotated[
 ]
 Config = Annotated[
     Path | None,
-    option("--config", panel=WHAT, help="A TOML file of these options (and [suites.NAME]); the command line wins."),
+    option(
+        "--config",
+        panel=WHAT,
+        help="A TOML file of these options (a protocol's also in [protocols.NAME]; and [suites.NAME]); "
+        "the command line wins.",
+    ),
 ]
 PrintConfig = Annotated[
     bool, option("--print-config", panel=WHAT, help="Print the resolved options as a --config file and stop.")
