@@ -7,7 +7,7 @@ from those declarations.
         knn_k: tuple[int, ...] = option((20,), "knn: neighbour counts", kind=int, many=True,
                                         bound=limits(int, 1, INT32_MAX), panel=FEWSHOT_PANEL)
 
-`vitbench run` grows a `--knn-k` flag in that panel (cli/run_command.py), a `--config` file takes
+`vitbench run` grows a `--knn-k` flag in that panel (cli/protocol_flags.py), a `--config` file takes
 `knn_k` (at its top level or in a `[protocols.knn]` table), the Python API takes `knn_k=...`, and
 the protocol reads its typed values with `KnnOptions.of(req)`. A `Request` carries the values the
 user gave (`req.options`, by name); the dataclass supplies the defaults and checks every value
