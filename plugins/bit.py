@@ -10,6 +10,18 @@ from vitbench.backend import Backend, ModelSpec
 class BiTBackend(Backend):
     family = "bit"
     representation = "GAP(GN+ReLU)"
+    channels_last = True
+    resnet_baseline = True  # the paper's ResNet baselines (App. B.1.1)
+
+    def fits_npz(self, spec, model, shapes) -> bool:
+        """big_transfer's layout: a root block, then units per stage."""
+        if "root_block/standardized_conv2d/kernel" not in shapes:
+            return False
+        units = [len({k.split("/")[1] for k in shapes if k.startswith(f"block{b}/")}) for b in range(1, 5)]
+        return (
+            model.stem.conv.weight.shape[0] == shapes["root_block/standardized_conv2d/kernel"][-1]
+            and [len(stage.blocks) for stage in model.stages] == units
+        )
 
 
 BACKEND = BiTBackend()

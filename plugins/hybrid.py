@@ -12,6 +12,10 @@ from vitbench.backend import ModelSpec
 
 class HybridBackend(ViTBackend):
     family = "hybrid"
+    channels_last = True  # the ResNet stem
+    position_variants = False  # Table 8 is of plain ViTs
+    in21k_without_pre_logits = False
+    npz_has_conv_root = True
 
 
 BACKEND = HybridBackend()

@@ -21,6 +21,26 @@ if TYPE_CHECKING:  # torch loads where a model is built: listing models and read
 class ViTBackend(Backend):
     family = "vit"
     representation = "LN(CLS)"
+    position_variants = True
+    patch_prediction = True
+    pre_logits_head = True
+    in21k_without_pre_logits = True
+    npz_has_conv_root = False  # vit_jax's hybrid layout adds a ResNet root (conv_root/kernel)
+
+    def fits_npz(self, spec, model, shapes) -> bool:
+        """vit_jax's layout: width, depth and patch size (a hybrid's patch is its stem's downsampling)."""
+        if "embedding/kernel" not in shapes or ("conv_root/kernel" in shapes) != self.npz_has_conv_root:
+            return False
+        kernel = shapes["embedding/kernel"]
+        depth = max(
+            shapes.get("Transformer/encoderblock/LayerNorm_0/scale", (0,))[0],
+            len({k.split("/")[1] for k in shapes if k.startswith("Transformer/encoderblock_")}),
+        )
+        return (
+            model.embed_dim == kernel[-1]
+            and len(model.blocks) == depth
+            and (self.npz_has_conv_root or model.patch_embed.patch_size[0] == kernel[0])
+        )
 
     def timm_kwargs(self, img_size: int, gelu: str = "exact") -> dict:
 

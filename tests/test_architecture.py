@@ -132,3 +132,19 @@ def test_every_module_is_named_in_the_architecture_map():
     text = (ROOT / "docs" / "architecture.md").read_text()
     modules = [p for p in sorted((ROOT / "vitbench").rglob("*.py")) if p.name != "__init__.py"]
     assert [str(p.relative_to(ROOT)) for p in modules if p.name not in text] == []
+
+
+def test_nothing_decides_by_a_backend_family_name():
+    """Issue 30: 13 tests of `family` ("vit", "hybrid", "bit") decided channels-last, Table 8's
+    variants, MPP, the pre_logits head, the ResNet baselines' recipes and .npz layouts; a family
+    now declares these (backend.py), so a plugin family takes part without vitbench's modules
+    knowing its name."""
+    found = []
+    for path in [*sorted((ROOT / "vitbench").rglob("*.py")), *sorted((ROOT / "plugins").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                for side in (node.left, *node.comparators):
+                    by_family = isinstance(side, ast.Attribute) and side.attr == "family"
+                    if by_family and not (isinstance(side.value, ast.Name) and side.value.id == "self"):
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []

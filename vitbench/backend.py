@@ -47,8 +47,15 @@ _FLOPS: dict[tuple[type, str, int], int] = {}  # (backend class, architecture, i
 class Backend:
     """A timm model family. Subclasses override what differs between families."""
 
-    family = "timm"
+    family = "timm"  # recorded with every run (its `backend` column); nothing decides by it
     representation = "pre-logits"  # recorded with every few-shot result
+    # what protocols and the engine ask of a family (instead of testing its name):
+    channels_last = False  # convolutions first: the channels-last memory format on CUDA (BiT, the hybrids' stem)
+    position_variants = False  # Table 8's --pos-embed variants apply (a plain ViT's patch grid)
+    patch_prediction = False  # masked patch prediction (§4.6) applies: patch tokens to corrupt and predict
+    pre_logits_head = False  # supervised pre-training adds §3.1's representation layer, tanh(Dense)
+    resnet_baseline = False  # App. B.1.1: fine-tuning also runs BiT-HyperRule and keeps the better on dev
+    in21k_without_pre_logits = False  # timm's in21k tags of this family lack the upstream pre_logits layer
 
     def check_img_size(self, spec: ModelSpec, img_size: int) -> None:
 
@@ -101,6 +108,11 @@ class Backend:
             if head.bias is not None:
                 nn.init.zeros_(head.bias)
         return model
+
+    def fits_npz(self, spec: ModelSpec, model: nn.Module, shapes: dict[str, tuple[int, ...]]) -> bool:
+        """Whether a Google .npz of these tensor shapes is `spec`'s (`model`: spec's, on the meta
+        device): `vitbench weights inspect` names the model a file belongs to. None by default."""
+        return False
 
     def head_prefix(self, model: nn.Module) -> str:
         """State-dict prefix of the classifier that the protocols replace (`head`, `head.fc`)."""

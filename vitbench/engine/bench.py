@@ -100,7 +100,7 @@ def train_vitbench(spec: ModelSpec, cfg: Config, opts: Options, split: Split, pi
         precision=opts.precision,
         micro_batch=opts.micro_batch,
         compile=opts.compile,
-        channels_last=spec.family in ("bit", "hybrid") and opts.device.type == "cuda",
+        channels_last=bool(spec.backend and spec.backend.channels_last) and opts.device.type == "cuda",
         workers=opts.workers,
         input_pipeline=chosen,
         log_every=10**9,

@@ -106,7 +106,8 @@ def timm_run(spec: ModelSpec, cfg: Config, opts: Options, mode: str, vitbench_ro
             differences.append(f"timm steps the optimizer every {micro} images (vitbench accumulates {opts.batch})")
         if vitbench_row is not None and vitbench_row.checkpointing:
             args.append("--grad-checkpointing")
-        if spec.family in ("bit", "hybrid") and opts.device.type == "cuda":  # as finetune_runs chooses
+        # as fine-tuning chooses
+        if spec.backend is not None and spec.backend.channels_last and opts.device.type == "cuda":
             args.append("--channels-last")
     if opts.precision == "bf16":
         args += ["--amp", "--amp-dtype", "bfloat16"]

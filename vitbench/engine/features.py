@@ -240,7 +240,7 @@ def representation_hparams(group, req) -> dict:
     assert group.model.backend is not None
     pre_logits = has_pre_logits(group.weights)
     found = {"representation": group.model.backend.representation_name(pre_logits)}
-    if not pre_logits and group.model.family == "vit" and _in21k(group.weights):
+    if not pre_logits and group.model.backend.in21k_without_pre_logits and _in21k(group.weights):
         # timm's in21k tags drop the upstream pre_logits layer: the paper's representation is not there
         found["representation_note"] = IN21K_WITHOUT_PRE_LOGITS
         log.warning("%s: %s", group.weights, IN21K_WITHOUT_PRE_LOGITS)

@@ -272,7 +272,7 @@ def _settings(group: Group, seed: int, h: dict, lr: float, req: Request, device:
         seed=seed,
         micro_batch=FinetuneOptions.of(req).micro_batch,
         compile=req.compile,
-        channels_last=group.model.family in ("bit", "hybrid") and device.type == "cuda",
+        channels_last=bool(group.model.backend and group.model.backend.channels_last) and device.type == "cuda",
         workers=req.workers,
         input_pipeline=choose_pipeline(req.input_pipeline, device),
         log_every=max(1, min(50, h["steps"] // 10)),

@@ -144,16 +144,17 @@ class Pretrain(Protocol):
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         if group.weights != RANDOM:
             raise UserError("--protocol pretrain: trains from random init; give --weights random (or leave it out)")
-        o = PretrainOptions.of(req)
+        o, backend = PretrainOptions.of(req), group.model.backend
+        assert backend is not None  # (a paper-only name never reaches a plan)
         if o.objective not in OBJECTIVES:
             raise UserError(f"--objective {o.objective}: expected one of {', '.join(OBJECTIVES)}")
         from vitbench import position_embeddings
 
         if o.pos_embed not in position_embeddings.POS_EMBED:
             raise UserError(f"--pos-embed {o.pos_embed}: expected one of {', '.join(position_embeddings.POS_EMBED)}")
-        if o.pos_embed != "1-d" and group.model.family != "vit":
+        if o.pos_embed != "1-d" and not backend.position_variants:
             raise UserError(f"--pos-embed {o.pos_embed}: an option of ViT backbones; {group.model.name} is not one")
-        if o.objective == "mpp" and group.model.family not in ("vit", "hybrid"):
+        if o.objective == "mpp" and not backend.patch_prediction:
             raise UserError(f"--objective mpp: masked patch prediction needs a ViT; {group.model.name} is not one")
         for name in () if o.transfer == ("none",) else o.transfer:
             get_dataset(name)  # a misspelt transfer dataset stops the plan, not the session after hours of training
@@ -249,7 +250,8 @@ def settings_for(group: Group, req: Request, n_train: int) -> dict:
     """Every setting that changes a pre-training run's numbers: Table 3's row, then the options."""
     from vitbench.engine.train_data import describe_train_aug
 
-    o = PretrainOptions.of(req)  # (their ranges checked where the request was made)
+    o, backend = PretrainOptions.of(req), group.model.backend  # (ranges checked where the request was made)
+    assert backend is not None
     row = recipe.table3_row(o.pretrain_recipe, group.model.name, group.dataset.num_classes)
     mpp = o.objective == "mpp"
     batch = o.batch or (SMOKE_BATCH if o.smoke else recipe.BATCH)
@@ -281,7 +283,7 @@ def settings_for(group: Group, req: Request, n_train: int) -> dict:
         "dropout": o.dropout if o.dropout is not None else row.dropout,
         "label_smoothing": o.label_smoothing or 0.0,
         "clip_global_norm": row.clip,  # Table 3: the ImageNet rows only
-        "head": "pre_logits tanh(Dense) + linear" if group.model.family in ("vit", "hybrid") else "linear",
+        "head": "pre_logits tanh(Dense) + linear" if backend.pre_logits_head else "linear",
         "train_aug": describe_train_aug(group.dataset.train_crop, group.res)
         + ("|flip_lr" if group.dataset.train_flip else ""),
         "early_stopping": recipe.MPP_STOPPING if mpp else f"best dev accuracy of {recipe.VALIDATIONS} evaluations",

@@ -34,7 +34,7 @@ def _model(group: Group, h: dict) -> tuple[torch.nn.Module, torch.nn.Module]:
     classes = 0 if h["objective"] == "mpp" else group.dataset.num_classes
     backbone = build_model(group.model, classes, h["res"], RANDOM, h["gelu"], dropout=h["dropout"])
     assert group.model.backend is not None
-    if group.model.family in ("vit", "hybrid") and h["objective"] == "supervised":
+    if group.model.backend.pre_logits_head and h["objective"] == "supervised":
         dim = int(backbone.embed_dim)  # type: ignore[arg-type]  # the representation layer, D -> D (§3.1)
         group.model.backend.add_pre_logits(backbone, group.model, torch.Size((dim, dim)))
         dense: Any = backbone.pre_logits

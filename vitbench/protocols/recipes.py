@@ -17,7 +17,7 @@ RECIPES_NOTE = "the better on dev of the paper's LR sweep and BiT-HyperRule (App
 
 def runs_hyperrule(group: Group, o: TrainingOptions) -> bool:
     """The paper's ResNet baselines choose between the two recipes; with --lr there is no choice."""
-    return group.model.family == "bit" and o.lr is None
+    return group.model.backend is not None and group.model.backend.resnet_baseline and o.lr is None
 
 
 def hyperrule_hparams(group: Group, o: TrainingOptions, res: int, steps: int) -> dict:

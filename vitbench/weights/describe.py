@@ -151,31 +151,10 @@ def _matching_models(path: Path, shapes: dict[str, tuple[int, ...]]) -> list[str
 
 
 def _npz_fits(spec, shapes: dict[str, tuple[int, ...]]) -> bool:
-    """Cheap structural match of a Google .npz against a spec (width, depth, patch, family)."""
+    """Cheap structural match of a Google .npz against a spec: its backend knows its own layout."""
     with torch.device("meta"):
         model = spec.backend.create(spec, num_classes=0, img_size=224)
-    if "root_block/standardized_conv2d/kernel" in shapes:
-        units = [len({k.split("/")[1] for k in shapes if k.startswith(f"block{b}/")}) for b in range(1, 5)]
-        return (
-            spec.backend.family == "bit"
-            and model.stem.conv.weight.shape[0] == shapes["root_block/standardized_conv2d/kernel"][-1]
-            and [len(stage.blocks) for stage in model.stages] == units
-        )
-    if spec.backend.family not in ("vit", "hybrid") or "embedding/kernel" not in shapes:
-        return False
-    hybrid = "conv_root/kernel" in shapes
-    if hybrid != (spec.backend.family == "hybrid"):
-        return False
-    kernel = shapes["embedding/kernel"]
-    return (
-        model.embed_dim == kernel[-1]
-        and len(model.blocks)
-        == max(
-            shapes.get("Transformer/encoderblock/LayerNorm_0/scale", (0,))[0],
-            len({k.split("/")[1] for k in shapes if k.startswith("Transformer/encoderblock_")}),
-        )
-        and (hybrid or model.patch_embed.patch_size[0] == kernel[0])
-    )
+    return bool(spec.backend.fits_npz(spec, model, shapes))
 
 
 def convert(path: Path, model_name: str | None, out: Path) -> str:
