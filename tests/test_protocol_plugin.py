@@ -25,7 +25,7 @@ from vitbench.datasets.base import DatasetSpec, Split
 from vitbench.datasets.digits import load_digits
 from vitbench.devices import Clock
 from vitbench.engine.features import group_model, outputs_over
-from vitbench.protocols.base import Protocol
+from vitbench.protocols.base import Protocol, Result
 from vitbench.protocols.options import ProtocolOptions, option
 
 
@@ -65,10 +65,9 @@ class NearestClassMean(Protocol):
         train_x, test_x = unit(train.values.astype(np.float64)), unit(test.values.astype(np.float64))
         means = np.stack([train_x[train.labels == c].mean(0) for c in range(group.dataset.num_classes)])
         accuracy = float((np.argmax(test_x @ means.T, axis=1) == test.labels).mean())
-        recorder.record(
-            group, todo[0], {"accuracy": accuracy}, started, seconds=clock.seconds,
-            images=float(len(train.labels) + len(test.labels)), n_train=len(train.labels),
-            n_test=len(test.labels), skipped=[], notes={},
+        yield Result(
+            todo[0], {"accuracy": accuracy}, started, seconds=clock.seconds,
+            images=float(len(train.labels) + len(test.labels)), n_train=len(train.labels), n_test=len(test.labels),
         )
 
 

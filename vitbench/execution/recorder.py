@@ -13,10 +13,10 @@ from vitbench.devices import device_name, peak_flops
 from vitbench.engine.distributed import World
 from vitbench.execution.lease import Leases
 from vitbench.execution.trackers import Trackers
-from vitbench.protocols.base import Group, Request, RunSpec
+from vitbench.protocols.base import Group, Request, Result
 from vitbench.provenance import canonical_json, environment, sha256_text
 from vitbench.store import SHARD_SCHEMA, ingest, metric_values, shard_dir, shard_metric_values
-from vitbench.store.predictions import Predictions, write_predictions
+from vitbench.store.predictions import write_predictions
 from vitbench.weights import RANDOM, pretrained
 
 
@@ -48,29 +48,18 @@ class Recorder:
         trained CPU result is reproducible at one count only (the demo: 2 threads, see suites.py)."""
         return {"cpu_threads": torch.get_num_threads()} if self.device.type == "cpu" else {}
 
-    def record(
-        self,
-        group: Group,
-        spec: RunSpec,
-        metrics: dict[str, float],
-        started: datetime,
-        seconds: float,
-        images: float,
-        n_train: int | None,
-        n_test: int,
-        skipped: list[str],
-        notes: dict,
-        curves: dict[str, list[float]] | None = None,
-        predictions: Predictions | None = None,
-    ) -> None:
+    def record(self, group: Group, result: Result) -> None:
+        """Store one finished run: its shard (atomic), its ingest, its trackers, its lease released."""
+        spec, metrics, notes, skipped = result.spec, result.metrics, result.notes, result.skipped
         flops_per_image = self.flops_per_image(group)
         if self.req.config is not None:  # what the command asked for, as a file that reruns it
             notes = {**notes, "config": {"sha256": sha256_text(self.req.config), "toml": self.req.config}}
         origin = pretrained.provenance(group.weights) if group.weights != RANDOM else None
         if origin is not None:  # weights vitbench pre-trained: the run that made them
             notes = {**notes, "pretrained": origin}
-        if predictions is not None:  # the file first: a shard never names predictions that are not there
-            notes = {**notes, "predictions": write_predictions(self.req.results, spec.run_key, predictions)}
+        if result.predictions is not None:  # the file first: a shard never names predictions that are not there
+            predictions = write_predictions(self.req.results, spec.run_key, result.predictions)
+            notes = {**notes, "predictions": predictions}
         run = {
             "run_key": spec.run_key,
             **asdict(spec),
@@ -81,23 +70,23 @@ class Recorder:
             "data_dir": _data_dir(group, self.req),
             # a subset of the official split, or images left out as corrupt: not the paper's data
             "data_subset": any(s.is_subset for s in group.splits.values()) or bool(skipped),
-            "n_train": n_train,
-            "n_test": n_test,
+            "n_train": result.n_train,
+            "n_test": result.n_test,
             "skipped_images": len(skipped),
             "status": "done",
-            "started_at": started.isoformat(),
+            "started_at": result.started.isoformat(),
             "finished_at": datetime.now(UTC).isoformat(),
             "device": self.device.type,
             "device_name": self.device_name,
             "device_count": self.world.size,
-            "device_seconds": seconds,
+            "device_seconds": result.seconds,
             "flops_per_image": flops_per_image,
-            "flops": flops_per_image * images,
+            "flops": flops_per_image * result.images,
             **self.env,
             "notes": {**notes, **({"skipped_corrupt": skipped} if skipped else {}), **self._threads()},
         }
         shard = shard_dir(self.req.results) / f"{spec.run_key}.json"
-        record = {"schema": SHARD_SCHEMA, "run": run, "metrics": metrics, "curves": curves or {}}
+        record = {"schema": SHARD_SCHEMA, "run": run, "metrics": metrics, "curves": result.curves or {}}
         write_atomic(shard, canonical_json(record))
         if self.con is not None:  # a cluster worker leaves the merge to `vitbench ingest`
             ingest(self.con, [shard])

@@ -32,8 +32,9 @@ def execute(
         recorder = Recorder(req, con, device, on_result, world, leases)
         for group in groups:
             todo = _leased([s for s in group.specs if rerun or s.run_key not in done], req, leases, world, rerun)
-            if todo:
-                get_protocol(group.protocol).run(group, todo, req, device, recorder)
+            if todo:  # each result stored before the protocol goes on (a final run reads its sweep's)
+                for result in get_protocol(group.protocol).run(group, todo, req, device, recorder) or ():
+                    recorder.record(group, result)
     return recorder.count
 
 

@@ -12,6 +12,7 @@ are recorded as provenance beside it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -111,8 +112,26 @@ class Group:
     specs: list[RunSpec] = field(default_factory=list)
 
 
+@dataclass
+class Result:
+    """One finished run, as a protocol yields it; the runner's recorder stores it (with the
+    provenance a protocol does not know: device, hardware, code, config, the weights' origin)."""
+
+    spec: RunSpec
+    metrics: dict[str, float]
+    started: datetime
+    seconds: float  # device-seconds the run took (its share of a shared extraction)
+    images: float  # images through the model, a training image counting 3 (forward + backward)
+    n_train: int | None
+    n_test: int
+    skipped: list[str] = field(default_factory=list)  # images left out as corrupt
+    notes: dict = field(default_factory=dict)
+    curves: dict[str, list[float]] | None = None
+    predictions: Predictions | None = None
+
+
 class Recorder(TypingProtocol):
-    """What a protocol asks of the runner's recorder (execution.recorder.Recorder)."""
+    """What a protocol may ask of the runner's recorder while it runs (execution.recorder.Recorder)."""
 
     world: World
     peak: float | None
@@ -120,22 +139,6 @@ class Recorder(TypingProtocol):
     def flops_per_image(self, group: Group) -> int: ...
 
     def metric_values(self, run_keys: list[str], name: str) -> dict[str, float]: ...
-
-    def record(
-        self,
-        group: Group,
-        spec: RunSpec,
-        metrics: dict[str, float],
-        started: datetime,
-        seconds: float,
-        images: float,
-        n_train: int | None,
-        n_test: int,
-        skipped: list[str],
-        notes: dict,
-        curves: dict[str, list[float]] | None = None,
-        predictions: Predictions | None = None,
-    ) -> None: ...
 
 
 class Protocol:
@@ -179,8 +182,12 @@ class Protocol:
         preprocessing, GELU, splits, test fingerprint); add what this protocol's numbers depend on."""
         raise NotImplementedError
 
-    def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
-        """Run `todo` (a subset of `group.specs`), calling `recorder.record` once per finished run."""
+    def run(
+        self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder
+    ) -> Iterator[Result]:
+        """Run `todo` (a subset of `group.specs`), yielding a Result per finished run. The runner
+        stores each before it asks for the next, so a later run can read an earlier one's metrics
+        (`recorder.metric_values`: fine-tuning's final runs read the sweep's)."""
         raise NotImplementedError
 
     def planned_work(self, group: Group) -> dict[str, dict[str, float]]:

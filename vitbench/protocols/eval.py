@@ -5,6 +5,7 @@ restricted to, or max-pooled into, the set's own classes: datasets/robustness.py
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -21,7 +22,7 @@ from vitbench.engine.scoring import (
     scores_over_the_head,
     with_other,
 )
-from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
 from vitbench.protocols.options import DATA_PANEL, ProtocolOptions, option
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
@@ -69,7 +70,9 @@ class Eval(Protocol):
             hparams = {**hparams, "objectnet_scoring": EvalOptions.of(req).objectnet_scoring}
         return [self.base_spec(group, first, weights_sha, hparams, seed=0)]  # deterministic: one run
 
-    def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
+    def run(
+        self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder
+    ) -> Iterator[Result]:
         from vitbench.engine.features import group_model, outputs_over
 
         spec = todo[0]
@@ -91,8 +94,7 @@ class Eval(Protocol):
             found = scores(pooled, logits.labels, real)
             if split.class_map is None:  # the checkpoint's own softmax; a pooled (robustness) head has none
                 found |= calibration(pooled, logits.labels)
-        recorder.record(
-            group,
+        yield Result(
             spec,
             found,
             started,

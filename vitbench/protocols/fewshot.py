@@ -9,6 +9,7 @@ x seeds of them) and of every test image are extracted once and cached on disk
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -20,7 +21,7 @@ from vitbench.datasets.base import DEV_SEED
 from vitbench.devices import Clock
 from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.errors import UserError
-from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
 from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.options import FEWSHOT_PANEL, WHAT_PANEL, limits, option
 from vitbench.protocols.shared_options import SeededOptions
@@ -107,7 +108,9 @@ class FewShot(Protocol):
             self.base_spec(group, first, weights_sha, hparams, seed, shots) for seed in o.seeds for shots in o.shots
         ]
 
-    def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
+    def run(
+        self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder
+    ) -> Iterator[Result]:
         import torch
 
         from vitbench.engine.features import frozen_features
@@ -139,8 +142,7 @@ class FewShot(Protocol):
                 )
             drawn = sample_indices(split_labels, classes, spec.shots or 0, spec.seed, present)
             share = 1 / len(todo)  # the one extraction is shared by the runs that needed it
-            recorder.record(
-                group,
+            yield Result(
                 spec,
                 _metrics(accs, label),
                 started,

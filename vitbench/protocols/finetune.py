@@ -11,6 +11,7 @@ The training loop itself is engine/training.py.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -20,7 +21,7 @@ from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock, resolve_device, resolve_precision
 from vitbench.engine.scoring import Predictions, image_ids, scores
 from vitbench.errors import UserError
-from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
 from vitbench.protocols.options import FINETUNE_PANEL, limits, option
 from vitbench.protocols.recipes import (
     HYPERRULE,
@@ -184,7 +185,9 @@ class Finetune(Protocol):
             specs.append(self.base_spec(group, train_on, weights_sha, h, seed))
         return specs
 
-    def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
+    def run(
+        self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder
+    ) -> Iterator[Result]:
         """The sweep runs first, then the final runs with the LR the sweep chose (read from the store,
         so a final run can follow a sweep made by an earlier command)."""
         from vitbench.engine import train_checkpoint, training
@@ -220,8 +223,8 @@ class Finetune(Protocol):
                 req.skip_corrupt, what,
             )  # fmt: skip
             if world.is_main:  # one process scores the test (or dev) split; the others wait
-                _score(group, spec, settings, outcome, chosen, started, req, device, recorder, what)
-                train_checkpoint.discard(checkpoint)
+                yield _score(group, spec, settings, outcome, chosen, started, req, device, recorder, what)
+                train_checkpoint.discard(checkpoint)  # (once the result is stored)
             barrier(world)
 
     def planned_work(self, group: Group) -> dict[str, dict[str, float]]:
@@ -291,8 +294,8 @@ def _score(
     device: torch.device,
     recorder: Recorder,
     what: str,
-) -> None:
-    """Score the weights on the run's scored split (a sweep's dev, a final's test); record the run."""
+) -> Result:
+    """Score the weights on the run's scored split (a sweep's dev, a final's test): the run's result."""
     from vitbench.engine import inference, training
 
     world, stage = recorder.world, spec.hparams["stage"]
@@ -322,8 +325,7 @@ def _score(
         metrics["mfu"] = (
             3 * recorder.flops_per_image(group) * metrics["train_images_per_second"] / (recorder.peak * world.size)
         )
-    recorder.record(
-        group,
+    return Result(
         spec,
         metrics,
         started,

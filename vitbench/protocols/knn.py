@@ -5,6 +5,7 @@ protocol's, from the same cache (engine/features.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock
 from vitbench.engine.scoring import Predictions, image_ids
-from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
 from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, limits, option
 
@@ -57,7 +58,9 @@ class KNearestNeighbours(Protocol):
             self.base_spec(group, first, weights_sha, {**hparams, "k": k}, seed=0) for k in KnnOptions.of(req).knn_k
         ]
 
-    def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
+    def run(
+        self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder
+    ) -> Iterator[Result]:
         import torch
 
         from vitbench.engine.features import frozen_features
@@ -82,8 +85,7 @@ class KNearestNeighbours(Protocol):
         share = 1 / len(todo)  # one extraction and one similarity pass serve every k
         for spec in todo:
             top1, top5 = accuracies[spec.hparams["k"]]
-            recorder.record(
-                group,
+            yield Result(
                 spec,
                 {"accuracy": top1, "accuracy_top5": top5},
                 started,

@@ -5,6 +5,7 @@ and scored on test. The features are the few-shot protocol's, from the same cach
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ from vitbench.datasets import DatasetSpec
 from vitbench.datasets.base import dev_holdout
 from vitbench.devices import Clock
 from vitbench.engine.scoring import Predictions, image_ids
-from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
 from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, option
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
@@ -66,7 +67,9 @@ class LinearProbe(Protocol):
         }
         return [self.base_spec(group, first, weights_sha, hparams, seed=0)]
 
-    def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
+    def run(
+        self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder
+    ) -> Iterator[Result]:
         from vitbench.engine import logistic
         from vitbench.engine.features import frozen_features
 
@@ -83,8 +86,7 @@ class LinearProbe(Protocol):
             )
             probe = logistic.fit(*train, classes, best, features)
             accuracy = probe.accuracy(*test)
-        recorder.record(
-            group,
+        yield Result(
             todo[0],
             {"accuracy": accuracy, "l2": best, "val_accuracy": scores[best]},
             started,

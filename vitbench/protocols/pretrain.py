@@ -14,6 +14,7 @@ with the run's provenance, and evaluated at once with linear few-shot on `--tran
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ from vitbench.datasets import DatasetSpec
 from vitbench.devices import resolve_device, resolve_precision
 from vitbench.errors import UserError
 from vitbench.protocols import pretrain_recipe as recipe
-from vitbench.protocols.base import Group, Protocol, Recorder, Request, RunSpec
+from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
 from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.fewshot import FEWSHOT
 from vitbench.protocols.options import PRETRAIN_PANEL, limits, option
@@ -167,11 +168,13 @@ class Pretrain(Protocol):
             for seed in seeds
         ]
 
-    def run(self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder) -> None:
+    def run(
+        self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder
+    ) -> Iterator[Result]:
         from vitbench.protocols.pretrain_run import pretrain
 
         for spec in todo:
-            pretrain(group, spec, req, device, recorder, weights_path(req, spec))
+            yield from pretrain(group, spec, req, device, recorder, weights_path(req, spec))
 
     def followups(self, req: Request, groups: list[Group]) -> list[Request]:
         """Per model: linear few-shot on the --transfer datasets with the weights each run wrote,

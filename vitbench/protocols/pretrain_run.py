@@ -4,6 +4,7 @@ stopping on the dev split, the best weights written with their provenance, the r
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from vitbench.engine.distributed import barrier
 from vitbench.engine.inference import run_over
 from vitbench.engine.pretrain_objectives import Classifier, MaskedPatchPrediction
 from vitbench.protocols import pretrain_recipe as recipe
-from vitbench.protocols.base import Group, Recorder, Request, RunSpec
+from vitbench.protocols.base import Group, Recorder, Request, Result, RunSpec
 from vitbench.protocols.finetune import checkpoint_interval
 from vitbench.protocols.shared_options import TrainingOptions
 from vitbench.provenance import sha256_file
@@ -76,8 +77,11 @@ def _validator(group: Group, h: dict, req: Request, device: torch.device, dev: S
     return score
 
 
-def pretrain(group: Group, spec: RunSpec, req: Request, device: torch.device, recorder: Recorder, path: Path) -> None:
-    """Train, keep the best weights on dev, write them to `path` and record the run."""
+def pretrain(
+    group: Group, spec: RunSpec, req: Request, device: torch.device, recorder: Recorder, path: Path
+) -> Iterator[Result]:
+    """Train, keep the best weights on dev, write them to `path` and yield the run's result (from
+    the main process; the others wait for it)."""
     h, world, o = spec.hparams, recorder.world, TrainingOptions.of(req)
     train = recipe.nested_subset(group.splits[group.dataset.sweep_splits[0]], h["subset"])
     dev = group.splits[group.dataset.sweep_splits[1]]
@@ -101,17 +105,14 @@ def pretrain(group: Group, spec: RunSpec, req: Request, device: torch.device, re
         what, objective=objective, validate=_validator(group, h, req, device, dev),
     )  # fmt: skip
     if world.is_main:  # one process writes the weights and the result; the others wait for it
-        _finish(
-            group, spec, outcome, settings, started, backbone, model, checkpoint, path, len(train), len(dev), recorder
-        )
+        yield _finish(group, spec, outcome, settings, started, backbone, model, path, len(train), len(dev), recorder)
+        train_checkpoint.discard(checkpoint)  # (once the result is stored)
     barrier(world)
 
 
-def _finish(
-    group, spec, outcome, settings, started, backbone, model, checkpoint, path, n_train, n_dev, recorder
-) -> None:
+def _finish(group, spec, outcome, settings, started, backbone, model, path, n_train, n_dev, recorder) -> Result:
     """The kept weights saved as the run's weights file (the best on dev; MPP's: the last step's, as
-    App. B.1.2 trains without early stopping), then the result recorded."""
+    App. B.1.2 trains without early stopping), and the run's result."""
     if spec.hparams["objective"] == "mpp":  # the model holds the last step's weights: they are kept
         outcome = dataclasses.replace(outcome, best_step=settings.steps, best_state=None)
     else:
@@ -119,8 +120,7 @@ def _finish(
         model.load_state_dict(outcome.best_state)
     position_embeddings.materialize(backbone)
     pretrained.save(path, backbone.state_dict(), _provenance(spec, outcome))
-    _record(group, spec, outcome, settings, started, path, n_train, n_dev, recorder)
-    train_checkpoint.discard(checkpoint)
+    return _result(group, spec, outcome, settings, started, path, n_train, n_dev, recorder)
 
 
 def _provenance(spec: RunSpec, outcome: training.Outcome) -> dict:
@@ -139,7 +139,7 @@ def _provenance(spec: RunSpec, outcome: training.Outcome) -> dict:
     }
 
 
-def _record(group, spec, outcome, settings, started, path, n_train, n_dev, recorder: Recorder) -> None:
+def _result(group, spec, outcome, settings, started, path, n_train, n_dev, recorder: Recorder) -> Result:
     world = recorder.world
     train_seconds = outcome.seconds / world.size
     metrics = {
@@ -154,8 +154,8 @@ def _record(group, spec, outcome, settings, started, path, n_train, n_dev, recor
             3 * recorder.flops_per_image(group) * metrics["train_images_per_second"] / (recorder.peak * world.size)
         )
     validations = len(outcome.validation)
-    recorder.record(
-        group, spec, metrics, started, seconds=outcome.seconds,
+    return Result(
+        spec, metrics, started, seconds=outcome.seconds,
         images=3.0 * outcome.train_images + validations * n_dev, n_train=n_train, n_test=n_dev,
         skipped=outcome.skipped,
         notes={
