@@ -479,3 +479,29 @@ def test_a_where_that_misses_the_only_run_says_it_in_the_singular(cli, one_run):
     code, _, err = cli("table", "--results", one_run, "--where", "shots=99")
     assert code == 0
     assert f"the one run in {one_run} does not fit what was asked for" in " ".join(err.split())
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--view", "calibration", "--compare", "bit-l"), "--view calibration: has its own layout; --compare does not"),
+        (
+            ("--view", "robustness", "--table", "9", "--shots", "5"),
+            "--view robustness: has its own layout; --table, --shots do not apply",
+        ),  # fmt: skip
+        (("--bench", "--ci"), "--bench: has its own layout; --ci does not apply"),
+        (("--view", "nope"), "--view nope: expected accuracy, robustness, calibration, attention or pretrain"),
+    ],
+)
+def test_a_view_refuses_the_options_it_does_not_take(cli, tmp_path, args, message):
+    """Issue 30: `table` had five modes checked against each other by hand (--bench and --view
+    attention ignored every other option without a word); each view now says which it takes."""
+    code, _, err = cli("table", *args, "--results", tmp_path)
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_plot_names_every_figure_it_can_draw(cli, tmp_path):
+    code, _, err = cli("plot", "nope", "--results", tmp_path, "--out", tmp_path)
+    assert (
+        code == 2 and "vitbench plot nope: expected one of vtab, cost, fewshot, curves, confusion, checkpoints" in err
+    )

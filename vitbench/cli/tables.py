@@ -14,7 +14,7 @@ from vitbench.errors import UserError
 from vitbench.protocols.registry import protocols, shots_protocol
 from vitbench.store import query
 from vitbench.store.export import RUN_DOCUMENT, export, export_predictions
-from vitbench.views import attention, bench_table, per_class, plots, pretraining, robustness, series, table
+from vitbench.views import registry
 
 
 def _view_protocol(protocol: str | None, shots: int | None) -> str | None:
@@ -72,59 +72,20 @@ def table_cmd(
     results: Results = Path("results"),
 ) -> None:
     """Stored results in the paper's layouts, beside the paper's own numbers."""
-    if bench:
-        data = bench_table.bench_view(store.read_bench(results))
-        if not data.rows:
-            err.print(f"no throughput measurements in {results / store.DB_NAME} yet; try `vitbench bench`")
-            return
-        show(data, fmt, results, out_file)
-        return
-    if view == "attention":
-        show(attention.attention_view(store.read_attention_distance(results)), fmt, results, out_file)
-        return
-    if view not in ("accuracy", "robustness", "calibration", "pretrain"):
-        raise UserError(f"--view {view}: expected accuracy, robustness, calibration, attention or pretrain")
-    if ci and (view != "accuracy" or which != "2" or per_class_of):
-        raise UserError("--ci: intervals and paired tests are shown in Table 2's layout (the default view)")
     if names and not compare:
         raise UserError(f"unexpected argument {names[0]!r}: paper columns follow --compare (--compare {names[0]})")
-    compare = [*(compare or ()), *(names or ())]
-    protocol = _view_protocol(protocol, shots)
-    store.sync(results)  # shards that cluster workers wrote since the last merge
-    df = query.apply_where(store.read_results(results), where)
-    fields = query.split_fields(group_by)
-    if per_class_of is not None:
-        data = per_class.per_class_view(df, per_class_of, results, protocol)
-    elif view == "calibration":
-        data = per_class.calibration_view(df)
-    elif view == "pretrain":
-        data = pretraining.pretrain_view(df)
-    elif view == "robustness":
-        if which != "2" or fields or shots is not None:
-            raise UserError("--view robustness: has its own layout; --table, --group-by and --shots do not apply")
-        data = robustness.robustness_view(df, compare, protocol, include_marked, delta_to)
-    else:
-        options = dict(compare=compare, protocol=protocol, shots=shots, fields=fields, delta_to=delta_to)
-        data = _paper_layout(df, which, options, include_marked, results if ci else None)
+    chosen = registry.TABLES["bench"] if bench else registry.TABLES["per-class"] if per_class_of else None
+    found = chosen or registry.table_view(view)
+    inputs = registry.Inputs(
+        results, where, _view_protocol(protocol, shots), [*(compare or ()), *(names or ())], which, shots,
+        query.split_fields(group_by), include_marked, delta_to, ci, per_class_of,
+    )  # fmt: skip
+    found.check(inputs)
+    data = found.build(inputs)
+    if found.empty and not data.rows:
+        err.print(found.empty.format(db=results / store.DB_NAME))
+        return
     show(data, fmt, results, out_file)
-
-
-def _paper_layout(df, which: str, o: dict, include_marked: bool, ci: Path | None):
-    """`--table 2|5|6|9`: the paper table's layout."""
-    if which == "2":
-        return table.accuracy_view(
-            df, o["compare"], o["protocol"], o["shots"], o["fields"], include_marked, o["delta_to"], ci=ci
-        )
-    if which == "9":
-        return table.table9_view(df, o["compare"], o["protocol"], o["fields"], include_marked, o["delta_to"])
-    if which in ("5", "6"):
-        if o["compare"] or o["fields"] or o["delta_to"]:
-            raise UserError(
-                f"--table {which}: shows the paper's whole table; --compare/--group-by/--delta-to are for 2 and 9"
-            )
-        view_fn = table.table5_view if which == "5" else table.table6_view
-        return view_fn(df, o["protocol"], include_marked)
-    raise UserError(f"--table {which}: expected 2, 5, 6 or 9")
 
 
 @app.command("ingest")
@@ -180,9 +141,6 @@ def export_cmd(
     out.print(f"wrote {rows} rows (run × metric, with provenance) to {path}")
 
 
-BY_NAME = ("confusion", "checkpoints", "datasize", "compute")  # figures drawn only when asked for
-
-
 @app.command("plot")
 def plot_cmd(
     figures: Annotated[
@@ -204,37 +162,18 @@ def plot_cmd(
     results: Results = Path("results"),
 ) -> None:
     """The paper's figures from the store: VTAB groups, accuracy vs cost, few-shot vs shots, fine-tuning curves."""
-    chosen = figures or list(plots.FIGURES)
-    for name in chosen:
-        if name not in (*plots.FIGURES, *BY_NAME):
-            raise UserError(f"vitbench plot {name}: expected one of {', '.join((*plots.FIGURES, *BY_NAME))}")
+    chosen = [registry.figure_view(name) for name in figures] if figures else registry.default_figures()
     exts = tuple(f.strip().lower() for f in formats.split(",") if f.strip())
     if not exts or any(e not in ("png", "svg") for e in exts):
         raise UserError(f"--formats {formats}: expected png, svg or png,svg")
-    store.sync(results)  # shards that cluster workers wrote since the last merge
-    df = query.apply_where(store.read_results(results), where)
-    for name in chosen:
+    inputs = registry.Inputs(results, where, protocol, out_dir=out_dir, formats=exts, cost=cost, run=run)
+    for view in chosen:
         try:
-            if name == "vtab":
-                fig = plots.vtab_figure(df, out_dir, exts, protocol)
-            elif name == "cost":
-                fig = plots.cost_figure(df, out_dir, exts, protocol, cost)
-            elif name == "fewshot":
-                fig = plots.fewshot_figure(df, out_dir, exts)
-            elif name == "confusion":
-                fig = per_class.confusion_figure(df, results, out_dir, exts, run)
-            elif name == "checkpoints":
-                fig = series.checkpoints_figure(df, out_dir, exts, protocol)
-            elif name == "datasize":
-                fig = pretraining.datasize_figure(df, out_dir, exts)
-            elif name == "compute":
-                fig = pretraining.compute_figure(df, out_dir, exts)
-            else:
-                fig = plots.curves_figure(df, store.read_curves(results), out_dir, exts, run)
+            fig = view.draw(inputs)
         except UserError as e:
             if figures:  # asked for by name: the reason is the error
                 raise
-            err.print(f"{name}: skipped, {e}", markup=False, highlight=False)
+            err.print(f"{view.name}: skipped, {e}", markup=False, highlight=False)
             continue
         out.print(f"[bold]{', '.join(str(f) for f in fig.files)}[/bold]")
         out.print(fig.caption, markup=False, highlight=False)

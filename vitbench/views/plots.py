@@ -28,7 +28,6 @@ from vitbench.views import cells, columns, table
 
 DPI = 100
 SIZE = (9.0, 6.0)  # inches: every PNG is 900 x 600 pixels
-FIGURES = ("vtab", "cost", "fewshot", "curves")
 FILE_NAMES = {
     "vtab": "vtab_groups",
     "cost": "accuracy_vs_cost",

@@ -1,0 +1,168 @@
+"""Every view by name: the tables `vitbench table --view NAME` shows and the figures `vitbench plot
+NAME` draws. A view says what it reads and which of the command's options apply to it; the
+commands look a name up here instead of branching on it, and refuse an option a view does not
+take with one line that names both."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+
+from vitbench import store
+from vitbench.errors import UserError
+from vitbench.store import query
+from vitbench.views import attention, bench_table, per_class, plots, pretraining, robustness, series, table
+from vitbench.views.cells import TableData
+from vitbench.views.plots import Figure
+
+
+@dataclass
+class Inputs:
+    """What a view is built from: the command's options, and the stored runs read on first use
+    (the attention and bench views read tables of their own, and never pay for the runs)."""
+
+    results: Path
+    where: list[str] | None = None
+    protocol: str | None = None
+    compare: list[str] = field(default_factory=list)
+    layout: str = "2"  # --table
+    shots: int | None = None
+    fields: list[str] = field(default_factory=list)  # --group-by
+    include_marked: bool = False
+    delta_to: str | None = None
+    ci: bool = False
+    per_class: str | None = None
+    out_dir: Path = Path("plots")
+    formats: tuple[str, ...] = ("png", "svg")
+    cost: str = "flops"
+    run: str | None = None
+
+    @cached_property
+    def df(self) -> pd.DataFrame:
+        store.sync(self.results)  # shards that cluster workers wrote since the last merge
+        return query.apply_where(store.read_results(self.results), self.where)
+
+
+# the options of `vitbench table` a view may take, by their flags (each a default when not given)
+TABLE_OPTIONS = {
+    "compare": "--compare",
+    "layout": "--table",
+    "shots": "--shots",
+    "fields": "--group-by",
+    "include_marked": "--include-marked",
+    "delta_to": "--delta-to",
+    "ci": "--ci",
+}
+_DEFAULTS = Inputs(Path())
+
+
+@dataclass(frozen=True)
+class TableView:
+    name: str
+    build: Callable[[Inputs], TableData]
+    takes: frozenset[str] = frozenset()  # TABLE_OPTIONS that apply to it
+    empty: str = ""  # what to say where the store has nothing for it (else: the empty table)
+    chosen_by: str = ""  # the flag that picks it, where that is not `--view NAME`
+
+    def check(self, inputs: Inputs) -> None:
+        given = [o for o in TABLE_OPTIONS if getattr(inputs, o) != getattr(_DEFAULTS, o) and o not in self.takes]
+        if given:
+            flags = ", ".join(TABLE_OPTIONS[o] for o in given)
+            what = self.chosen_by or f"--view {self.name}"
+            raise UserError(f"{what}: has its own layout; {flags} {'does' if len(given) == 1 else 'do'} not apply")
+
+
+def _accuracy(i: Inputs) -> TableData:
+    """`--table 2|5|6|9`: the paper table's layout."""
+    if i.ci and i.layout != "2":
+        raise UserError("--ci: intervals and paired tests are shown in Table 2's layout (the default view)")
+    if i.layout == "2":
+        ci = i.results if i.ci else None
+        return table.accuracy_view(i.df, i.compare, i.protocol, i.shots, i.fields, i.include_marked, i.delta_to, ci=ci)
+    if i.layout == "9":
+        return table.table9_view(i.df, i.compare, i.protocol, i.fields, i.include_marked, i.delta_to)
+    if i.layout in ("5", "6"):
+        if i.compare or i.fields or i.delta_to:
+            raise UserError(
+                f"--table {i.layout}: shows the paper's whole table; --compare/--group-by/--delta-to are for 2 and 9"
+            )
+        view_fn = table.table5_view if i.layout == "5" else table.table6_view
+        return view_fn(i.df, i.protocol, i.include_marked)
+    raise UserError(f"--table {i.layout}: expected 2, 5, 6 or 9")
+
+
+TABLES = {
+    v.name: v
+    for v in (
+        TableView("accuracy", _accuracy, frozenset(TABLE_OPTIONS)),
+        TableView(
+            "robustness",
+            lambda i: robustness.robustness_view(i.df, i.compare, i.protocol, i.include_marked, i.delta_to),
+            frozenset({"compare", "include_marked", "delta_to"}),
+        ),
+        TableView("calibration", lambda i: per_class.calibration_view(i.df)),
+        TableView("attention", lambda i: attention.attention_view(store.read_attention_distance(i.results))),
+        TableView("pretrain", lambda i: pretraining.pretrain_view(i.df)),
+        TableView(
+            "per-class",
+            lambda i: per_class.per_class_view(i.df, i.per_class or "", i.results, i.protocol),
+            chosen_by="--per-class",
+        ),
+        TableView(
+            "bench",
+            lambda i: bench_table.bench_view(store.read_bench(i.results)),
+            empty="no throughput measurements in {db} yet; try `vitbench bench`",
+            chosen_by="--bench",
+        ),
+    )
+}
+CHOSEN_BY_FLAG = ("per-class", "bench")  # --per-class DATASET, --bench: not names of --view
+
+
+def table_view(name: str) -> TableView:
+    names = [n for n in TABLES if n not in CHOSEN_BY_FLAG]
+    if name not in names:
+        raise UserError(f"--view {name}: expected {', '.join(names[:-1])} or {names[-1]}")
+    return TABLES[name]
+
+
+@dataclass(frozen=True)
+class FigureView:
+    name: str
+    draw: Callable[[Inputs], Figure]
+    by_default: bool  # drawn by a bare `vitbench plot` (the others need asking for, by name)
+
+
+FIGURES = {
+    v.name: v
+    for v in (
+        FigureView("vtab", lambda i: plots.vtab_figure(i.df, i.out_dir, i.formats, i.protocol), True),
+        FigureView("cost", lambda i: plots.cost_figure(i.df, i.out_dir, i.formats, i.protocol, i.cost), True),
+        FigureView("fewshot", lambda i: plots.fewshot_figure(i.df, i.out_dir, i.formats), True),
+        FigureView(
+            "curves",
+            lambda i: plots.curves_figure(i.df, store.read_curves(i.results), i.out_dir, i.formats, i.run),
+            True,
+        ),
+        FigureView(
+            "confusion", lambda i: per_class.confusion_figure(i.df, i.results, i.out_dir, i.formats, i.run), False
+        ),
+        FigureView("checkpoints", lambda i: series.checkpoints_figure(i.df, i.out_dir, i.formats, i.protocol), False),
+        FigureView("datasize", lambda i: pretraining.datasize_figure(i.df, i.out_dir, i.formats), False),
+        FigureView("compute", lambda i: pretraining.compute_figure(i.df, i.out_dir, i.formats), False),
+    )
+}
+
+
+def default_figures() -> list[FigureView]:
+    return [v for v in FIGURES.values() if v.by_default]
+
+
+def figure_view(name: str) -> FigureView:
+    if name not in FIGURES:
+        raise UserError(f"vitbench plot {name}: expected one of {', '.join(FIGURES)}")
+    return FIGURES[name]
