@@ -12,6 +12,7 @@ from sklearn.linear_model import LogisticRegression
 
 import vitbench
 from vitbench import store
+from vitbench.devices import Runtime
 from vitbench.engine import logistic
 from vitbench.engine.features import frozen_features
 
@@ -102,7 +103,8 @@ def test_linear_and_knn_on_shared_cifar10_with_one_extraction(cli, results, deit
     # the same λ on the same (cached) features: scikit-learn's accuracy within 0.5 points
     (group,) = vitbench.plan(model="deit-ti/16", weights=str(DEIT_WEIGHTS), datasets="cifar10", protocol="linear",
                              data_dir=deit_cifar10_linear.parent / "data", results=results)  # fmt: skip
-    found = frozen_features(group, vitbench.api.request(results=results), torch.device("cpu"), ("train", "test"))
+    runtime = Runtime.of(vitbench.api.request(results=results), torch.device("cpu"))
+    found = frozen_features(group, runtime, ("train", "test"))
     assert not found.extracted
     l2 = metrics["l2"]
     _, theirs = sklearn_at(l2, found.train.values.astype(np.float64), found.train.labels,

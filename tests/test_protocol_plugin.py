@@ -52,12 +52,12 @@ class NearestClassMean(Protocol):
         norm = NcmOptions.of(req).ncm_norm
         return [self.base_spec(group, first, weights_sha, {**hparams, "normalise": norm}, seed=0)]
 
-    def run(self, group, todo, req, device, recorder):
-        started, clock = datetime.now(UTC), Clock(device)
+    def run(self, group, todo, req, runtime, recorder):
+        started, clock = datetime.now(UTC), Clock(runtime.device)
         model = group_model(group, keep_head=False)
         features = group.model.backend.features
         (train, _), (test, _) = [
-            outputs_over(group, s, req, device, clock, {"representation": "ncm"}, features, model)
+            outputs_over(group, s, runtime, clock, {"representation": "ncm"}, features, model)
             for s in self.splits(group.dataset)
         ]
         norm = todo[0].hparams["normalise"]

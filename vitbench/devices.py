@@ -7,8 +7,9 @@ import platform
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vitbench.errors import UserError
 
@@ -151,3 +152,34 @@ PEAK_BF16_FLOPS: list[tuple[str, float]] = [
 def peak_flops(name: str) -> float | None:
     """The device's dense bf16 peak, or None when it is not in the table (a CPU, say)."""
     return next((peak for key, peak in PEAK_BF16_FLOPS if key in name), None)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How this process computes, resolved once from the request (the runner makes it and hands
+    it to the protocol and, through it, to the engine): speed and memory choices, none of which is
+    in a run key except the precision, which protocols record."""
+
+    device: torch.device
+    precision: str  # resolved: bf16 or fp32
+    input_pipeline: str  # as asked (auto, workers, device): engine/device_data.choose picks per split
+    workers: int
+    extraction_batch: int  # images per forward pass when extracting features
+    compile: bool
+    skip_corrupt: bool
+    cache_root: Path  # <results>/cache
+
+    @classmethod
+    def of(cls, req: Any, device: torch.device | None = None) -> Runtime:
+        """From a Request (protocols/base.py; read by its field names, this module being below it)."""
+        found = device if device is not None else resolve_device(req.device)
+        return cls(
+            found,
+            resolve_precision(req.precision, found.type),
+            req.input_pipeline,
+            req.workers,
+            req.extraction_batch,
+            req.compile,
+            req.skip_corrupt,
+            Path(req.results) / "cache",
+        )

@@ -14,7 +14,7 @@ import torch
 
 from vitbench.atomic import write_atomic
 from vitbench.datasets import Split
-from vitbench.devices import Clock, autocast, resolve_device, resolve_precision
+from vitbench.devices import Clock, Runtime, autocast
 from vitbench.engine.inference import Outputs, run_over
 from vitbench.provenance import canonical_json, sha256_text
 from vitbench.store.shards import quarantine
@@ -109,9 +109,9 @@ class LazyModel:
         return self.model
 
 
-def _cache_key(group, split_name: str, req, cache_parts: dict) -> tuple[FeatureCache, str]:
+def _cache_key(group, split_name: str, runtime: Runtime, cache_parts: dict) -> tuple[FeatureCache, str]:
     split, spec = group.splits[split_name], group.specs[0]
-    cache = FeatureCache(req.results / "cache" / "features")
+    cache = FeatureCache(runtime.cache_root / "features")
     key = cache.key(
         model=group.model.name,
         arch=group.model.arch,
@@ -124,13 +124,13 @@ def _cache_key(group, split_name: str, req, cache_parts: dict) -> tuple[FeatureC
         preprocessing=spec.hparams["preprocessing"],
         gelu=spec.hparams["gelu"],
         init_seed=spec.hparams.get("init_seed"),
-        skip_corrupt=req.skip_corrupt,
+        skip_corrupt=runtime.skip_corrupt,
         **cache_parts,
     )
     return cache, key
 
 
-def _compute(group, split_name: str, req, device: torch.device, clock: Clock, fn, model: LazyModel, only=None):
+def _compute(group, split_name: str, runtime: Runtime, clock: Clock, fn, model: LazyModel, only=None):
     """The outputs over the split (or over its images at split positions `only`, indexed by split position)."""
     split = group.splits[split_name]
     part = split if only is None else split.subset(split_name, only)
@@ -140,12 +140,12 @@ def _compute(group, split_name: str, req, device: torch.device, clock: Clock, fn
             model(),
             part,
             group.preprocessing,
-            device,
-            req.extraction_batch,
-            req.workers,
+            runtime.device,
+            runtime.extraction_batch,
+            runtime.workers,
             f"{group.model.name} · {group.dataset.name} {split_name}",
-            req.skip_corrupt,
-            req.input_pipeline,
+            runtime.skip_corrupt,
+            runtime.input_pipeline,
             allow_empty=only is not None,
         )
     if only is not None:  # subset positions -> split positions (subset keeps them sorted)
@@ -156,8 +156,7 @@ def _compute(group, split_name: str, req, device: torch.device, clock: Clock, fn
 def outputs_over(
     group,
     split_name: str,
-    req,
-    device: torch.device,
+    runtime: Runtime,
     clock: Clock,
     cache_parts: dict,
     fn,
@@ -167,18 +166,18 @@ def outputs_over(
     """The model's outputs over one split of a protocol group: from the cache (checked against the
     split), or computed now (timed on `clock`). `distrust`: the width the outputs must have, or
     why the cached file is not to be used (it is quarantined). Returns (outputs, computed)."""
-    cache, key = _cache_key(group, split_name, req, cache_parts)
+    cache, key = _cache_key(group, split_name, runtime, cache_parts)
     if isinstance(distrust, str):
         cache.discard(key, distrust)
     found = None if isinstance(distrust, str) else cache.load(key, group.splits[split_name], distrust)
     if found is not None:
         return found, False
-    found = _compute(group, split_name, req, device, clock, fn, model)
+    found = _compute(group, split_name, runtime, clock, fn, model)
     cache.save(key, found)
     return found, True
 
 
-def sampled_outputs(group, split_name: str, req, device, clock: Clock, cache_parts: dict, fn, model, wanted):
+def sampled_outputs(group, split_name: str, runtime: Runtime, clock: Clock, cache_parts: dict, fn, model, wanted):
     """The outputs of only the images a few-shot plan draws: `wanted(present)` gives the split
     positions the runs sample when the images outside the boolean mask `present` are unreadable
     (None: all readable). A cached pass over the whole split serves as it is; otherwise the
@@ -187,11 +186,11 @@ def sampled_outputs(group, split_name: str, req, device, clock: Clock, cache_par
     grows with later runs. Returns (outputs, computed): the same rows a full pass would give the
     sampler. tests/test_fewshot.py compares the two on real data."""
     split = group.splits[split_name]
-    cache, key = _cache_key(group, split_name, req, cache_parts)
+    cache, key = _cache_key(group, split_name, runtime, cache_parts)
     full = cache.load(key, split)
     if full is not None:
         return full, False
-    cache, partial_key = _cache_key(group, split_name, req, {**cache_parts, "partial": True})
+    cache, partial_key = _cache_key(group, split_name, runtime, {**cache_parts, "partial": True})
     have = cache.load(partial_key, split) or Outputs(
         np.empty((0, 0), np.float32), split.labels[:0], np.empty(0, np.int64)
     )
@@ -202,7 +201,7 @@ def sampled_outputs(group, split_name: str, req, device, clock: Clock, cache_par
         missing = missing[~unreadable[missing]]
         if not len(missing):
             break
-        new = _compute(group, split_name, req, device, clock, fn, model, only=missing)
+        new = _compute(group, split_name, runtime, clock, fn, model, only=missing)
         unreadable[np.setdiff1d(missing, new.indices)] = True
         have, computed = _merge(have, new), True
     if computed:
@@ -232,7 +231,7 @@ def group_model(group, keep_head: bool, compile: bool = False) -> LazyModel:
     return LazyModel(lambda: build_model(group.model, classes, group.res, group.weights, gelu, keep_head), compile)
 
 
-def representation_hparams(group, req) -> dict:
+def representation_hparams(group, runtime: Runtime) -> dict:
     """What a frozen-feature protocol records about its features (and keys its runs on): the
     representation (LN(CLS), or tanh(Dense(LN(CLS))) where the weights carry `pre_logits`) and
     the extraction precision when it is not fp32 (fp32 stays out of the key): bf16 autocast on a
@@ -244,7 +243,7 @@ def representation_hparams(group, req) -> dict:
         # timm's in21k tags drop the upstream pre_logits layer: the paper's representation is not there
         found["representation_note"] = IN21K_WITHOUT_PRE_LOGITS
         log.warning("%s: %s", group.weights, IN21K_WITHOUT_PRE_LOGITS)
-    if resolve_precision(req.precision, resolve_device(req.device).type) == "bf16":
+    if runtime.precision == "bf16":
         found["precision"] = "bf16"
     return found
 
@@ -274,7 +273,7 @@ class FrozenFeatures:
         return self.train.skipped + self.test.skipped
 
 
-def frozen_features(group, req, device: torch.device, split_names: tuple[str, ...], wanted=None) -> FrozenFeatures:
+def frozen_features(group, runtime: Runtime, split_names: tuple[str, ...], wanted=None) -> FrozenFeatures:
     """The representation of every image of the two splits, from the cache where it is there: the
     few-shot, k-NN and linear-probe protocols read the same cache entries (one extraction serves
     all three), keyed on what the runs' hparams record about the features. With `wanted` (see
@@ -282,30 +281,30 @@ def frozen_features(group, req, device: torch.device, split_names: tuple[str, ..
     assert group.model.backend is not None
     backend = group.model.backend
     parts = {k: v for k, v in group.specs[0].hparams.items() if k in ("representation", "precision")}
-    precision = parts.get("precision", "fp32")
+    precision, device = parts.get("precision", "fp32"), runtime.device
 
     def features(m: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
         with autocast(device, precision):
             return backend.features(m, images)
 
     clock = Clock(device)
-    model = group_model(group, keep_head=False, compile=req.compile)
+    model = group_model(group, keep_head=False, compile=runtime.compile)
     train_split, test_split = split_names  # (the protocols' fewshot_splits: shots from, scored on)
 
     def train_outputs(distrust: str | None = None):
         if wanted is None:
-            return outputs_over(group, train_split, req, device, clock, parts, features, model, distrust)
+            return outputs_over(group, train_split, runtime, clock, parts, features, model, distrust)
         for partial in (False, True) if distrust else ():
-            cache, key = _cache_key(group, train_split, req, {**parts, "partial": True} if partial else parts)
+            cache, key = _cache_key(group, train_split, runtime, {**parts, "partial": True} if partial else parts)
             cache.discard(key, distrust)  # type: ignore[arg-type]
-        return sampled_outputs(group, train_split, req, device, clock, parts, features, model, wanted)
+        return sampled_outputs(group, train_split, runtime, clock, parts, features, model, wanted)
 
     train, train_new = train_outputs()
-    test, test_new = outputs_over(group, test_split, req, device, clock, parts, features, model)
+    test, test_new = outputs_over(group, test_split, runtime, clock, parts, features, model)
     if train.values.shape[1] != test.values.shape[1]:  # one model, one width: a cached file is not its features
         problem = f"{train.values.shape[1]} wide for train, {test.values.shape[1]} for test"
         if not train_new:
             train, train_new = train_outputs(problem)
         if not test_new:
-            test, test_new = outputs_over(group, test_split, req, device, clock, parts, features, model, problem)
+            test, test_new = outputs_over(group, test_split, runtime, clock, parts, features, model, problem)
     return FrozenFeatures(train, test, train_new or test_new, clock.seconds)

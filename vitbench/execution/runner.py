@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from vitbench.devices import resolve_device
+from vitbench.devices import Runtime, resolve_device
 from vitbench.engine.distributed import broadcast, setup
 from vitbench.execution.lease import Lease, Leases
 from vitbench.execution.recorder import Recorder
@@ -30,10 +30,11 @@ def execute(
     world, device = setup(resolve_device(req.device))
     with Leases(req.results) as leases:
         recorder = Recorder(req, con, device, on_result, world, leases)
+        runtime = Runtime.of(req, device)  # resolved once: what protocols and the engine run with
         for group in groups:
             todo = _leased([s for s in group.specs if rerun or s.run_key not in done], req, leases, world, rerun)
             if todo:  # each result stored before the protocol goes on (a final run reads its sweep's)
-                for result in get_protocol(group.protocol).run(group, todo, req, device, recorder) or ():
+                for result in get_protocol(group.protocol).run(group, todo, req, runtime, recorder) or ():
                     recorder.record(group, result)
     return recorder.count
 

@@ -21,6 +21,7 @@ from typing import Protocol as TypingProtocol
 
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec, Split
+from vitbench.devices import Runtime
 from vitbench.errors import UserError
 from vitbench.protocols import bounds
 from vitbench.protocols.options import ProtocolOptions
@@ -28,8 +29,6 @@ from vitbench.provenance import canonical_json, sha256_text
 from vitbench.store.predictions import Predictions
 
 if TYPE_CHECKING:  # the engine (and torch) load when a protocol runs, not when its name or label is read
-    import torch
-
     from vitbench.engine.distributed import World
 
 SEEDS = (0, 1, 2)  # the paper's three runs per setting (App. B; big_vision's few-shot seeds)
@@ -183,11 +182,12 @@ class Protocol:
         raise NotImplementedError
 
     def run(
-        self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder
+        self, group: Group, todo: list[RunSpec], req: Request, runtime: Runtime, recorder: Recorder
     ) -> Iterator[Result]:
-        """Run `todo` (a subset of `group.specs`), yielding a Result per finished run. The runner
-        stores each before it asks for the next, so a later run can read an earlier one's metrics
-        (`recorder.metric_values`: fine-tuning's final runs read the sweep's)."""
+        """Run `todo` (a subset of `group.specs`) on `runtime` (the device, precision, input
+        pipeline, workers, batches, compile and cache folder, resolved once), yielding a Result per
+        finished run. The runner stores each before it asks for the next, so a later run can read
+        an earlier one's metrics (`recorder.metric_values`: fine-tuning's final runs read the sweep's)."""
         raise NotImplementedError
 
     def planned_work(self, group: Group) -> dict[str, dict[str, float]]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from vitbench.backend import Preprocessing
 from vitbench.datasets import DatasetSpec
-from vitbench.devices import Clock
+from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import (
     Predictions,
     calibration,
@@ -28,7 +28,7 @@ from vitbench.protocols.options import DATA_PANEL, ProtocolOptions, option
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
 # version (tables, `--help`) stays light.
 if TYPE_CHECKING:
-    import torch
+    pass
 
 
 @dataclass(frozen=True)
@@ -71,18 +71,18 @@ class Eval(Protocol):
         return [self.base_spec(group, first, weights_sha, hparams, seed=0)]  # deterministic: one run
 
     def run(
-        self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder
+        self, group: Group, todo: list[RunSpec], req: Request, runtime: Runtime, recorder: Recorder
     ) -> Iterator[Result]:
         from vitbench.engine.features import group_model, outputs_over
 
         spec = todo[0]
         started = datetime.now(UTC)
-        clock = Clock(device)
+        clock = Clock(runtime.device)
         split_name = self.splits(group.dataset)[0]
         split = group.splits[split_name]
         model = group_model(group, keep_head=True)
         logits, computed = outputs_over(
-            group, split_name, req, device, clock, {"outputs": "logits"}, lambda m, x: m(x), model,
+            group, split_name, runtime, clock, {"outputs": "logits"}, lambda m, x: m(x), model,
             distrust=group.dataset.head_size,
         )  # fmt: skip
         real = [split.real_labels[i] for i in logits.indices] if split.real_labels is not None else None

@@ -18,7 +18,7 @@ import numpy as np
 
 from vitbench.datasets import DatasetSpec
 from vitbench.datasets.base import DEV_SEED
-from vitbench.devices import Clock
+from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
@@ -29,7 +29,7 @@ from vitbench.protocols.shared_options import SeededOptions
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
 # version (tables, `--help`) stays light.
 if TYPE_CHECKING:
-    import torch
+    pass
 
 log = logging.getLogger("vitbench")
 
@@ -93,7 +93,7 @@ class FewShot(Protocol):
 
         o = FewshotOptions.of(req)
         label, _ = parse_l2(o.fewshot_l2)
-        hparams = {**hparams, "l2": label, **representation_hparams(group, req)}
+        hparams = {**hparams, "l2": label, **representation_hparams(group, Runtime.of(req))}
         hparams |= _fewshot_train(group, self.splits(group.dataset)[0], o.fewshot_train)
         first = group.splits[self.splits(group.dataset)[0]]
         fewest = fewest_per_class(first.labels)
@@ -109,7 +109,7 @@ class FewShot(Protocol):
         ]
 
     def run(
-        self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder
+        self, group: Group, todo: list[RunSpec], req: Request, runtime: Runtime, recorder: Recorder
     ) -> Iterator[Result]:
         import torch
 
@@ -123,7 +123,7 @@ class FewShot(Protocol):
             draws = [sample_indices(split_labels, classes, s.shots or 0, s.seed, present) for s in todo]
             return np.unique(np.concatenate(draws))
 
-        found = frozen_features(group, req, device, self.splits(group.dataset), wanted)
+        found, device = frozen_features(group, runtime, self.splits(group.dataset), wanted), runtime.device
         train, test = found.train, found.test
         present = np.zeros(len(split_labels), dtype=bool)
         present[train.indices] = True

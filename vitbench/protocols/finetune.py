@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec
-from vitbench.devices import Clock, resolve_device, resolve_precision
+from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids, scores
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
@@ -37,8 +37,6 @@ from vitbench.store.shards import shard_dir
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
 # version (tables, `--help`) stays light.
 if TYPE_CHECKING:
-    import torch
-
     from vitbench.engine import training
 
 BATCH = 512
@@ -154,7 +152,7 @@ class Finetune(Protocol):
             "head": "zero-init linear (pre-training head and pre_logits dropped)",
             "train_aug": describe_train_aug(dataset.train_crop, hparams["res"])
             + ("|flip_lr" if dataset.train_flip else ""),
-            "precision": resolve_precision(req.precision, resolve_device(req.device).type),
+            "precision": Runtime.of(req).precision,
             "polyak": o.polyak,
             "dropout": model.dropout,
             "smoke": o.smoke,
@@ -186,7 +184,7 @@ class Finetune(Protocol):
         return specs
 
     def run(
-        self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder
+        self, group: Group, todo: list[RunSpec], req: Request, runtime: Runtime, recorder: Recorder
     ) -> Iterator[Result]:
         """The sweep runs first, then the final runs with the LR the sweep chose (read from the store,
         so a final run can follow a sweep made by an earlier command)."""
@@ -204,7 +202,7 @@ class Finetune(Protocol):
                 lr = chosen["lr"]
             # the settings of the recipe this run trains with (the HyperRule's, where it won or is run)
             h = training_hparams(spec.hparams, chosen.get("recipe") if chosen else spec.hparams.get("recipe"))
-            settings = _settings(group, spec.seed, h, lr, req, device)
+            settings = _settings(group, spec.seed, h, lr, req, runtime)
             started = datetime.now(UTC)
             model = build_model(
                 group.model,
@@ -219,11 +217,11 @@ class Finetune(Protocol):
             checkpoint = shard_dir(req.results) / spec.run_key / "checkpoint.pt"
             train_split = group.splits[h["splits"][0]]
             outcome = training.train(
-                model, train_split, settings, group.preprocessing, device, world, checkpoint, spec.run_key,
-                req.skip_corrupt, what,
+                model, train_split, settings, group.preprocessing, runtime.device, world, checkpoint, spec.run_key,
+                runtime.skip_corrupt, what,
             )  # fmt: skip
             if world.is_main:  # one process scores the test (or dev) split; the others wait
-                yield _score(group, spec, settings, outcome, chosen, started, req, device, recorder, what)
+                yield _score(group, spec, settings, outcome, chosen, started, runtime, recorder, what)
                 train_checkpoint.discard(checkpoint)  # (once the result is stored)
             barrier(world)
 
@@ -252,7 +250,7 @@ class Finetune(Protocol):
         return f" {h['stage']}{recipe} lr={h['lr']} steps={h['steps']} batch={h['batch']} res={h['res']}"
 
 
-def _settings(group: Group, seed: int, h: dict, lr: float, req: Request, device: torch.device) -> training.Settings:
+def _settings(group: Group, seed: int, h: dict, lr: float, req: Request, runtime: Runtime) -> training.Settings:
     """The run's hparams `h` (what changes its numbers) plus this machine's choices (what changes speed)."""
     from vitbench.engine import training
     from vitbench.engine.device_data import choose as choose_pipeline
@@ -274,10 +272,10 @@ def _settings(group: Group, seed: int, h: dict, lr: float, req: Request, device:
         polyak_warmup="polyak_warmup" in h,
         seed=seed,
         micro_batch=FinetuneOptions.of(req).micro_batch,
-        compile=req.compile,
-        channels_last=bool(group.model.backend and group.model.backend.channels_last) and device.type == "cuda",
-        workers=req.workers,
-        input_pipeline=choose_pipeline(req.input_pipeline, device),
+        compile=runtime.compile,
+        channels_last=bool(group.model.backend and group.model.backend.channels_last) and runtime.device.type == "cuda",
+        workers=runtime.workers,
+        input_pipeline=choose_pipeline(runtime.input_pipeline, runtime.device),
         log_every=max(1, min(50, h["steps"] // 10)),
         checkpoint_every=FinetuneOptions.of(req).checkpoint_every or checkpoint_interval(h["steps"]),
     )
@@ -290,8 +288,7 @@ def _score(
     outcome: training.Outcome,
     chosen: dict,
     started: datetime,
-    req: Request,
-    device: torch.device,
+    runtime: Runtime,
     recorder: Recorder,
     what: str,
 ) -> Result:
@@ -300,13 +297,13 @@ def _score(
 
     world, stage = recorder.world, spec.hparams["stage"]
     train_split, scored_split = (group.splits[n] for n in spec.hparams["splits"])
-    eval_clock = Clock(device)
+    device, eval_clock = runtime.device, Clock(runtime.device)
     with eval_clock:
         logits = inference.run_over(
             training.logits_fn(device, settings.precision), outcome.model, scored_split,
             group.preprocessing.at(settings.res),
-            device, req.extraction_batch, req.workers, f"{what} · {scored_split.name}", req.skip_corrupt,
-            req.input_pipeline,
+            device, runtime.extraction_batch, runtime.workers, f"{what} · {scored_split.name}", runtime.skip_corrupt,
+            runtime.input_pipeline,
         )  # fmt: skip
     real = [scored_split.real_labels[i] for i in logits.indices] if scored_split.real_labels else None
     found = scores(logits.values, logits.labels, real)

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from vitbench.datasets import DatasetSpec
-from vitbench.devices import Clock
+from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
 from vitbench.protocols.bounds import INT32_MAX
@@ -53,20 +53,20 @@ class KNearestNeighbours(Protocol):
         from vitbench.engine.knn import TEMPERATURE
 
         first = group.splits[self.splits(group.dataset)[0]]
-        hparams = {**hparams, "temperature": TEMPERATURE, **representation_hparams(group, req)}
+        hparams = {**hparams, "temperature": TEMPERATURE, **representation_hparams(group, Runtime.of(req))}
         return [
             self.base_spec(group, first, weights_sha, {**hparams, "k": k}, seed=0) for k in KnnOptions.of(req).knn_k
         ]
 
     def run(
-        self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder
+        self, group: Group, todo: list[RunSpec], req: Request, runtime: Runtime, recorder: Recorder
     ) -> Iterator[Result]:
         import torch
 
         from vitbench.engine.features import frozen_features
         from vitbench.engine.knn import knn_accuracies
 
-        found = frozen_features(group, req, device, self.splits(group.dataset))
+        found, device = frozen_features(group, runtime, self.splits(group.dataset)), runtime.device
         train, test = found.train, found.test
         started, search = datetime.now(UTC), Clock(device)
         rankings: dict[int, list[torch.Tensor]] = {}

@@ -14,7 +14,7 @@ import numpy as np
 
 from vitbench.datasets import DatasetSpec
 from vitbench.datasets.base import dev_holdout
-from vitbench.devices import Clock
+from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
 from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, option
@@ -59,7 +59,7 @@ class LinearProbe(Protocol):
         first = group.splits[self.splits(group.dataset)[0]]
         hparams = {
             **hparams,
-            **representation_hparams(group, req),
+            **representation_hparams(group, Runtime.of(req)),
             "validation": f"{_validation_fraction(group.dataset):g} of train (dev split)",
             "l2_grid": "1e-6..1e6 per decade, refined x/÷ 10^(1/2), 10^(1/4), 10^(1/8) around the best",
             "objective": "sum CE + l2/2 |W|^2 (scikit-learn's C = 1/l2), L-BFGS, at most 1000 iterations",
@@ -68,12 +68,12 @@ class LinearProbe(Protocol):
         return [self.base_spec(group, first, weights_sha, hparams, seed=0)]
 
     def run(
-        self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder
+        self, group: Group, todo: list[RunSpec], req: Request, runtime: Runtime, recorder: Recorder
     ) -> Iterator[Result]:
         from vitbench.engine import logistic
         from vitbench.engine.features import frozen_features
 
-        found = frozen_features(group, req, device, self.splits(group.dataset))
+        found, device = frozen_features(group, runtime, self.splits(group.dataset)), runtime.device
         started, solve = datetime.now(UTC), Clock(device)
         classes = group.dataset.num_classes
         train, test = _on(found.train, device), _on(found.test, device)

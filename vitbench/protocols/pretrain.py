@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec
-from vitbench.devices import resolve_device, resolve_precision
+from vitbench.devices import Runtime
 from vitbench.errors import UserError
 from vitbench.protocols import pretrain_recipe as recipe
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
@@ -35,7 +35,7 @@ from vitbench.weights import RANDOM
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
 # version (tables, `--help`) stays light. The training itself is pretrain_run.py.
 if TYPE_CHECKING:
-    import torch
+    pass
 
 OBJECTIVES = ("supervised", "mpp")
 SMOKE_RES, SMOKE_BATCH, SMOKE_STEPS = 48, 64, 50  # --smoke: a pipeline check, never a number to compare
@@ -169,12 +169,12 @@ class Pretrain(Protocol):
         ]
 
     def run(
-        self, group: Group, todo: list[RunSpec], req: Request, device: torch.device, recorder: Recorder
+        self, group: Group, todo: list[RunSpec], req: Request, runtime: Runtime, recorder: Recorder
     ) -> Iterator[Result]:
         from vitbench.protocols.pretrain_run import pretrain
 
         for spec in todo:
-            yield from pretrain(group, spec, req, device, recorder, weights_path(req, spec))
+            yield from pretrain(group, spec, req, runtime, recorder, weights_path(req, spec))
 
     def followups(self, req: Request, groups: list[Group]) -> list[Request]:
         """Per model: linear few-shot on the --transfer datasets with the weights each run wrote,
@@ -291,7 +291,7 @@ def settings_for(group: Group, req: Request, n_train: int) -> dict:
         + ("|flip_lr" if group.dataset.train_flip else ""),
         "early_stopping": recipe.MPP_STOPPING if mpp else f"best dev accuracy of {recipe.VALIDATIONS} evaluations",
         "subset_seed": recipe.SUBSET_SEED,
-        "precision": resolve_precision(req.precision, resolve_device(req.device).type),
+        "precision": Runtime.of(req).precision,
         "smoke": o.smoke,
     }
 

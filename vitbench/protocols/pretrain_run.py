@@ -13,6 +13,7 @@ import torch
 
 from vitbench import position_embeddings
 from vitbench.datasets import Split
+from vitbench.devices import Runtime
 from vitbench.engine import train_checkpoint, training
 from vitbench.engine.device_data import choose as choose_pipeline
 from vitbench.engine.distributed import barrier
@@ -50,7 +51,7 @@ def _model(group: Group, h: dict) -> tuple[torch.nn.Module, torch.nn.Module]:
     return backbone, Classifier(backbone, group.model.backend.features)
 
 
-def _validator(group: Group, h: dict, req: Request, device: torch.device, dev: Split):
+def _validator(group: Group, h: dict, runtime: Runtime, dev: Split):
     """The dev split's accuracy of the weights being trained (MPP: of the corrupted patches' targets)."""
     mpp = h["objective"] == "mpp"
 
@@ -64,8 +65,8 @@ def _validator(group: Group, h: dict, req: Request, device: torch.device, dev: S
 
         try:
             outputs = run_over(
-                fn, model, dev, group.preprocessing.at(h["res"]), device, req.extraction_batch, 0,
-                f"{group.model.name} · {dev.name}", req.skip_corrupt,
+                fn, model, dev, group.preprocessing.at(h["res"]), runtime.device, runtime.extraction_batch, 0,
+                f"{group.model.name} · {dev.name}", runtime.skip_corrupt,
             )  # fmt: skip
         finally:
             if mpp:
@@ -78,7 +79,7 @@ def _validator(group: Group, h: dict, req: Request, device: torch.device, dev: S
 
 
 def pretrain(
-    group: Group, spec: RunSpec, req: Request, device: torch.device, recorder: Recorder, path: Path
+    group: Group, spec: RunSpec, req: Request, runtime: Runtime, recorder: Recorder, path: Path
 ) -> Iterator[Result]:
     """Train, keep the best weights on dev, write them to `path` and yield the run's result (from
     the main process; the others wait for it)."""
@@ -91,8 +92,8 @@ def pretrain(
         crop=group.dataset.train_crop, flip=group.dataset.train_flip, precision=h["precision"], seed=spec.seed,
         optimizer="adamw", weight_decay=h["weight_decay"], decay=h["lr_decay"], label_smoothing=h["label_smoothing"],
         clip_norm=h["clip_global_norm"],
-        eval_every=max(1, h["steps"] // recipe.VALIDATIONS), micro_batch=o.micro_batch, compile=req.compile,
-        workers=req.workers, input_pipeline=choose_pipeline(req.input_pipeline, device),
+        eval_every=max(1, h["steps"] // recipe.VALIDATIONS), micro_batch=o.micro_batch, compile=runtime.compile,
+        workers=runtime.workers, input_pipeline=choose_pipeline(runtime.input_pipeline, runtime.device),
         log_every=max(1, min(50, h["steps"] // 10)),
         checkpoint_every=o.checkpoint_every or checkpoint_interval(h["steps"]),
     )  # fmt: skip
@@ -101,8 +102,8 @@ def pretrain(
     checkpoint = shard_dir(req.results) / spec.run_key / "checkpoint.pt"
     started = datetime.now(UTC)
     outcome = training.train(
-        model, train, settings, group.preprocessing, device, world, checkpoint, spec.run_key, req.skip_corrupt,
-        what, objective=objective, validate=_validator(group, h, req, device, dev),
+        model, train, settings, group.preprocessing, runtime.device, world, checkpoint, spec.run_key,
+        runtime.skip_corrupt, what, objective=objective, validate=_validator(group, h, runtime, dev),
     )  # fmt: skip
     if world.is_main:  # one process writes the weights and the result; the others wait for it
         yield _finish(group, spec, outcome, settings, started, backbone, model, path, len(train), len(dev), recorder)
