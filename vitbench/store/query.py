@@ -34,6 +34,13 @@ def json_field(value) -> dict:
     return {}
 
 
+def written_weights_sha(notes) -> str | None:
+    """The sha256 of the weights file a pre-training run wrote (its notes.weights_file): what links
+    it to the transfer runs that used those weights."""
+    sha = json_field(notes).get("weights_file", {}).get("sha256")
+    return str(sha) if sha else None
+
+
 def field_values(df: pd.DataFrame, name: str, option: str = "--where") -> pd.Series:
     """The values of one field for every row, as strings where the field is text or JSON."""
     if name == "date":

@@ -71,13 +71,6 @@ def _short(value) -> str:
     return text if len(text) <= 28 else text[:27] + "…"
 
 
-def written_weights_sha(notes) -> str | None:
-    """The sha256 of the weights file a pre-training run wrote (its notes.weights_file): what links
-    it to the transfer runs that used those weights."""
-    sha = json_field(notes).get("weights_file", {}).get("sha256")
-    return str(sha) if sha else None
-
-
 def weights_label(model: str, weights: str, sha: str, random_init: bool) -> str:
     name = str(weights).rsplit("/", 1)[-1]
     for ext in (".safetensors", ".npz", ".pth", ".pt", ".bin"):  # the full name is in the provenance footnote

@@ -23,7 +23,7 @@ from vitbench import paper
 from vitbench.datasets.vtab import GROUPS, TASKS, group_means
 from vitbench.errors import UserError
 from vitbench.protocols.registry import protocols, shots_protocol, transfer_training_protocol, weights_protocol
-from vitbench.store.query import json_field
+from vitbench.store.query import json_field, written_weights_sha
 from vitbench.views import cells, columns, table
 
 DPI = 100
@@ -182,7 +182,7 @@ def pretraining_costs(df: pd.DataFrame) -> dict[str, tuple[float, float | None]]
     pre = df[df["protocol"] == weights_protocol()].drop_duplicates("run_key")
     costs = {}
     for _, run in pre.iterrows():
-        sha = columns.written_weights_sha(run["notes"])
+        sha = written_weights_sha(run["notes"])
         if sha:
             days = columns.accelerator_days(pre[pre["run_key"] == run["run_key"]])
             costs[sha] = (float(run["flops"]) / 1e18, days)

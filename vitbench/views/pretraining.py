@@ -18,9 +18,8 @@ import pandas as pd
 from vitbench import paper
 from vitbench.errors import UserError
 from vitbench.protocols.registry import shots_protocol, weights_protocol
-from vitbench.store.query import json_field
+from vitbench.store.query import json_field, written_weights_sha
 from vitbench.views.cells import SMOKE_MARK, Cell, TableData
-from vitbench.views.columns import written_weights_sha
 from vitbench.views.plots import FILE, Figure, Look, legend, new_figure, runs_text, save
 from vitbench.views.table import title
 
