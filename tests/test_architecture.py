@@ -148,3 +148,19 @@ def test_nothing_decides_by_a_backend_family_name():
                     if by_family and not (isinstance(side.value, ast.Name) and side.value.id == "self"):
                         found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
     assert found == []
+
+
+def test_a_view_never_imports_the_engine():
+    """Issue 30: views/inspection.py built and ran a model; the measurement is execution/inspection.py
+    now (api.inspect), and a view only reads the store and draws."""
+    forbidden = ("vitbench.engine", "vitbench.execution", "vitbench.weights", "torch", "timm")
+    found = []
+    for path in sorted((ROOT / "vitbench" / "views").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.startswith(forbidden)]
+    assert found == []

@@ -11,7 +11,7 @@ from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data
 from PIL import Image
 
 from vitbench import registry, store
-from vitbench.views import inspection
+from vitbench.execution import inspection
 from vitbench.views.inspection_plots import DPI, SIZES
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitbench import store
-from vitbench.devices import cpu_threads, resolve_device
+from vitbench import registry, store
+from vitbench.devices import cpu_threads, device_name, resolve_device
 from vitbench.engine.distributed import broadcast, setup
 from vitbench.errors import UserError, one_line
 from vitbench.execution import cluster, trackers
@@ -33,6 +33,7 @@ from vitbench.protocols.base import Group, Request, RunSpec
 from vitbench.protocols.registry import get_protocol, protocols
 from vitbench.protocols.requests import make_request
 from vitbench.store.query import apply_where
+from vitbench.views import inspection_plots
 
 log = logging.getLogger("vitbench")
 
@@ -254,3 +255,39 @@ def results(results: str | Path = "results", where: list[str] | tuple[str, ...] 
     path = Path(results)
     store.sync(path)
     return apply_where(store.read_results(path), where)
+
+
+def inspect(
+    model: str,
+    weights: str,
+    *,
+    res: int | None = None,
+    images: Path | None = None,
+    dataset: str | None = None,
+    data_dir: Path | None = None,
+    out_dir: Path = Path("inspect"),
+    results: Path = Path("results"),
+    device: str = "auto",
+    num_images: int = 32,
+    rollout_images: int = 8,
+) -> dict:
+    """The paper's §4.5 views of a backbone (embedding filters, position similarity, attention
+    distance, rollout) drawn under `out_dir`; the mean attention distances stored in `results`
+    with their provenance. Returns what was measured and written, with the inspection's key
+    (`inspect_key`, as `vitbench table --view attention` shows it)."""
+    from vitbench.execution import inspection  # (torch: loaded when a backbone is inspected)
+
+    spec = registry.get_model(model)
+    torch_device = resolve_device(device)
+    writable_results(Path(results))
+    found = inspection.inspect_backbone(
+        spec, weights, res, images, dataset, data_dir, out_dir, torch_device, inspection_plots,
+        num_images=num_images, rollout_images=rollout_images,
+    )  # fmt: skip
+    key, rows = inspection.attention_distance_rows(spec, found, device_name(torch_device))
+    con = store.connect(Path(results))
+    try:
+        store.save_attention_distance(con, rows)
+    finally:
+        con.close()
+    return {**found, "inspect_key": key}

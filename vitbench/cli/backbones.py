@@ -9,10 +9,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from vitbench import registry, store
+from vitbench import store
 from vitbench.cli.app import app, err, out, print_table
 from vitbench.cli.options import DataDir, Device, Results, argument, check_data_dir, option
-from vitbench.devices import device_name, resolve_device
 from vitbench.views import attention, render
 
 # Each command loads the model code (torch, timm) when it runs: `--help` never pays for it.
@@ -33,31 +32,15 @@ def inspect_cmd(
     device: Device = "auto",
 ) -> None:
     """Paper §4.5 views of a backbone: embedding filters, position similarity, attention distance, rollout."""
-    from vitbench.api import writable_results
-    from vitbench.views import inspection
+    from vitbench import api
 
-    spec = registry.get_model(model)
-    torch_device = resolve_device(device)
-    writable_results(results)
-    found = inspection.inspect_backbone(
-        spec,
-        weights,
-        res,
-        images,
-        dataset,
-        check_data_dir(data_dir),
-        out_dir,
-        torch_device,
-        num_images=num_images,
-        rollout_images=rollout_images,
+    found = api.inspect(
+        model, weights, res=res, images=images, dataset=dataset, data_dir=check_data_dir(data_dir), out_dir=out_dir,
+        results=results, device=device, num_images=num_images, rollout_images=rollout_images,
+    )  # fmt: skip
+    print_table(
+        render.to_rich(attention.attention_view(store.read_attention_distance(results), only=found["inspect_key"]))
     )
-    key, rows = inspection.attention_distance_rows(spec, found, device_name(torch_device))
-    con = store.connect(results)
-    try:
-        store.save_attention_distance(con, rows)
-    finally:
-        con.close()
-    print_table(render.to_rich(attention.attention_view(store.read_attention_distance(results), only=key)))
     written = ["embedding_filters.png"] if found["filters_written"] else []
     written += [
         "position_similarity.png",

@@ -6,7 +6,9 @@
 - attention rollout from the class token to the input (Fig. 6; Abnar & Zuidema 2020).
 
 Attention weights come from the real forward pass: each block's timm `Attention` is switched to
-its explicit (non-fused) path and a hook on `attn_drop` records the softmaxed attention.
+its explicit (non-fused) path and a hook on `attn_drop` records the softmaxed attention. This
+module measures; the figures are drawn by the `figures` it is handed (views/inspection_plots.py,
+which the API passes: a measurement never imports a view), and `api.inspect` stores the distances.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from vitbench.engine.progress import track
 from vitbench.errors import UserError
 from vitbench.provenance import canonical_json, environment, fingerprint_files, sha256_file, sha256_text
 from vitbench.registry import get_dataset
-from vitbench.views import inspection_plots as plots
 from vitbench.weights import RANDOM, build_model, check_weights_arg
 
 
@@ -158,11 +159,13 @@ def inspect_backbone(
     data_dir,
     out_dir,
     device,
+    figures: Any,
     num_images: int = 32,
     rollout_images: int = 8,
     batch_size: int = 8,
 ) -> dict:
-    """Write the four §4.5 views under `out_dir`; return the mean attention distances and provenance."""
+    """Draw the four §4.5 views under `out_dir` with `figures` (views/inspection_plots.py);
+    return the mean attention distances and provenance."""
     from pathlib import Path
 
     res = res or spec.preprocessing.size
@@ -178,9 +181,9 @@ def inspect_backbone(
 
     components = embedding_filter_components(model)
     if components is not None:
-        plots.embedding_filters(components, out / "embedding_filters.png", label)
+        figures.embedding_filters(components, out / "embedding_filters.png", label)
     pos, grid = patch_position_embeddings(model)
-    plots.position_similarity(position_similarity(pos), grid, out / "position_similarity.png", label)
+    figures.position_similarity(position_similarity(pos), grid, out / "position_similarity.png", label)
 
     model.eval().to(device)
     num_prefix = 0 if getattr(model, "no_embed_class", False) else int(model.num_prefix_tokens)
@@ -203,10 +206,10 @@ def inspect_backbone(
                 break
             shown = np.clip(x[i].cpu().permute(1, 2, 0).numpy() * std + mean, 0, 1)  # the crop the model saw
             path = out / "attention_rollout" / f"{names[start + i]}.png"
-            rollout_files.append(plots.rollout_overlay(shown, rolled[i], path, f"{names[start + i]}: {label}"))
+            rollout_files.append(figures.rollout_overlay(shown, rolled[i], path, f"{names[start + i]}: {label}"))
     assert distance_sum is not None
     distances = distance_sum / seen  # (L, H)
-    plots.attention_distance(distances, seen, out / "attention_distance.png", label)
+    figures.attention_distance(distances, seen, out / "attention_distance.png", label)
     return {
         "distances": distances,
         "n_images": seen,
