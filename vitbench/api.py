@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ import pandas as pd
 
 from vitbench import registry, store
 from vitbench.devices import cpu_threads, device_name, resolve_device
+from vitbench.engine.bench_timm import check_timm_configs
 from vitbench.engine.distributed import broadcast, setup
 from vitbench.errors import UserError, one_line
 from vitbench.execution import cluster, trackers
@@ -291,3 +293,22 @@ def inspect(
     finally:
         con.close()
     return {**found, "inspect_key": key}
+
+
+def bench(configs: list, options, results: Path = Path("results")) -> str:
+    """`vitbench bench`'s measurement: each (model, resolution) of `configs` (engine/bench_types.Config)
+    through vitbench's loops, bare loops and timm's benchmark.py under `options` (its Options),
+    stored per configuration (a later failure loses nothing). Returns the bench id its rows carry."""
+    from vitbench.engine import bench as engine_bench  # (torch: loaded when something is measured)
+
+    check_timm_configs(configs, options)  # before any measuring: a GPU run must not end without timm's row
+    writable_results(Path(results))
+    bench_id = uuid.uuid4().hex[:12]
+    for cfg in configs:
+        records = engine_bench.to_records(engine_bench.measure_config(cfg, options), options, bench_id)
+        con = store.connect(Path(results))
+        try:
+            store.save_bench(con, records)
+        finally:
+            con.close()
+    return bench_id

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +11,6 @@ from vitbench.cli import options as o
 from vitbench.cli.app import app, out, print_table
 from vitbench.cli.options import option
 from vitbench.devices import resolve_device
-from vitbench.engine.bench_timm import check_timm_configs
 from vitbench.engine.bench_types import MODES, Config, Options  # light: the measuring engine loads in the command
 from vitbench.errors import UserError
 from vitbench.views import bench_table, render
@@ -81,32 +79,22 @@ def bench_cmd(
 ) -> None:
     """Throughput of vitbench's fine-tune and extraction loops (synthetic and real data) against bare
     loops and timm's benchmark.py; images/s, MFU and peak memory into the store (`table --bench`)."""
+    from vitbench import api
     from vitbench.engine import bench as engine_bench
 
-    given = dict(locals())
-    opts = _options(given)
-    configs = [
-        Config.parse(c)
-        for c in (config or (engine_bench.GPU_CONFIGS if opts.device.type == "cuda" else engine_bench.CPU_CONFIGS))
-    ]
-    from vitbench.api import writable_results
-
-    check_timm_configs(configs, opts)  # before any measuring: a GPU run must not end without timm's row
-    writable_results(results)
-    bench_id = uuid.uuid4().hex[:12]
-    for cfg in configs:
-        records = engine_bench.to_records(engine_bench.measure_config(cfg, opts), opts, bench_id)
-        con = store.connect(results)  # stored per configuration: a later failure loses nothing
-        try:
-            store.save_bench(con, records)
-        finally:
-            con.close()
+    opts = _options(
+        mode=mode, batch=batch, micro_batch=micro_batch, steps=steps, warmup=warmup, rounds=rounds,
+        precision=precision, compile_model=compile_model, dataset=dataset, data_dir=data_dir,
+        input_pipeline=input_pipeline, workers=workers, timm_benchmark=timm_benchmark, device=device,
+    )  # fmt: skip
+    defaults = engine_bench.GPU_CONFIGS if opts.device.type == "cuda" else engine_bench.CPU_CONFIGS
+    bench_id = api.bench([Config.parse(c) for c in (config or defaults)], opts, results)
     frame = store.read_bench(results)
     print_table(render.to_rich(bench_table.bench_view(frame[frame["bench_id"] == bench_id])))
     out.print(f"stored in {results / store.DB_NAME} (bench {bench_id}); all measurements: vitbench table --bench")
 
 
-def _options(given: dict) -> Options:
+def _options(**given) -> Options:
     """The measurement's Options from the command line, every value checked."""
     from vitbench.engine import bench as engine_bench
 
