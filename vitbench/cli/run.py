@@ -96,9 +96,9 @@ def run(ctx: typer.Context, **given: Any) -> None:
 def _signature() -> inspect.Signature:
     """`run`'s options as typer reads them: the shared ones and every protocol's own (a plugin's
     too), each in its `--help` panel, the panels in order."""
+    hints = typing.get_type_hints(_shared_options, include_extras=True)  # (the annotations, evaluated)
     shared = [
         p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints[p.name])
-        for hints in [typing.get_type_hints(_shared_options, include_extras=True)]
         for p in inspect.signature(_shared_options).parameters.values()
     ]
     ordered = sorted([*shared, *protocol_flags.parameters()], key=lambda p: protocol_flags.panel_rank(_panel(p)))

@@ -34,7 +34,7 @@ def execute(
         for group in groups:
             todo = _leased([s for s in group.specs if rerun or s.run_key not in done], req, leases, world, rerun)
             if todo:  # each result stored before the protocol goes on (a final run reads its sweep's)
-                for result in get_protocol(group.protocol).run(group, todo, req, runtime, recorder) or ():
+                for result in get_protocol(group.protocol).run(group, todo, req, runtime, recorder):
                     recorder.record(group, result)
     return recorder.count
 

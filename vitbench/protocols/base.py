@@ -91,7 +91,7 @@ class Request:
         here, before any work: the command line, a config file and the Python API all pass through
         (protocols/bounds.py holds the shared numeric options' ranges; each protocol's options
         dataclass checks its own when the request is made: protocols/requests.py)."""
-        checked = (*bounds.CHOICES, *bounds.SCALARS, *bounds.LISTS)
+        checked = (*bounds.CHOICES, *bounds.SCALARS)
         found = bounds.problems({name: getattr(self, name) for name in checked})
         if found:
             raise UserError(found[0])

@@ -48,7 +48,6 @@ SCALARS = {
     "extraction_batch": Bound("--batch-size", int, 1),
     "workers": Bound("--workers", int, 0),
 }
-LISTS: dict[str, Bound] = {}
 # Request field -> (option, its values): where a misspelt word would otherwise pass until it is used
 CHOICES = {
     "precision": ("--precision", PRECISIONS),
@@ -79,13 +78,4 @@ def problems(values: dict[str, object]) -> list[str]:
         value = values.get(name)
         if value is not None and (why := problem(bound, value)):
             found.append(why)
-    for name, bound in LISTS.items():
-        items = values.get(name) or ()
-        if not isinstance(items, tuple | list | range):
-            found.append(f"{bound.option}: expected a list of integers, got {items!r}")
-            continue
-        if len(items) > MAX_VALUES:
-            found.append(f"{bound.option}: {len(items):,} values; expected at most {MAX_VALUES:,}")
-            continue
-        found += [why for v in items if (why := problem(bound, v))][:1]
     return found

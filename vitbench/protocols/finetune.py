@@ -255,6 +255,7 @@ def _settings(group: Group, seed: int, h: dict, lr: float, req: Request, runtime
     from vitbench.engine import training
     from vitbench.engine.device_data import choose as choose_pipeline
 
+    o = FinetuneOptions.of(req)
     return training.Settings(
         steps=h["steps"],
         batch=h["batch"],
@@ -271,13 +272,13 @@ def _settings(group: Group, seed: int, h: dict, lr: float, req: Request, runtime
         polyak=h["polyak"],
         polyak_warmup="polyak_warmup" in h,
         seed=seed,
-        micro_batch=FinetuneOptions.of(req).micro_batch,
+        micro_batch=o.micro_batch,
         compile=runtime.compile,
         channels_last=bool(group.model.backend and group.model.backend.channels_last) and runtime.device.type == "cuda",
         workers=runtime.workers,
         input_pipeline=choose_pipeline(runtime.input_pipeline, runtime.device),
         log_every=max(1, min(50, h["steps"] // 10)),
-        checkpoint_every=FinetuneOptions.of(req).checkpoint_every or checkpoint_interval(h["steps"]),
+        checkpoint_every=o.checkpoint_every or checkpoint_interval(h["steps"]),
     )
 
 

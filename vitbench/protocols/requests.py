@@ -30,8 +30,8 @@ def make_request(where: str = "vitbench.run", **given: Any) -> Request:
         expected = ", ".join(sorted(known_options()))
         raise UserError(f"{where}: unknown option {unknown[0]!r}; expected one of {expected}")
     for key in SHARED_LISTS:
-        if isinstance(given.get(key), str):
-            given[key] = (given[key],)
+        if given.get(key) is not None:
+            given[key] = _as_tuple(given[key])
     for key in ("results", "data_dir", "tensorboard"):
         if given.get(key) is not None:
             if key == "results" and not str(given[key]).strip():
@@ -47,12 +47,7 @@ def make_request(where: str = "vitbench.run", **given: Any) -> Request:
         if why := declaration.problem(value):
             raise UserError(why)
         options[name] = value
-    shared = {k: v for k, v in given.items() if k in SHARED}
-    if isinstance(shared.get("tracker"), list):
-        shared["tracker"] = tuple(shared["tracker"])
-    if isinstance(shared.get("datasets"), list):
-        shared["datasets"] = tuple(shared["datasets"])
-    return Request(**shared, options=options)
+    return Request(**{k: v for k, v in given.items() if k in SHARED}, options=options)
 
 
 def _as_tuple(value: Any) -> Any:
