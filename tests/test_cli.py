@@ -11,7 +11,7 @@ from vitbench import store
 from vitbench.engine import ridge
 from vitbench.protocols import fewshot
 
-FAST = ("--res", "32", "--workers", "0", "--batch-size", "256")
+FAST = ("--res", "32", "--workers", "0", "--extraction-batch", "256")
 
 
 DIGITS = ("--dataset", "digits", "--model", "vit-ti/16", "--weights", "random")
@@ -127,7 +127,8 @@ def test_ctrl_c_leaves_no_partial_row_and_the_rerun_does_only_the_rest(cli, resu
         (["--weights", "nothing.safetensors"], "--weights nothing.safetensors: no such file"),
         (["--device", "tpu9"], "--device tpu9"),
         (["--nonsense"], "No such option: --nonsense"),
-        (["--batch-size", "0"], "--batch-size"),
+        (["--extraction-batch", "0"], "--extraction-batch"),
+        (["--batch-size", "0"], "--extraction-batch"),
         (["--workers", "-1"], "--workers"),
     ],
 )

@@ -64,7 +64,8 @@ def test_a_suite_defined_in_the_config_file(cli, tmp_path):
         ('seeds = "zero"\n', "key 'seeds': expected integers or a list of them"),
         ("res = 32.5\n", "key 'res': expected an integer, got 32.5"),
         ('model = "vit-q/16"\n', "key 'model': unknown model 'vit-q/16'"),
-        ('dataset = ["digitz"]\n', "key 'dataset': unknown dataset 'digitz'"),
+        ('datasets = ["digitz"]\n', "key 'datasets': unknown dataset 'digitz'"),
+        ('dataset = "digits"\ndatasets = ["digits"]\n', "keys 'dataset' and 'datasets' are one option"),
         ("[suites.x]\nprotocol = 'fewshot'\n", "suite 'x': expected datasets = ["),
         ("model = \n", "not valid TOML"),
     ],
@@ -124,12 +125,12 @@ def test_every_text_value_round_trips_through_the_printed_toml(text, suite):
 
     SUITES[suite] = Suite(suite, (text, "digits"), "fewshot", f"defined in {text}", {"weights": text})
     try:
-        printed = to_toml({"data_dir": text, "dataset": "a,b", "suite": suite, "lr": 0.5},
-                          {"data_dir": "path", "dataset": "str", "suite": "str", "lr": "float"})  # fmt: skip
+        printed = to_toml({"data_dir": text, "datasets": "a,b", "suite": suite, "lr": 0.5},
+                          {"data_dir": "path", "datasets": "str", "suite": "str", "lr": "float"})  # fmt: skip
     finally:
         del SUITES[suite]
     loaded = tomllib.loads(printed)
-    assert loaded["data_dir"] == text and loaded["dataset"] == ["a", "b"] and loaded["suite"] == suite
+    assert loaded["data_dir"] == text and loaded["datasets"] == ["a", "b"] and loaded["suite"] == suite
     mine = loaded["suites"][suite]
     assert (
         mine["datasets"] == [text, "digits"] and mine["weights"] == text and mine["description"] == f"defined in {text}"
@@ -146,3 +147,42 @@ def test_a_path_that_is_not_utf8_cannot_be_printed_but_a_run_still_records_it():
     assert (
         tomllib.loads(to_toml({"data_dir": name}, {"data_dir": "path"}, strict=False))["data_dir"] == "/data/caf\ufffd"
     )
+
+
+def test_an_older_config_loads_by_todays_names(cli, tmp_path, caplog):
+    """The CLI, the config and the API share one vocabulary (issue 30): `datasets`,
+    `extraction_batch` and `compile` are the API's keywords and today's keys. A config written with
+    the old keys still runs, says the key to write instead, and prints back with today's names."""
+    config = tmp_path / "old.toml"
+    config.write_text(
+        'model = "vit-ti/16"\nweights = "random"\ndataset = ["digits"]\nbatch_size = 128\ncompile_model = false\n'
+    )
+    code, printed, err = cli("run", "--config", config, "--print-config")
+    assert code == 0, err
+    parsed = tomllib.loads(printed)
+    assert parsed["datasets"] == ["digits"] and parsed["extraction_batch"] == 128 and parsed["compile"] is False
+    assert not {"dataset", "batch_size", "compile_model"} & set(parsed)
+    assert "key 'batch_size' is now 'extraction_batch'" in caplog.text
+
+
+def test_one_vocabulary_for_the_command_line_a_config_and_the_api():
+    """Each option of `vitbench run` has one name: its flag (`--extraction-batch`), its config key and
+    its API keyword (`extraction_batch`). The options only the command has (how this one command
+    runs: a dry run, torchrun, a cluster) are named here, so a new one is a decision, not a drift."""
+    import typer
+
+    from vitbench.cli.app import app
+    from vitbench.protocols.requests import known_options
+
+    command_only = {"rerun", "dry_run", "assume_mfu", "print_config", "devices", "nnodes", "node_rank",
+                    "rdzv_endpoint", "rdzv_id", "rdzv_backend", "executor", "cluster", "partition", "gpus_per_job",
+                    "nodes", "time_limit", "cpus_per_job", "mem_gb", "array_parallelism", "slurm_account",
+                    "slurm_qos", "no_wait"}  # fmt: skip
+    api = set(known_options())
+    command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    options = {p.name: p for p in command.params if p.name != "help"}
+    for name, parameter in options.items():
+        long = [flag for flag in parameter.opts if flag.startswith("--")]
+        assert long[0] == "--" + name.replace("_", "-"), (name, parameter.opts)  # the first is the name
+        assert (name in api) != (name in command_only), name
+    assert api == set(options) - command_only

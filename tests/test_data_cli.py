@@ -15,7 +15,7 @@ from vitbench import store
 from vitbench.datasets.vtab import group_means
 from vitbench.engine import scoring
 
-FAST = ("--res", "32", "--workers", "0", "--batch-size", "256", "--model", "vit-ti/16", "--weights", "random")
+FAST = ("--res", "32", "--workers", "0", "--extraction-batch", "256", "--model", "vit-ti/16", "--weights", "random")
 
 
 @pytest.fixture

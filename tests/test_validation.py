@@ -242,7 +242,7 @@ def test_a_ridge_strength_that_is_no_positive_number_is_refused(cli, results, va
 # (option, its Request/API name, a bad value, the one line that refuses it)
 BAD_NUMBERS = [
     ("--workers", "workers", -3, "--workers -3: expected an integer ≥ 0"),
-    ("--batch-size", "extraction_batch", 0, "--batch-size 0: expected an integer ≥ 1"),
+    ("--extraction-batch", "extraction_batch", 0, "--extraction-batch 0: expected an integer ≥ 1"),
     ("--batch", "batch", 0, "--batch 0: expected an integer ≥ 1"),
     ("--lr", "lr", -0.5, "--lr -0.5: expected a number > 0"),
     ("--lr", "lr", float("nan"), "--lr nan: expected a finite number"),
@@ -265,6 +265,7 @@ def test_a_value_is_checked_once_alike_from_the_command_line_a_config_and_the_ap
     assert code == 2 and err.strip() == f"error: {message}"
     config = tmp_path / "exp.toml"
     key = option.removeprefix("--").replace("-", "_")
+    assert key == name  # one vocabulary: the flag, the config key and the API keyword name the option alike
     config.write_text(f"{key} = {json.dumps(value) if isinstance(value, str) else value}\n")
     code, _, err = cli("run", "--protocol", "finetune", "--config", config, "--dry-run", "--results", results)
     assert code == 2 and err.strip() == f"error: {message}"

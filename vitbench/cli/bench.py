@@ -68,7 +68,7 @@ def bench_cmd(
     warmup: BenchWarmup = 5,
     rounds: BenchRounds = 1,
     precision: BenchPrecision = "auto",
-    compile_model: BenchCompile = False,
+    compile: BenchCompile = False,
     dataset: BenchDataset = "digits",
     data_dir: o.DataDir = None,
     input_pipeline: BenchInputPipeline = "auto",
@@ -84,7 +84,7 @@ def bench_cmd(
 
     opts = _options(
         mode=mode, batch=batch, micro_batch=micro_batch, steps=steps, warmup=warmup, rounds=rounds,
-        precision=precision, compile_model=compile_model, dataset=dataset, data_dir=data_dir,
+        precision=precision, compile=compile, dataset=dataset, data_dir=data_dir,
         input_pipeline=input_pipeline, workers=workers, timm_benchmark=timm_benchmark, device=device,
     )  # fmt: skip
     defaults = engine_bench.GPU_CONFIGS if opts.device.type == "cuda" else engine_bench.CPU_CONFIGS
@@ -115,7 +115,7 @@ def _options(**given) -> Options:
             steps=given["steps"],
             warmup=given["warmup"],
             precision=given["precision"],
-            compile=given["compile_model"],
+            compile=given["compile"],
             device=device,
             dataset=given["dataset"],
             data_dir=o.check_data_dir(given["data_dir"]),

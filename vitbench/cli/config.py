@@ -1,7 +1,8 @@
 """`vitbench run --config exp.toml` and `--print-config`: an experiment as a file.
 
-A config holds `vitbench run`'s options by their names (`model`, `weights`, `dataset`, `suite`,
-`protocol`, `seeds`, `shots`, `lr`, …; lists where the option takes a comma list) and user-defined
+A config holds `vitbench run`'s options by their names, the Python API's keywords (`model`,
+`weights`, `datasets`, `suite`, `protocol`, `seeds`, `shots`, `lr`, …: `--extraction-batch` is
+`extraction_batch` in both; lists where the option takes a comma list) and user-defined
 suites (`[suites.mine] datasets = [...]`). Options given on the command line win over the file.
 `--print-config` prints the fully resolved options of any command line as such a file, so a
 command becomes a file and back (tests/test_config.py checks the round trip). Every run stores the
@@ -12,6 +13,7 @@ what was expected.
 from __future__ import annotations
 
 import difflib
+import logging
 import tomllib
 import typing
 from pathlib import Path
@@ -22,9 +24,13 @@ from vitbench.protocols.registry import get_protocol, option_table
 from vitbench.registry import get_dataset, get_model, get_suite
 from vitbench.suites import SUITES, Suite
 
+log = logging.getLogger("vitbench")
+
 # options that take a comma list on the command line: a TOML array (or one value) in a config
 # (and every list option a protocol declares: `lists()`)
-LISTS = {"model": str, "weights": str, "dataset": str, "protocol": str, "tracker": str}
+LISTS = {"model": str, "weights": str, "datasets": str, "protocol": str, "tracker": str}
+# the names configs written before the CLI, the config and the API shared one vocabulary used
+RENAMED = {"dataset": "datasets", "batch_size": "extraction_batch", "compile_model": "compile"}
 PROTOCOL_TABLES = "protocols"  # [protocols.knn] knn_k = [10, 20]: one protocol's options
 
 
@@ -78,7 +84,7 @@ def load(path: Path, kinds: dict[str, str]) -> dict:
     """The file's options, checked (keys, types, names), as command-line values; its suites registered."""
     data = _parse(path)
     _register_suites(path, data.pop("suites", {}))
-    data = _with_protocol_tables(path, data)
+    data = _with_protocol_tables(path, _renamed(path, data))
     known = [k for k in kinds if k not in NOT_CONFIG]
     values = {}
     for key, value in data.items():
@@ -89,6 +95,19 @@ def load(path: Path, kinds: dict[str, str]) -> dict:
         values[key] = _check(str(path), key, value, kinds[key])
     _check_names(path, values)
     return values
+
+
+def _renamed(path: Path, data: dict) -> dict:
+    """The file's keys by today's names: an older config (its `dataset`, `batch_size`,
+    `compile_model`) still loads, with a note naming the key to write instead."""
+    for old, new in RENAMED.items():
+        if old in data:
+            if new in data:
+                why = f"keys '{old}' and '{new}' are one option ('{old}': its old name); give '{new}'"
+                raise UserError(f"{path}: {why}")
+            log.warning("%s: key '%s' is now '%s' (as in the Python API); read as '%s'", path, old, new, new)
+            data[new] = data.pop(old)
+    return data
 
 
 def _parse(path: Path) -> dict:
@@ -169,9 +188,9 @@ def _check_names(path: Path, values: dict) -> None:
     for name in str(values.get("model") or "").split(","):
         if name:
             _named(str(path), "model", lambda n=name: get_model(n))
-    for name in str(values.get("dataset") or "").split(","):
+    for name in str(values.get("datasets") or "").split(","):
         if name:
-            _named(str(path), "dataset", lambda n=name: get_dataset(n))
+            _named(str(path), "datasets", lambda n=name: get_dataset(n))
     if values.get("suite"):
         _named(str(path), "suite", lambda: get_suite(str(values["suite"])))
     for name in str(values.get("protocol") or "").split(","):

@@ -41,7 +41,7 @@ CLUSTERS = ("auto", "slurm", "local")
 def _shared_options(
     model: ro.Model = None,
     suite: ro.SuiteName = None,
-    dataset: ro.Datasets = None,
+    datasets: ro.Datasets = None,
     protocol: ro.RunProtocol = None,
     weights: ro.Weights = None,
     res: ro.Res = None,
@@ -57,11 +57,11 @@ def _shared_options(
     skip_corrupt: ro.SkipCorrupt = False,
     verify_data: ro.VerifyData = False,
     download: ro.Download = False,
-    batch_size: ro.ExtractionBatch = 64,
+    extraction_batch: ro.ExtractionBatch = 64,
     device: ro.RunDevice = "auto",
     devices: ro.Devices = 1,
     precision: ro.Precision = "auto",
-    compile_model: ro.Compile = False,
+    compile: ro.Compile = False,
     workers: ro.RunWorkers = ro.RUN_WORKERS,
     input_pipeline: ro.InputPipeline = "auto",
     nnodes: ro.Nnodes = 1,
@@ -221,16 +221,14 @@ def _print_plan(summary: api.Summary, results: Path, here: str, rate: estimate.R
 
 
 def _request(given: dict) -> Request:
-    """The API's Request from the command line's values (the names differ where the CLI's are older)."""
+    """The API's Request from the command line's values (the same names: comma lists split here)."""
     o.check_choice("--executor", given["executor"], EXECUTORS, "or")
     o.check_choice("--cluster", given["cluster"], CLUSTERS, "or")
     shared = {k: given[k] for k in SHARED if k in given}
     shared |= {
-        "datasets": _words(given["dataset"]),
+        "datasets": _words(given["datasets"]),
         "data_dir": o.check_data_dir(given["data_dir"]),
-        "extraction_batch": given["batch_size"],
         "tracker": _words(given["tracker"]),
-        "compile": given["compile_model"],
     }
     return make_request("vitbench run", **shared, **protocol_flags.values(given))
 

@@ -45,7 +45,9 @@ Model = Annotated[
 SuiteName = Annotated[
     str | None, option("--suite", "-s", panel=WHAT, help="Named suite (`vitbench ls suites`); default: demo.")
 ]
-Datasets = Annotated[str | None, option("--dataset", "-d", panel=WHAT, help="Dataset name(s), comma-separated.")]
+Datasets = Annotated[
+    str | None, option("--datasets", "--dataset", "-d", panel=WHAT, help="Dataset name(s), comma-separated.")
+]
 RunProtocol = Annotated[
     str | None,
     option(
@@ -104,7 +106,15 @@ Download = Annotated[
 SkipCorrupt = Annotated[
     bool, option("--skip-corrupt", panel=DATA, help="Leave corrupt images out (counted in each result).")
 ]
-ExtractionBatch = Annotated[int, option("--batch-size", panel=FEWSHOT, help="Feature-extraction batch size.")]
+ExtractionBatch = Annotated[
+    int,
+    option(
+        "--extraction-batch",
+        "--batch-size",
+        panel=FEWSHOT,
+        help="Images per forward pass when extracting features (not fine-tuning's --batch, images per step).",
+    ),
+]
 RunWorkers = Annotated[int, option("--workers", panel=DEVICES, help="DataLoader worker processes.")]
 Precision = Annotated[
     str,

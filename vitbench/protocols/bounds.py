@@ -45,7 +45,7 @@ class Bound:
 # protocol's own options carry theirs in their declarations (protocols/options.py)
 SCALARS = {
     "res": Bound("--res", int, 1, INT32_MAX),
-    "extraction_batch": Bound("--batch-size", int, 1),
+    "extraction_batch": Bound("--extraction-batch", int, 1),
     "workers": Bound("--workers", int, 0),
 }
 # Request field -> (option, its values): where a misspelt word would otherwise pass until it is used
