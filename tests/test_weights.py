@@ -167,3 +167,27 @@ def test_a_run_on_nan_weights_stores_nothing(cli, tmp_path, source_model):
     code, _, err = cli(*run, "--shots", "5", "--seeds", "0", "--results", results)
     assert code == 2 and "tensor 'blocks.0.mlp.fc1.bias' holds NaN or infinite values" in err
     assert err.count("error:") == 1 and "Traceback" not in err and not list(results.glob("runs/*.json"))
+
+
+def test_weights_are_resolved_once_into_one_value(tmp_path, caplog):
+    """The planner's Weights (issue 30.2): --weights is read once, and what later layers ask of the
+    weights (random? which file and sha256? pre_logits? ImageNet-21k by name?) is answered by the
+    value, not by parsing the string again."""
+    import hashlib
+
+    from vitbench.weights.resolved import resolve
+
+    random = resolve("random", VIT_TI)
+    assert (random.kind, random.path, random.sha256, random.pre_logits, random.provenance) == (
+        "random", "random", "random", False, None,
+    )  # fmt: skip
+    file = tmp_path / "vit_tiny.augreg_in21k.pth"
+    torch.save({"pre_logits.weight": torch.zeros(2, 2)}, file)
+    found = resolve(str(file), VIT_TI, tmp_path / "cache")
+    assert found.kind == "file" and found.path == str(file.resolve()) and found.pre_logits and found.in21k
+    assert found.sha256 == hashlib.sha256(file.read_bytes()).hexdigest() and found.provenance is None
+    with pytest.raises(UserError, match="no such file"):
+        resolve(str(tmp_path / "later.pth"), VIT_TI)
+    planned = resolve(str(tmp_path / "later.pth"), VIT_TI, dry_run=True)  # a dry run plans it by name
+    assert planned.kind == "absent" and planned.sha256 == f"absent:{tmp_path / 'later.pth'}" and not planned.pre_logits
+    assert "the dry run plans it by name" in caplog.text

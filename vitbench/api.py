@@ -28,8 +28,8 @@ from vitbench.engine.distributed import broadcast, setup
 from vitbench.errors import UserError, one_line
 from vitbench.execution import cluster, trackers
 from vitbench.execution.lease import lease_seconds
-from vitbench.execution.plan import DRY_RUN, suite_of, with_suite_defaults
 from vitbench.execution.plan import plan as plan_groups
+from vitbench.execution.plan import suite_of, with_suite_defaults
 from vitbench.execution.runner import execute
 from vitbench.protocols.base import Group, Request, RunSpec
 from vitbench.protocols.registry import get_protocol, protocols
@@ -126,11 +126,7 @@ def run(
     if not dry_run and world.is_main:
         writable_results(req.results)
         trackers.check(req.tracker, req.tensorboard)  # a tracker that cannot log: one line before any work
-    token = DRY_RUN.set(dry_run)
-    try:
-        groups = plan_groups(req)
-    finally:
-        DRY_RUN.reset(token)
+    groups = plan_groups(req, dry_run)
     if world.size > 1 and not all(get_protocol(g.protocol).data_parallel for g in groups):
         raise UserError(f"--devices / torchrun: {data_parallel_only()}")
     specs = [s for g in groups for s in g.specs]

@@ -3,7 +3,6 @@ software environment."""
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import json
 import os
@@ -53,17 +52,12 @@ def sha256_file(path: Path, cache_dir: Path | None = None) -> str:
     return value
 
 
-# `--verify-data`: fingerprints hash every file's contents (set by the planner for its loads)
-VERIFY_DATA: contextvars.ContextVar[bool] = contextvars.ContextVar("verify_data", default=False)
-
-
 def fingerprint_files(root: Path, files: Iterable[str | Path], content: bool) -> str:
     """A dataset fingerprint from relative names, sizes and modification times (whole seconds, as
-    copies that keep times keep them), plus contents where `content` or `--verify-data`: it
+    copies that keep times keep them), or from contents where `content` (--verify-data): it
     changes whenever a file is added, removed, resized or rewritten, without reading every image
     of a large dataset. Plain strings and os.stat keep it at seconds for ImageNet's 1.28M files
     (pathlib is ~10x slower)."""
-    content = content or VERIFY_DATA.get()
     digest = hashlib.sha256()
     prefix = os.path.join(os.fspath(root), "")
     for f in sorted(str(f) for f in files):

@@ -8,12 +8,13 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
 from vitbench.errors import UserError
-from vitbench.provenance import sha256_text
+from vitbench.provenance import fingerprint_files, sha256_text
 
 log = logging.getLogger("vitbench")
 
@@ -42,6 +43,9 @@ class Split:
     # head): per class of this split, the head's classes whose logits are pooled (max) into it
     class_map: list[list[int]] | None = None
     border: int = 0  # pixels cropped from every side when decoding (ObjectNet's 1-pixel red frame)
+    # the fingerprint from the files' contents, for --verify-data (None: `fingerprint` already is
+    # one, or the split is in memory); computed only when asked: it reads every byte
+    content_fingerprint: Callable[[], str] | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -76,6 +80,7 @@ class Split:
             paths=[self.paths[i] for i in indices] if self.paths is not None else None,
             real_labels=[self.real_labels[i] for i in indices] if self.real_labels is not None else None,
             fingerprint=sha256_text(f"{self.fingerprint}|{name}|{indices.tobytes().hex()}")[:16],
+            content_fingerprint=None,  # a subset is made of a verified split (DatasetSpec.load_split)
             official_size=None,
         )
 
@@ -111,6 +116,17 @@ def decode(path: str | Path) -> Image.Image:
         raise CorruptImage(path, e) from None
 
 
+def fingerprinted(root: Path, paths: list[str], extra: str = "") -> dict[str, Any]:
+    """A split of files' fingerprint arguments: from the files' names, sizes and times (what
+    planning reads), and how to make it from their contents instead (--verify-data); `extra` covers
+    the listing files the loader read."""
+    return {
+        "fingerprint": fingerprint_files(root, paths, content=False) + extra,
+        "content_fingerprint": lambda: fingerprint_files(root, paths, content=True) + extra,
+    }
+
+
+# (the dataset's folder, or --data-dir for another source; the split's name) -> the split
 Loader = Callable[[Path | None, str], Split]
 
 
@@ -198,13 +214,15 @@ class DatasetSpec:
         missing = [root / name for name in self.needed_files(splits) if not (root / name).exists()]
         return missing[0] if missing else None
 
-    def load_split(self, data_dir: Path | None, split: str, source: str | None = None) -> Split:
+    def load_split(self, data_dir: Path | None, split: str, source: str | None = None, verify: bool = False) -> Split:
+        """The split from `source` (None: the dataset's own), fingerprinted by its files' contents
+        where `verify` (--verify-data)."""
         if split not in self.split_names:
             raise UserError(f"dataset {self.name} has no split '{split}' (it has: {', '.join(self.split_names)})")
         if source not in (None, self.source) and source not in self.other_sources:
             raise UserError(f"--data-source {source}: dataset {self.name} reads {' or '.join(self.sources)}")
         if split in ("subtrain", "dev") and split not in self.official_sizes:
-            train = self.load_split(data_dir, "train", source)
+            train = self.load_split(data_dir, "train", source, verify)
             subtrain, dev = dev_holdout(len(train), self.dev_fraction or 0.0)
             return train.subset(split, subtrain if split == "subtrain" else dev)
         if source in self.other_sources:
@@ -212,6 +230,11 @@ class DatasetSpec:
         else:
             result = self.load(self.root(data_dir), split)
         result.official_size = self.official_sizes.get(split)
+        if verify and result.content_fingerprint is not None:
+            result.fingerprint, result.content_fingerprint = result.content_fingerprint(), None
+        elif verify and result.paths is not None:  # a plugin's loader that does not say how
+            log.warning("%s %s: its loader gives no fingerprint by contents; --verify-data cannot apply", self.name,
+                        split)  # fmt: skip
         if result.is_subset:
             log.warning(
                 "%s %s: %d images, the official split has %d: a subset, so numbers are not comparable with the paper's",

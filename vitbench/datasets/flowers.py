@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.datasets.base import Split, require, require_dir
+from vitbench.datasets.base import Split, fingerprinted, require, require_dir
 from vitbench.errors import UserError
-from vitbench.provenance import fingerprint_files, sha256_file
+from vitbench.provenance import sha256_file
 
 SET_KEYS = {"train": "trnid", "val": "valid", "test": "tstid"}
 
@@ -42,6 +42,6 @@ def load_flowers(root: Path | None, split: str) -> Split:
         raise UserError(
             f"{setid}: {SET_KEYS[split]} names a missing image {missing[0]} ({len(missing)} of {len(paths)} missing)"
         )
-    fingerprint = fingerprint_files(root, paths, content=False) + sha256_file(setid)[:8] + sha256_file(labels_file)[:8]
+    fingerprint = fingerprinted(root, paths, sha256_file(setid)[:8] + sha256_file(labels_file)[:8])
     labels = all_labels[ids - 1] - 1  # 1-based labels
-    return Split("flowers102", split, labels, "flowers-folder", fingerprint, paths=paths, label_file=labels_file)
+    return Split("flowers102", split, labels, "flowers-folder", **fingerprint, paths=paths, label_file=labels_file)

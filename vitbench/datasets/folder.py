@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.datasets.base import DatasetSpec, Split, class_folders, require_dir
+from vitbench.datasets.base import DatasetSpec, Split, class_folders, fingerprinted, require_dir
 from vitbench.errors import UserError
-from vitbench.provenance import fingerprint_files, sha256_file, sha256_text
+from vitbench.provenance import sha256_file, sha256_text
 
 PREFIX = "folder:"
 log = logging.getLogger("vitbench")
@@ -65,8 +65,8 @@ def folder_spec(name: str) -> DatasetSpec:
                 raise UserError(f"{class_dir}: class '{class_dir.name}' is not among train/'s classes")
             paths += files
             labels += [index[class_dir.name]] * len(files)
-        fingerprint = fingerprint_files(root, paths, content=False)
-        return Split(name, split, np.asarray(labels, dtype=np.int64), "imagefolder", fingerprint, paths=paths)
+        labelled = np.asarray(labels, dtype=np.int64)
+        return Split(name, split, labelled, "imagefolder", **fingerprinted(root, paths), paths=paths)
 
     splits = ("train", "val", "test") if has_val else ("train", "test")
     # where it lives is part of its identity (two trees named alike are two datasets); the whole

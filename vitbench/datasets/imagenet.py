@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.datasets.base import Split, class_folders, image_files, numbered_lines, require_dir
+from vitbench.datasets.base import Split, class_folders, fingerprinted, image_files, numbered_lines, require_dir
 from vitbench.errors import UserError
-from vitbench.provenance import fingerprint_files, sha256_file
+from vitbench.provenance import sha256_file
 
 log = logging.getLogger("vitbench")
 
@@ -112,20 +112,19 @@ def load_imagenet(root: Path | None, split: str) -> Split:
         paths, labels = synset_folders(folder, index, f"ImageNet '{split}' folder", "the 1000 ImageNet synsets")
     if not paths:
         raise UserError(f"{folder}: no images (expected <synset>/ class folders, or images and a label file)")
-    fingerprint = fingerprint_files(root, paths, content=False)
-    if label_file is not None:
-        fingerprint += sha256_file(label_file)[:8]
-    result = Split(
+    extra = sha256_file(label_file)[:8] if label_file is not None else ""
+    real_labels = None
+    if split == "val":
+        real_labels, real_source = read_real_labels(root, paths)
+        if real_labels is not None:
+            extra += sha256_file(real_source)[:8]
+    return Split(
         "imagenet",
         split,
         np.asarray(labels, dtype=np.int64),
         "imagenet-folder",
-        fingerprint,
+        **fingerprinted(root, paths, extra),
         paths=paths,
         label_file=label_file,
+        real_labels=real_labels,
     )
-    if split == "val":
-        result.real_labels, real_source = read_real_labels(root, paths)
-        if result.real_labels is not None:
-            result.fingerprint += sha256_file(real_source)[:8]
-    return result

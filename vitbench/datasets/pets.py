@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.datasets.base import Split, check_listed, numbered_lines, require, require_dir
+from vitbench.datasets.base import Split, check_listed, fingerprinted, numbered_lines, require, require_dir
 from vitbench.errors import UserError
-from vitbench.provenance import fingerprint_files, sha256_file
+from vitbench.provenance import sha256_file
 
 ANNOTATIONS = {"train": "trainval.txt", "test": "test.txt"}
 
@@ -29,7 +29,7 @@ def load_pets(root: Path | None, split: str) -> Split:
         labels.append(int(parts[1]) - 1)  # class ids are 1-based
     check_listed(listing, entries)
     paths = [path for _, path in entries]
-    fingerprint = fingerprint_files(root, paths, content=False) + sha256_file(listing)[:16]
+    fingerprint = fingerprinted(root, paths, sha256_file(listing)[:16])
     return Split(
-        "pets", split, np.asarray(labels, dtype=np.int64), "pets-folder", fingerprint, paths=paths, label_file=listing
+        "pets", split, np.asarray(labels, dtype=np.int64), "pets-folder", **fingerprint, paths=paths, label_file=listing
     )

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.datasets.base import DatasetSpec, Split, image_files, require, require_dir
+from vitbench.datasets.base import DatasetSpec, Split, fingerprinted, image_files, require, require_dir
 from vitbench.datasets.imagenet import imagenet_synsets, synset_folders, timm_info
 from vitbench.errors import UserError
-from vitbench.provenance import fingerprint_files, sha256_file
+from vitbench.provenance import sha256_file
 
 IMAGENET_CLASSES = 1000
 OBJECTNET_CLASSES = 113  # ObjectNet's classes that overlap ImageNet-1k
@@ -55,8 +55,8 @@ def _split(name: str, source: str, root: Path, paths: list[str], labels: list[in
     """The test split; its fingerprint covers the image listing and the class-list files used."""
     if not paths:
         raise UserError(f"{root}: no images (expected {LAYOUTS[source]})")
-    fingerprint = fingerprint_files(root, paths, content=False) + "".join(sha256_file(p)[:8] for p in extra)
-    return Split(name, "test", np.asarray(labels, dtype=np.int64), source, fingerprint, paths=paths)
+    fingerprint = fingerprinted(root, paths, "".join(sha256_file(p)[:8] for p in extra))
+    return Split(name, "test", np.asarray(labels, dtype=np.int64), source, **fingerprint, paths=paths)
 
 
 def _v2_loader(name: str, title: str) -> Callable[[Path | None, str], Split]:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.datasets.base import Split, check_listed, numbered_lines, require, require_dir
+from vitbench.datasets.base import Split, check_listed, fingerprinted, numbered_lines, require, require_dir
 from vitbench.errors import UserError
-from vitbench.provenance import fingerprint_files, sha256_file
+from vitbench.provenance import sha256_file
 
 ROOT_FOLDER = "vtab-1k"
 GROUPS = ("natural", "specialized", "structured")
@@ -79,11 +79,10 @@ def folder_loader(task: VtabTask):
             labels.append(label)
         check_listed(listing, entries)
         paths = [path for _, path in entries]
-        fingerprint = fingerprint_files(root, paths, content=False) + sha256_file(listing)[:16]
+        fingerprint = fingerprinted(root, paths, sha256_file(listing)[:16])
+        labelled = np.asarray(labels, dtype=np.int64)
         name = dataset_name(task)
-        return Split(
-            name, split, np.asarray(labels, dtype=np.int64), "vtab-folder", fingerprint, paths=paths, label_file=listing
-        )
+        return Split(name, split, labelled, "vtab-folder", **fingerprint, paths=paths, label_file=listing)
 
     return load
 

@@ -18,7 +18,7 @@ from vitbench.devices import Clock, Runtime, autocast
 from vitbench.engine.inference import Outputs, run_over
 from vitbench.provenance import canonical_json, sha256_text
 from vitbench.store.shards import quarantine
-from vitbench.weights import build_model, has_pre_logits
+from vitbench.weights import build_model
 
 log = logging.getLogger("vitbench")
 
@@ -228,7 +228,7 @@ def group_model(group, keep_head: bool, compile: bool = False) -> LazyModel:
     gelu = group.specs[0].hparams["gelu"]
     # a kept classifier has the outputs it was trained with (ImageNet's 1000 for the robustness sets)
     classes = group.dataset.head_size if keep_head else group.dataset.num_classes
-    return LazyModel(lambda: build_model(group.model, classes, group.res, group.weights, gelu, keep_head), compile)
+    return LazyModel(lambda: build_model(group.model, classes, group.res, group.weights.path, gelu, keep_head), compile)
 
 
 def representation_hparams(group, runtime: Runtime) -> dict:
@@ -237,22 +237,15 @@ def representation_hparams(group, runtime: Runtime) -> dict:
     the extraction precision when it is not fp32 (fp32 stays out of the key): bf16 autocast on a
     GPU unless --precision fp32, fp32 on a CPU."""
     assert group.model.backend is not None
-    pre_logits = has_pre_logits(group.weights)
+    pre_logits = group.weights.pre_logits
     found = {"representation": group.model.backend.representation_name(pre_logits)}
-    if not pre_logits and group.model.backend.in21k_without_pre_logits and _in21k(group.weights):
+    if not pre_logits and group.model.backend.in21k_without_pre_logits and group.weights.in21k:
         # timm's in21k tags drop the upstream pre_logits layer: the paper's representation is not there
         found["representation_note"] = IN21K_WITHOUT_PRE_LOGITS
         log.warning("%s: %s", group.weights, IN21K_WITHOUT_PRE_LOGITS)
     if runtime.precision == "bf16":
         found["precision"] = "bf16"
     return found
-
-
-def _in21k(weights: str) -> bool:
-    """ImageNet-21k weights by their name: the file's, or a Hugging Face cache folder's
-    (`models--timm--vit_base_patch16_224.augreg_in21k/...`)."""
-    path = Path(weights)
-    return any("in21k" in part.lower() for part in (path.name, *(p for p in path.parts if p.startswith("models--"))))
 
 
 @dataclass

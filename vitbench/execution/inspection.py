@@ -23,9 +23,10 @@ import torch
 from vitbench.datasets import IMAGE_SUFFIXES
 from vitbench.engine.progress import track
 from vitbench.errors import UserError
-from vitbench.provenance import canonical_json, environment, fingerprint_files, sha256_file, sha256_text
+from vitbench.provenance import canonical_json, environment, fingerprint_files, sha256_text
 from vitbench.registry import get_dataset
-from vitbench.weights import RANDOM, build_model, check_weights_arg
+from vitbench.weights import build_model
+from vitbench.weights.resolved import resolve as resolve_weights
 
 
 def require_transformer(model: Any, name: str) -> None:
@@ -170,12 +171,12 @@ def inspect_backbone(
 
     res = res or spec.preprocessing.size
     spec.backend.check_img_size(spec, res)
-    weights = check_weights_arg(weights, spec)
-    model: Any = build_model(spec, num_classes=0, img_size=res, weights=weights)
+    resolved = resolve_weights(weights, spec)
+    model: Any = build_model(spec, num_classes=0, img_size=res, weights=resolved.path)
     require_transformer(model, spec.name)
     names, images, source, fingerprint = collect_images(images_dir, dataset, data_dir, num_images)
     out = Path(out_dir)
-    label = f"{spec.name}, " + ("random init" if weights == RANDOM else Path(weights).name) + f", {res} px"
+    label = f"{spec.name}, " + ("random init" if resolved.random else Path(resolved.path).name) + f", {res} px"
     preprocessing = spec.preprocessing.at(res)
     transform = preprocessing.transform()
 
@@ -216,8 +217,8 @@ def inspect_backbone(
         "images": source,
         "images_fingerprint": fingerprint,
         "res": res,
-        "weights": weights,
-        "weights_sha256": RANDOM if weights == RANDOM else sha256_file(Path(weights)),
+        "weights": resolved.path,
+        "weights_sha256": resolved.sha256,
         "filters_written": components is not None,
         "rollout_files": rollout_files,
     }

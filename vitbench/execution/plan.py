@@ -8,7 +8,6 @@ from __future__ import annotations
 import glob
 import logging
 import re
-from contextvars import ContextVar
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,11 +17,12 @@ from vitbench.datasets import DatasetSpec
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Request
 from vitbench.protocols.registry import get_protocol, option_table
-from vitbench.provenance import VERIFY_DATA, sha256_file
 from vitbench.registry import get_dataset, get_model, get_suite
 from vitbench.suites import Suite
-from vitbench.weights import RANDOM, RANDOM_INIT_SEED, check_weights_arg, pretrained
+from vitbench.weights import RANDOM, RANDOM_INIT_SEED, pretrained
 from vitbench.weights.names import is_named
+from vitbench.weights.resolved import Weights
+from vitbench.weights.resolved import resolve as resolve_weights
 
 log = logging.getLogger("vitbench")
 
@@ -93,10 +93,11 @@ def present_datasets(names: tuple[str, ...], protocol: str, req: Request) -> lis
     return kept
 
 
-def plan(req: Request) -> list[Group]:
+def plan(req: Request, dry_run: bool = False) -> list[Group]:
     """The groups of every (protocol, model, weights) of the request, in order: `--protocol` and
     `--model` may be comma lists, `--weights` a comma list, a directory of checkpoints (each file, in
-    step order: one series) or a glob; the plan is their cross product."""
+    step order: one series) or a glob; the plan is their cross product. A dry run plans weights that
+    are not here yet (a config written before the download) by name, and fetches nothing."""
     req = with_suite_defaults(req)
     model_arg, dataset_names, protocol_names, weights_arg = resolve(req)
     protocols = [get_protocol(name) for name in protocol_names.split(",")]
@@ -109,11 +110,11 @@ def plan(req: Request) -> list[Group]:
                     "it" if len(ignored) == 1 else "them")  # fmt: skip
     groups = []
     # weights and TFDS builds not here yet are fetched while planning (with --download; a dry run never fetches)
-    with downloads.permitted(req.download and not DRY_RUN.get()):
+    with downloads.permitted(req.download and not dry_run):
         for protocol in protocols:
             for model_name in _items(model_arg, "--model"):
                 for weights in expand_weights(weights_arg, req.results):
-                    groups += _model_groups(req, protocol, model_name, weights, dataset_names)
+                    groups += _model_groups(req, protocol, model_name, weights, dataset_names, dry_run)
     return groups
 
 
@@ -160,39 +161,24 @@ def expand_weights(text: str, results: Path = Path("results")) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-# a dry run plans weights that are not here yet (a config written before the download) by name
-DRY_RUN: ContextVar[bool] = ContextVar("dry_run", default=False)
-
-
-def _model_groups(req: Request, protocol, model_name: str, weights_arg: str, dataset_names) -> list[Group]:
+def _model_groups(
+    req: Request, protocol, model_name: str, weights_arg: str, dataset_names, dry_run: bool
+) -> list[Group]:
     model = get_model(model_name)
     assert model.backend is not None
-    try:
-        weights = check_weights_arg(weights_arg, model)
-        weights_sha = RANDOM if weights == RANDOM else sha256_file(Path(weights), req.results / "cache")
-    except UserError as e:
-        if not DRY_RUN.get():
-            raise
-        log.warning("%s; the dry run plans it by name (the run keys change once the file is there)", e)
-        weights, weights_sha = weights_arg, f"absent:{weights_arg}"
+    weights = resolve_weights(weights_arg, model, req.results / "cache", dry_run)
     res = req.res or protocol.resolution(model, req)
     model.backend.check_img_size(model, res)
     model.backend.timm_kwargs(res, req.gelu)  # an impossible --gelu fails before any work
     published = model.preprocessing.at(res)  # the weights' own recipe; the protocol takes what it needs
-    if weights != RANDOM:
-        published = Preprocessing.from_weights_config(weights, published)
+    if not weights.random:
+        published = Preprocessing.from_weights_config(weights.path, published)
     preprocessing = protocol.preprocessing(published)
-    groups = []
-    verify = VERIFY_DATA.set(req.verify_data)
-    try:
-        for dataset in present_datasets(dataset_names, protocol.name, req):
-            groups.append(_group(req, protocol, model, weights, weights_sha, res, preprocessing, dataset))
-    finally:
-        VERIFY_DATA.reset(verify)
-    return groups
+    datasets = present_datasets(dataset_names, protocol.name, req)
+    return [_group(req, protocol, model, weights, res, preprocessing, dataset) for dataset in datasets]
 
 
-def _group(req: Request, protocol, model, weights: str, weights_sha: str, res: int, preprocessing, dataset) -> Group:
+def _group(req: Request, protocol, model, weights: Weights, res: int, preprocessing, dataset) -> Group:
     """One (model, dataset) group: its splits listed and fingerprinted, and its runs planned."""
     split_names = protocol.splits(dataset)
     lacking = [s for s in split_names if s not in dataset.split_names]
@@ -201,15 +187,15 @@ def _group(req: Request, protocol, model, weights: str, weights_sha: str, res: i
             f"--protocol {protocol.name} reads the '{lacking[0]}' split, which dataset {dataset.name} does not "
             f"have (it has: {', '.join(dataset.split_names)}){'; ' + dataset.note if dataset.note else ''}"
         )
-    splits = {s: dataset.load_split(req.data_dir, s, req.data_source) for s in split_names}
+    splits = {s: dataset.load_split(req.data_dir, s, req.data_source, req.verify_data) for s in split_names}
     hparams = {
         "res": res,
         "preprocessing": preprocessing.describe(),
         "gelu": req.gelu,
-        **({"init_seed": RANDOM_INIT_SEED} if weights == RANDOM else {}),
+        **({"init_seed": RANDOM_INIT_SEED} if weights.random else {}),
         "splits": list(split_names),
         "test_fingerprint": splits[split_names[-1]].fingerprint,
     }
     group = Group(model, weights, dataset, protocol.name, splits, res, preprocessing)
-    group.specs = protocol.plan(group, req, weights_sha, hparams)
+    group.specs = protocol.plan(group, req, weights.sha256, hparams)
     return group

@@ -17,7 +17,6 @@ from vitbench.protocols.base import Group, Request, Result
 from vitbench.provenance import canonical_json, environment, sha256_text
 from vitbench.store import SHARD_SCHEMA, ingest, metric_values, shard_dir, shard_metric_values
 from vitbench.store.predictions import write_predictions
-from vitbench.weights import RANDOM, pretrained
 
 
 class Recorder:
@@ -54,7 +53,7 @@ class Recorder:
         flops_per_image = self.flops_per_image(group)
         if self.req.config is not None:  # what the command asked for, as a file that reruns it
             notes = {**notes, "config": {"sha256": sha256_text(self.req.config), "toml": self.req.config}}
-        origin = pretrained.provenance(group.weights) if group.weights != RANDOM else None
+        origin = group.weights.provenance
         if origin is not None:  # weights vitbench pre-trained: the run that made them
             notes = {**notes, "pretrained": origin}
         if result.predictions is not None:  # the file first: a shard never names predictions that are not there
@@ -65,8 +64,8 @@ class Recorder:
             **asdict(spec),
             "arch": group.model.arch,
             "backend": group.model.family,
-            "weights": group.weights,
-            "random_init": group.weights == RANDOM,
+            "weights": group.weights.path,
+            "random_init": group.weights.random,
             "data_dir": _data_dir(group, self.req),
             # a subset of the official split, or images left out as corrupt: not the paper's data
             "data_subset": any(s.is_subset for s in group.splits.values()) or bool(skipped),

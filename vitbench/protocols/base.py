@@ -30,6 +30,7 @@ from vitbench.store.predictions import Predictions
 
 if TYPE_CHECKING:  # the engine (and torch) load when a protocol runs, not when its name or label is read
     from vitbench.engine.distributed import World
+    from vitbench.weights.resolved import Weights
 
 SEEDS = (0, 1, 2)  # the paper's three runs per setting (App. B; big_vision's few-shot seeds)
 SHOTS = (1, 5, 10, 25)  # the paper's few-shot counts (Fig. 2, Table 6)
@@ -102,7 +103,7 @@ class Group:
     """The runs that share one model and one dataset, hence one pass over each split."""
 
     model: ModelSpec
-    weights: str
+    weights: Weights  # resolved once by the planner
     dataset: DatasetSpec
     protocol: str
     splits: dict[str, Split]

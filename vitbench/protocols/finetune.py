@@ -208,7 +208,7 @@ class Finetune(Protocol):
                 group.model,
                 group.dataset.num_classes,
                 h["res"],
-                group.weights,
+                group.weights.path,
                 h["gelu"],
                 pre_logits=False,  # the whole pre-training head goes (B.1.1)
                 dropout=h["dropout"],

@@ -143,7 +143,7 @@ class Pretrain(Protocol):
         return pre.plain_resize()  # the dev split is scored after a plain resize, as fine-tuning's
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
-        if group.weights != RANDOM:
+        if not group.weights.random:
             raise UserError("--protocol pretrain: trains from random init; give --weights random (or leave it out)")
         o, backend = PretrainOptions.of(req), group.model.backend
         assert backend is not None  # (a paper-only name never reaches a plan)
