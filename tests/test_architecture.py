@@ -164,3 +164,14 @@ def test_a_view_never_imports_the_engine():
                 names = [node.module]
             found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.startswith(forbidden)]
     assert found == []
+
+
+def test_every_protocol_names_a_table_view_that_says_which_runs_it_shows():
+    """A protocol declares the table its runs are shown in (the summary after `vitbench run`, and
+    `vitbench table --protocol NAME`): an existing view, and one that can say which runs it shows."""
+    from vitbench.protocols.registry import protocols
+    from vitbench.views.registry import TABLES
+
+    for name, protocol in protocols().items():
+        assert protocol.view in TABLES, (name, protocol.view)
+        assert protocol.view == "accuracy" or TABLES[protocol.view].shows is not None, name

@@ -56,6 +56,8 @@ def test_a_two_model_three_subset_sweep_runs_end_to_end(cli, results, tmp_path):
     assert (tmp_path / "plots" / "accuracy_vs_pretraining_exaflops.svg").exists()
     code, md, _ = cli("table", "--view", "pretrain", "--format", "md", "--results", results)
     assert code == 0 and md.count("| vit-ti/16, n=") == 3 and md.count("· random init |") == 2
+    # the protocol declares its view (issue 30.3): --protocol pretrain alone shows it
+    assert cli("table", "--protocol", "pretrain", "--format", "md", "--results", results)[1] == md
 
 
 def test_a_killed_pretraining_resumes_with_the_loss_curve_of_an_uninterrupted_one(tmp_path):

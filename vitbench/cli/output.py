@@ -11,24 +11,28 @@ from vitbench.atomic import write_atomic
 from vitbench.cli.app import err, print_table
 from vitbench.cli.options import check_choice
 from vitbench.errors import UserError
-from vitbench.protocols.registry import weights_protocol
-from vitbench.views import pretraining, render, table
+from vitbench.protocols.registry import protocols
+from vitbench.views import registry, render, table
 from vitbench.views.cells import TableData
 
 
 def print_summary_table(results: Path, run_keys: set[str] | None = None) -> None:
-    """The summary after `vitbench run`: pre-training runs beside their transfer results (when the
-    store has any), then the default view of every other run, only the rows that have results.
-    `run_keys`: only these runs (the ones the command planned), not the whole folder."""
+    """The summary after `vitbench run`: each protocol's own view of its runs where it declares one
+    (pre-training: beside its transfer results), then the accuracy view of every other run, only
+    the rows that have results. `run_keys`: only these runs (the ones the command planned)."""
     df = store.read_results(results)
     if run_keys is not None:
         df = df[df["run_key"].isin(run_keys)]
-    if (df["protocol"] == weights_protocol()).any():
-        linked = pretraining.link(df)
-        print_table(render.to_rich(pretraining.pretrain_view(df)))
-        df = df[~df["run_key"].isin(set(linked.runs["run_key"]) | set(linked.transfer["run_key"]))]
-        if df.empty:
-            return
+    known = protocols()
+    for view in dict.fromkeys(known[p].view for p in df["protocol"].unique() if p in known):
+        found = registry.TABLES[view]
+        if found.shows is None or df.empty:
+            continue
+        shown = found.shows(df)
+        print_table(render.to_rich(found.build(registry.Inputs.of_runs(results, df))))
+        df = df[~df["run_key"].isin(shown)]
+    if df.empty:
+        return
     data = table.accuracy_view(df, compact=True)
     if data.rows:
         print_table(render.to_rich(data))

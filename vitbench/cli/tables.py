@@ -11,7 +11,7 @@ from vitbench.cli.app import app, err, out
 from vitbench.cli.options import Results, ViewProtocol, Where, argument, check_choice, option
 from vitbench.cli.output import show
 from vitbench.errors import UserError
-from vitbench.protocols.registry import protocols, shots_protocol
+from vitbench.protocols.registry import get_protocol, protocols, shots_protocol
 from vitbench.store import query
 from vitbench.store.export import RUN_DOCUMENT, export, export_predictions
 from vitbench.views import registry
@@ -54,14 +54,15 @@ def table_cmd(
     fmt: Annotated[str, option("--format", "-f", help="rich, md, latex, csv or html.")] = "rich",
     out_file: Annotated[Path | None, option("--out", "-o", help="Write to this file instead of stdout.")] = None,
     view: Annotated[
-        str,
+        str | None,
         option(
             "--view",
             help="accuracy; robustness (ImageNet val, V2, R, A, Sketch, ObjectNet: --protocol eval runs); "
             "calibration (ECE and NLL of eval runs); attention (mean attention distance per layer); or pretrain "
-            "(pre-training runs beside the few-shot accuracy of their weights and of random init).",
+            "(pre-training runs beside the few-shot accuracy of their weights and of random init). [default: "
+            "accuracy; with --protocol, that protocol's own view: pretrain for --protocol pretrain]",
         ),
-    ] = "accuracy",
+    ] = None,
     bench: Annotated[
         bool, option("--bench", help="The throughput measurements of `vitbench bench` instead of accuracy.")
     ] = False,
@@ -75,7 +76,7 @@ def table_cmd(
     if names and not compare:
         raise UserError(f"unexpected argument {names[0]!r}: paper columns follow --compare (--compare {names[0]})")
     chosen = registry.TABLES["bench"] if bench else registry.TABLES["per-class"] if per_class_of else None
-    found = chosen or registry.table_view(view)
+    found = chosen or registry.table_view(view or (get_protocol(protocol).view if protocol else "accuracy"))
     inputs = registry.Inputs(
         results, where, _view_protocol(protocol, shots), [*(compare or ()), *(names or ())], which, shots,
         query.split_fields(group_by), include_marked, delta_to, ci, per_class_of,

@@ -161,6 +161,9 @@ class Protocol:
     headline_rank: ClassVar[int | None] = None  # its column in the report's summary (None: after the ranked ones)
     scores_own_head: ClassVar[bool] = False  # it scores the checkpoint's own classifier (robustness, calibration)
     trains: ClassVar[bool] = False  # it trains a network and stores its training curves
+    # the table its runs are shown in (views/registry.TABLES): after `vitbench run`, and by
+    # `vitbench table --protocol NAME` without --view
+    view: ClassVar[str] = "accuracy"
     # the options only it (or a few protocols) reads: `vitbench run` flags, config keys, API keywords
     Options: ClassVar[type[ProtocolOptions]] = ProtocolOptions
 

@@ -123,6 +123,7 @@ class Pretrain(Protocol):
     summary = "pre-train from random init (Table 3 recipe, --objective mpp, --pretrain-subset), then 5-shot transfer"
     label = "pre-trained"
     heading = "Pre-training"
+    view = "pretrain"  # each run beside the few-shot accuracy of its weights and of random init
     trains = True
     data_parallel = True
     resumable = True

@@ -36,6 +36,12 @@ class Linked:
     transfer: pd.DataFrame  # row, run_key, dataset, shots, seed, value
 
 
+def linked_runs(df: pd.DataFrame) -> set[str]:
+    """The run keys the pre-training view shows: the pre-training runs and their transfer runs."""
+    linked = link(df)
+    return set(linked.runs["run_key"]) | set(linked.transfer["run_key"])
+
+
 def link(df: pd.DataFrame) -> Linked:
     pre = df[df["protocol"] == weights_protocol()]
     if pre.empty:

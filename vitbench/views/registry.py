@@ -46,6 +46,13 @@ class Inputs:
         store.sync(self.results)  # shards that cluster workers wrote since the last merge
         return query.apply_where(store.read_results(self.results), self.where)
 
+    @classmethod
+    def of_runs(cls, results: Path, df: pd.DataFrame) -> Inputs:
+        """The inputs of these stored runs only (the summary after `vitbench run`: what it planned)."""
+        inputs = cls(results)
+        inputs.__dict__["df"] = df  # (the cached value `df` would read)
+        return inputs
+
 
 # the options of `vitbench table` a view may take, by their flags (each a default when not given)
 TABLE_OPTIONS = {
@@ -67,6 +74,9 @@ class TableView:
     takes: frozenset[str] = frozenset()  # TABLE_OPTIONS that apply to it
     empty: str = ""  # what to say where the store has nothing for it (else: the empty table)
     chosen_by: str = ""  # the flag that picks it, where that is not `--view NAME`
+    # the runs it shows, of those given (a protocol's view may show another's runs too: pre-training
+    # beside its transfer); None: it is no protocol's view
+    shows: Callable[[pd.DataFrame], set[str]] | None = None
 
     def check(self, inputs: Inputs) -> None:
         given = [o for o in TABLE_OPTIONS if getattr(inputs, o) != getattr(_DEFAULTS, o) and o not in self.takes]
@@ -106,7 +116,7 @@ TABLES = {
         ),
         TableView("calibration", lambda i: per_class.calibration_view(i.df)),
         TableView("attention", lambda i: attention.attention_view(store.read_attention_distance(i.results))),
-        TableView("pretrain", lambda i: pretraining.pretrain_view(i.df)),
+        TableView("pretrain", lambda i: pretraining.pretrain_view(i.df), shows=pretraining.linked_runs),
         TableView(
             "per-class",
             lambda i: per_class.per_class_view(i.df, i.per_class or "", i.results, i.protocol),
