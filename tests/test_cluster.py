@@ -191,3 +191,21 @@ def test_cluster_mistakes_are_one_line_errors(cli, results, args, message):
     code, _, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", *args,
                        "--results", results)  # fmt: skip
     assert code != 0 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_pretraining_on_a_cluster_then_its_transfer_stage(cli, results):
+    """The session's stages on a cluster (issue 30.3): the pre-training job's weights are found once
+    it has finished, and the transfer stage (few-shot on them, beside random init) goes out as jobs
+    of its own, into the same store."""
+    code, _, err = cli(
+        "run", *LOCAL, "--model", "vit-ti/16", "--dataset", "digits", "--protocol", "pretrain", "--smoke",
+        "--steps", "2", "--transfer", "digits", "--transfer-shots", "1", "--seeds", "0", "--workers", "0",
+        "--results", results,
+    )  # fmt: skip
+    assert code == 0, err
+    df = store.read_results(results)
+    assert set(df["protocol"]) == {"pretrain", "fewshot"}
+    few = df[(df["protocol"] == "fewshot") & (df["metric"] == "accuracy")]
+    # the weights it wrote, and random init: 3 seeds each (the transfer's own default)
+    assert len(few) == 6 and few["random_init"].sum() == 3
+    assert "then: fewshot of vit-ti/16 on digits" in err

@@ -65,6 +65,15 @@ class Summary:
             f"{self.ran} run now, {self.waiting} waiting, {len(self.failed)} failed; results={str(self.results)!r})"
         )
 
+    def merge(self, stage: Summary) -> None:
+        """A later stage of the session joins it (its runs, their counts, its plan)."""
+        self.specs += stage.specs
+        self.groups += stage.groups
+        self.done |= stage.done
+        self.ran += stage.ran
+        self.failed += stage.failed
+        self.waiting += stage.waiting
+
     def table(self) -> pd.DataFrame:
         """The stored results of this session's runs (run x metric)."""
         frame = store.read_results(self.results)
@@ -112,17 +121,41 @@ def run(
     **options,
 ) -> Summary:
     """Plan, skip what is stored, run the rest and store each result; returns what was done.
-    `on_plan(summary)` is called once the plan is made, before anything runs; `on_result(spec,
+    `on_plan(summary)` is called once each stage is planned, before it runs; `on_result(spec,
     metrics)` after each stored run. With `cluster_options`, the runs go out as submitit jobs and
-    their shards are merged as they land."""
-    req = with_suite_defaults(req or request(**options))  # the follow-ups read them too
+    their shards are merged as they land.
+
+    A session runs in stages: the request, then the runs its protocols plan on what it made
+    (pre-training: few-shot transfer of the weights each run wrote, beside random init), planned
+    once that exists (a dry run plans them by name), into the same store. A stage that did not
+    finish here (cluster jobs still waiting or failed; a torchrun world) plans no next stage."""
+    req = with_suite_defaults(req or request(**options))  # the next stages read them too
+    summary = Summary([], set(), req.results)
+    suite = suite_of(req)  # its pinned CPU threads hold for every stage (the demo's few-shot)
+    threads = None if dry_run or cluster_options is not None or suite is None else suite.cpu_threads
+    with cpu_threads(threads, resolve_device(req.device).type if threads else "cpu"):
+        stage = [req]
+        while stage:
+            finished = []
+            for part_req in stage:
+                part, complete = _stage(part_req, rerun, dry_run, on_plan, on_result, cluster_options)
+                summary.merge(part)
+                if complete:
+                    finished.append((part_req, part.groups))
+            stage = [after for part_req, groups in finished for after in _next_stage(part_req, groups)]
+            for after in stage:
+                log.info("then: %s of %s on %s", after.protocol, after.model, ", ".join(after.datasets))
+    return summary
+
+
+def _stage(req: Request, rerun: bool, dry_run: bool, on_plan, on_result, cluster_options) -> tuple[Summary, bool]:
+    """One stage of a session: plan, skip what is stored, run the rest here, under torchrun or on
+    a cluster; with whether it finished here (its next stage can be planned)."""
     if cluster_options is not None and not dry_run:
         summary = _run_on_cluster(req, cluster_options, rerun)
-        if not summary.waiting and not summary.failed:
-            _follow(summary, req, plan_groups(req), rerun, False, None, on_result, cluster_options)
-        return summary
-    world, _ = setup(resolve_device(req.device))  # a bad --device fails before any work
-    lease_seconds()  # and a bad VITBENCH_LEASE_SECONDS
+        return summary, not summary.waiting and not summary.failed
+    world, _ = setup(resolve_device(req.device))
+    lease_seconds()  # a bad VITBENCH_LEASE_SECONDS: one line, before any work
     if not dry_run and world.is_main:
         writable_results(req.results)
         trackers.check(req.tracker, req.tensorboard)  # a tracker that cannot log: one line before any work
@@ -147,47 +180,28 @@ def run(
         on_plan(summary)
     if dry_run:
         summary.done = done
-        _follow(summary, req, groups, rerun, True, on_plan, on_result, None)
-        return summary
-    suite = suite_of(req)  # its pinned CPU threads hold for its follow-ups too (the demo's few-shot)
-    with cpu_threads(suite.cpu_threads if suite else None, resolve_device(req.device).type):
-        try:
-            summary.ran = execute(groups, req, con, done, rerun=rerun, on_result=on_result)
-        finally:
-            if con is not None:
-                con.close()
-            elif world.is_main:  # this run wrote shards only: merge them now if the other run has finished
-                store.sync(req.results)
-        if world.size > 1:  # the follow-up protocols do not run data-parallel: say what runs them
-            for follow in _followups(req, groups):
-                log.info("then, on one process: vitbench run --protocol %s --model %s --weights %s --dataset %s",
-                         follow.protocol, follow.model, follow.weights, ",".join(follow.datasets))  # fmt: skip
-            return summary
-        _follow(summary, req, groups, rerun, False, on_plan, on_result, None)
-    return summary
+        return summary, True
+    try:
+        summary.ran = execute(groups, req, con, done, rerun=rerun, on_result=on_result)
+    finally:
+        if con is not None:
+            con.close()
+        elif world.is_main:  # this run wrote shards only: merge them now if the other run has finished
+            store.sync(req.results)
+    if world.size > 1:  # the next stage does not run data-parallel: say what runs it
+        for after in _next_stage(req, groups):
+            log.info("then, on one process: vitbench run --protocol %s --model %s --weights %s --dataset %s",
+                     after.protocol, after.model, after.weights, ",".join(after.datasets))  # fmt: skip
+        return summary, False
+    return summary, True
 
 
-def _followups(req: Request, groups: list[Group]) -> list[Request]:
-    """The requests the session's protocols ask to run after theirs (pre-training: few-shot transfer)."""
+def _next_stage(req: Request, groups: list[Group]) -> list[Request]:
+    """What the stage's protocols plan on what it made (pre-training: few-shot transfer)."""
     by_protocol: dict[str, list[Group]] = {}
     for group in groups:
         by_protocol.setdefault(group.protocol, []).append(group)
     return [f for name, part in by_protocol.items() for f in get_protocol(name).followups(req, part)]
-
-
-def _follow(summary: Summary, req: Request, groups: list[Group], rerun: bool, dry_run: bool, on_plan, on_result,
-            cluster_options) -> None:  # fmt: skip
-    """Run (or plan) the follow-up requests into the same store; their runs join the summary."""
-    for follow in _followups(req, groups):
-        log.info("then: %s of %s on %s", follow.protocol, follow.model, ", ".join(follow.datasets))
-        sub = run(follow, rerun=rerun, dry_run=dry_run, on_plan=on_plan, on_result=on_result,
-                  cluster_options=cluster_options)  # fmt: skip
-        summary.specs += sub.specs
-        summary.groups += sub.groups
-        summary.done |= sub.done
-        summary.ran += sub.ran
-        summary.failed += sub.failed
-        summary.waiting += sub.waiting
 
 
 def _open_store(results: Path):
@@ -234,7 +248,7 @@ def _run_on_cluster(req: Request, opts: cluster.ClusterOptions, rerun: bool) -> 
     finally:
         con.close()
     specs = [s for g in groups for s in g.specs]
-    summary = Summary(specs, set() if rerun else done, req.results)
+    summary = Summary(specs, set() if rerun else done, req.results, groups=groups)
     todo = {s.run_key for s in summary.todo}
     log.info("%d runs planned, %d already stored, %d to submit", len(specs), len(specs) - len(todo), len(todo))
     if not todo:

@@ -202,8 +202,10 @@ class Protocol:
         return {s.run_key: {"inference": images / len(group.specs)} for s in group.specs}
 
     def followups(self, req: Request, groups: list[Group]) -> list[Request]:
-        """What runs once this protocol's groups are done (pre-training: few-shot on the weights it
-        wrote). The session runs each request the same way, into the same store."""
+        """The session's next stage: what runs on what these groups made, once it exists
+        (pre-training: few-shot on the weights it wrote, whose sha256 keys those runs). The session
+        (api.run) plans and runs each request as a stage of its own, into the same store; a dry
+        run plans them by name."""
         return []
 
     def jobs(self, specs: list[RunSpec]) -> list[list[list[RunSpec]]]:
