@@ -175,3 +175,15 @@ def test_every_protocol_names_a_table_view_that_says_which_runs_it_shows():
     for name, protocol in protocols().items():
         assert protocol.view in TABLES, (name, protocol.view)
         assert protocol.view == "accuracy" or TABLES[protocol.view].shows is not None, name
+
+
+def test_no_flag_travels_in_a_context_variable():
+    """--dry-run, --verify-data and --download were ContextVars set far from where they were read:
+    now the planner hands each down as an argument (issue 30.2), and no module may bring one back."""
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in sorted((ROOT / "vitbench").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Name | ast.Attribute) and (getattr(node, "id", None) or node.attr) == "ContextVar"
+    ]
+    assert found == []

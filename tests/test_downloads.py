@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from loopback import Server
 
-from vitbench import downloads, registry
+from vitbench import downloads, registry, store
 from vitbench.errors import UserError
 from vitbench.weights import check_weights_arg
 
@@ -50,8 +50,7 @@ def test_paper_weights_are_fetched_only_when_asked_then_checked_against_their_re
     with pytest.raises(UserError, match=offline):
         check_weights_arg("paper:ViT-B_16", registry.get_model("vit-b/16"))
     assert server.state.requests == []  # offline by default: nothing was asked of the server
-    with downloads.permitted(True):
-        path = Path(check_weights_arg("paper:ViT-B_16", registry.get_model("vit-b/16")))
+    path = Path(check_weights_arg("paper:ViT-B_16", registry.get_model("vit-b/16"), download=True))
     assert path == cached(tmp_path, "vit_models/imagenet21k/ViT-B_16.npz") and path.read_bytes() == data
     record = json.loads(path.with_name("ViT-B_16.npz.json").read_text())
     assert record["size"] == len(data) and record["sha256"] == hashlib.sha256(data).hexdigest()
@@ -71,11 +70,10 @@ def test_a_broken_off_download_resumes_where_it_stopped(server, tmp_path):
     server.state.cut_after[FINETUNED] = 1_000_000
     name = "paper:imagenet21k+imagenet2012/ViT-B_16-224"
     final = cached(tmp_path, "vit_models/imagenet21k+imagenet2012/ViT-B_16-224.npz")
-    with downloads.permitted(True):
-        with pytest.raises(UserError, match=r"broke off at 1,000,000 bytes of 3\.0 MB .*run the same command again"):
-            check_weights_arg(name, registry.get_model("vit-b/16"))
-        assert not final.exists() and final.with_name(final.name + ".part").stat().st_size == 1_000_000
-        path = Path(check_weights_arg(name, registry.get_model("vit-b/16")))
+    with pytest.raises(UserError, match=r"broke off at 1,000,000 bytes of 3\.0 MB .*run the same command again"):
+        check_weights_arg(name, registry.get_model("vit-b/16"), download=True)
+    assert not final.exists() and final.with_name(final.name + ".part").stat().st_size == 1_000_000
+    path = Path(check_weights_arg(name, registry.get_model("vit-b/16"), download=True))
     assert path == final and path.read_bytes() == data
     assert [r[2] for r in server.state.requests] == [None, "bytes=1000000-"]  # the second asked for the rest only
     assert not final.with_name(final.name + ".part").exists()
@@ -85,14 +83,14 @@ def test_a_corrupt_download_is_refused_and_removed(server, tmp_path):
     server.state.files[B16] = payload(seed=2)
     server.state.corrupt.add(B16)  # one byte differs from the md5 the server states
     refused = r"is corrupt \(its md5 differs from the one the server states \(x-goog-hash\)\); it was removed"
-    with downloads.permitted(True), pytest.raises(UserError, match=refused):
-        check_weights_arg("paper:ViT-B_16", None)
+    with pytest.raises(UserError, match=refused):
+        check_weights_arg("paper:ViT-B_16", None, download=True)
     assert list(cached(tmp_path, "vit_models/imagenet21k").iterdir()) == []  # no file, no .part
 
 
 def test_a_missing_file_is_one_line_naming_the_url(server):
-    with downloads.permitted(True), pytest.raises(UserError) as e:
-        check_weights_arg("paper:ViT-L_32", None)
+    with pytest.raises(UserError) as e:
+        check_weights_arg("paper:ViT-L_32", None, download=True)
     assert "cannot download http://127.0.0.1:" in str(e.value) and "/vit_models/imagenet21k/ViT-L_32.npz (HTTP 404" \
         in str(e.value) and "\n" not in str(e.value)  # fmt: skip
     with pytest.raises(UserError, match="not a released checkpoint"):
@@ -112,21 +110,19 @@ def test_hub_weights_download_into_the_hugging_face_cache(server, tmp_path):
     with pytest.raises(UserError, match="not in the local Hugging Face cache .*add --download"):
         check_weights_arg(f"timm:{repo.split('/')[1]}", registry.get_model("vit-ti/16"))
     assert server.state.requests == []
-    with downloads.permitted(True):
-        path = Path(check_weights_arg(f"timm:{repo.split('/')[1]}", registry.get_model("vit-ti/16")))
+    path = Path(check_weights_arg(f"timm:{repo.split('/')[1]}", registry.get_model("vit-ti/16"), download=True))
     assert path.read_bytes() == data and str(path).startswith(str(tmp_path / "hub" / "models--timm--"))
     assert path.resolve().name == hashlib.sha256(data).hexdigest()  # the blob, named by the Hub's sha256
     assert Path(check_weights_arg(f"hf-hub:{repo}")) == path  # the same cache entry, now offline
     server.state.files["/org/corrupt/resolve/main/model.safetensors"] = data
     server.state.corrupt.add("/org/corrupt/resolve/main/model.safetensors")
-    with downloads.permitted(True):
-        with pytest.raises(UserError, match=r"hf-hub:org/corrupt: the file from .* is corrupt \(sha256 "):
-            check_weights_arg("hf-hub:org/corrupt")
-        assert not any((tmp_path / "hub" / "models--org--corrupt" / "blobs").iterdir())
-        with pytest.raises(UserError, match=r"hf-hub:org/missing: no repository http://127\.0\.0\.1:\d+/org/missing"):
-            check_weights_arg("hf-hub:org/missing")
-        with pytest.raises(UserError, match="has neither model.safetensors nor pytorch_model.bin"):
-            check_weights_arg("hf-hub:org/empty")
+    with pytest.raises(UserError, match=r"hf-hub:org/corrupt: the file from .* is corrupt \(sha256 "):
+        check_weights_arg("hf-hub:org/corrupt", download=True)
+    assert not any((tmp_path / "hub" / "models--org--corrupt" / "blobs").iterdir())
+    with pytest.raises(UserError, match=r"hf-hub:org/missing: no repository http://127\.0\.0\.1:\d+/org/missing"):
+        check_weights_arg("hf-hub:org/missing", download=True)
+    with pytest.raises(UserError, match="has neither model.safetensors nor pytorch_model.bin"):
+        check_weights_arg("hf-hub:org/empty", download=True)
     with pytest.raises(UserError, match="expected hf-hub:<organisation>/<repository>"):
         check_weights_arg("hf-hub:no-slash")
 
@@ -154,7 +150,7 @@ def test_run_with_download_fetches_hub_weights_and_runs(server, tmp_path, cli):
     assert set(stored["weights_sha256"]) == {hashlib.sha256(weights_file.read_bytes()).hexdigest()}
 
 
-def test_tfds_builds_are_downloaded_and_prepared_by_tfds(server, tmp_path):
+def test_tfds_builds_are_downloaded_and_prepared_by_tfds(server, tmp_path, cli, monkeypatch):
     """`--data-source tfds --download`: a builder that is not prepared is built by TFDS's own
     download_and_prepare (a small builder whose source file the loopback server serves, in place
     of DTD's), then read through vitbench's VTAB-1k split arithmetic."""
@@ -173,13 +169,14 @@ def test_tfds_builds_are_downloaded_and_prepared_by_tfds(server, tmp_path):
 
     task = TASKS_BY_KEY["dtd"]
     rule = vtab_tfds.TfdsTask("vitbench_loopback_tiny:1.0.0", "validation", 0, "test", (), vtab_tfds.field("label"))
-    load = _loader_with(vtab_tfds, task, rule)
+    load, fetch = _with_rule(vtab_tfds, task, rule)
     data_dir = tmp_path / "tfds"
     data_dir.mkdir()
     with pytest.raises(UserError, match="is not prepared under .*; add --download"):
-        load(data_dir, "test")
-    with downloads.permitted(True):
-        train = load(data_dir, "train800")
+        load(data_dir, "test")  # reading never fetches
+    assert server.state.requests == []
+    fetch(data_dir)  # what --download runs before the task is read
+    train = load(data_dir, "train800")
     import tensorflow_datasets as tfds
 
     direct = list(tfds.as_numpy(tfds.load("vitbench_loopback_tiny", split="train[:800]", data_dir=str(data_dir))))
@@ -188,17 +185,32 @@ def test_tfds_builds_are_downloaded_and_prepared_by_tfds(server, tmp_path):
     served = {arrays["train"][0][i].tobytes() for i in range(900)}
     assert all(image.tobytes() in served for image in train.images)  # the server's images, built by TFDS
     assert [r[:2] for r in server.state.requests] == [("GET", "/tiny/source.npz")]
+    # `vitbench run --download` fetches while planning, a dry run never (the planner hands the flag down)
+    from vitbench.registry import get_dataset
+
+    spec, fresh = get_dataset("vtab/dtd"), tmp_path / "fresh"
+    monkeypatch.setitem(spec.other_sources, "tfds", load)
+    monkeypatch.setitem(spec.fetchers, "tfds", fetch)
+    run = ("run", "--dataset", "vtab/dtd", "--data-source", "tfds", "--data-dir", fresh, "--model", "vit-ti/16",
+           "--weights", "random", "--res", "32", "--shots", "1", "--seeds", "0", "--workers", "0", "--download",
+           "--results", tmp_path / "results")  # fmt: skip
+    fresh.mkdir()
+    code, _, err = cli(*run, "--dry-run")
+    assert code == 2 and "is not prepared under" in err and len(server.state.requests) == 1
+    code, _, err = cli(*run)
+    assert code == 0, err
+    assert len(server.state.requests) == 2 and len(store.read_results(tmp_path / "results")) == 1
     del server.state.files["/tiny/source.npz"]
-    with downloads.permitted(True), pytest.raises(UserError) as e:
-        load(tmp_path / "elsewhere", "test")
+    with pytest.raises(UserError) as e:
+        fetch(tmp_path / "elsewhere")
     assert "download_and_prepare into" in str(e.value) and "\n" not in str(e.value)
 
 
-def _loader_with(vtab_tfds, task, rule):
-    """vitbench's TFDS reader for `task` with `rule` in place of its registered recipe."""
+def _with_rule(vtab_tfds, task, rule):
+    """vitbench's TFDS reader and fetcher for `task` with `rule` in place of its registered recipe."""
     original = vtab_tfds.TFDS_TASKS[task.key]
     vtab_tfds.TFDS_TASKS[task.key] = rule
     try:
-        return vtab_tfds.tfds_loader(task)
+        return vtab_tfds.tfds_loader(task), vtab_tfds.tfds_fetcher(task)
     finally:
         vtab_tfds.TFDS_TASKS[task.key] = original

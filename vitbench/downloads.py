@@ -18,9 +18,6 @@ import re
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,25 +26,14 @@ from vitbench.errors import UserError, one_line
 log = logging.getLogger("vitbench")
 
 ENV = "VITBENCH_DOWNLOAD"
-# set for one request by `--download` (execution/plan.py); the environment variable turns it on everywhere
-REQUESTED: ContextVar[bool] = ContextVar("download_requested", default=False)
 TIMEOUT_S = 60  # per connect and per read: a stalled server ends the download (resumable) instead of hanging
 CHUNK = 1 << 20
 
 
-def allowed() -> bool:
-    """Whether this process may download: `--download` for this request, or VITBENCH_DOWNLOAD=1."""
-    return REQUESTED.get() or os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes", "on")
-
-
-@contextmanager
-def permitted(on: bool) -> Iterator[None]:
-    """Downloads allowed inside the block when `on` (a request's `--download`)."""
-    token = REQUESTED.set(on or REQUESTED.get())
-    try:
-        yield
-    finally:
-        REQUESTED.reset(token)
+def allowed(requested: bool) -> bool:
+    """Whether to download: `requested` (a request's --download, handed down by the planner), or
+    VITBENCH_DOWNLOAD=1 in the environment (on everywhere)."""
+    return requested or os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def cache_root() -> Path:

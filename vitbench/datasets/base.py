@@ -158,6 +158,8 @@ class DatasetSpec:
     source: str = ""  # the data source `load` reads (recorded with every result)
     # other sources by name (e.g. VTAB's "tfds"); their loaders get --data-dir itself
     other_sources: dict[str, Loader] = field(default_factory=dict)
+    # what --download runs for a source before it is read (TFDS: build what is not prepared), given --data-dir
+    fetchers: dict[str, Callable[[Path | None], None]] = field(default_factory=dict)
     # a test set scored with another dataset's classifier: the robustness sets are scored with the
     # checkpoint's ImageNet-1k head (1000), through each split's `class_map` (None: num_classes)
     head_classes: int | None = None
@@ -213,6 +215,12 @@ class DatasetSpec:
             return root
         missing = [root / name for name in self.needed_files(splits) if not (root / name).exists()]
         return missing[0] if missing else None
+
+    def fetch(self, data_dir: Path | None, source: str | None) -> None:
+        """Fetch what `source` needs that is not here yet (--download); nothing for a source without a fetcher."""
+        fetcher = self.fetchers.get(source or self.source)
+        if fetcher is not None:
+            fetcher(data_dir)
 
     def load_split(self, data_dir: Path | None, split: str, source: str | None = None, verify: bool = False) -> Split:
         """The split from `source` (None: the dataset's own), fingerprinted by its files' contents

@@ -11,7 +11,7 @@ from vitbench.datasets.imagenet import load_imagenet
 from vitbench.datasets.pets import load_pets
 from vitbench.datasets.robustness import ROBUSTNESS
 from vitbench.datasets.vtab import ROOT_FOLDER, TASKS, dataset_name, folder_loader, official_sizes
-from vitbench.datasets.vtab_tfds import tfds_loader
+from vitbench.datasets.vtab_tfds import tfds_fetcher, tfds_loader
 
 # The paper's dev splits for LR selection (App. B.1.1): 2 % CIFAR, 10 % Pets and Flowers, 1 % ImageNet.
 CLASSIC = [
@@ -128,6 +128,7 @@ VTAB = [
         key_files=("train800.txt", "val200.txt", "train800val200.txt", "test.txt"),
         split_files={s: (f"{s}.txt",) for s in ("train800", "val200", "train800val200", "test")},
         other_sources={"tfds": tfds_loader(task)},
+        fetchers={"tfds": tfds_fetcher(task)},
         source="vtab-folder",
     )
     for task in TASKS

@@ -164,11 +164,43 @@ def _root_logging_kept():
             root.removeHandler(handler)
 
 
+def _builder(rule: TfdsTask, data_dir: Path | None):
+    """(tfds, the task's TFDS builder under `data_dir`, its split sizes: empty where not prepared)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter, unless asked for
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        raise UserError("--data-source tfds needs TensorFlow Datasets: pip install 'vitbench[tfds]'") from None
+    if data_dir is None:
+        raise UserError("--data-source tfds needs --data-dir: the TFDS data_dir holding the prepared builders")
+    try:
+        builder = tfds.builder(rule.builder, data_dir=str(data_dir), try_gcs=False)
+        counts = {name: info.num_examples for name, info in builder.info.splits.items()}
+    except Exception as e:  # tfds raises several types for "not prepared here"
+        raise UserError(f"TFDS {rule.builder} is not prepared under {data_dir} ({type(e).__name__}: {e})") from None
+    return tfds, builder, counts
+
+
+def tfds_fetcher(task: VtabTask):
+    """What --download does before the task is read from TFDS: a builder not prepared under
+    --data-dir is built by TFDS's own download_and_prepare (TFDS fetches the sources, checks them
+    against its registered checksums and shows its progress; what it fetched stays in
+    <data-dir>/downloads, so a failed build does not fetch them again)."""
+    rule = TFDS_TASKS[task.key]
+
+    def fetch(data_dir: Path | None) -> None:
+        with _root_logging_kept():
+            _, builder, counts = _builder(rule, data_dir)
+            if not counts:
+                assert data_dir is not None  # (_builder refuses None)
+                _download_and_prepare(builder, rule.builder, data_dir)
+
+    return fetch
+
+
 def tfds_loader(task: VtabTask):
-    """Read one VTAB-1k split from a prepared TFDS data dir (`--data-dir`). A builder not prepared
-    there is built by TFDS's own download_and_prepare where downloads are allowed (`--download`):
-    TFDS fetches the sources, checks them against its registered checksums and shows its progress;
-    what it fetched stays in <data-dir>/downloads, so a failed build does not fetch them again."""
+    """Read one VTAB-1k split from a prepared TFDS data dir (`--data-dir`); never fetches
+    (`tfds_fetcher` does, with --download)."""
     rule = TFDS_TASKS[task.key]
 
     def load(data_dir: Path | None, split: str) -> Split:
@@ -176,21 +208,7 @@ def tfds_loader(task: VtabTask):
             return read(data_dir, split)
 
     def read(data_dir: Path | None, split: str) -> Split:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter, unless asked for
-        try:
-            import tensorflow_datasets as tfds
-        except ImportError:
-            raise UserError("--data-source tfds needs TensorFlow Datasets: pip install 'vitbench[tfds]'") from None
-        if data_dir is None:
-            raise UserError("--data-source tfds needs --data-dir: the TFDS data_dir holding the prepared builders")
-        try:
-            builder = tfds.builder(rule.builder, data_dir=str(data_dir), try_gcs=False)
-            counts = {name: info.num_examples for name, info in builder.info.splits.items()}
-        except Exception as e:  # tfds raises several types for "not prepared here"
-            raise UserError(f"TFDS {rule.builder} is not prepared under {data_dir} ({type(e).__name__}: {e})") from None
-        if not counts and downloads.allowed():
-            _download_and_prepare(builder, rule.builder, data_dir)
-            counts = {name: info.num_examples for name, info in builder.info.splits.items()}
+        tfds, builder, counts = _builder(rule, data_dir)
         if not counts:
             raise UserError(
                 f"TFDS {rule.builder} is not prepared under {data_dir}; add --download (or set {downloads.ENV}=1) "

@@ -110,11 +110,11 @@ def plan(req: Request, dry_run: bool = False) -> list[Group]:
                     "it" if len(ignored) == 1 else "them")  # fmt: skip
     groups = []
     # weights and TFDS builds not here yet are fetched while planning (with --download; a dry run never fetches)
-    with downloads.permitted(req.download and not dry_run):
-        for protocol in protocols:
-            for model_name in _items(model_arg, "--model"):
-                for weights in expand_weights(weights_arg, req.results):
-                    groups += _model_groups(req, protocol, model_name, weights, dataset_names, dry_run)
+    fetch = downloads.allowed(req.download) and not dry_run
+    for protocol in protocols:
+        for model_name in _items(model_arg, "--model"):
+            for weights in expand_weights(weights_arg, req.results):
+                groups += _model_groups(req, protocol, model_name, weights, dataset_names, dry_run, fetch)
     return groups
 
 
@@ -162,11 +162,11 @@ def expand_weights(text: str, results: Path = Path("results")) -> list[str]:
 
 
 def _model_groups(
-    req: Request, protocol, model_name: str, weights_arg: str, dataset_names, dry_run: bool
+    req: Request, protocol, model_name: str, weights_arg: str, dataset_names, dry_run: bool, fetch: bool
 ) -> list[Group]:
     model = get_model(model_name)
     assert model.backend is not None
-    weights = resolve_weights(weights_arg, model, req.results / "cache", dry_run)
+    weights = resolve_weights(weights_arg, model, req.results / "cache", dry_run, fetch)
     res = req.res or protocol.resolution(model, req)
     model.backend.check_img_size(model, res)
     model.backend.timm_kwargs(res, req.gelu)  # an impossible --gelu fails before any work
@@ -175,6 +175,9 @@ def _model_groups(
         published = Preprocessing.from_weights_config(weights.path, published)
     preprocessing = protocol.preprocessing(published)
     datasets = present_datasets(dataset_names, protocol.name, req)
+    if fetch:
+        for dataset in datasets:
+            dataset.fetch(req.data_dir, req.data_source)
     return [_group(req, protocol, model, weights, res, preprocessing, dataset) for dataset in datasets]
 
 

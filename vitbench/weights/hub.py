@@ -29,8 +29,9 @@ def hub_cache() -> Path:
     return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
 
 
-def resolve_timm_tag(weights: str, spec: ModelSpec | None) -> Path:
-    """`timm:<arch>.<tag>` (or `timm:paper`: the paper's upstream weights of --model) -> a cached file."""
+def resolve_timm_tag(weights: str, spec: ModelSpec | None, download: bool = False) -> Path:
+    """`timm:<arch>.<tag>` (or `timm:paper`: the paper's upstream weights of --model) -> a cached
+    file (fetched first where `download`, --download)."""
     import timm
 
     name = weights.removeprefix(TIMM_PREFIX)
@@ -43,18 +44,18 @@ def resolve_timm_tag(weights: str, spec: ModelSpec | None) -> Path:
         raise UserError(f"--weights {weights}: not a timm weights tag (expected timm:<architecture>.<tag>)")
     if spec is not None and name.split(".")[0] != spec.arch:
         raise UserError(f"--weights {weights}: weights for {name.split('.')[0]}, but {spec.name} is {spec.arch}")
-    return cached_or_downloaded(cfg.hf_hub_id or f"timm/{name}", weights)
+    return cached_or_downloaded(cfg.hf_hub_id or f"timm/{name}", weights, download)
 
 
-def resolve_hf_hub(weights: str) -> Path:
+def resolve_hf_hub(weights: str, download: bool = False) -> Path:
     """`hf-hub:<org>/<name>`: the repository's model.safetensors (or pytorch_model.bin)."""
     repo = weights.removeprefix(HF_PREFIX)
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
         raise UserError(f"--weights {weights}: expected hf-hub:<organisation>/<repository>")
-    return cached_or_downloaded(repo, weights)
+    return cached_or_downloaded(repo, weights, download)
 
 
-def cached_or_downloaded(repo: str, weights: str) -> Path:
+def cached_or_downloaded(repo: str, weights: str, download: bool) -> Path:
     """The repository's weights file from the cache; fetched first where downloads are allowed."""
     from huggingface_hub import try_to_load_from_cache
 
@@ -63,7 +64,7 @@ def cached_or_downloaded(repo: str, weights: str) -> Path:
         found = try_to_load_from_cache(repo, filename, cache_dir=cache)
         if isinstance(found, str):
             return Path(found)
-    if downloads.allowed():
+    if downloads.allowed(download):
         return _download(repo, weights)
     folder = cache / f"models--{repo.replace('/', '--')}"
     raise UserError(

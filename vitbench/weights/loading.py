@@ -48,18 +48,18 @@ def build_model(
     return model
 
 
-def check_weights_arg(weights: str, spec: ModelSpec | None = None) -> str:
+def check_weights_arg(weights: str, spec: ModelSpec | None = None, download: bool = False) -> str:
     """Validate `--weights` early (before any work): `random`; `timm:<tag>` or `hf-hub:<repo>` from the
-    Hugging Face cache, `paper:<name>` from vitbench's (each fetched first with --download); or an
+    Hugging Face cache, `paper:<name>` from vitbench's (each fetched first where `download`); or an
     existing file of a known format. Returns `random` or an absolute path."""
     if weights == RANDOM:
         return RANDOM
     if weights.startswith(TIMM_PREFIX):
-        return str(resolve_timm_tag(weights, spec))
+        return str(resolve_timm_tag(weights, spec, download))
     if weights.startswith(HF_PREFIX):
-        return str(resolve_hf_hub(weights))
+        return str(resolve_hf_hub(weights, download))
     if paper_weights.is_paper_name(weights):
-        return str(paper_weights.resolve(weights, spec))
+        return str(paper_weights.resolve(weights, spec, download))
     path = Path(weights).expanduser()
     if not path.exists():
         raise UserError(

@@ -69,7 +69,7 @@ def is_paper_name(weights: str) -> bool:
     return weights == PAPER or weights.startswith(PAPER_PREFIX)
 
 
-def resolve(weights: str, spec: ModelSpec | None) -> Path:
+def resolve(weights: str, spec: ModelSpec | None, download: bool = False) -> Path:
     """`paper` (the --model's own ImageNet-21k checkpoint), `paper:<file>` or `paper:<collection>/<file>`
     -> the file in the cache, downloaded first where downloads are allowed."""
     collection, name = _parse(weights, spec)
@@ -84,7 +84,7 @@ def resolve(weights: str, spec: ModelSpec | None) -> Path:
     if path.is_file():
         _check_against_record(path, record, weights)
         return path
-    if not downloads.allowed():
+    if not downloads.allowed(download):
         raise UserError(
             f"--weights {weights}: not downloaded yet (looked for {path}); add --download (or set "
             f"{downloads.ENV}=1) to fetch {url}, or fetch it on a connected machine into that path"

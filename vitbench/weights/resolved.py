@@ -69,13 +69,16 @@ class Weights:
         return self.path
 
 
-def resolve(text: str, model: ModelSpec, cache: Path | None = None, dry_run: bool = False) -> Weights:
-    """One `--weights` item for `model`: checked, resolved to its file and fingerprinted (the
-    sha256 cached under `cache`). A dry run plans weights that are not here yet by name."""
+def resolve(
+    text: str, model: ModelSpec, cache: Path | None = None, dry_run: bool = False, download: bool = False
+) -> Weights:
+    """One `--weights` item for `model`: checked, resolved to its file (fetched first where
+    `download`) and fingerprinted (the sha256 cached under `cache`). A dry run plans weights that
+    are not here yet by name."""
     from vitbench.weights.loading import check_weights_arg
 
     try:
-        path = check_weights_arg(text, model)
+        path = check_weights_arg(text, model, download)
     except UserError as e:
         if not dry_run:
             raise
