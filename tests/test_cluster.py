@@ -39,7 +39,7 @@ FINETUNE = (
     "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--protocol", "finetune",
     "--lr", "0.01", "--seeds", "0", "--res", "32", "--batch", "8", "--workers", "0",
 )  # fmt: skip
-LOCAL = ("--executor", "submitit", "--cluster", "local")
+LOCAL = ("--cluster", "local")  # `vitbench submit` with submitit's local executor: real subprocesses
 
 
 def test_a_lease_is_exclusive_until_released_or_stale(tmp_path):
@@ -88,7 +88,7 @@ def test_a_run_leased_elsewhere_is_skipped_then_run_when_free(cli, results):
 
 
 def test_submitit_local_jobs_write_shards_that_are_merged(cli, results):
-    code, out, err = cli("run", *LOCAL, *FEWSHOT, "--results", results)
+    code, out, err = cli("submit", *LOCAL, *FEWSHOT, "--results", results)
     assert code == 0, err
     df = store.read_results(results)
     assert len(df) == 2 and set(df["shots"]) == {1, 5}
@@ -100,7 +100,7 @@ def test_submitit_local_jobs_write_shards_that_are_merged(cli, results):
 
 
 def test_no_wait_then_ingest_merges_the_shards(cli, results):
-    code, out, err = cli("run", *LOCAL, *FEWSHOT, "--no-wait", "--results", results)
+    code, out, err = cli("submit", *LOCAL, *FEWSHOT, "--no-wait", "--results", results)
     assert code == 0 and "vitbench ingest" in out
     deadline = time.time() + 120
     while len(list((results / "runs").glob("*.json"))) < 2 and time.time() < deadline:
@@ -148,7 +148,7 @@ def test_a_killed_worker_resumes_from_its_checkpoint_when_resubmitted(cli, resul
     assert lease.exists()  # left behind by the killed worker
     assert not (results / "runs" / f"{key}.json").exists()
 
-    code, _, err = cli("run", *LOCAL, *FINETUNE, "--steps", "100", "--checkpoint-every", "10", "--results", results)
+    code, _, err = cli("submit", *LOCAL, *FINETUNE, "--steps", "100", "--checkpoint-every", "10", "--results", results)
     assert code == 0, err
     df = store.read_results(results)
     assert set(df["run_key"]) == {key}
@@ -182,13 +182,14 @@ def test_units_group_fewshot_runs_and_hold_back_final_finetunes(tmp_path):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (("--executor", "slurm"), "--executor slurm: expected local or submitit"),
-        (("--executor", "submitit", "--cluster", "k8s"), "--cluster k8s: expected auto, slurm or local"),
-        (("--nnodes", "2", "--protocol", "finetune", "--smoke"), "--nnodes 2: give --rdzv-endpoint HOST:PORT"),
+        (("submit", "--cluster", "k8s"), "--cluster k8s: expected auto, slurm or local"),
+        (("run", "--nnodes", "2", "--protocol", "finetune", "--smoke"), "--nnodes 2: give --rdzv-endpoint HOST:PORT"),
+        (("run", "--partition", "gpu"), "No such option: --partition"),
+        (("submit", "--nnodes", "2"), "No such option: --nnodes"),
     ],
 )
 def test_cluster_mistakes_are_one_line_errors(cli, results, args, message):
-    code, _, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", *args,
+    code, _, err = cli(*args, "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits",
                        "--results", results)  # fmt: skip
     assert code != 0 and message in err and len(err.strip().splitlines()) == 1
 
@@ -198,7 +199,7 @@ def test_pretraining_on_a_cluster_then_its_transfer_stage(cli, results):
     it has finished, and the transfer stage (few-shot on them, beside random init) goes out as jobs
     of its own, into the same store."""
     code, _, err = cli(
-        "run", *LOCAL, "--model", "vit-ti/16", "--dataset", "digits", "--protocol", "pretrain", "--smoke",
+        "submit", *LOCAL, "--model", "vit-ti/16", "--dataset", "digits", "--protocol", "pretrain", "--smoke",
         "--steps", "2", "--transfer", "digits", "--transfer-shots", "1", "--seeds", "0", "--workers", "0",
         "--results", results,
     )  # fmt: skip

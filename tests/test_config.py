@@ -68,6 +68,8 @@ def test_a_suite_defined_in_the_config_file(cli, tmp_path):
         ('dataset = "digits"\ndatasets = ["digits"]\n', "keys 'dataset' and 'datasets' are one option"),
         ("[suites.x]\nprotocol = 'fewshot'\n", "suite 'x': expected datasets = ["),
         ("model = \n", "not valid TOML"),
+        ('partition = "gpu"\n', "key 'partition' is an option of `vitbench submit`, not of this command"),
+        ('executor = "submitit"\n', "key 'executor': cluster jobs are `vitbench submit` now"),
     ],
 )
 def test_config_mistakes_are_one_line_naming_file_and_key(cli, tmp_path, text, message):
@@ -175,14 +177,28 @@ def test_one_vocabulary_for_the_command_line_a_config_and_the_api():
     from vitbench.protocols.requests import known_options
 
     command_only = {"rerun", "dry_run", "assume_mfu", "print_config", "devices", "nnodes", "node_rank",
-                    "rdzv_endpoint", "rdzv_id", "rdzv_backend", "executor", "cluster", "partition", "gpus_per_job",
+                    "rdzv_endpoint", "rdzv_id", "rdzv_backend", "cluster", "partition", "gpus_per_job",
                     "nodes", "time_limit", "cpus_per_job", "mem_gb", "array_parallelism", "slurm_account",
                     "slurm_qos", "no_wait"}  # fmt: skip
     api = set(known_options())
-    command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
-    options = {p.name: p for p in command.params if p.name != "help"}
-    for name, parameter in options.items():
-        long = [flag for flag in parameter.opts if flag.startswith("--")]
-        assert long[0] == "--" + name.replace("_", "-"), (name, parameter.opts)  # the first is the name
-        assert (name in api) != (name in command_only), name
-    assert api == set(options) - command_only
+    for command_name in ("run", "submit"):
+        command = typer.main.get_command(app).commands[command_name]  # type: ignore[attr-defined]
+        options = {p.name: p for p in command.params if p.name != "help"}
+        for name, parameter in options.items():
+            long = [flag for flag in parameter.opts if flag.startswith("--")]
+            assert long[0] == "--" + name.replace("_", "-"), (name, parameter.opts)  # the first is the name
+            assert (name in api) != (name in command_only), name
+        assert api == set(options) - command_only
+
+
+def test_a_submit_config_holds_the_jobs_options_and_reruns(cli, tmp_path):
+    """`vitbench submit --print-config` writes the jobs' options beside the run's; the file loads
+    back into `vitbench submit` as it was written."""
+    code, printed, err = cli("submit", *FAST, "--cluster", "local", "--time-limit", "30", "--print-config")
+    assert code == 0, err
+    parsed = tomllib.loads(printed)
+    assert parsed["cluster"] == "local" and parsed["time_limit"] == 30 and parsed["model"] == ["vit-ti/16"]
+    config = tmp_path / "jobs.toml"
+    config.write_text(printed)
+    code, again, err = cli("submit", "--config", config, "--print-config")
+    assert code == 0 and again == printed, err

@@ -18,7 +18,7 @@ RUN_PANELS = [
     "Fine-tuning (--protocol finetune)",
     "Pre-training (--protocol pretrain)",
     "Devices and precision",
-    "Several nodes (torchrun) and clusters (submitit)",
+    "Several nodes (torchrun)",
     "Output",
 ]
 
@@ -65,13 +65,32 @@ def test_run_help_groups_its_options_by_purpose(cli, monkeypatch):
     for form in ("timm:<architecture>", ".npz", "a folder of checkpoints", "glob", "run:<key>", "random"):
         assert form in what  # --weights names every form it accepts
     assert "pretrain" in what  # --protocol lists every built-in protocol
-    cluster = shown[where[6] : where[7]]
-    assert "--nnodes" in cluster and "--nodes" in cluster and "--partition" in cluster
+    nodes = shown[where[6] : where[7]]
+    assert "--nnodes" in nodes and "--rdzv-endpoint" in nodes
+    # the cluster's options are `vitbench submit`'s (issue 30.4): the everyday command is shorter
+    assert "--partition" not in shown and "--gpus-per-job" not in shown and "vitbench submit" in shown
+    jobs = _help(cli, monkeypatch, "submit")
+    panels = [jobs.find(f"─ {panel} ─") for panel in ("What to run", "Cluster jobs (submitit)", "Output")]
+    assert -1 not in panels and panels == sorted(panels)
+    assert "--partition" in jobs[panels[1] : panels[2]] and "--nnodes" not in jobs
 
 
 def test_commands_are_listed_in_the_order_a_person_uses_them(cli, monkeypatch):
     shown = _help(cli, monkeypatch)
-    order = ["run", "table", "report", "compare", "plot", "export", "ingest", "bench", "inspect", "ls", "doctor"]
+    order = [
+        "run",
+        "submit",
+        "table",
+        "report",
+        "compare",
+        "plot",
+        "export",
+        "ingest",
+        "bench",
+        "inspect",
+        "ls",
+        "doctor",
+    ]
     where = [shown.find(f"│ {name} ") for name in order]
     assert -1 not in where and where == sorted(where), dict(zip(order, where, strict=True))
 

@@ -16,7 +16,7 @@ __all__ = ["app", "err", "main", "out"]
 
 # `vitbench --help` lists the commands in the order a person reaches for them (typer keeps the order
 # of registration, which is the order of the imports above)
-ORDER = ("run", "table", "report", "compare", "plot", "export", "ingest", "bench", "inspect", "ls", "doctor")
+ORDER = ("run", "submit", "table", "report", "compare", "plot", "export", "ingest", "bench", "inspect", "ls", "doctor")
 
 
 def _place(command) -> int:

@@ -31,6 +31,8 @@ log = logging.getLogger("vitbench")
 LISTS = {"model": str, "weights": str, "datasets": str, "protocol": str, "tracker": str}
 # the names configs written before the CLI, the config and the API shared one vocabulary used
 RENAMED = {"dataset": "datasets", "batch_size": "extraction_batch", "compile_model": "compile"}
+# keys that are no option any more, with what to do instead
+REMOVED = {"executor": "cluster jobs are `vitbench submit` now (same options, plus the jobs'); drop the key"}
 PROTOCOL_TABLES = "protocols"  # [protocols.knn] knn_k = [10, 20]: one protocol's options
 
 
@@ -80,14 +82,19 @@ def _check(where: str, key: str, value, kind: str):
     return Path(value) if kind == "path" else value
 
 
-def load(path: Path, kinds: dict[str, str]) -> dict:
-    """The file's options, checked (keys, types, names), as command-line values; its suites registered."""
+def load(path: Path, kinds: dict[str, str], elsewhere: dict[str, str] | None = None) -> dict:
+    """The file's options, checked (keys, types, names), as command-line values; its suites
+    registered. `elsewhere`: keys another command takes (key -> the command), named in the error."""
     data = _parse(path)
     _register_suites(path, data.pop("suites", {}))
     data = _with_protocol_tables(path, _renamed(path, data))
     known = [k for k in kinds if k not in NOT_CONFIG]
     values = {}
     for key, value in data.items():
+        if key in REMOVED:
+            raise UserError(f"{path}: key '{key}': {REMOVED[key]}")
+        if key in (elsewhere or {}):
+            raise UserError(f"{path}: key '{key}' is an option of `{(elsewhere or {})[key]}`, not of this command")
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else f"; expected one of {', '.join(known)}"

@@ -7,6 +7,7 @@ import inspect
 import logging
 import sys
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("vitbench")
 
-EXECUTORS = ("local", "submitit")
 CLUSTERS = ("auto", "slurm", "local")
 
 
@@ -64,12 +64,25 @@ def _shared_options(
     compile: ro.Compile = False,
     workers: ro.RunWorkers = ro.RUN_WORKERS,
     input_pipeline: ro.InputPipeline = "auto",
+    results: ro.RunResults = Path("results"),
+    tensorboard: ro.TensorBoard = None,
+    tracker: ro.Tracker = None,
+) -> None:
+    """The options `vitbench run` and `vitbench submit` share that are not a protocol's (the
+    signatures of these three functions are read, never called)."""
+
+
+def _torchrun_options(
     nnodes: ro.Nnodes = 1,
     node_rank: ro.NodeRank = 0,
     rdzv_endpoint: ro.RdzvEndpoint = None,
     rdzv_id: ro.RdzvId = None,
     rdzv_backend: ro.RdzvBackend = "c10d",
-    executor: ro.Executor = "local",
+) -> None:
+    """`vitbench run`'s own: one data-parallel job across nodes you start yourself."""
+
+
+def _cluster_options(
     cluster: ro.Cluster = "auto",
     partition: ro.Partition = None,
     gpus_per_job: ro.GpusPerJob = 0,
@@ -81,26 +94,34 @@ def _shared_options(
     slurm_account: ro.SlurmAccount = None,
     slurm_qos: ro.SlurmQos = None,
     no_wait: ro.NoWait = False,
-    results: ro.RunResults = Path("results"),
-    tensorboard: ro.TensorBoard = None,
-    tracker: ro.Tracker = None,
 ) -> None:
-    """The options of `vitbench run` that are not a protocol's (its signature is read, never called)."""
+    """`vitbench submit`'s own: the jobs submitit starts."""
 
 
 def run(ctx: typer.Context, **given: Any) -> None:
-    """Plan, run and store a benchmark. With no options: the embedded demo suite."""
-    _dispatch(ctx, given)
+    """Plan, run and store a benchmark. With no options: the embedded demo suite.
+
+    On a cluster: `vitbench submit`, with the same options and the jobs' own."""
+    _dispatch(ctx, given, run)
 
 
-def _signature() -> inspect.Signature:
-    """`run`'s options as typer reads them: the shared ones and every protocol's own (a plugin's
-    too), each in its `--help` panel, the panels in order."""
-    hints = typing.get_type_hints(_shared_options, include_extras=True)  # (the annotations, evaluated)
-    shared = [
-        p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints[p.name])
-        for p in inspect.signature(_shared_options).parameters.values()
-    ]
+def submit(ctx: typer.Context, **given: Any) -> None:
+    """Plan here, run as cluster jobs (submitit: SLURM arrays, or local subprocesses), store each result.
+
+    The options of `vitbench run`, and the jobs' own (docs/cluster.md)."""
+    _dispatch(ctx, given, submit)
+
+
+def _signature(*sources: Callable[..., None]) -> inspect.Signature:
+    """A command's options as typer reads them: those of `sources` and every protocol's own (a
+    plugin's too), each in its `--help` panel, the panels in order."""
+    shared = []
+    for source in sources:
+        hints = typing.get_type_hints(source, include_extras=True)  # (the annotations, evaluated)
+        shared += [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints[p.name])
+            for p in inspect.signature(source).parameters.values()
+        ]
     ordered = sorted([*shared, *protocol_flags.parameters()], key=lambda p: protocol_flags.panel_rank(_panel(p)))
     context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
     return inspect.Signature([context, *ordered], return_annotation=None)
@@ -110,48 +131,57 @@ def _panel(parameter: inspect.Parameter) -> str | None:
     return typing.get_args(parameter.annotation)[1].rich_help_panel
 
 
-run.__signature__ = _signature()  # type: ignore[attr-defined]
-run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameters.values()}  # type: ignore[attr-defined]
-app.command()(run)
+for command, sources in ((run, (_shared_options, _torchrun_options)), (submit, (_shared_options, _cluster_options))):
+    command.__signature__ = _signature(*sources)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in command.__signature__.parameters.values()}  # type: ignore[attr-defined]
+    app.command()(command)
 
 
-def _dispatch(ctx: typer.Context, given: dict) -> None:
+def _dispatch(ctx: typer.Context, given: dict, command: Callable[..., None]) -> None:
     """The command's work: print the config, or run here, under torchrun or on a cluster."""
     from vitbench import api
     from vitbench.execution import launch
     from vitbench.execution.plan import with_suite_defaults
 
-    g, resolved = _with_config(ctx, given)
+    g, resolved = _with_config(ctx, given, command)
     if g["print_config"]:
         sys.stdout.write(resolved)
         return
     req = with_suite_defaults(_request({**g, "config": resolved}))  # e.g. the demo's own results folder
     if req.results != g["results"] and not g["dry_run"]:
         log.info("the %s suite keeps its runs in %s (--results names another folder)", req.suite or "demo", req.results)
-    if g["executor"] == "submitit" and not g["dry_run"]:
-        submit = cluster_options(g)
-        processes = submit.processes_per_node * g["nodes"]
+    if command is submit and not g["dry_run"]:
+        jobs = cluster_options(g)
+        processes = jobs.processes_per_node * g["nodes"]
         if processes > 1:
             _check_before_launch(req, processes)
-        report(api.run(req, rerun=g["rerun"], cluster_options=submit), submit.wait)
+        report(api.run(req, rerun=g["rerun"], cluster_options=jobs), jobs.wait)
+        return
+    if command is submit:  # a dry run plans here, as `vitbench run --dry-run` does
+        _run_here(req, g["rerun"], True, _rate(g, req))
         return
     if g["devices"] > 1 or g["nnodes"] > 1:  # the same command, once per device, under torchrun
         _check_before_launch(req, g["devices"] * g["nnodes"])
         rdzv = launch.Rendezvous(g["nnodes"], g["node_rank"], g["rdzv_endpoint"], g["rdzv_id"], g["rdzv_backend"])
         raise typer.Exit(launch.launch(g["devices"], launch.strip_devices(sys.argv[1:]), rdzv))
-    rate = None
-    if g["assume_mfu"] is not None:  # checked before any work, as every option is
-        rate = estimate.parse_assume_mfu(g["assume_mfu"], device_name(resolve_device(req.device)))
-    _run_here(req, g["rerun"], g["dry_run"], rate)
+    _run_here(req, g["rerun"], g["dry_run"], _rate(g, req))
 
 
-def _with_config(ctx: typer.Context, given: dict) -> tuple[dict, str]:
+def _rate(g: dict, req: Request) -> estimate.Rate | None:
+    """--assume-mfu's rate (checked before any work, as every option is), or None."""
+    if g["assume_mfu"] is None:
+        return None
+    return estimate.parse_assume_mfu(g["assume_mfu"], device_name(resolve_device(req.device)))
+
+
+def _with_config(ctx: typer.Context, given: dict, command: Callable[..., None]) -> tuple[dict, str]:
     """The options with a --config file's where the command line gave none, and all of them as a
     config file (what --print-config prints and every run stores)."""
-    kinds = cfg.option_kinds(run)
+    kinds = cfg.option_kinds(command)
+    elsewhere = {k: "vitbench submit" for k in cfg.option_kinds(_cluster_options)} if command is run else {}
     if given["config"] is not None:
         params = {p.name: p for p in ctx.command.params}
-        for key, value in cfg.load(given["config"], kinds).items():
+        for key, value in cfg.load(given["config"], kinds, elsewhere).items():
             source = ctx.get_parameter_source(key)  # typer vendors click: its enum, compared by name
             if source is None or source.name != "COMMANDLINE":
                 given[key] = _as_on_the_command_line(ctx, params[key], value, given["config"])
@@ -222,8 +252,8 @@ def _print_plan(summary: api.Summary, results: Path, here: str, rate: estimate.R
 
 def _request(given: dict) -> Request:
     """The API's Request from the command line's values (the same names: comma lists split here)."""
-    o.check_choice("--executor", given["executor"], EXECUTORS, "or")
-    o.check_choice("--cluster", given["cluster"], CLUSTERS, "or")
+    if "cluster" in given:
+        o.check_choice("--cluster", given["cluster"], CLUSTERS, "or")
     shared = {k: given[k] for k in SHARED if k in given}
     shared |= {
         "datasets": _words(given["datasets"]),

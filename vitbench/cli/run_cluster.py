@@ -1,5 +1,5 @@
-"""`vitbench run --executor submitit`: the cluster options from the command line, and what a
-cluster session reports at its end."""
+"""`vitbench submit`: the cluster options from the command line, and what a cluster session
+reports at its end."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from vitbench.protocols.options import CLUSTER_PANEL as CLUSTER
 from vitbench.protocols.options import DATA_PANEL as DATA
 from vitbench.protocols.options import DEVICES_PANEL as DEVICES
 from vitbench.protocols.options import FEWSHOT_PANEL as FEWSHOT
+from vitbench.protocols.options import NODES_PANEL as NODES
 from vitbench.protocols.options import OUTPUT_PANEL as OUTPUT
 from vitbench.protocols.options import WHAT_PANEL as WHAT
 
@@ -127,21 +128,13 @@ Precision = Annotated[
 Devices = Annotated[
     int, option("--devices", panel=DEVICES, min=1, help="finetune: data-parallel processes (torchrun + DDP).")
 ]
-Nnodes = Annotated[int, option("--nnodes", panel=CLUSTER, min=1, help="torchrun: nodes in the data-parallel job.")]
-NodeRank = Annotated[int, option("--node-rank", panel=CLUSTER, min=0, help="torchrun: this node's rank.")]
+Nnodes = Annotated[int, option("--nnodes", panel=NODES, min=1, help="torchrun: nodes in the data-parallel job.")]
+NodeRank = Annotated[int, option("--node-rank", panel=NODES, min=0, help="torchrun: this node's rank.")]
 RdzvEndpoint = Annotated[
-    str | None, option("--rdzv-endpoint", panel=CLUSTER, help="torchrun: HOST:PORT every node joins (multi-node).")
+    str | None, option("--rdzv-endpoint", panel=NODES, help="torchrun: HOST:PORT every node joins (multi-node).")
 ]
-RdzvId = Annotated[str | None, option("--rdzv-id", panel=CLUSTER, help="torchrun: the job's rendezvous id.")]
-RdzvBackend = Annotated[str, option("--rdzv-backend", panel=CLUSTER, help="torchrun: rendezvous backend.")]
-Executor = Annotated[
-    str,
-    option(
-        "--executor",
-        panel=CLUSTER,
-        help="local (this process) or submitit (array jobs on SLURM, or local subprocesses).",
-    ),
-]
+RdzvId = Annotated[str | None, option("--rdzv-id", panel=NODES, help="torchrun: the job's rendezvous id.")]
+RdzvBackend = Annotated[str, option("--rdzv-backend", panel=NODES, help="torchrun: rendezvous backend.")]
 Cluster = Annotated[
     str, option("--cluster", panel=CLUSTER, help="submitit: auto (SLURM when sbatch is found), slurm or local.")
 ]

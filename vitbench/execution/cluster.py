@@ -120,7 +120,7 @@ def make_executor(folder: Path, opts: ClusterOptions):
     try:
         import submitit
     except ImportError:
-        raise UserError("--executor submitit needs submitit: pip install 'vitbench[cluster]'") from None
+        raise UserError("vitbench submit needs submitit: pip install 'vitbench[cluster]'") from None
     kind = opts.cluster if opts.cluster != "auto" else ("slurm" if shutil.which("sbatch") else "local")
     if kind == "local":
         if opts.nodes > 1:

@@ -32,7 +32,8 @@ FEWSHOT_PANEL = "Few-shot, k-NN, linear probe and eval"
 FINETUNE_PANEL = "Fine-tuning (--protocol finetune)"
 PRETRAIN_PANEL = "Pre-training (--protocol pretrain)"
 DEVICES_PANEL = "Devices and precision"
-CLUSTER_PANEL = "Several nodes (torchrun) and clusters (submitit)"
+NODES_PANEL = "Several nodes (torchrun)"
+CLUSTER_PANEL = "Cluster jobs (submitit)"
 OUTPUT_PANEL = "Output"
 PANELS = (
     WHAT_PANEL,
@@ -41,6 +42,7 @@ PANELS = (
     FINETUNE_PANEL,
     PRETRAIN_PANEL,
     DEVICES_PANEL,
+    NODES_PANEL,
     CLUSTER_PANEL,
     OUTPUT_PANEL,
 )
