@@ -76,9 +76,10 @@ def table_cmd(
     if names and not compare:
         raise UserError(f"unexpected argument {names[0]!r}: paper columns follow --compare (--compare {names[0]})")
     chosen = registry.TABLES["bench"] if bench else registry.TABLES["per-class"] if per_class_of else None
-    found = chosen or registry.table_view(view or (get_protocol(protocol).view if protocol else "accuracy"))
+    shown = _view_protocol(protocol, shots)  # (checked first: an unknown --protocol is one line)
+    found = chosen or registry.table_view(view or (get_protocol(shown).view if shown else "accuracy"))
     inputs = registry.Inputs(
-        results, where, _view_protocol(protocol, shots), [*(compare or ()), *(names or ())], which, shots,
+        results, where, shown, [*(compare or ()), *(names or ())], which, shots,
         query.split_fields(group_by), include_marked, delta_to, ci, per_class_of,
     )  # fmt: skip
     found.check(inputs)
