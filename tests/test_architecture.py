@@ -187,3 +187,17 @@ def test_no_flag_travels_in_a_context_variable():
         if isinstance(node, ast.Name | ast.Attribute) and (getattr(node, "id", None) or node.attr) == "ContextVar"
     ]
     assert found == []
+
+
+def test_every_measurement_is_written_through_the_recorder():
+    """A run's result, an inspection's attention distances and a bench's throughput are written by
+    execution/recorder.py alone (issue 30.5): no command, view or the API writes to the store itself."""
+    writes = {"ingest", "save_bench", "save_attention_distance"}
+    found = sorted(
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in (ROOT / "vitbench").rglob("*.py")
+        if "store" not in path.relative_to(ROOT / "vitbench").parts[:1] and path.name != "recorder.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) in writes
+    )
+    assert found == []

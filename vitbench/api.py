@@ -26,7 +26,7 @@ from vitbench.devices import cpu_threads, device_name, resolve_device
 from vitbench.engine.bench_timm import check_timm_configs
 from vitbench.engine.distributed import broadcast, setup
 from vitbench.errors import UserError, one_line
-from vitbench.execution import cluster, trackers
+from vitbench.execution import cluster, recorder, trackers
 from vitbench.execution.lease import lease_seconds
 from vitbench.execution.plan import plan as plan_groups
 from vitbench.execution.plan import suite_of, with_suite_defaults
@@ -297,11 +297,7 @@ def inspect(
         num_images=num_images, rollout_images=rollout_images,
     )  # fmt: skip
     key, rows = inspection.attention_distance_rows(spec, found, device_name(torch_device))
-    con = store.connect(Path(results))
-    try:
-        store.save_attention_distance(con, rows)
-    finally:
-        con.close()
+    recorder.record_attention_distance(Path(results), rows)
     return {**found, "inspect_key": key}
 
 
@@ -316,9 +312,5 @@ def bench(configs: list, options, results: Path = Path("results")) -> str:
     bench_id = uuid.uuid4().hex[:12]
     for cfg in configs:
         records = engine_bench.to_records(engine_bench.measure_config(cfg, options), options, bench_id)
-        con = store.connect(Path(results))
-        try:
-            store.save_bench(con, records)
-        finally:
-            con.close()
+        recorder.record_bench(Path(results), records)
     return bench_id

@@ -1,13 +1,19 @@
 """Each finished run becomes a shard (atomically) and, where this process holds the database, an
-ingest of its own, with its full provenance: an interruption loses at most the run in flight."""
+ingest of its own, with its full provenance: an interruption loses at most the run in flight.
+The side measurements (`inspect`'s attention distances, `bench`'s throughput) are written here
+too, each in one transaction of its own table."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
+from pathlib import Path
 
+import duckdb
 import torch
 
+from vitbench import store
 from vitbench.atomic import write_atomic
 from vitbench.devices import device_name, peak_flops
 from vitbench.engine.distributed import World
@@ -102,3 +108,22 @@ def _data_dir(group: Group, req: Request) -> str | None:
     """Where the run's data came from: the dataset's own folder (folder:<path>), else --data-dir."""
     where = group.dataset.location or req.data_dir
     return str(where.resolve()) if where else None
+
+
+def record_attention_distance(results: Path, rows: list[dict]) -> None:
+    """One inspection's mean attention distances (execution/inspection.attention_distance_rows)."""
+    _in_store(results, lambda con: store.save_attention_distance(con, rows))
+
+
+def record_bench(results: Path, records: list[dict]) -> None:
+    """One bench configuration's measurements (engine/bench.to_records): each stored as it is
+    measured, so a later configuration's failure loses nothing."""
+    _in_store(results, lambda con: store.save_bench(con, records))
+
+
+def _in_store(results: Path, write: Callable[[duckdb.DuckDBPyConnection], None]) -> None:
+    con = store.connect(results)
+    try:
+        write(con)
+    finally:
+        con.close()
