@@ -29,7 +29,7 @@ def print_summary_table(results: Path, run_keys: set[str] | None = None) -> None
         if found.shows is None or df.empty:
             continue
         shown = found.shows(df)
-        print_table(render.to_rich(found.build(registry.Inputs.of_runs(results, df))))
+        print_table(render.to_rich(found.build(registry.Inputs(results, runs=df))))
         df = df[~df["run_key"].isin(shown)]
     if df.empty:
         return

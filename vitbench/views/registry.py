@@ -40,18 +40,14 @@ class Inputs:
     formats: tuple[str, ...] = ("png", "svg")
     cost: str = "flops"
     run: str | None = None
+    runs: pd.DataFrame | None = None  # these stored runs instead of the store's (the summary after a run)
 
     @cached_property
     def df(self) -> pd.DataFrame:
+        if self.runs is not None:
+            return self.runs
         store.sync(self.results)  # shards that cluster workers wrote since the last merge
         return query.apply_where(store.read_results(self.results), self.where)
-
-    @classmethod
-    def of_runs(cls, results: Path, df: pd.DataFrame) -> Inputs:
-        """The inputs of these stored runs only (the summary after `vitbench run`: what it planned)."""
-        inputs = cls(results)
-        inputs.__dict__["df"] = df  # (the cached value `df` would read)
-        return inputs
 
 
 # the options of `vitbench table` a view may take, by their flags (each a default when not given)
