@@ -18,6 +18,7 @@ import tomllib
 import typing
 from pathlib import Path
 
+from vitbench.cli.options import words
 from vitbench.errors import UserError
 from vitbench.protocols.bounds import MAX_VALUES
 from vitbench.protocols.registry import get_protocol, option_table
@@ -192,17 +193,11 @@ def _named(where: str, key: str, check) -> None:
 
 def _check_names(path: Path, values: dict) -> None:
     """Models, datasets, the suite and the protocol must exist: said with the file and the key."""
-    for name in str(values.get("model") or "").split(","):
-        if name:
-            _named(str(path), "model", lambda n=name: get_model(n))
-    for name in str(values.get("datasets") or "").split(","):
-        if name:
-            _named(str(path), "datasets", lambda n=name: get_dataset(n))
     if values.get("suite"):
         _named(str(path), "suite", lambda: get_suite(str(values["suite"])))
-    for name in str(values.get("protocol") or "").split(","):
-        if name:
-            _named(str(path), "protocol", lambda n=name: get_protocol(n))
+    for key, known in (("model", get_model), ("datasets", get_dataset), ("protocol", get_protocol)):
+        for name in words(str(values.get(key) or "")):  # (lists: each of their names)
+            _named(str(path), key, lambda n=name, k=known: k(n))
 
 
 # TOML basic strings escape these; every other character, non-ASCII included, is written as itself
@@ -226,7 +221,7 @@ def toml_string(text: str, strict: bool = True) -> str:
 
 def _toml_value(key: str, value, strict: bool) -> str:
     if key in (listed := lists()):
-        items = [v.strip() for v in str(value).split(",") if v.strip()]
+        items = words(str(value))
         return "[" + ", ".join(v if listed[key] in (int, float) else toml_string(v, strict) for v in items) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -39,6 +39,11 @@ def check_choice(option: str, value: str, choices, joiner: str = "") -> str:
     return value
 
 
+def words(text: str | None) -> tuple[str, ...]:
+    """A comma list's items, stripped, empty ones dropped (`a, b,` -> ("a", "b"))."""
+    return tuple(w.strip() for w in (text or "").split(",") if w.strip())
+
+
 def int_list(option: str, text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 from typing import Annotated, Any
 
-from vitbench.cli.options import int_list, option
+from vitbench.cli.options import int_list, option, words
 from vitbench.errors import UserError
 from vitbench.protocols.options import PANELS, PROTOCOL_PANELS_END, Declared
 from vitbench.protocols.registry import option_table
@@ -54,4 +54,4 @@ def _typed(d: Declared, text: Any) -> tuple:
             return tuple(float(v) for v in str(text).split(",") if v.strip())
         except ValueError:
             raise UserError(f"{d.flag} {text}: expected comma-separated numbers") from None
-    return tuple(v.strip() for v in str(text).split(",") if v.strip())
+    return words(str(text))

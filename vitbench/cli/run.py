@@ -256,16 +256,11 @@ def _request(given: dict) -> Request:
         o.check_choice("--cluster", given["cluster"], CLUSTERS, "or")
     shared = {k: given[k] for k in SHARED if k in given}
     shared |= {
-        "datasets": _words(given["datasets"]),
+        "datasets": o.words(given["datasets"]),
         "data_dir": o.check_data_dir(given["data_dir"]),
-        "tracker": _words(given["tracker"]),
+        "tracker": o.words(given["tracker"]),
     }
     return make_request("vitbench run", **shared, **protocol_flags.values(given))
-
-
-def _words(text: str | None) -> tuple[str, ...]:
-    """A comma list's names."""
-    return tuple(d.strip() for d in (text or "").split(",") if d.strip())
 
 
 def _check_before_launch(req: Request, devices: int) -> None:

@@ -5,12 +5,10 @@ too, each in one transaction of its own table."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-import duckdb
 import torch
 
 from vitbench import store
@@ -112,18 +110,12 @@ def _data_dir(group: Group, req: Request) -> str | None:
 
 def record_attention_distance(results: Path, rows: list[dict]) -> None:
     """One inspection's mean attention distances (execution/inspection.attention_distance_rows)."""
-    _in_store(results, lambda con: store.save_attention_distance(con, rows))
+    with store.connect(results) as con:  # (closed on leaving, as on an error)
+        store.save_attention_distance(con, rows)
 
 
 def record_bench(results: Path, records: list[dict]) -> None:
     """One bench configuration's measurements (engine/bench.to_records): each stored as it is
     measured, so a later configuration's failure loses nothing."""
-    _in_store(results, lambda con: store.save_bench(con, records))
-
-
-def _in_store(results: Path, write: Callable[[duckdb.DuckDBPyConnection], None]) -> None:
-    con = store.connect(results)
-    try:
-        write(con)
-    finally:
-        con.close()
+    with store.connect(results) as con:
+        store.save_bench(con, records)

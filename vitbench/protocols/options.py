@@ -138,19 +138,8 @@ def declared(cls: type) -> tuple[Declared, ...]:
         meta = f.metadata.get(_META)
         if meta is None or f.default is MISSING:
             raise TypeError(f"{cls.__name__}.{f.name}: declare protocol options with options.option(...)")
-        bound = meta["bound"]
-        found.append(
-            Declared(
-                f.name,
-                meta["kind"],
-                meta["many"],
-                f.default,
-                meta["help"],
-                meta["panel"],
-                meta["choices"],
-                None if bound is None else replace(bound, option="--" + f.name.replace("_", "-")),
-            )
-        )
+        d = Declared(f.name, meta["kind"], meta["many"], f.default, meta["help"], meta["panel"], meta["choices"])
+        found.append(d if meta["bound"] is None else replace(d, bound=replace(meta["bound"], option=d.flag)))
     _declared[cls] = tuple(found)
     return _declared[cls]
 
