@@ -184,7 +184,9 @@ def test_units_group_fewshot_runs_and_hold_back_final_finetunes(tmp_path):
     [
         (("submit", "--cluster", "k8s"), "--cluster k8s: expected auto, slurm or local"),
         (("run", "--nnodes", "2", "--protocol", "finetune", "--smoke"), "--nnodes 2: give --rdzv-endpoint HOST:PORT"),
-        (("run", "--partition", "gpu"), "No such option: --partition"),
+        # the options that moved to `vitbench submit` say where they are now (not "possible: --precision")
+        (("run", "--partition", "gpu"), "--partition: an option of the cluster jobs, which `vitbench submit` starts"),
+        (("run", "--executor", "submitit"), "--executor: cluster jobs are `vitbench submit` now"),
         (("submit", "--nnodes", "2"), "No such option: --nnodes"),
     ],
 )

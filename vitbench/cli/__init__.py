@@ -36,6 +36,8 @@ def main() -> None:
         sys.exit(e.exit_code)
     except typer.TyperException as e:  # click's usage errors (typer vendors click: no direct import)
         message = e.format_message() if hasattr(e, "format_message") else str(e)
+        context = getattr(e, "ctx", None)  # an unknown option that `vitbench submit` takes: say so
+        message = run.moved_to_submit(getattr(context, "info_name", None), getattr(e, "option_name", None)) or message
         err.print(f"error: {message} (see -h)", markup=False, highlight=False, soft_wrap=True)
         sys.exit(getattr(e, "exit_code", 2))
     except (KeyboardInterrupt, typer.Abort):

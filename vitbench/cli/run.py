@@ -98,6 +98,18 @@ def _cluster_options(
     """`vitbench submit`'s own: the jobs submitit starts."""
 
 
+def moved_to_submit(command: str | None, flag: str | None) -> str | None:
+    """Why `vitbench run` does not take `flag` where it is a cluster job's option (`--executor`
+    and the jobs' options were run's before `vitbench submit`); None for any other flag."""
+    if command != "run" or flag is None:
+        return None
+    if flag == "--executor":
+        return "--executor: cluster jobs are `vitbench submit` now (run's options, and the jobs' own)"
+    if flag in {"--" + name.replace("_", "-") for name in inspect.signature(_cluster_options).parameters}:
+        return f"{flag}: an option of the cluster jobs, which `vitbench submit` starts (with run's options)"
+    return None
+
+
 def run(ctx: typer.Context, **given: Any) -> None:
     """Plan, run and store a benchmark. With no options: the embedded demo suite.
 
