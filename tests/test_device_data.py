@@ -129,3 +129,31 @@ def test_auto_uses_the_device_on_a_gpu_and_workers_on_a_cpu():
     assert device_data.choose("auto", CPU) == "workers"
     assert device_data.choose("auto", torch.device("cuda")) == "device"
     assert device_data.choose("device", torch.device("cuda"), Preprocessing(crop_mode="border")) == "workers"
+
+
+@pytest.mark.parametrize("antialias", [True, False])
+def test_a_same_sized_batch_is_resized_in_one_call_as_image_by_image(tmp_path, antialias):
+    """A val set resized to one size by its uploader (the shared ImageNet subset) goes through one
+    batched resize: the same pixels as one call per image."""
+    pre = Preprocessing(size=24, crop_pct=0.875, antialias=antialias)
+    rng = np.random.default_rng(1)
+    images = [torch.from_numpy(rng.integers(0, 256, (3, 50, 40), dtype=np.uint8)) for _ in range(5)]
+    batched = device_data.eval_resize(images, pre)
+    one_by_one = torch.stack([device_data.eval_resize(x[None], pre)[0] for x in images])
+    assert batched.shape == (5, 3, 24, 24) and torch.equal(batched, one_by_one)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_batched_nvjpeg_decodes_as_one_call_per_image_and_names_a_corrupt_file(tmp_path):
+    split = jpeg_split(tmp_path, n=9)
+    cuda = torch.device("cuda")
+    files = [device_data._read_bytes(p) for p in split.paths]
+    batched = device_data.decode_many(files, cuda, split.paths)
+    for image, data, path in zip(batched, files, split.paths, strict=True):
+        assert torch.equal(image, device_data._decode_bytes(data, cuda, path))
+    (tmp_path / "bad").mkdir()
+    bad = jpeg_split(tmp_path / "bad", n=9, corrupt=4)
+    found = device_data.decode_many([device_data._read_bytes(p) for p in bad.paths], cuda, bad.paths)
+    assert isinstance(found[4], device_data.CorruptImage) and "img04.jpg" in str(found[4])
+    assert all(isinstance(x, torch.Tensor) for i, x in enumerate(found) if i != 4)
