@@ -66,3 +66,18 @@ def test_memory_plan_measures_and_checkpointing_keeps_the_trajectory(tmp_path):
     eager = curve(tmp_path, "plain", precision="bf16", checkpointing=False)
     recomputed = curve(tmp_path, "ckpt", precision="bf16", checkpointing=True)
     assert np.allclose(recomputed, eager, rtol=0.02, atol=0.01)
+
+
+def test_extraction_on_the_gpu_gives_the_cpu_features():
+    """The outputs' asynchronous copies to the host are complete before they are read: every
+    image's features, in split order, as the CPU computes them (fp32)."""
+    from vitbench.engine.inference import run_over
+
+    spec = registry.get_model("vit-ti/16")
+    split = DATASETS["digits"].load_split(None, "train").subset("few", np.arange(300))
+    model = build_model(spec, 0, 32, "random", pre_logits=False)
+    pre = Preprocessing(size=32)
+    cpu = run_over(spec.backend.features, model, split, pre, torch.device("cpu"), 64, 0, "cpu")
+    gpu = run_over(spec.backend.features, model, split, pre, torch.device("cuda"), 64, 0, "gpu", pipeline="device")
+    assert np.array_equal(gpu.indices, cpu.indices) and np.array_equal(gpu.labels, cpu.labels)
+    assert np.allclose(gpu.values, cpu.values, atol=1e-3, rtol=1e-3)

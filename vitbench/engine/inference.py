@@ -45,6 +45,16 @@ def loader(split: Split, transform: Callable, batch_size: int, workers: int, dev
     )
 
 
+def _to_host(values: torch.Tensor) -> torch.Tensor:
+    """A GPU batch's outputs copied into page-locked host memory without waiting: `.cpu()` waited
+    for each batch, so the device sat idle while the host prepared the next one (the caller
+    synchronises once, before reading them)."""
+    if values.device.type != "cuda":
+        return values.cpu()
+    host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+    return host.copy_(values, non_blocking=True)
+
+
 @torch.inference_mode()
 def run_over(
     fn: Callable[[nn.Module, torch.Tensor], torch.Tensor],
@@ -79,9 +89,11 @@ def run_over(
         if images is None:
             continue
         images = preprocessing.normalize(images.to(device, non_blocking=True))
-        values.append(fn(model, images).float().cpu())
+        values.append(_to_host(fn(model, images).float()))
         labels.append(y)
         indices.append(idx)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # the outputs' copies to the host were asynchronous
     if skipped:
         log.warning("%s: skipped %d corrupt image(s), first: %s", description, len(skipped), skipped[0])
     if not values and allow_empty:  # a part of a split that held only unreadable images (--skip-corrupt)
