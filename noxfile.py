@@ -61,6 +61,15 @@ def bench(session: nox.Session) -> None:
     )
 
 
+@nox.session(venv_backend="none")
+def gpu(session: nox.Session) -> None:
+    """Every GPU figure of docs/performance.md, re-measured into a folder: `nox -s gpu -- OUT
+    [--timm-benchmark benchmark.py]` (benchmarks/gpu.py --help: the steps). It runs in the Python
+    nox runs under, where vitbench is installed with the GPU machine's own torch: a lent machine
+    has no package index to build a virtualenv from."""
+    session.run("python", "benchmarks/gpu.py", *(session.posargs or ["gpu-results"]))
+
+
 @nox.session
 def demo(session: nox.Session) -> None:
     """The embedded default, end to end: pre-training on digits, few-shot beside random init, stored and tabled."""
