@@ -18,30 +18,67 @@ from vitbench.engine.features import frozen_features
 
 
 def sklearn_at(l2, x, y, x_test, y_test, features="raw"):
-    """scikit-learn's multinomial logistic regression at CLIP's λ (C = 1 / λ), on the raw features
-    as CLIP's A.3 fits them, or standardised by the fitting set's mean and std."""
+    """scikit-learn's logistic regression at CLIP's λ (C = 1 / λ) and its settings (lbfgs, 1,000
+    iterations, the default tolerance), on the raw features as CLIP fits them, or standardised by
+    the fitting set's mean and std."""
     mean, std = (x.mean(0), x.std(0) + 1e-5) if features == "standardized" else (0.0, 1.0)
-    model = LogisticRegression(C=1 / l2, max_iter=5000, tol=1e-10)
+    model = LogisticRegression(C=1 / l2, max_iter=1000)
     model.fit((x - mean) / std, y)
     return model, float((model.predict((x_test - mean) / std) == y_test).mean())
 
 
-def test_the_same_lambda_gives_scikit_learns_model():
-    rng = np.random.default_rng(0)
-    centres = rng.normal(size=(4, 12))
-    y, y_test = rng.integers(0, 4, 400), rng.integers(0, 4, 200)
-    x = centres[y] + rng.normal(scale=2.0, size=(400, 12))
-    x_test = centres[y_test] + rng.normal(scale=2.0, size=(200, 12))
+def mixture(classes: int, n: int, seed: int = 0, dims: int = 12):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(classes, dims))
+    y, y_test = rng.integers(0, classes, n), rng.integers(0, classes, n // 2)
+    x = centres[y] + rng.normal(scale=2.0, size=(n, dims))
+    return x, y, centres[y_test] + rng.normal(scale=2.0, size=(n // 2, dims)), y_test
+
+
+def test_on_the_cpu_the_probe_is_scikit_learns_fit():
+    """CLIP's reference itself: the same λ gives scikit-learn's model, raw and standardised."""
+    x, y, x_test, y_test = mixture(4, 400)
     for features, l2 in [(f, l2) for f in ("raw", "standardized") for l2 in (0.04, 4.0, 400.0)]:
         probe = logistic.fit(torch.from_numpy(x), torch.from_numpy(y), 4, l2, features)
         model, theirs = sklearn_at(l2, x, y, x_test, y_test, features)
-        assert probe.accuracy(torch.from_numpy(x_test), torch.from_numpy(y_test)) == pytest.approx(theirs, abs=1e-9)
-        # the same optimum: the weights agree (up to the softmax's shared offset, removed by centring)
-        ours = probe.weight.numpy() - probe.weight.numpy().mean(axis=1, keepdims=True)
-        assert np.allclose(ours, model.coef_.T - model.coef_.T.mean(axis=1, keepdims=True), atol=1e-4)
+        assert probe.accuracy(torch.from_numpy(x_test), torch.from_numpy(y_test)) == theirs
+        # the same fit (standardising in torch rounds the inputs in the last bits)
+        assert np.allclose(probe.weight.numpy(), model.coef_.T, atol=1e-9)
+        assert np.allclose(probe.bias.numpy(), model.intercept_, atol=1e-9)
 
 
-def test_the_sweep_refines_around_the_best_and_prefers_the_larger_lambda_on_a_tie():
+def test_the_gpu_solver_reaches_scikit_learns_optimum():
+    """torch's L-BFGS (what a GPU runs), here on the CPU: scikit-learn's objective and stopping rule,
+    the same accuracy and weights within the stopping tolerance; two classes as one binary model."""
+    for classes in (4, 2):
+        x, y, x_test, y_test = mixture(classes, 400, seed=classes)
+        for l2 in (0.04, 4.0, 400.0):
+            found, iterations = logistic._torch(torch.from_numpy(x), torch.from_numpy(y), l2, logistic.MAX_ITER)
+            model, theirs = sklearn_at(l2, x, y, x_test, y_test)
+            assert 0 < iterations < logistic.MAX_ITER and found.coef.shape == model.coef_.shape
+            # a softmax's intercepts are set up to a shared offset (unpenalised): compared centred
+            centre = (lambda b: b - b.mean()) if classes > 2 else (lambda b: b)
+            assert np.allclose(found.coef, model.coef_, atol=5e-3)
+            assert np.allclose(centre(found.intercept), centre(model.intercept_), atol=5e-3)
+            zero, one = torch.zeros(1, 12, dtype=torch.float64), torch.ones(1, 12, dtype=torch.float64)
+            probe = found.probe(classes, zero, one)
+            assert probe.accuracy(torch.from_numpy(x_test), torch.from_numpy(y_test)) == theirs
+
+
+def test_classes_the_fit_never_saw_are_never_predicted_and_probabilities_are_scikit_learns():
+    """A fitting set with 3 of 5 classes (or 2: scikit-learn's binary model) gives scikit-learn's
+    probabilities over the classes it saw, and none to the others."""
+    for present in ((0, 2, 4), (1, 3)):
+        x, y, x_test, _ = mixture(len(present), 300, seed=len(present))
+        y = np.asarray(present)[y]
+        probe = logistic.fit(torch.from_numpy(x), torch.from_numpy(y), 5, 1.0)
+        model, _ = sklearn_at(1.0, x, y, x_test, np.zeros(len(x_test)))
+        probabilities = torch.softmax(probe.scores(torch.from_numpy(x_test)), dim=1).numpy()
+        assert np.allclose(probabilities[:, list(present)], model.predict_proba(x_test), atol=1e-12)
+        assert probabilities[:, [c for c in range(5) if c not in present]].max() == 0.0
+
+
+def test_the_sweep_refines_around_the_best_and_prefers_the_larger_lambda_on_a_tie(caplog):
     calls = []
     scores = {1e-6: 0.5, 1e-5: 0.5, 1e-4: 0.6, 1e-3: 0.8, 1e-2: 0.8, 1e-1: 0.7, 1.0: 0.6, 10.0: 0.4, 100.0: 0.2}
     scores |= {1e3: 0.2, 1e4: 0.1, 1e5: 0.1, 1e6: 0.1}
@@ -54,16 +91,28 @@ def test_the_sweep_refines_around_the_best_and_prefers_the_larger_lambda_on_a_ti
             calls.append(self.l2)
             return scores.get(self.l2, 0.79)
 
-    real = logistic.fit
-    logistic.fit = lambda x, y, k, l2, features: Probe(l2)
+    class Fit:
+        def __init__(self, l2):
+            self.l2 = l2
+
+        def probe(self, *_):
+            return Probe(self.l2)
+
+    real = logistic.solve
+    logistic.solve = lambda x, y, l2, features: (Fit(l2), 7)
     try:
-        best, found = logistic.sweep((None, None), (None, None), 2)
+        with caplog.at_level("INFO", logger="vitbench"):
+            best, found = logistic.sweep((torch.zeros(3, 2), None), (None, None), 2)
     finally:
-        logistic.fit = real
+        logistic.solve = real
     assert best == 1e-2  # 1e-3 and 1e-2 tie: the larger λ
     # CLIP's range, a fit per decade, then 10^(±1/2), 10^(±1/4), 10^(±1/8) around the best: its eighths
     assert len(found) == len(calls) == 13 + 6 and found[best] == 0.8
     assert sorted(round(8 * np.log10(l2)) for l2 in found) == sorted([*range(-48, 49, 8), -20, -18, -17, -15, -14, -12])
+    progress = [r.getMessage() for r in caplog.records if "linear probe: λ" in r.getMessage()]
+    assert (
+        len(progress) == 19 and progress[-1].startswith("linear probe: λ") and "(19/19), 7 iterations" in progress[-1]
+    )
 
 
 RUN = (

@@ -42,8 +42,9 @@ class LinearOptions(ProtocolOptions):
 class LinearProbe(Protocol):
     name = "linear"
     # 2: big_vision's resize without antialiasing, the weights' value range only; 3: CLIP's A.3 recipe
-    # (raw features, λ = scikit-learn's 1/C over 1e-6..1e6 to an eighth of a decade), z-scoring an option
-    version = "linear/3"
+    # (raw features, λ = scikit-learn's 1/C over 1e-6..1e6 to an eighth of a decade), z-scoring an option;
+    # 4: the reference's solver and tolerance (scikit-learn on the CPU; torch L-BFGS stopping by its rule on a GPU)
+    version = "linear/4"
     summary = "full-data logistic-regression probe on frozen features, L2 chosen on a validation split (CLIP's)"
     Options = LinearOptions
     label = "linear-probe"
@@ -63,6 +64,7 @@ class LinearProbe(Protocol):
             "validation": f"{_validation_fraction(group.dataset):g} of train (dev split)",
             "l2_grid": "1e-6..1e6 per decade, refined x/÷ 10^(1/2), 10^(1/4), 10^(1/8) around the best",
             "objective": "sum CE + l2/2 |W|^2 (scikit-learn's C = 1/l2), L-BFGS, at most 1000 iterations",
+            "solver": "scikit-learn lbfgs, tol 1e-4 (CPU); torch L-BFGS to the same stopping rule (GPU)",
             "features": LinearOptions.of(req).linear_features,
         }
         return [self.base_spec(group, first, weights_sha, hparams, seed=0)]
