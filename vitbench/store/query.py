@@ -76,7 +76,7 @@ def _matches_weights(df: pd.DataFrame, pattern: str) -> pd.Series:
     )
 
 
-def _compare(values: pd.Series, op: str, value: str) -> pd.Series:
+def _compare(values: pd.Series, op: str, value: str, name: str = "") -> pd.Series:
     if op == "~":
         return values.astype(str).str.contains(value, case=False, regex=False)
     if op in ("=", "!="):
@@ -85,14 +85,24 @@ def _compare(values: pd.Series, op: str, value: str) -> pd.Series:
         else:
             hit = values.map(lambda v: v is not None and fnmatch.fnmatchcase(str(v), value))
         return hit if op == "=" else ~hit
+    compare = {">": "gt", "<": "lt", ">=": "ge", "<=": "le"}[op]
+    if name == "date" or name.endswith("_at"):  # times compare as times, not as text ('T' sorts after ' ')
+        target = pd.to_datetime(value, utc=True, errors="coerce")
+        if pd.isna(target):
+            raise UserError(
+                f"--where {name}{op}{value}: expected a date (2026-11-25) or an ISO time (2026-11-25T19:02:00, UTC)"
+            )
+        stamps = pd.to_datetime(values, utc=True, errors="coerce", format="mixed")
+        return getattr(stamps, compare)(target).fillna(False).astype(bool)
     numbers = pd.to_numeric(values, errors="coerce")
     try:
-        target: float | str = float(value)
+        target_number = float(value)
     except ValueError:
-        target = value  # dates and other text compare as text (ISO dates sort correctly)
-        numbers = values.astype(str)
-    compare = {">": numbers.gt, "<": numbers.lt, ">=": numbers.ge, "<=": numbers.le}[op]
-    return compare(target).fillna(False).astype(bool)
+        stored = values.dropna()
+        if len(stored) and pd.to_numeric(stored, errors="coerce").notna().all():
+            raise UserError(f"--where {name}{op}{value}: {name} holds numbers; expected a number") from None
+        return getattr(values.astype(str), compare)(value).fillna(False).astype(bool)  # text compares as text
+    return getattr(numbers, compare)(target_number).fillna(False).astype(bool)
 
 
 def apply_where(df: pd.DataFrame, clauses: list[str] | tuple[str, ...] | None) -> pd.DataFrame:
@@ -106,7 +116,7 @@ def apply_where(df: pd.DataFrame, clauses: list[str] | tuple[str, ...] | None) -
             hit = _matches_weights(df, value)
             keep = hit if op == "=" else ~hit
         else:
-            keep = _compare(field_values(df, name), op, value)
+            keep = _compare(field_values(df, name), op, value, name)
         df = df[keep.to_numpy()]
     return df
 
