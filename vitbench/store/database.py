@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,8 +36,22 @@ class StoreLocked(UserError):
     """Another process holds the database for writing (DuckDB allows one writer)."""
 
 
+# DuckDB's words for a file another process holds; a bare "lock" also matches a damaged file's
+# "checksum ... in block", which was then reported as held by another process
+_LOCK = re.compile(r"could not set lock|conflicting lock", re.IGNORECASE)
+_HOLDER = re.compile(r"lock is held in (?P<program>.+?) \(PID (?P<pid>\d+)\)")
+
+
 def _is_lock(error: BaseException) -> bool:
-    return "lock" in str(error).lower()
+    return bool(_LOCK.search(str(error)))
+
+
+def _locked(path: Path, error: BaseException, then: str = "") -> StoreLocked:
+    """The one line for a held database: the holder's whole PID and program as DuckDB names them
+    (cut to a width, the message once named PID 2038 for 20386)."""
+    found = _HOLDER.search(str(error))
+    holder = f" (PID {found['pid']}, {found['program']})" if found else ""
+    return StoreLocked(f"{path}: held by another process{holder}{then}")
 
 
 def _damaged(path: Path, error: BaseException) -> str:
@@ -57,7 +72,7 @@ def connect(results: Path) -> duckdb.DuckDBPyConnection:
         con = duckdb.connect(str(path))
     except duckdb.Error as e:
         if _is_lock(e):
-            raise StoreLocked(f"{path}: held by another process ({one_line(e, 160)})") from None
+            raise _locked(path, e) from None
         raise UserError(_damaged(path, e) if path.exists() else f"{path}: cannot create it ({one_line(e)})") from None
     try:
         version = schema_version(con)
@@ -121,7 +136,7 @@ def rebuild(results: Path) -> tuple[Path | None, int]:
             duckdb.connect(str(path), read_only=True).close()
         except duckdb.Error as e:
             if _is_lock(e):
-                raise StoreLocked(f"{path}: held by another process; rebuild it once that one ends") from None
+                raise _locked(path, e, "; rebuild it once that one ends") from None
         aside = path.with_name(f"{DB_NAME}.damaged-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}")
         os.replace(path, aside)
         wal = path.with_name(f"{DB_NAME}.wal")
