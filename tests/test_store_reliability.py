@@ -93,13 +93,22 @@ def test_a_quarantine_folder_that_is_a_link_moves_nothing_out_of_the_results(cli
 def test_a_shard_missing_a_field_or_out_of_range_is_quarantined(cli, stored):
     """Before: a shard missing `model`, or with a seed of 2^31 (INT64 into INT32), failed every command."""
     good = json.loads(only_shard(stored).read_text())
-    for name, change in [("nomodel", {"model": None}), ("bigseed", {"seed": 2**31})]:
+    changes = [("nomodel", {"model": None}), ("bigseed", {"seed": 2**31})]
+    # before: a NaN in hparams was merged, then `table` and `export -f json` failed on it (issue 49, item 2)
+    changes += [("nanres", {"hparams": {**good["run"]["hparams"], "res": float("nan")}})]
+    changes += [("infnote", {"notes": {"sweep": [1.0, float("inf")]}})]
+    for name, change in changes:
         record = json.loads(json.dumps(good))
         record["run"].update(change)
         (stored / "runs" / f"{name}.json").write_text(json.dumps(record))
     code, _, err = cli("table", "--results", stored)
     assert code == 0, err
-    assert {p.name for p in (stored / "quarantine").iterdir()} == {"nomodel.json", "bigseed.json"}
+    quarantined = {"nomodel.json", "bigseed.json", "nanres.json", "infnote.json"}
+    assert {p.name for p in (stored / "quarantine").iterdir()} == quarantined
+    assert "run.hparams.res = nan is not a finite number" in err
+    for fmt in ("json", "csv"):
+        code, _, err = cli("export", "-f", fmt, "--out", str(stored.parent / f"all.{fmt}"), "--results", stored)
+        assert code == 0, err
 
 
 def test_a_copy_under_another_name_is_not_merged(cli, stored):

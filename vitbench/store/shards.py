@@ -99,6 +99,22 @@ def _check_run(run: dict) -> None:
         raise BadShard("run.hparams is missing or not an object")
     if run.get("notes") is not None and not isinstance(run["notes"], dict):
         raise BadShard("run.notes is not an object")
+    for name in ("hparams", "notes"):
+        _check_finite(run.get(name), f"run.{name}")
+
+
+def _check_finite(value: object, where: str) -> None:
+    """No NaN or infinity anywhere in a JSON value (Python's json reads them): one `"res": NaN`
+    in a shard's hparams once took `table` ("cannot convert float NaN to integer") and `export
+    --format json` down for the whole folder."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadShard(f"{where} = {value!r} is not a finite number")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_finite(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_finite(item, f"{where}[{i}]")
 
 
 def _check_metrics(metrics: object) -> None:
