@@ -103,6 +103,10 @@ def test_missing_extra_misshaped_and_truncated_are_one_line_errors(tmp_path, vit
     wide = {**arrays, "embedding/kernel": np.zeros((16, 16, 3, 64), np.float32)}
     with pytest.raises(UserError, match="does not fit vit-ti/16"):
         read_npz(save_npz(tmp_path / "wide.npz", wide), VIT_TI)
+    # before: integer weights were cast and used (issue 49, item 6), where a .safetensors file is refused
+    integers = {k: (v * 100).astype(np.int64) for k, v in arrays.items()}
+    with pytest.raises(UserError, match=r"ints\.npz: array '.*' is int64, expected floating-point values"):
+        read_npz(save_npz(tmp_path / "ints.npz", integers), VIT_TI)
     good = save_npz(tmp_path / "good.npz", arrays)
     (tmp_path / "cut.npz").write_bytes(good.read_bytes()[:4000])
     with pytest.raises(UserError, match=r"cut\.npz: not a readable \.npz archive"):
