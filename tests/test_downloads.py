@@ -125,6 +125,9 @@ def test_hub_weights_download_into_the_hugging_face_cache(server, tmp_path):
         check_weights_arg("hf-hub:org/empty", download=True)
     with pytest.raises(UserError, match="expected hf-hub:<organisation>/<repository>"):
         check_weights_arg("hf-hub:no-slash")
+    for name in ("../..", "org/..x", "a--b/c"):  # before: huggingface_hub's HFValidationError, a traceback (issue 49)
+        with pytest.raises(UserError, match=r"expected hf-hub:<organisation>/<repository> \(Repo id must|Cannot have"):
+            check_weights_arg(f"hf-hub:{name}", download=True)
 
 
 def test_run_with_download_fetches_hub_weights_and_runs(server, tmp_path, cli):

@@ -49,9 +49,17 @@ def resolve_timm_tag(weights: str, spec: ModelSpec | None, download: bool = Fals
 
 def resolve_hf_hub(weights: str, download: bool = False) -> Path:
     """`hf-hub:<org>/<name>`: the repository's model.safetensors (or pytorch_model.bin)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
     repo = weights.removeprefix(HF_PREFIX)
+    expected = f"--weights {weights}: expected hf-hub:<organisation>/<repository>"
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
-        raise UserError(f"--weights {weights}: expected hf-hub:<organisation>/<repository>")
+        raise UserError(expected)
+    try:  # the Hub's own rule ('..', '--', a leading '.'): `hf-hub:../..` was its traceback
+        validate_repo_id(repo)
+    except HFValidationError as e:
+        raise UserError(f"{expected} ({one_line(e, 120)})") from None
     return cached_or_downloaded(repo, weights, download)
 
 
