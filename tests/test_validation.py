@@ -325,3 +325,12 @@ def _tree_images(folder, indices, seed):
 
     for i in indices:
         write_image(folder / f"{i}.png", seed=seed + i)
+
+
+@pytest.mark.parametrize("args", [("table",), ("run", "--dry-run")])
+def test_a_results_path_the_file_system_cannot_hold_is_one_line(cli, tmp_path, args):
+    """Before: OSError 36 as a traceback for a 256-byte folder name or a path over 4,096 bytes (issue 49)."""
+    for too_long in (tmp_path / ("x" * 256), tmp_path.joinpath(*["y" * 200] * 25)):
+        code, _, err = cli(*args, "--results", too_long)
+        assert code == 2 and "file name too long for this file system" in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1

@@ -3,6 +3,7 @@ Python API (vitbench/api.py) or a view. No protocol logic lives here."""
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import typer
@@ -40,6 +41,15 @@ def main() -> None:
         message = run.moved_to_submit(getattr(context, "info_name", None), getattr(e, "option_name", None)) or message
         err.print(f"error: {message} (see -h)", markup=False, highlight=False, soft_wrap=True)
         sys.exit(getattr(e, "exit_code", 2))
+    except OSError as e:
+        if e.errno not in (errno.ENAMETOOLONG,):
+            raise
+        # a path the file system cannot hold (a name over 255 bytes, a path over 4,096) is the user's
+        # option, not a fault: one line naming it, as for every other bad path
+        name = str(e.filename or "")
+        shown = name if len(name) <= 120 else f"{name[:60]}…{name[-40:]} ({len(name.encode())} bytes)"
+        err.print(f"error: {shown}: {e.strerror.lower()} for this file system", markup=False, soft_wrap=True)
+        sys.exit(2)
     except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
         sys.exit(130)
