@@ -36,7 +36,8 @@ def server(monkeypatch, tmp_path):
 
 
 def payload(n: int = 3_000_000, seed: int = 0) -> bytes:
-    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+    """Random bytes after a zip's magic: what an .npz starts with (the fetch checks it)."""
+    return downloads.ZIP_MAGIC + np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
 
 
 def cached(tmp_path: Path, name: str) -> Path:
@@ -86,6 +87,24 @@ def test_a_corrupt_download_is_refused_and_removed(server, tmp_path):
     with pytest.raises(UserError, match=refused):
         check_weights_arg("paper:ViT-B_16", None, download=True)
     assert list(cached(tmp_path, "vit_models/imagenet21k").iterdir()) == []  # no file, no .part
+
+
+def test_an_html_page_is_not_kept_as_weights(server, tmp_path):
+    """Before: a 200 answer with an HTML body and no checksum was kept as ViT-B_16.npz with its
+    record; every later run said 'not a readable .npz' and --download did not fetch again (issue 49)."""
+    spec = registry.get_model("vit-b/16")
+    server.state.files[B16] = b"<!DOCTYPE html><html><body>Service unavailable</body></html>"
+    with pytest.raises(UserError, match=r"is corrupt \(it is an HTML page, not a \.npz file\); it was removed"):
+        check_weights_arg("paper:ViT-B_16", spec, download=True)
+    folder = cached(tmp_path, "vit_models/imagenet21k")
+    assert not folder.exists() or not list(folder.iterdir())
+    # one cached by an older vitbench: named, and fetched again with --download
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "ViT-B_16.npz").write_bytes(server.state.files[B16])
+    with pytest.raises(UserError, match=r"ViT-B_16\.npz is cached but it is an HTML page.*add --download"):
+        check_weights_arg("paper:ViT-B_16", spec)
+    data = server.state.files[B16] = payload(seed=4)
+    assert Path(check_weights_arg("paper:ViT-B_16", spec, download=True)).read_bytes() == data
 
 
 def test_a_missing_file_is_one_line_naming_the_url(server):

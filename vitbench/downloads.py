@@ -88,11 +88,35 @@ def fetch(url: str, dest: Path, label: str) -> Fetched:
         problem = f"{size:,} bytes where the server stated {total:,}"
     if problem is None and stated_md5 is not None and digests["md5"] != stated_md5:
         problem = "its md5 differs from the one the server states (x-goog-hash)"
+    if problem is None:
+        problem = format_problem(part, dest.suffix)
     if problem is not None:
         part.unlink(missing_ok=True)
         raise UserError(f"{label}: the download of {url} is corrupt ({problem}); it was removed, nothing was used")
     os.replace(part, dest)
     return Fetched(url, dest, size, digests["sha256"])
+
+
+ZIP_MAGIC = b"PK\x03\x04"  # .npz archives and torch's zip-format .pth/.bin
+
+
+def format_problem(path: Path, suffix: str) -> str | None:
+    """Why the file at `path` cannot be a `suffix` file (None when it can): a server that answers an
+    error with status 200 and an HTML page (no checksum to catch it) once left that page cached as
+    `ViT-L_16.npz`, and every later run failed on it."""
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if suffix == ".npz" and head.startswith(ZIP_MAGIC):
+        return None
+    if suffix in (".pth", ".bin", ".pt") and (head.startswith(ZIP_MAGIC) or head[:1] == b"\x80"):  # zip or pickle
+        return None
+    if suffix == ".safetensors" and len(head) >= 9 and head[8:9] == b"{":  # 8-byte header length, then JSON
+        return None
+    if suffix not in (".npz", ".pth", ".bin", ".pt", ".safetensors"):
+        return None  # a format vitbench does not know by its first bytes
+    text = head.lstrip().lower()
+    what = "an HTML page" if text.startswith((b"<!doctype", b"<html", b"<")) else f"bytes {head[:8]!r}"
+    return f"it is {what}, not a {suffix} file"
 
 
 def _open(url: str, offset: int, label: str):

@@ -82,8 +82,17 @@ def resolve(weights: str, spec: ModelSpec | None, download: bool = False) -> Pat
     path = downloads.cache_root() / "weights" / bucket / f"{name}.npz"
     record = path.with_name(path.name + ".json")
     if path.is_file():
-        _check_against_record(path, record, weights)
-        return path
+        problem = downloads.format_problem(path, ".npz")
+        if problem is None:
+            _check_against_record(path, record, weights)
+            return path
+        if not downloads.allowed(download):  # cached before vitbench checked what arrived
+            raise UserError(
+                f"--weights {weights}: {path} is cached but {problem}; add --download to fetch it again "
+                "(it is replaced), or delete it"
+            )
+        path.unlink()
+        record.unlink(missing_ok=True)
     if not downloads.allowed(download):
         raise UserError(
             f"--weights {weights}: not downloaded yet (looked for {path}); add --download (or set "
