@@ -370,3 +370,20 @@ def test_script_in_any_stored_value_never_runs_in_the_report(cli, tmp_path):
     assert loaded.returncode == 0 and "<body>" in text
     assert not RAN.search(loaded.stdout)
     assert "Content Security Policy" in loaded.stderr  # the browser says what it refused
+
+
+def test_hidden_paths_never_touch_the_pages_markup():
+    """Before: a data folder named /style turned `</style>` into `<&lt;data-dir&gt;>` (a blank page),
+    /td broke the table's cells and /script the page's script (issue 49, item 5)."""
+    from vitbench.views.private_paths import DATA, redact
+
+    page = (
+        "<html><head><style>td { color: red }</style><script>let a = 1;</script></head><body><table><tr>"
+        '<td title="data /style/imagenet">/td/cifar10</td><td>/script</td></tr></table></body></html>'
+    )
+    roots = [("/style", DATA), ("/td", DATA), ("/script", DATA)]
+    found = redact(page, roots)
+    markup = ["<style>", "</style>", "<script>", "</script>", "<td ", "</td>", "<table>"]
+    assert all(found.count(tag) == page.count(tag) for tag in markup)
+    assert 'title="data &lt;data-dir&gt;/imagenet"' in found and ">&lt;data-dir&gt;/cifar10</td>" in found
+    assert "<td>&lt;data-dir&gt;</td>" in found

@@ -28,14 +28,27 @@ def private_roots(df: pd.DataFrame, results: Path) -> list[tuple[str, str]]:
     return sorted(((k, v) for k, v in roots.items() if k.strip("/")), key=lambda kv: len(kv[0]), reverse=True)
 
 
+_TAG = re.compile(r"(<[^>]*>)")  # markup, split from the text between it
+_QUOTED = re.compile(r'(=")([^"]*)(")')  # an attribute's value inside a tag (hover texts)
+
+
 def redact(page: str, roots: list[tuple[str, str]]) -> str:
     """`page` (HTML) with every root replaced by its placeholder where it is a whole path or starts
-    one: never a root inside a longer name (`/data` in `/database`, or in `imagenet/data`)."""
-    for root, placeholder in roots:
-        shown = html.escape(placeholder).replace("\\", "\\\\")  # a replacement string: backslashes doubled
-        for form in dict.fromkeys((root, html.escape(root))):
-            page = re.sub(r"(?<![\w.-])" + re.escape(form) + r"(?![\w.-])", shown, page)
-    return page
+    one: never a root inside a longer name (`/data` in `/database`, or in `imagenet/data`), and only
+    in the page's text and attribute values, never in its markup (a data folder named `/style` had
+    turned `</style>` into `<&lt;data-dir&gt;>` and the page rendered blank)."""
+
+    def in_text(text: str) -> str:
+        for root, placeholder in roots:
+            shown = html.escape(placeholder).replace("\\", "\\\\")  # a replacement string: backslashes doubled
+            for form in dict.fromkeys((root, html.escape(root))):
+                text = re.sub(r"(?<![\w.-])" + re.escape(form) + r"(?![\w.-])", shown, text)
+        return text
+
+    parts = _TAG.split(page)
+    for i, part in enumerate(parts):  # odd positions are tags
+        parts[i] = _QUOTED.sub(lambda m: m[1] + in_text(m[2]) + m[3], part) if i % 2 else in_text(part)
+    return "".join(parts)
 
 
 def explanation(roots: list[tuple[str, str]]) -> str:
