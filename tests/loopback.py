@@ -26,6 +26,7 @@ class Files:
     cut_after: dict[str, int] = field(default_factory=dict)  # the next GET stops after this many bytes
     hub_repos: set[str] = field(default_factory=set)  # repositories that exist (a missing file: EntryNotFound)
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, path, Range)
+    headers: dict[str, dict[str, str]] = field(default_factory=dict)  # a path's headers replaced (a hostile Hub)
 
 
 def _handler(state: Files):
@@ -69,6 +70,8 @@ def _handler(state: Files):
                 self.send_header("X-Linked-Etag", f'"{sha}"')
                 self.send_header("ETag", f'"{sha}"')
                 self.send_header("X-Linked-Size", str(len(data)))
+            for name, value in state.headers.get(path, {}).items():
+                self.send_header(name, value)
             self.end_headers()
             if not body:
                 return

@@ -119,8 +119,8 @@ def test_a_missing_file_is_one_line_naming_the_url(server):
 
 
 def test_hub_weights_download_into_the_hugging_face_cache(server, tmp_path):
-    """timm:<tag> and hf-hub:<repo> through huggingface_hub; a transfer that breaks off is resumed by
-    huggingface_hub within the command; a blob whose sha256 is not the Hub's is removed."""
+    """timm:<tag> and hf-hub:<repo> into the Hugging Face cache's layout; a transfer that breaks off
+    is resumed by the next command; a blob whose bytes are not the Hub's is removed."""
     repo = "timm/vit_tiny_patch16_224.augreg_in21k"
     data = payload(2_000_000, seed=3)
     server.state.hub_repos |= {repo, "org/corrupt", "org/empty"}
@@ -129,13 +129,18 @@ def test_hub_weights_download_into_the_hugging_face_cache(server, tmp_path):
     with pytest.raises(UserError, match="not in the local Hugging Face cache .*add --download"):
         check_weights_arg(f"timm:{repo.split('/')[1]}", registry.get_model("vit-ti/16"))
     assert server.state.requests == []
+    with pytest.raises(
+        UserError, match=r"broke off at 500,000 bytes of 2\.0 MB .*run the same command again to resume"
+    ):
+        check_weights_arg(f"timm:{repo.split('/')[1]}", registry.get_model("vit-ti/16"), download=True)
     path = Path(check_weights_arg(f"timm:{repo.split('/')[1]}", registry.get_model("vit-ti/16"), download=True))
+    assert ("GET", f"/{repo}/resolve/main/model.safetensors", "bytes=500000-") in server.state.requests
     assert path.read_bytes() == data and str(path).startswith(str(tmp_path / "hub" / "models--timm--"))
     assert path.resolve().name == hashlib.sha256(data).hexdigest()  # the blob, named by the Hub's sha256
     assert Path(check_weights_arg(f"hf-hub:{repo}")) == path  # the same cache entry, now offline
     server.state.files["/org/corrupt/resolve/main/model.safetensors"] = data
     server.state.corrupt.add("/org/corrupt/resolve/main/model.safetensors")
-    with pytest.raises(UserError, match=r"hf-hub:org/corrupt: the file from .* is corrupt \(sha256 "):
+    with pytest.raises(UserError, match=r"hf-hub:org/corrupt: the (file from|download of) .* is corrupt \("):
         check_weights_arg("hf-hub:org/corrupt", download=True)
     assert not any((tmp_path / "hub" / "models--org--corrupt" / "blobs").iterdir())
     with pytest.raises(UserError, match=r"hf-hub:org/missing: no repository http://127\.0\.0\.1:\d+/org/missing"):
@@ -147,6 +152,32 @@ def test_hub_weights_download_into_the_hugging_face_cache(server, tmp_path):
     for name in ("../..", "org/..x", "a--b/c"):  # before: huggingface_hub's HFValidationError, a traceback (issue 49)
         with pytest.raises(UserError, match=r"expected hf-hub:<organisation>/<repository> \(Repo id must|Cannot have"):
             check_weights_arg(f"hf-hub:{name}", download=True)
+
+
+def test_a_hostile_hub_cannot_write_outside_the_cache(server, tmp_path):
+    """Before: with `ETag: "../../../../tmp/x/PWNED"` huggingface_hub wrote the body to that path
+    (its blob is blobs/<ETag>), linked the snapshot to it and vitbench loaded it (issue 49, item 1).
+    ETag and commit name files in the cache: anything but a hash is refused before a byte is written."""
+    repo, data = "org/evil", payload(100_000, seed=5)
+    file = f"/{repo}/resolve/main/model.safetensors"
+    server.state.hub_repos.add(repo)
+    server.state.files[file] = data
+    outside = tmp_path / "outside" / "PWNED"
+    hostile = [
+        {"ETag": f'"../../../../../../../../..{outside}"', "X-Linked-Etag": f'"../../../../../../../../..{outside}"'},
+        {"ETag": f'"{outside}"', "X-Linked-Etag": f'"{outside}"'},
+        {"X-Repo-Commit": f"../../../../../../../../..{outside.parent}"},
+    ]
+    for headers in hostile:
+        server.state.headers[file] = headers
+        with pytest.raises(UserError, match=r"hf-hub:org/evil: .* which are not hashes .*nothing was written"):
+            check_weights_arg(f"hf-hub:{repo}", download=True)
+        assert not (tmp_path / "outside").exists()
+        hub = tmp_path / "hub"
+        assert not hub.exists() or not [p for p in hub.rglob("*") if p.is_file() and "models--org--evil" in str(p)]
+    del server.state.headers[file]  # the same repository from an honest server
+    path = Path(check_weights_arg(f"hf-hub:{repo}", download=True))
+    assert path.read_bytes() == data and path.resolve().parent == tmp_path / "hub" / "models--org--evil" / "blobs"
 
 
 def test_run_with_download_fetches_hub_weights_and_runs(server, tmp_path, cli):

@@ -1,9 +1,12 @@
 """timm weight tags (`timm:<arch>.<tag>`) and Hugging Face Hub repositories (`hf-hub:<org>/<name>`,
 timm's own prefix) from the Hugging Face cache. vitbench/__init__.py sets HF_HUB_OFFLINE=1 before
 timm or huggingface_hub is imported, so nothing is fetched unless downloads are allowed
-(`--download`, downloads.py): then huggingface_hub itself fetches the file into its normal cache
-(it resumes a partial `.incomplete` file and shows its progress bar), and vitbench checks the
-file's sha256 against the Hub's (the cache names an LFS file by it) before it is used."""
+(`--download`, downloads.py). Then huggingface_hub asks the Hub for the file's metadata, and
+vitbench fetches it itself (downloads.fetch: resumed, size- and md5-checked) into the cache's own
+layout (blobs/<ETag>, snapshots/<commit>/<file>, refs/main), where huggingface_hub finds it
+offline. The ETag and commit become folder and file names, so each must be a hash before anything
+is written: huggingface_hub's own download wrote the body wherever a hostile server's
+`ETag: "../../x"` pointed (issue 49). An LFS file's sha256 must then equal its ETag."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from vitbench import downloads
+from vitbench.atomic import write_atomic
 from vitbench.backend import ModelSpec
 from vitbench.errors import UserError, one_line
 from vitbench.provenance import sha256_file
@@ -95,8 +99,12 @@ def _online() -> Iterator[None]:
         constants.HF_HUB_OFFLINE = before
 
 
+GIT_OR_LFS_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a small file's git blob hash, an LFS file's sha256
+COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
 def _download(repo: str, weights: str) -> Path:
-    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError
 
     # HF_ENDPOINT (a mirror) read now, not when huggingface_hub was imported
@@ -104,8 +112,9 @@ def _download(repo: str, weights: str) -> Path:
     where = f"{endpoint}/{repo}"
     with _online():
         for filename in FILES:
+            url = hf_hub_url(repo, filename, endpoint=endpoint)
             try:
-                path = Path(hf_hub_download(repo, filename, cache_dir=hub_cache(), endpoint=endpoint))
+                meta = get_hf_file_metadata(url)
             except EntryNotFoundError:
                 continue  # an older repository keeps pytorch_model.bin only
             except RepositoryNotFoundError:
@@ -115,9 +124,35 @@ def _download(repo: str, weights: str) -> Path:
                     f"--weights {weights}: cannot download from {where} ({one_line(e, 160)}); run the same command "
                     f"again to resume, or offline: huggingface-cli download {repo} on a connected machine"
                 ) from None
+            path = _store(repo, filename, meta, weights, where)
             _check_blob(path, weights, where)
             return path
     raise UserError(f"--weights {weights}: {where} has neither {' nor '.join(FILES)}")
+
+
+def _store(repo: str, filename: str, meta, weights: str, where: str) -> Path:
+    """The file into the cache's layout, named by the hashes the Hub stated once they are hashes."""
+    etag, commit = meta.etag or "", meta.commit_hash or ""
+    if not GIT_OR_LFS_HASH.fullmatch(etag) or not COMMIT.fullmatch(commit):
+        raise UserError(
+            f"--weights {weights}: {where} stated ETag {etag[:80]!r} and commit {commit[:80]!r} for {filename}, "
+            "which are not hashes (a hostile or broken server?); nothing was written"
+        )
+    folder = hub_cache() / f"models--{repo.replace('/', '--')}"
+    blob = folder / "blobs" / etag
+    if not blob.is_file():
+        downloads.fetch(meta.location or hf_url(where, filename), blob, f"--weights {weights}")
+    link = folder / "snapshots" / commit / filename
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.unlink(missing_ok=True)
+    link.symlink_to(os.path.relpath(blob, link.parent))
+    (folder / "refs").mkdir(exist_ok=True)
+    write_atomic(folder / "refs" / "main", commit)
+    return link
+
+
+def hf_url(where: str, filename: str) -> str:
+    return f"{where}/resolve/main/{filename}"
 
 
 def _check_blob(path: Path, weights: str, where: str) -> None:
