@@ -48,7 +48,8 @@ def main() -> None:
         # option, not a fault: one line naming it, as for every other bad path
         name = str(e.filename or "")
         shown = name if len(name) <= 120 else f"{name[:60]}…{name[-40:]} ({len(name.encode())} bytes)"
-        err.print(f"error: {shown}: {e.strerror.lower()} for this file system", markup=False, soft_wrap=True)
+        reason = (e.strerror or "File name too long").lower()
+        err.print(f"error: {shown}: {reason} for this file system", markup=False, soft_wrap=True)
         sys.exit(2)
     except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")

@@ -78,7 +78,7 @@ def decode_many(
     jpegs = [i for i in todo if bytes(files[i][:2].tolist()) == JPEG_MAGIC]  # type: ignore[index]
     if device.type == "cuda" and len(jpegs) > 1:
         try:
-            decoded = decode_jpeg([files[i] for i in jpegs], mode=ImageReadMode.RGB, device=device)  # type: ignore[misc]
+            decoded = decode_jpeg([files[i] for i in jpegs], mode=ImageReadMode.RGB, device=device)
             for i, image in zip(jpegs, decoded, strict=True):
                 out[i] = image
             done = set(jpegs)
