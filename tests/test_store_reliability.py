@@ -167,6 +167,59 @@ def test_a_damaged_page_is_called_damaged_and_rebuilt_not_held(cli, stored):
     assert len(list(stored.glob(f"{store.DB_NAME}.damaged-*"))) == 1 and accuracy(stored) == before
 
 
+def test_rebuilding_a_readable_database_keeps_its_bench_rows_and_calls_it_previous(cli, stored):
+    """Before: `--rebuild` on a healthy database set it aside as "damaged", and its inspect/bench
+    rows stayed behind in the set-aside file (issue 49, item 3)."""
+    con = store.connect(stored)
+    con.execute(
+        "INSERT INTO bench (bench_id, created_at, model, res, mode, runner, data, batch, precision, compile, "
+        "images_per_second) VALUES ('b1', now(), 'vit-ti/16', 64, 'train', 'vitbench', 'synthetic', 16, 'fp32', "
+        "false, 123.5)"
+    )
+    con.close()
+    code, out, err = cli("ingest", "--rebuild", "--results", stored)
+    assert code == 0 and "1 inspect/bench row(s) copied over" in out and "merged 1 new run(s)" in out, err
+    assert len(list(stored.glob(f"{store.DB_NAME}.previous-*"))) == 1 and not list(stored.glob("*.damaged-*"))
+    assert store.read_bench(stored)["images_per_second"].tolist() == [123.5]
+
+
+def test_rebuild_refuses_a_newer_database_and_a_folder_it_cannot_write(cli, stored, monkeypatch):
+    """A database of a newer vitbench is left as it is (a rebuild here would drop what this version
+    does not know); a folder where the file cannot be renamed (EROFS) is one line, not a traceback."""
+    con = store.connect(stored)
+    con.execute("UPDATE schema_version SET version = 99")
+    con.close()
+    before = (stored / store.DB_NAME).read_bytes()
+    code, _, err = cli("ingest", "--rebuild", "--results", stored)
+    assert code == 2 and "written by a newer vitbench (schema 99" in err
+    assert (stored / store.DB_NAME).read_bytes() == before and not list(stored.glob(f"{store.DB_NAME}.*-*"))
+    (stored / store.DB_NAME).unlink()
+    (stored / store.DB_NAME).write_bytes(b"not a database")
+
+    def read_only(*_):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr("vitbench.store.database.os.replace", read_only)
+    code, _, err = cli("ingest", "--rebuild", "--results", stored)
+    assert code == 2 and "cannot set it aside (Read-only file system); is" in err and "Traceback" not in err
+
+
+def test_a_database_on_a_read_only_mount_is_not_called_damaged(cli, stored, monkeypatch):
+    """Before: `ingest` on a read-only folder called the database "damaged" (issue 49, item 3). Tests
+    run as root, for whom no folder is read-only: DuckDB's error on such a mount is raised instead."""
+    (stored / "runs" / "extra.json").write_text(only_shard(stored).read_text())  # a shard to merge
+    real = store.database.duckdb.connect
+
+    def on_a_read_only_mount(database, read_only=False, **kw):
+        if not read_only:
+            raise store.database.duckdb.IOException(f'IO Error: Cannot open file "{database}": Read-only file system')
+        return real(database, read_only=read_only, **kw)
+
+    monkeypatch.setattr(store.database.duckdb, "connect", on_a_read_only_mount)
+    code, _, err = cli("ingest", "--results", stored)
+    assert code == 2 and "cannot be opened for writing" in err and "read-only?" in err and "damaged" not in err
+
+
 def _hold_the_store(results: Path) -> subprocess.Popen:
     """Another process holding the database open for writing, as a long `vitbench run` does."""
     code = (

@@ -96,8 +96,8 @@ def ingest_cmd(
         bool,
         option(
             "--rebuild",
-            help="Set the database aside (renamed, not changed) and build a new one from the run shards: "
-            "for a damaged file.",
+            help="Set the database aside (renamed, not changed) and build a new one from the run shards "
+            "(inspect and bench rows copied over where the old file reads): for a damaged file.",
         ),
     ] = False,
     results: Results = Path("results"),
@@ -107,9 +107,11 @@ def ingest_cmd(
     if not folder.is_dir():
         raise UserError(f"--results {results}: no runs/ folder of result shards there")
     if rebuild:
-        aside, merged = store.rebuild(results)
-        if aside is not None:
-            out.print(f"set {results / store.DB_NAME} aside as {aside} (its inspect/bench tables stay there)")
+        aside, merged, copied = store.rebuild(results)
+        if aside is not None and copied is None:
+            out.print(f"set {results / store.DB_NAME} aside as {aside} (unreadable: its inspect/bench rows stay there)")
+        elif aside is not None:
+            out.print(f"set {results / store.DB_NAME} aside as {aside}; {copied} inspect/bench row(s) copied over")
     else:
         merged = store.sync(results, strict=True)
     out.print(f"merged {merged} new run(s) into {results / store.DB_NAME} ({len(store.shard_keys(results))} shards)")

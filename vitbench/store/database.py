@@ -39,6 +39,7 @@ class StoreLocked(UserError):
 # DuckDB's words for a file another process holds; a bare "lock" also matches a damaged file's
 # "checksum ... in block", which was then reported as held by another process
 _LOCK = re.compile(r"could not set lock|conflicting lock", re.IGNORECASE)
+_READ_ONLY = re.compile(r"read-only file system|permission denied", re.IGNORECASE)
 _HOLDER = re.compile(r"lock is held in (?P<program>.+?) \(PID (?P<pid>\d+)\)")
 
 
@@ -73,6 +74,10 @@ def connect(results: Path) -> duckdb.DuckDBPyConnection:
     except duckdb.Error as e:
         if _is_lock(e):
             raise _locked(path, e) from None
+        if _READ_ONLY.search(str(e)):  # a read-only folder or mount: the file is fine, called "damaged" before
+            raise UserError(
+                f"{path}: cannot be opened for writing ({one_line(e, 120)}); is {results} read-only?"
+            ) from None
         raise UserError(_damaged(path, e) if path.exists() else f"{path}: cannot create it ({one_line(e)})") from None
     try:
         version = schema_version(con)
@@ -125,26 +130,58 @@ def sync(results: Path, strict: bool = False) -> int:
         con.close()
 
 
-def rebuild(results: Path) -> tuple[Path | None, int]:
+DATABASE_ONLY = ("attention_distance", "bench")  # `inspect` and `bench` rows: no shard carries them
+
+
+def rebuild(results: Path) -> tuple[Path | None, int, int | None]:
     """Set the database aside (renamed, never modified) and build a new one from the run shards.
-    Returns (where the old file went, runs merged). `inspect` and `bench` tables live only in the
-    database: they stay in the set-aside file."""
+    Returns (where the old file went, runs merged, `inspect`/`bench` rows copied over: None when the
+    old file could not be read, so they stay in the set-aside file only). A readable file is set
+    aside as `.previous-<time>`, a damaged one as `.damaged-<time>`; one written by a newer vitbench
+    is refused (this version would lose what it does not know)."""
     path = results / DB_NAME
-    aside = None
+    aside, kept = None, None
     if path.exists():
-        try:  # never from under a running process
-            duckdb.connect(str(path), read_only=True).close()
-        except duckdb.Error as e:
-            if _is_lock(e):
-                raise _locked(path, e, "; rebuild it once that one ends") from None
-        aside = path.with_name(f"{DB_NAME}.damaged-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}")
-        os.replace(path, aside)
-        wal = path.with_name(f"{DB_NAME}.wal")
-        if wal.exists():
-            os.replace(wal, aside.with_name(f"{aside.name}.wal"))
+        kept = _database_only_rows(path)  # never from under a running process: raises StoreLocked
+        state = "previous" if kept is not None else "damaged"
+        aside = path.with_name(f"{DB_NAME}.{state}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}")
+        try:
+            os.replace(path, aside)
+            wal = path.with_name(f"{DB_NAME}.wal")
+            if wal.exists():
+                os.replace(wal, aside.with_name(f"{aside.name}.wal"))
+        except OSError as e:  # a read-only folder: EROFS was a traceback
+            raise UserError(f"{path}: cannot set it aside ({e.strerror or e}); is {results} read-only?") from None
     con = connect(results)
     try:
-        return aside, ingest_pending(con, results)
+        copied = 0
+        for table, frame in (kept or {}).items():
+            if len(frame):
+                con.register("kept_rows", frame)
+                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM kept_rows")
+                con.unregister("kept_rows")
+                copied += len(frame)
+        return aside, ingest_pending(con, results), copied if kept is not None else None
+    finally:
+        con.close()
+
+
+def _database_only_rows(path: Path) -> dict[str, pd.DataFrame] | None:
+    """The `inspect`/`bench` tables of a readable database (None: damaged). StoreLocked while
+    another process holds it; a UserError, the file unchanged, when a newer vitbench wrote it."""
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as e:
+        if _is_lock(e):
+            raise _locked(path, e, "; rebuild it once that one ends") from None
+        return None
+    try:
+        check_not_newer(path, schema_version(con))
+        done_keys(con)  # a file damaged inside opens, and fails at its first real read
+        tables = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        return {t: con.execute(f"SELECT * FROM {t}").df() for t in DATABASE_ONLY if t in tables}
+    except duckdb.Error:
+        return None
     finally:
         con.close()
 
