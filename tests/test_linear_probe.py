@@ -76,6 +76,10 @@ def test_classes_the_fit_never_saw_are_never_predicted_and_probabilities_are_sci
         probabilities = torch.softmax(probe.scores(torch.from_numpy(x_test)), dim=1).numpy()
         assert np.allclose(probabilities[:, list(present)], model.predict_proba(x_test), atol=1e-12)
         assert probabilities[:, [c for c in range(5) if c not in present]].max() == 0.0
+        # the sweep's numpy scoring predicts what the probe does
+        solution, _ = logistic.solve(torch.from_numpy(x), torch.from_numpy(y), 1.0)
+        y_test = model.predict(x_test)
+        assert solution.accuracy(x_test, y_test) == probe.accuracy(torch.from_numpy(x_test), torch.from_numpy(y_test))
 
 
 def test_the_sweep_refines_around_the_best_and_prefers_the_larger_lambda_on_a_tie(caplog):
@@ -83,26 +87,19 @@ def test_the_sweep_refines_around_the_best_and_prefers_the_larger_lambda_on_a_ti
     scores = {1e-6: 0.5, 1e-5: 0.5, 1e-4: 0.6, 1e-3: 0.8, 1e-2: 0.8, 1e-1: 0.7, 1.0: 0.6, 10.0: 0.4, 100.0: 0.2}
     scores |= {1e3: 0.2, 1e4: 0.1, 1e5: 0.1, 1e6: 0.1}
 
-    class Probe:
-        def __init__(self, l2):
-            self.l2 = l2
-
-        def accuracy(self, x, y):
-            calls.append(self.l2)
-            return scores.get(self.l2, 0.79)
-
     class Fit:
         def __init__(self, l2):
             self.l2 = l2
 
-        def probe(self, *_):
-            return Probe(self.l2)
+        def accuracy(self, z, y):
+            calls.append(self.l2)
+            return scores.get(self.l2, 0.79)
 
     real = logistic.solve
     logistic.solve = lambda x, y, l2, features: (Fit(l2), 7)
     try:
         with caplog.at_level("INFO", logger="vitbench"):
-            best, found = logistic.sweep((torch.zeros(3, 2), None), (None, None), 2)
+            best, found = logistic.sweep((torch.zeros(3, 2), None), (torch.zeros(2, 2), torch.zeros(2)), 2)
     finally:
         logistic.solve = real
     assert best == 1e-2  # 1e-3 and 1e-2 tie: the larger λ
