@@ -23,6 +23,9 @@ RUN = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digit
         (("--seeds", "99999999999999999999"), "--seeds 99999999999999999999: expected an integer from 0 to"),
         (("--shots", "2147483648"), "--shots 2147483648: expected an integer from 1 to 2147483647"),
         (("--protocol", "knn", "--knn-k", "2147483648"), "--knn-k 2147483648: expected an integer from 1 to"),
+        # before: three runs of one key planned, two skipped as "running elsewhere" under this very pid
+        (("--seeds", "0,0,0"), "--seeds 0,0,0: 0 is given 3 times"),
+        (("--shots", "1,5,1"), "--shots 1,5,1: 1 is given 2 times"),
     ],
 )
 def test_values_the_store_cannot_hold_are_refused_before_any_work(cli, results, one_run, args, message):

@@ -83,7 +83,13 @@ class Declared:
                 return f"{self.flag}: expected a list of {_plural(self.kind)}, got {value!r}"
             if len(value) > MAX_VALUES:
                 return f"{self.flag}: {len(value):,} values; expected at most {MAX_VALUES:,}"
-            return next((why for v in value if (why := self._one(v))), None)
+            if why := next((why for v in value if (why := self._one(v))), None):
+                return why
+            given = list(value)
+            repeated = next((v for i, v in enumerate(given) if v in given[:i]), None)
+            if repeated is not None:  # `--seeds 0,0,0` planned three runs of one key, two "running elsewhere"
+                return f"{self.flag} {','.join(map(str, given))}: {repeated} is given {given.count(repeated)} times"
+            return None
         return self._one(value)
 
     def _one(self, value: Any) -> str | None:
