@@ -66,13 +66,15 @@ def test_paper_weights_are_fetched_only_when_asked_then_checked_against_their_re
         check_weights_arg("paper:ViT-B_16", registry.get_model("vit-b/16"))
 
 
-def test_a_broken_off_download_resumes_where_it_stopped(server, tmp_path):
+def test_a_broken_off_download_resumes_where_it_stopped(server, tmp_path, caplog):
     data = server.state.files[FINETUNED] = payload(seed=1)
     server.state.cut_after[FINETUNED] = 1_000_000
     name = "paper:imagenet21k+imagenet2012/ViT-B_16-224"
     final = cached(tmp_path, "vit_models/imagenet21k+imagenet2012/ViT-B_16-224.npz")
-    with pytest.raises(UserError, match=r"broke off at 1,000,000 bytes of 3\.0 MB .*run the same command again"):
+    broke_off = r"broke off at 1,000,000 bytes of 3\.0 MB .*run the same command again"
+    with caplog.at_level("INFO", logger="vitbench"), pytest.raises(UserError, match=broke_off):
         check_weights_arg(name, registry.get_model("vit-b/16"), download=True)
+    assert "downloaded" not in caplog.text  # before: "downloaded ViT-B_16-224.npz" just before "broke off"
     assert not final.exists() and final.with_name(final.name + ".part").stat().st_size == 1_000_000
     path = Path(check_weights_arg(name, registry.get_model("vit-b/16"), download=True))
     assert path == final and path.read_bytes() == data

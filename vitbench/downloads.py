@@ -94,6 +94,7 @@ def fetch(url: str, dest: Path, label: str) -> Fetched:
         part.unlink(missing_ok=True)
         raise UserError(f"{label}: the download of {url} is corrupt ({problem}); it was removed, nothing was used")
     os.replace(part, dest)
+    log.info("downloaded %s (%s)", dest.name, _mb(size))  # only once checked: it was said before "broke off"
     return Fetched(url, dest, size, digests["sha256"])
 
 
@@ -188,7 +189,6 @@ def _copy(response, part: Path, offset: int, total: int | None, name: str) -> di
             log.info("downloading %s (%s)%s", name, _mb(total), f", resuming at {_mb(offset)}" if offset else "")
             for _ in chunks():
                 pass
-            log.info("downloaded %s", name)
     return {"md5": md5.hexdigest(), "sha256": sha.hexdigest()}
 
 
