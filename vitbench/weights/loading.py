@@ -95,6 +95,11 @@ def read_state_dict(path: Path, spec: ModelSpec | None = None) -> dict[str, torc
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
+        if "Weights only load failed" in str(e):  # torch's advice to load it otherwise was quoted without its warning
+            raise UserError(
+                f"{path}: holds Python objects besides tensors, which vitbench never unpickles (loading them can run "
+                "code the file carries); save its state_dict, or convert it to .safetensors where you trust it"
+            ) from None
         raise UserError(f"{path}: not a readable PyTorch weights file, truncated or corrupt ({one_line(e)})") from None
     for key in ("state_dict", "model", "model_ema"):  # common training-checkpoint wrappers
         if isinstance(state, dict) and isinstance(state.get(key), dict):
