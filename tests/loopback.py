@@ -10,9 +10,11 @@ import base64
 import hashlib
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+STALL_S = 3.0  # how long a stalled answer goes quiet
 MAX_REQUESTS = 200  # bounded: a client that loops is stopped, and the test fails on the count
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -24,6 +26,7 @@ class Files:
     files: dict[str, bytes] = field(default_factory=dict)
     corrupt: set[str] = field(default_factory=set)  # served with one byte changed, checksums of the true bytes
     cut_after: dict[str, int] = field(default_factory=dict)  # the next GET stops after this many bytes
+    stall_after: dict[str, int] = field(default_factory=dict)  # the next GET goes quiet after this many bytes
     hub_repos: set[str] = field(default_factory=set)  # repositories that exist (a missing file: EntryNotFound)
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, path, Range)
     headers: dict[str, dict[str, str]] = field(default_factory=dict)  # a path's headers replaced (a hostile Hub)
@@ -79,6 +82,13 @@ def _handler(state: Files):
             if self.command == "GET" and path in state.cut_after:
                 stop = start + state.cut_after.pop(path)
                 self.close_connection = True
+            if self.command == "GET" and path in state.stall_after:
+                quiet_from = start + state.stall_after.pop(path)
+                self.wfile.write(sent[start:quiet_from])
+                self.wfile.flush()
+                time.sleep(STALL_S)  # longer than the client's read timeout in the test
+                self.close_connection = True
+                return
             self.wfile.write(sent[start:stop])
             self.wfile.flush()
 

@@ -82,6 +82,20 @@ def test_a_broken_off_download_resumes_where_it_stopped(server, tmp_path, caplog
     assert not final.with_name(final.name + ".part").exists()
 
 
+def test_a_stalled_download_keeps_what_arrived_and_says_so(server, tmp_path, monkeypatch):
+    """Before: a server that went quiet after 1,000 bytes gave "broke off at 0 bytes" and kept
+    nothing to resume from (the read waited for a whole chunk) (issue 49's notes)."""
+    monkeypatch.setattr(downloads, "TIMEOUT_S", 1)
+    data = server.state.files[B16] = payload(seed=6)
+    server.state.stall_after[B16] = 1_000
+    with pytest.raises(UserError, match=r"broke off at 1,000 bytes of 3\.0 MB \(.*timed out"):
+        check_weights_arg("paper:ViT-B_16", registry.get_model("vit-b/16"), download=True)
+    part = cached(tmp_path, "vit_models/imagenet21k/ViT-B_16.npz.part")
+    assert part.read_bytes() == data[:1_000]
+    assert Path(check_weights_arg("paper:ViT-B_16", registry.get_model("vit-b/16"), download=True)).read_bytes() == data
+    assert server.state.requests[-1][2] == "bytes=1000-"
+
+
 def test_a_corrupt_download_is_refused_and_removed(server, tmp_path):
     server.state.files[B16] = payload(seed=2)
     server.state.corrupt.add(B16)  # one byte differs from the md5 the server states

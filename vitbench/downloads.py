@@ -169,9 +169,12 @@ def _copy(response, part: Path, offset: int, total: int | None, name: str) -> di
                 md5.update(block)
                 sha.update(block)
     with open(part, "ab" if offset else "wb") as f:
+        # read1: what has arrived, at most CHUNK; read(CHUNK) waits for a whole chunk, so a server that
+        # stalled after 1,000 bytes left 0 written and "broke off at 0 bytes" (nothing kept to resume)
+        read = getattr(response, "read1", response.read)
 
         def chunks():
-            while chunk := response.read(CHUNK):
+            while chunk := read(CHUNK):
                 f.write(chunk)
                 md5.update(chunk)
                 sha.update(chunk)
