@@ -505,19 +505,3 @@ def test_plot_names_every_figure_it_can_draw(cli, tmp_path):
     assert (
         code == 2 and "vitbench plot nope: expected one of vtab, cost, fewshot, curves, confusion, checkpoints" in err
     )
-
-
-def test_markdown_never_carries_markup_from_names():
-    """Before: a folder or weights name went into `--format md` raw, so `<script>` or `<img>` in it was
-    drawn by Markdown renderers and a `|` broke the row (issue 49's notes)."""
-    from vitbench.views.cells import Cell, TableData
-    from vitbench.views.render import to_markdown
-
-    name = "folder:/data/<script>alert(1)</script>|x"
-    t = TableData(rows=[name], columns=["<img src=y> 5-shot"], title=f"weights <b>{name}</b>")
-    t.cells[(name, "<img src=y> 5-shot")] = Cell(mean=0.5, std=0.0, n=3)
-    t.footnotes.append(f"data {name} & more")
-    md = to_markdown(t)
-    assert "<" not in md and ">" not in md and "&lt;script&gt;" in md and "&amp; more" in md
-    row = next(line for line in md.splitlines() if line.startswith("| folder:"))
-    assert row.count(" | ") == 1 and "\\|x" in row  # one cell boundary: the name's | is escaped

@@ -25,27 +25,21 @@ def _plain(t: TableData, cell: Cell | None) -> str:
     return text + (f" ({_delta_text(cell.delta)})" if cell.delta is not None else "")
 
 
-def _md(text: str) -> str:
-    """Text for a Markdown cell: a folder or weights name holding `<script>` or `|` must not become
-    markup a renderer draws, nor a column break (it came through raw before)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
-
-
 def to_markdown(t: TableData) -> str:
     best = t.best()
 
     def show(row: str, col: str) -> str:
         cell = t.cells.get((row, col))
-        text = _md(_plain(t, cell))
+        text = _plain(t, cell).replace("|", "\\|")
         if cell is not None and (row, col) in best:
-            value = _md(t.shown(cell) + cell.marks)
+            value = t.shown(cell) + cell.marks
             text = text.replace(value, f"**{value}**", 1)
         return text
 
-    lines = [f"**{_md(t.title)}**", ""] if t.title else []
-    lines += ["| | " + " | ".join(_md(c) for c in t.columns) + " |", "|---" * (len(t.columns) + 1) + "|"]
-    lines += ["| " + _md(r) + " | " + " | ".join(show(r, c) for c in t.columns) + " |" for r in t.rows]
-    return "\n".join(lines + [""] + [f"- {_md(n)}" for n in t.footnotes]) + "\n"
+    lines = [f"**{t.title}**", ""] if t.title else []
+    lines += ["| | " + " | ".join(c.replace("|", "\\|") for c in t.columns) + " |", "|---" * (len(t.columns) + 1) + "|"]
+    lines += ["| " + r + " | " + " | ".join(show(r, c) for c in t.columns) + " |" for r in t.rows]
+    return "\n".join(lines + [""] + [f"- {n}" for n in t.footnotes]) + "\n"
 
 
 _LATEX = {
