@@ -124,13 +124,13 @@ def _download(repo: str, weights: str) -> Path:
                     f"--weights {weights}: cannot download from {where} ({one_line(e, 160)}); run the same command "
                     f"again to resume, or offline: huggingface-cli download {repo} on a connected machine"
                 ) from None
-            path = _store(repo, filename, meta, weights, where)
+            path = _store(repo, filename, url, meta, weights, where)
             _check_blob(path, weights, where)
             return path
     raise UserError(f"--weights {weights}: {where} has neither {' nor '.join(FILES)}")
 
 
-def _store(repo: str, filename: str, meta, weights: str, where: str) -> Path:
+def _store(repo: str, filename: str, url: str, meta, weights: str, where: str) -> Path:
     """The file into the cache's layout, named by the hashes the Hub stated once they are hashes."""
     etag, commit = meta.etag or "", meta.commit_hash or ""
     if not GIT_OR_LFS_HASH.fullmatch(etag) or not COMMIT.fullmatch(commit):
@@ -141,7 +141,7 @@ def _store(repo: str, filename: str, meta, weights: str, where: str) -> Path:
     folder = hub_cache() / f"models--{repo.replace('/', '--')}"
     blob = folder / "blobs" / etag
     if not blob.is_file():
-        downloads.fetch(meta.location or hf_url(where, filename), blob, f"--weights {weights}")
+        downloads.fetch(meta.location or url, blob, f"--weights {weights}")
     link = folder / "snapshots" / commit / filename
     link.parent.mkdir(parents=True, exist_ok=True)
     link.unlink(missing_ok=True)
@@ -149,10 +149,6 @@ def _store(repo: str, filename: str, meta, weights: str, where: str) -> Path:
     (folder / "refs").mkdir(exist_ok=True)
     write_atomic(folder / "refs" / "main", commit)
     return link
-
-
-def hf_url(where: str, filename: str) -> str:
-    return f"{where}/resolve/main/{filename}"
 
 
 def _check_blob(path: Path, weights: str, where: str) -> None:
