@@ -13,6 +13,11 @@ Steps (`--steps` picks; the default runs all that their inputs allow):
   bench     ViT-B/16 at 224 and 384 px, bf16: vitbench's train step and extraction on a
             synthetic batch, through the real input pipeline (JPEGs written to disk here), a
             bare loop and timm's benchmark.py (--timm-benchmark)
+  floor     extraction against the hardware (issue 46, goal 3): DeiT-Ti and ViT-B/16 at 224 px,
+            `vitbench bench --mode inference` end to end from JPEG files beside a bare forward on
+            random tensors and the device's measured matrix-product peak, eager and compiled
+  probe     the linear probe's λ sweep on GPU features against scikit-learn's LogisticRegression
+            on the CPU over the same λ, at three data sizes (issue 46, goal 1)
   fewshot   `vitbench run` few-shot, ViT-B/16, 1/5/10/25 shots x 3 seeds on a generated CIFAR-10-
             sized set (50,000 + 10,000 32x32 images in CIFAR's pickle format), cold cache, wall time
   big       ViT-L/16 @384 and ViT-H/14 @392 (384 is not a multiple of 14) at batch 512: the
@@ -42,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("env", "tests", "bench", "fewshot", "big", "frozen", "finetune")
+STEPS = ("env", "tests", "bench", "floor", "probe", "fewshot", "big", "frozen", "finetune")
 
 
 class Suite:
@@ -191,27 +196,17 @@ def env_step(s: Suite) -> dict:
         props = torch.cuda.get_device_properties(0)
         figures["device"] = props.name
         figures["sms"] = props.multi_processor_count
-        n = 8192
-        a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        for _ in range(3):
-            a @ b
-        times = []
-        for _ in range(10):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            a @ b
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        figures["bf16_matmul_tflops_8192"] = round(2 * n**3 / float(np.median(times)) / 1e12, 1)
+        from vitbench.engine.bench import matmul_peak
+
+        figures["bf16_matmul_tflops_8192"] = round(matmul_peak(torch.device("cuda"), "bf16") / 1e12, 1)
     return figures
 
 
 def tests_step(s: Suite) -> dict:
     junit = s.work / "gpu-tests.xml"
     run = s.sh(
-        [sys.executable, "-m", "pytest", "tests/test_finetune_gpu.py", "-q", "-rA", "-p", "no:cacheprovider",
-         "--junitxml", str(junit)],
+        [sys.executable, "-m", "pytest", "tests/test_finetune_gpu.py", "tests/test_device_data.py", "-q", "-rA",
+         "-p", "no:cacheprovider", "--junitxml", str(junit)],
         limit=300,
     )  # fmt: skip
     return {"commands": [run]}
@@ -228,6 +223,70 @@ def bench_step(s: Suite, timm_script: Path | None) -> dict:
     if timm_script:
         args += ["--timm-benchmark", str(timm_script)]
     return {"commands": [s.vitbench(*args, limit=420)]}
+
+
+def floor_step(s: Suite, timm_script: Path | None) -> dict:
+    """Extraction end to end from JPEGs against a bare forward and the matmul peak (the `real /
+    bare` and `real / matmul peak` columns of `table --bench`), eager then compiled."""
+    jpegs = write_jpeg_folder(s.work / "jpegs", *((64, 32) if s.quick else (1500, 500)))
+    configs = ["vit-ti/16@64"] if s.quick else ["deit-ti/16@224", "vit-b/16@224"]
+    args = ["bench", "--mode", "inference", "--dataset", f"folder:{jpegs}", "--results", str(s.results)]
+    for c in configs:
+        args += ["-c", c]
+    sizes = ["--batch", "16", "--steps", "2", "--warmup", "1"] if s.quick else [
+        "--batch", "256", "--steps", "10", "--warmup", "3"]  # fmt: skip
+    eager = [*args, *sizes, "--rounds", "1" if s.quick else "3"]
+    if timm_script:
+        eager += ["--timm-benchmark", str(timm_script)]
+    # compiled: one round (each round compiles its model afresh)
+    return {"commands": [s.vitbench(*eager, limit=300), s.vitbench(*args, *sizes, "--compile", limit=300)]}
+
+
+def probe_step(s: Suite) -> dict:
+    """`logistic.sweep` (19 fits) on the device against scikit-learn's LogisticRegression(lbfgs) over
+    the λ the sweep visited, on the same features: a few images per class (nearly separable), a
+    hundred, a thousand. Wall seconds, and the largest accuracy difference over the λ."""
+    import warnings
+
+    import torch
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+
+    from vitbench.engine import logistic
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    sizes = [(20, 12, 192), (10, 100, 384)] if s.quick else [(20, 12, 192), (10, 100, 384), (10, 1000, 768)]
+    figures: dict = {"device": str(device), "sizes": []}
+    for classes, per_class, dims in sizes:
+        rng = np.random.default_rng(0)
+        centres = rng.normal(size=(classes, dims)) * (6 / dims**0.5)
+        y, y_val = np.repeat(np.arange(classes), per_class), np.repeat(np.arange(classes), max(6, per_class // 5))
+        x = np.maximum(centres[y] + rng.normal(size=(len(y), dims)), 0)
+        x_val = np.maximum(centres[y_val] + rng.normal(size=(len(y_val), dims)), 0)
+        train = (torch.from_numpy(x).float().to(device), torch.from_numpy(y).to(device))
+        val = (torch.from_numpy(x_val).float().to(device), torch.from_numpy(y_val).to(device))
+        logistic.solve(*train, 1e6)  # warm-up (kernels, not timed): a strong λ converges at once
+        start = time.perf_counter()
+        _, ours = logistic.sweep(train, val, classes)
+        ours_s = time.perf_counter() - start
+        theirs: dict[float, float] = {}
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            for l2 in ours:
+                # float64, as vitbench fits: where the fit stops short of the optimum (small λ), float32
+                # features stop elsewhere (5.8 points apart at one λ on the smallest set)
+                model = LogisticRegression(C=1 / l2, max_iter=logistic.MAX_ITER).fit(x, y)
+                theirs[l2] = float((model.predict(x_val) == y_val).mean())
+        theirs_s = time.perf_counter() - start
+        row = {
+            "classes": classes, "train": len(y), "dims": dims, "fits": len(ours), "vitbench_seconds": round(ours_s, 3),
+            "sklearn_cpu_seconds": round(theirs_s, 3), "ratio_sklearn_over_vitbench": round(theirs_s / ours_s, 2),
+            "max_accuracy_difference_points": round(100 * max(abs(ours[k] - theirs[k]) for k in ours), 2),
+        }  # fmt: skip
+        figures["sizes"].append(row)
+        s.say(f"probe sweep {row}")
+    return figures
 
 
 def fewshot_step(s: Suite) -> dict:
@@ -388,6 +447,8 @@ def main() -> None:
         "env": lambda: env_step(s),
         "tests": lambda: tests_step(s),
         "bench": lambda: bench_step(s, args.timm_benchmark),
+        "floor": lambda: floor_step(s, args.timm_benchmark),
+        "probe": lambda: probe_step(s),
         "fewshot": lambda: fewshot_step(s),
         "big": lambda: big_step(s),
         "frozen": lambda: frozen_step(s),

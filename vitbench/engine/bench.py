@@ -11,7 +11,10 @@ For each (model, resolution) it measures images/s of
   repository, not with its wheel), at the same model, resolution, batch and precision.
 
 MFU is achieved FLOP/s over the device's dense bf16 peak: training does 3 forward passes' worth
-(6 x multiply-adds) per image, inference one. Peak memory is CUDA's peak allocation. Every row is
+(6 x multiply-adds) per image, inference one. Beside it, on every device (a CPU has no data-sheet
+peak), the same FLOP/s over what a large square matrix product reaches here at the run's precision
+(`matmul_peak`): the floor a protocol's extraction is measured against (issue 46, goal 3). Peak
+memory is CUDA's peak allocation. Every row is
 stored in the `bench` table with the device, versions and command; `vitbench table --bench`.
 """
 
@@ -80,6 +83,20 @@ def _synthetic_split(n: int, res: int, num_classes: int) -> Split:
     images = torch.randint(0, 256, (n, res, res, 3), dtype=torch.uint8, generator=generator)
     labels = torch.randint(0, num_classes, (n,), generator=generator).numpy()
     return Split("synthetic", "bench", labels, "synthetic", "synthetic", images=images.numpy())
+
+
+def matmul_peak(device: torch.device, precision: str) -> float:
+    """FLOP/s of this device's dense square matrix product at `precision` (the fastest of a few):
+    what its matmul units reach in practice, the ceiling for a transformer whose FLOPs are nearly all
+    matmuls. Measured, not read off a data sheet: a 2-core VM or a power-capped GPU has no sheet."""
+    n, dtype = (8192, torch.bfloat16) if device.type == "cuda" and precision == "bf16" else (2048, torch.float32)
+    if device.type == "cuda" and precision != "bf16":
+        n = 8192  # fp32 on a GPU: TF32 where torch allows it, as the model's own matmuls run
+    generator = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=generator).to(device, dtype) for _ in range(2))
+    a @ b  # warm-up: the library picks its kernel
+    seconds = min(_timed(lambda: a @ b, device) for _ in range(10))
+    return 2 * n**3 / seconds
 
 
 # --- training ---------------------------------------------------------------------------------------
@@ -231,6 +248,9 @@ def measure_config(cfg: Config, opts: Options) -> list[Row]:
     spec = get_model(cfg.model)
     assert spec.backend is not None
     flops = spec.backend.flops_per_image(spec, cfg.res)
+    # the matmul peak, before and after the runners (the faster kept): on a shared machine one
+    # measurement alone was seen 25 % low
+    measured = matmul_peak(opts.device, opts.precision)
     rows: list[Row] = []
     if "train" in opts.modes:
         train = real_split(opts, "train")
@@ -266,9 +286,12 @@ def measure_config(cfg: Config, opts: Options) -> list[Row]:
         if opts.timm_script:
             rows += timm_row(spec, cfg, opts, "inference", None, 0)
     peak = peak_flops(device_name(opts.device)) if opts.device.type == "cuda" else None
+    measured = max(measured, matmul_peak(opts.device, opts.precision))
     for row in rows:
         per_image = 3 * flops if row.mode == "train" else flops
         row.notes["flops_per_image"] = flops
+        row.notes["matmul_peak_flops"] = measured
+        row.notes["of_matmul_peak"] = per_image * row.images_per_second / measured
         if peak:
             row.mfu = per_image * row.images_per_second / peak
     return rows

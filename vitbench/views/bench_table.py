@@ -17,6 +17,8 @@ COLUMNS = {
     "bare_ratio": "vitbench / bare",
     "timm": "timm benchmark.py",
     "timm_ratio": "real / timm",
+    "real_bare": "real / bare",
+    "real_peak": "real / matmul peak",
     "mfu": "MFU",
     "memory": "peak GiB",
     "micro": "micro-batch",
@@ -67,6 +69,10 @@ def bench_view(df: pd.DataFrame) -> TableData:
         cells[(label, COLUMNS["real_ratio"])] = _ratio(_rate(real), _rate(synthetic))
         cells[(label, COLUMNS["bare_ratio"])] = _ratio(_rate(synthetic), _rate(bare))
         cells[(label, COLUMNS["timm_ratio"])] = _ratio(_rate(real), _rate(timm))
+        cells[(label, COLUMNS["real_bare"])] = _ratio(_rate(real), _rate(bare))
+        of_peak = None if real is None else json_field(real["notes"]).get("of_matmul_peak")
+        if isinstance(of_peak, int | float) and np.isfinite(of_peak):  # notes are JSON: trust no type
+            cells[(label, COLUMNS["real_peak"])] = Cell(mean=of_peak, text=f"{100 * of_peak:.1f} %")
         if synthetic is not None:
             if pd.notna(synthetic["mfu"]):
                 cells[(label, COLUMNS["mfu"])] = Cell(mean=synthetic["mfu"], text=f"{100 * synthetic['mfu']:.1f} %")
@@ -96,7 +102,9 @@ def _footnotes(
     """What the ratios mean, how timm's script was run, and each bench's provenance."""
     data.footnotes.append(
         "MFU: achieved FLOP/s over the device's dense bf16 peak; training counts 3 forward passes "
-        "(6 × multiply-adds) per image, inference one. Empty on devices without a known peak (CPUs)."
+        "(6 × multiply-adds) per image, inference one. Empty on devices without a known peak (CPUs). "
+        "real / matmul peak: the same FLOP/s, end to end from the real data, over what a large square matrix "
+        "product reaches on this device at this precision (measured in the same bench)."
     )
     data.footnotes.append(f"real data: {'; '.join(sorted(pipelines))}; synthetic: one random batch on the device")
     data.footnotes.append(
