@@ -69,20 +69,13 @@ def test_jpeg_augmentation_matches_the_workers_within_a_grey_level(tmp_path):
         assert (x.int() - x2.int()).abs().max() <= 1  # same crop boxes, flips and resize; PIL's vs libjpeg's decoding
 
 
-def test_streamed_jpegs_equal_preloaded_ones(tmp_path, monkeypatch):
+def test_streamed_jpegs_equal_preloaded_ones(tmp_path):
     split = jpeg_split(tmp_path)
     stream = Stream(len(split), 8, 4, seed=1)
     aug = device_data.Augmentation(32, "inception", True)
     held = list(device_data.train_batches(device_data.DeviceImages(split, CPU), split.labels, stream, 0, 2, aug))
     streamed = list(device_data.streamed_train_batches(split, stream, 0, 2, aug, CPU, 0))
     for (x, y, i, _), (x2, y2, i2, _) in zip(held, streamed, strict=True):
-        assert torch.equal(x, x2) and torch.equal(y, y2) and torch.equal(i, i2)
-    monkeypatch.setattr(device_data, "PRELOAD_MAX_IMAGES", 0)  # eval: the streamed path for a large split
-    pre = Preprocessing(size=24)
-    streamed_eval = list(device_data.eval_batches(split, pre, 5, CPU, 0, False))
-    monkeypatch.setattr(device_data, "PRELOAD_MAX_IMAGES", 10**6)
-    held_eval = list(device_data.eval_batches(split, pre, 5, CPU, 0, False))
-    for (x, y, i, _), (x2, y2, i2, _) in zip(held_eval, streamed_eval, strict=True):
         assert torch.equal(x, x2) and torch.equal(y, y2) and torch.equal(i, i2)
 
 
@@ -106,6 +99,21 @@ def test_a_corrupt_jpeg_is_named_or_skipped(tmp_path):
         run_over(spec.backend.features, model, split, pre, CPU, 4, 0, "t", pipeline="device")
     found = run_over(spec.backend.features, model, split, pre, CPU, 4, 0, "t", True, pipeline="device")
     assert len(found.labels) == 11 and 3 not in found.indices and "img03.jpg" in found.skipped[0]
+
+
+def test_files_read_by_worker_processes_give_the_batches_read_here(tmp_path):
+    """Workers send each file's bytes pickled, not as a shared-memory descriptor per file (a
+    256-file batch ran out of them on a GPU machine); a file that cannot be read is named."""
+    split = jpeg_split(tmp_path, n=18)
+    pre = Preprocessing(size=24)
+    here = list(device_data.eval_batches(split, pre, 4, CPU, 0, False))
+    workers = list(device_data.eval_batches(split, pre, 4, CPU, 2, False))
+    for (x, y, i, _), (x2, y2, i2, _) in zip(here, workers, strict=True):
+        assert torch.equal(x, x2) and torch.equal(y, y2) and torch.equal(i, i2)
+    Path(split.paths[5]).unlink()
+    batches = list(device_data.eval_batches(split, pre, 4, CPU, 2, True))
+    assert 5 not in torch.cat([i for _, _, i, _ in batches]).tolist()
+    assert "img05.jpg: corrupt or truncated image" in batches[1][3][0][1]
 
 
 def test_fine_tuning_on_the_device_pipeline_follows_the_same_trajectory(digits, tmp_path):

@@ -28,8 +28,8 @@ from vitbench.engine.train_data import Box, MicroBatches, Stream, _item_seed, ap
 
 log = logging.getLogger("vitbench")
 
-# A file-backed split is decoded into device memory only when it is small (VTAB-1k: 800-1,000
-# train images); a large one (ImageNet) streams its JPEG bytes and is decoded per batch instead.
+# Training: a file-backed split is decoded into device memory once when it is small (VTAB-1k:
+# 800-1,000 train images); a large one (ImageNet) streams its JPEG bytes and is decoded per batch.
 PRELOAD_MAX_IMAGES = 20_000
 JPEG_MAGIC = b"\xff\xd8"
 
@@ -93,7 +93,7 @@ def decode_many(
     return out
 
 
-DECODE_BATCH = 256  # files per batched nvjpeg call when a split is put on the device
+DECODE_BATCH = 256  # files per batched nvjpeg call when a split is put on the device for training
 
 
 class DeviceImages:
@@ -219,8 +219,12 @@ def streamed_train_batches(
     for data, labels, items in loader:
         out, kept, bad = [], [], []
         for raw, label, (index, position) in zip(data, labels.tolist(), items, strict=True):
+            path = split.paths[index]  # type: ignore[index]
             try:
-                image = _decode_bytes(raw, device, split.paths[index])  # type: ignore[index]
+                found = _file_bytes(raw, path)
+                if isinstance(found, CorruptImage):
+                    raise found
+                image = _decode_bytes(found, device, path)
             except CorruptImage as e:  # reported like the worker loader's: the caller stops or skips
                 bad.append((index, str(e)))
                 continue
@@ -271,26 +275,38 @@ def eval_batches(
     split: Split, pre: Preprocessing, batch_size: int, device: torch.device, workers: int, skip_corrupt: bool
 ) -> Iterator[tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, list[tuple[int, str]]]]:
     """Batches (uint8 (B, 3, size, size) on the device, labels, indices, bad) in split order, as
-    `inference.loader` yields them. In-memory and small splits are put on the device once; a large
-    file-backed split streams its bytes through workers and is decoded on the device per batch."""
-    if DeviceImages.fits(split):
-        held = DeviceImages(split, device, skip_corrupt)
+    `inference.loader` yields them, each one made while the model runs the one before (`_ahead`):
+    in-memory images go up a batch at a time from page-locked memory, files are read by workers
+    and decoded on the device a batch at a time. A pass used to decode a whole file-backed split
+    (up to 20,000 images) before the first forward pass, every decode on the critical path: on an
+    H200, extraction from JPEGs ran at 0.64x (ViT-B/16) and 0.31x (DeiT-Ti) a bare forward on
+    random tensors (docs/performance.md)."""
+    yield from _ahead(_eval_batches_here(split, pre, batch_size, device, workers), device)
+
+
+def _eval_batches_here(split: Split, pre: Preprocessing, batch_size: int, device: torch.device, workers: int):
+    """`eval_batches`, each batch made on the current stream."""
+    if isinstance(split.images, np.ndarray | torch.Tensor):  # (N, H, W, 3) uint8, one size (CIFAR)
         for start in range(0, len(split), batch_size):
-            index = [i for i in range(start, min(start + batch_size, len(split))) if i not in held.bad]
-            bad = [(i, held.bad[i]) for i in range(start, min(start + batch_size, len(split))) if i in held.bad]
-            if not index:
-                yield None, None, torch.empty(0, dtype=torch.long), bad
-                continue
-            if held.stacked is not None:
-                batch = eval_resize(held.stacked[start : start + len(index)], pre)
-            else:
-                batch = eval_resize([held.get(i) for i in index], pre)
-            yield batch, torch.from_numpy(split.labels[index]), torch.tensor(index), bad
+            index = torch.arange(start, min(start + batch_size, len(split)))
+            # to the device as stored, then to (N, 3, H, W) there: the layout copy on the host took
+            # longer than the transfer
+            host = pinned(torch.as_tensor(split.images[start : start + batch_size]), device)
+            batch = host.to(device, non_blocking=True).permute(0, 3, 1, 2).contiguous()
+            yield eval_resize(batch, pre), torch.from_numpy(split.labels[index.numpy()]), index, []
+        return
+    if split.images is not None:  # a list of differently sized (H, W, 3) arrays
+        for start in range(0, len(split), batch_size):
+            index = torch.arange(start, min(start + batch_size, len(split)))
+            images = [torch.from_numpy(np.ascontiguousarray(split.images[i])).permute(2, 0, 1) for i in index]
+            batch = eval_resize([pinned(x, device).to(device, non_blocking=True) for x in images], pre)
+            yield batch, torch.from_numpy(split.labels[index.numpy()]), index, []
         return
     for data, labels, items in _byte_loader(split, batch_size, workers):
         decoded, kept, bad = [], [], []
         where = [split.paths[i] for i in items]  # type: ignore[index]
-        for position, (image, i) in enumerate(zip(decode_many(data, device, where), items, strict=True)):
+        files = [_file_bytes(d, path) for d, path in zip(data, where, strict=True)]
+        for position, (image, i) in enumerate(zip(decode_many(files, device, where), items, strict=True)):
             if isinstance(image, CorruptImage):
                 bad.append((i, str(image)))
             else:
@@ -303,8 +319,35 @@ def eval_batches(
         yield eval_resize(decoded, pre), labels[keep], torch.tensor([i for _, i in kept]), bad
 
 
+def _ahead(batches: Iterator, device: torch.device) -> Iterator:
+    """`batches`, each made on a side CUDA stream: the caller's forward pass of one batch (queued on
+    the main stream) runs while the host reads, and the device decodes and resizes, the next; the
+    main stream waits only for the batch it is about to use. torchvision's nvjpeg decode waits for
+    its stream to finish, which on the main stream meant waiting for the previous forward pass too."""
+    if device.type != "cuda":
+        yield from batches
+        return
+    side, main = torch.cuda.Stream(device), torch.cuda.current_stream(device)
+
+    def make():
+        with torch.cuda.stream(side):
+            item = next(batches, None)
+        if item is not None and item[0] is not None:
+            main.wait_stream(side)
+            item[0].record_stream(main)  # made on the side stream: its memory is not reused while main reads it
+        return item
+
+    item = make()
+    while item is not None:
+        yield item
+        item = make()
+
+
 class _FileBytes(torch.utils.data.Dataset):
-    """Workers only read files (the decode happens on the device)."""
+    """Workers only read files (the decode happens on the device). A file's bytes travel from the
+    worker as a numpy array (pickled): a torch tensor travels as a shared-memory file descriptor,
+    and a 256-file batch with the next ones prefetched ran out of them ("Bad file descriptor" on an
+    H200, and a pass that never ended). An unreadable file travels as the reason why (a string)."""
 
     def __init__(self, split: Split):
         self.split = split
@@ -314,16 +357,24 @@ class _FileBytes(torch.utils.data.Dataset):
 
     def __getitem__(self, item: int | tuple[int, int]):
         """`item`: a split index, or (split index, stream position) from the training stream."""
-        from torchvision.io import read_file
-
         assert self.split.paths is not None
         index = item[0] if isinstance(item, tuple) else item
-        return read_file(self.split.paths[index]), int(self.split.labels[index]), item
+        data: np.ndarray | str
+        try:
+            data = np.fromfile(self.split.paths[index], dtype=np.uint8)
+        except OSError as e:
+            data = e.strerror or str(e)
+        return data, int(self.split.labels[index]), item
 
     @staticmethod
     def collate(batch):
         items = [b[2] for b in batch]
         return [b[0] for b in batch], torch.tensor([b[1] for b in batch]), items
+
+
+def _file_bytes(data: np.ndarray | str, path: str) -> torch.Tensor | CorruptImage:
+    """A file's bytes from `_FileBytes` as decode_many takes them: a tensor, or the CorruptImage naming it."""
+    return torch.from_numpy(data) if isinstance(data, np.ndarray) else CorruptImage(path, data)
 
 
 def _byte_loader(split: Split, batch_size: int, workers: int):
