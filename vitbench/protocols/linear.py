@@ -43,8 +43,10 @@ class LinearProbe(Protocol):
     name = "linear"
     # 2: big_vision's resize without antialiasing, the weights' value range only; 3: CLIP's A.3 recipe
     # (raw features, λ = scikit-learn's 1/C over 1e-6..1e6 to an eighth of a decade), z-scoring an option;
-    # 4: the reference's solver and tolerance (scikit-learn on the CPU; torch L-BFGS stopping by its rule on a GPU)
-    version = "linear/4"
+    # 4: the reference's solver and tolerance (scikit-learn on the CPU; torch L-BFGS stopping by its rule on a GPU);
+    # 5: scikit-learn's BLAS on one thread (the same predictions at any thread count), and a small problem on a
+    # GPU fitted by scikit-learn on the CPU (faster there, and the CPU's fit)
+    version = "linear/5"
     summary = "full-data logistic-regression probe on frozen features, L2 chosen on a validation split (CLIP's)"
     Options = LinearOptions
     label = "linear-probe"

@@ -1,0 +1,53 @@
+"""Numbers independent of how they were computed (issue 46, goal 5): the same request at another
+extraction batch or thread count stores the same per-image predictions under the same run keys.
+Other harnesses lose exactly this (lm-evaluation-harness #2140: its cache works only with the same
+GPU count; dinov2 #106: a linear result reproduced only on 8 GPUs)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from threadpoolctl import threadpool_limits
+
+from vitbench import store
+from vitbench.store.predictions import read_predictions
+
+FAST = ("--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32", "--workers", "0")
+
+
+def stored_predictions(results) -> dict:
+    """{run key: (protocol, top-1 by image id)} of every stored run."""
+    runs = store.read_results(results).drop_duplicates("run_key")
+    found = {}
+    for _, run in runs.iterrows():
+        table = read_predictions(results, run["run_key"], json.loads(run["notes"])["predictions"])
+        assert table is not None, f"{run['protocol']} kept no predictions"
+        found[run["run_key"]] = (run["protocol"], table.set_index("id")["top1"].sort_index())
+    return found
+
+
+def test_predictions_and_run_keys_do_not_depend_on_the_extraction_batch_or_the_threads(cli, tmp_path):
+    """Few-shot, k-NN and the linear probe at extraction batches 64, 8 and 256, on 2 threads and
+    on 1 (torch's and the BLAS's): every one of digits' 797 test predictions the same, each run
+    under the same key. Before linear/5 one linear-probe prediction moved with the BLAS's threads."""
+    found = {}
+    for batch, threads in ((64, 2), (8, 2), (256, 1)):
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            with threadpool_limits(threads):
+                code, _, err = cli(
+                    "run", *FAST, "--protocol", "fewshot,knn,linear", "--shots", "5", "--seeds", "0", "--knn-k", "5",
+                    "--extraction-batch", batch, "--results", tmp_path / f"batch{batch}-threads{threads}",
+                )  # fmt: skip
+        finally:
+            torch.set_num_threads(before)
+        assert code == 0, err
+        found[(batch, threads)] = stored_predictions(tmp_path / f"batch{batch}-threads{threads}")
+    reference = found[(64, 2)]
+    assert sorted(protocol for protocol, _ in reference.values()) == ["fewshot", "knn", "linear"]
+    for how, runs in found.items():
+        assert runs.keys() == reference.keys(), how
+        for key, (protocol, top1) in runs.items():
+            assert len(top1) == 797 and top1.equals(reference[key][1]), (how, protocol)
