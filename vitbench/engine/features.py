@@ -16,6 +16,7 @@ from vitbench.atomic import write_atomic
 from vitbench.datasets import Split
 from vitbench.devices import Clock, Runtime, autocast
 from vitbench.engine.inference import Outputs, run_over
+from vitbench.errors import UserError
 from vitbench.provenance import canonical_json, sha256_text
 from vitbench.store.shards import quarantine
 from vitbench.weights import build_model
@@ -26,14 +27,19 @@ IN21K_WITHOUT_PRE_LOGITS = (
     "ImageNet-21k ViT weights without the pre_logits layer: the representation is LN(CLS), not the paper's "
     "tanh(Dense(LN(CLS))) (timm's in21k tags drop it; the original .npz checkpoints keep it)"
 )
-FEATURES_VERSION = "features/3"  # 3: kept indices and skipped corrupt images
+# 3: kept indices and skipped corrupt images; 4: one entry per split that grows with what each protocol
+# needs (few-shot's drawn images, then k-NN's rest), with the positions found unreadable
+FEATURES_VERSION = "features/4"
+# a pass over more images than this is saved as it goes: an interrupted one resumes from its last chunk
+CHUNK_IMAGES = 4096
 
 
 class FeatureCache:
     """Representations on disk (`<results>/cache/features/`), keyed on everything that changes
     them: the weights fingerprint, the model and resolution, the dataset, its source and
-    fingerprint, the split, the preprocessing and the representation. Shared by every shot count,
-    seed and λ."""
+    fingerprint, the split, the preprocessing and the representation. One entry per split, shared
+    by every protocol, shot count, seed and λ; it may hold part of the split (the images few-shot
+    drew) and grows with what a later protocol needs."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -52,7 +58,8 @@ class FeatureCache:
         path = self.path(key)
         try:
             with np.load(path, allow_pickle=False) as f:
-                found = Outputs(f["features"], f["labels"], f["indices"], [str(s) for s in f["skipped"]])
+                skipped = [str(s) for s in f["skipped"]]
+                found = Outputs(f["features"], f["labels"], f["indices"], skipped, f["unreadable"])
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
@@ -72,7 +79,10 @@ class FeatureCache:
 
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a name
-                np.savez(f, features=found.values, labels=found.labels, indices=found.indices, skipped=skipped)
+                np.savez(
+                    f, features=found.values, labels=found.labels, indices=found.indices, skipped=skipped,
+                    unreadable=found.unreadable,
+                )  # fmt: skip
 
         write_atomic(self.path(key), write)
 
@@ -86,6 +96,8 @@ def _mismatch(found: Outputs, split: Split, width: int | None) -> str | None:
         return f"{values.shape[1]} wide, {width} expected"
     if len(indices) and (indices.min() < 0 or indices.max() >= len(split)):
         return "index images the split does not have"
+    if len(found.unreadable) and (found.unreadable.min() < 0 or found.unreadable.max() >= len(split)):
+        return "name unreadable images the split does not have"
     if not np.array_equal(found.labels, split.labels[indices]):
         return "labelled unlike the split"
     if not np.isfinite(values).all():
@@ -150,7 +162,28 @@ def _compute(group, split_name: str, runtime: Runtime, clock: Clock, fn, model: 
         )
     if only is not None:  # subset positions -> split positions (subset keeps them sorted)
         found.indices = np.sort(only)[found.indices]
+        found.unreadable = np.sort(only)[found.unreadable]
     return found
+
+
+def _nothing(split: Split) -> Outputs:
+    return Outputs(np.empty((0, 0), np.float32), split.labels[:0], np.empty(0, np.int64))
+
+
+def _extend(group, split_name: str, runtime: Runtime, clock: Clock, fn, model, key: str, have: Outputs, positions):
+    """`have` and the outputs of the split `positions` it lacks (neither extracted nor known to be
+    unreadable), computed a chunk at a time, the entry saved after each: an interrupted pass
+    resumes from its last finished chunk. Returns (outputs, whether any were computed)."""
+    cache = FeatureCache(runtime.cache_root / "features")
+    missing = np.setdiff1d(positions, np.concatenate([have.indices, have.unreadable]))
+    done = 0
+    while done < len(missing):
+        size = max(CHUNK_IMAGES, len(have.indices) // 4)  # chunks grow with the entry: rewriting it stays linear
+        new = _compute(group, split_name, runtime, clock, fn, model, only=missing[done : done + size])
+        have = _merge(have, new)
+        cache.save(key, have)
+        done += size
+    return have, bool(len(missing))
 
 
 def outputs_over(
@@ -163,63 +196,57 @@ def outputs_over(
     model: LazyModel,
     distrust: str | int | None = None,
 ):
-    """The model's outputs over one split of a protocol group: from the cache (checked against the
-    split), or computed now (timed on `clock`). `distrust`: the width the outputs must have, or
-    why the cached file is not to be used (it is quarantined). Returns (outputs, computed)."""
+    """The model's outputs over one whole split of a protocol group: what the cache entry holds
+    (checked against the split), the rest computed now (timed on `clock`) and added to it.
+    `distrust`: the width the outputs must have, or why the cached entry is not to be used (it is
+    quarantined). Returns (outputs, computed)."""
+    split = group.splits[split_name]
     cache, key = _cache_key(group, split_name, runtime, cache_parts)
     if isinstance(distrust, str):
         cache.discard(key, distrust)
-    found = None if isinstance(distrust, str) else cache.load(key, group.splits[split_name], distrust)
-    if found is not None:
-        return found, False
-    found = _compute(group, split_name, runtime, clock, fn, model)
-    cache.save(key, found)
-    return found, True
+    have = None if isinstance(distrust, str) else cache.load(key, split, distrust)
+    found, computed = _extend(
+        group, split_name, runtime, clock, fn, model, key, have or _nothing(split), np.arange(len(split))
+    )
+    if not len(found.indices):
+        raise UserError(f"{split.dataset} {split.name}: no readable images")
+    return found, computed
 
 
 def sampled_outputs(group, split_name: str, runtime: Runtime, clock: Clock, cache_parts: dict, fn, model, wanted):
-    """The outputs of only the images a few-shot plan draws: `wanted(present)` gives the split
-    positions the runs sample when the images outside the boolean mask `present` are unreadable
-    (None: all readable). A cached pass over the whole split serves as it is; otherwise the
-    wanted images are extracted, an unreadable one (--skip-corrupt) replaced by the next of its
-    permutation until every wanted image was read, and kept in a cache entry of their own that
-    grows with later runs. Returns (outputs, computed): the same rows a full pass would give the
-    sampler. tests/test_fewshot.py compares the two on real data."""
+    """The outputs of the images a few-shot plan draws: `wanted(present)` gives the split positions
+    the runs sample when the images outside the boolean mask `present` are unreadable (None: all
+    readable). What the split's cache entry lacks of them is extracted and added to it, an
+    unreadable one (--skip-corrupt) replaced by the next of its permutation until every wanted
+    image was read. Returns (outputs, computed): the entry, which holds the rows a full pass would
+    give the sampler. tests/test_fewshot.py compares the two on real data."""
     split = group.splits[split_name]
     cache, key = _cache_key(group, split_name, runtime, cache_parts)
-    full = cache.load(key, split)
-    if full is not None:
-        return full, False
-    cache, partial_key = _cache_key(group, split_name, runtime, {**cache_parts, "partial": True})
-    have = cache.load(partial_key, split) or Outputs(
-        np.empty((0, 0), np.float32), split.labels[:0], np.empty(0, np.int64)
-    )
-    unreadable = np.zeros(len(split), dtype=bool)
-    computed = False
-    while True:
-        missing = np.setdiff1d(wanted(~unreadable if unreadable.any() else None), have.indices)
-        missing = missing[~unreadable[missing]]
-        if not len(missing):
-            break
-        new = _compute(group, split_name, runtime, clock, fn, model, only=missing)
-        unreadable[np.setdiff1d(missing, new.indices)] = True
-        have, computed = _merge(have, new), True
-    if computed:
-        cache.save(partial_key, have)
+    have = cache.load(key, split) or _nothing(split)
+    computed, more = False, True
+    while more:
+        unreadable = np.zeros(len(split), dtype=bool)
+        unreadable[have.unreadable] = True
+        have, more = _extend(
+            group, split_name, runtime, clock, fn, model, key, have, wanted(~unreadable if unreadable.any() else None)
+        )
+        computed = computed or more
     return have, computed
 
 
 def _merge(a: Outputs, b: Outputs) -> Outputs:
     """Two passes' outputs as one, in split order."""
+    unreadable = np.union1d(a.unreadable, b.unreadable).astype(np.int64)
     if not len(a.indices) or not len(b.indices):
         kept = b if len(b.indices) else a
-        return Outputs(kept.values, kept.labels, kept.indices, a.skipped + b.skipped)
+        return Outputs(kept.values, kept.labels, kept.indices, a.skipped + b.skipped, unreadable)
     order = np.argsort(np.concatenate([a.indices, b.indices]), kind="stable")
     return Outputs(
         np.concatenate([a.values, b.values])[order],
         np.concatenate([a.labels, b.labels])[order],
         np.concatenate([a.indices, b.indices])[order],
         a.skipped + b.skipped,
+        unreadable,
     )
 
 
@@ -287,9 +314,9 @@ def frozen_features(group, runtime: Runtime, split_names: tuple[str, ...], wante
     def train_outputs(distrust: str | None = None):
         if wanted is None:
             return outputs_over(group, train_split, runtime, clock, parts, features, model, distrust)
-        for partial in (False, True) if distrust else ():
-            cache, key = _cache_key(group, train_split, runtime, {**parts, "partial": True} if partial else parts)
-            cache.discard(key, distrust)  # type: ignore[arg-type]
+        if distrust:
+            cache, key = _cache_key(group, train_split, runtime, parts)
+            cache.discard(key, distrust)
         return sampled_outputs(group, train_split, runtime, clock, parts, features, model, wanted)
 
     train, train_new = train_outputs()

@@ -26,12 +26,14 @@ log = logging.getLogger("vitbench")
 @dataclass
 class Outputs:
     """What a pass returns, aligned row by row: `indices` are positions in the split (skipped
-    images have none), `skipped` the messages naming each corrupt file left out."""
+    images have none), `skipped` the messages naming each corrupt file left out, `unreadable`
+    their positions."""
 
     values: np.ndarray  # (N, D) float32
     labels: np.ndarray  # (N,) int64
     indices: np.ndarray  # (N,) int64
     skipped: list[str] = field(default_factory=list)
+    unreadable: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
 
 
 def loader(split: Split, transform: Callable, batch_size: int, workers: int, device: torch.device):
@@ -53,6 +55,19 @@ def _to_host(values: torch.Tensor) -> torch.Tensor:
         return values.cpu()
     host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
     return host.copy_(values, non_blocking=True)
+
+
+def _full_batch(fn: Callable, model: nn.Module, images: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """`fn(model, images)` for a batch padded (with copies of its last image) to `batch_size`:
+    every image goes through matrix products of the same shape, so its outputs do not depend on
+    which images shared its batch. A matrix product over fewer rows may take another kernel and sum
+    in another order: few-shot's 50 drawn digits, extracted 8 at a time, ended in a batch of 2 whose
+    features were 2e-6 off, enough to move a linear-probe prediction (issue 46, goal 5)."""
+    short = batch_size - len(images)
+    if short <= 0:
+        return fn(model, images)
+    padded = torch.cat([images, images[-1:].expand(short, *images.shape[1:])])
+    return fn(model, padded)[: len(images)]
 
 
 @torch.inference_mode()
@@ -81,15 +96,16 @@ def run_over(
         batches = loader(split, preprocessing.transform(uint8=True), batch_size, workers, device)
     total = math.ceil(len(split) / batch_size)
     model.eval().to(device)
-    values, labels, indices, skipped = [], [], [], []
+    values, labels, indices, skipped, unreadable = [], [], [], [], []
     for images, y, idx, bad in track(batches, total=total, description=description):
         if bad and not skip_corrupt:
             raise UserError(bad[0][1])
         skipped += [message for _, message in bad]
+        unreadable += [int(i) for i, _ in bad]
         if images is None:
             continue
         images = preprocessing.normalize(images.to(device, non_blocking=True))
-        values.append(_to_host(fn(model, images).float()))
+        values.append(_to_host(_full_batch(fn, model, images, batch_size).float()))
         labels.append(y)
         indices.append(idx)
     if device.type == "cuda":
@@ -97,7 +113,8 @@ def run_over(
     if skipped:
         log.warning("%s: skipped %d corrupt image(s), first: %s", description, len(skipped), skipped[0])
     if not values and allow_empty:  # a part of a split that held only unreadable images (--skip-corrupt)
-        return Outputs(np.empty((0, 0), np.float32), np.empty(0, np.int64), np.empty(0, np.int64), skipped)
+        nothing = np.empty(0, np.int64)
+        return Outputs(np.empty((0, 0), np.float32), nothing, nothing, skipped, np.asarray(unreadable, np.int64))
     if not values:
         raise UserError(f"{split.dataset} {split.name}: no readable images")
     return Outputs(
@@ -105,4 +122,5 @@ def run_over(
         torch.cat(labels).numpy().astype(np.int64),
         torch.cat(indices).numpy().astype(np.int64),
         skipped,
+        np.asarray(unreadable, np.int64),
     )
