@@ -25,6 +25,7 @@ standardized`), not CLIP's."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable
@@ -138,16 +139,23 @@ def _sklearn(z: np.ndarray, y: np.ndarray, l2: float, max_iter: int) -> tuple[So
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
 
-    from threadpoolctl import threadpool_limits
-
     model = LogisticRegression(C=1 / l2, max_iter=max_iter, tol=TOL)
     # BLAS on one thread: a dot product split over threads sums in another order, and where L-BFGS
     # stops short of the optimum (a small λ) that moved 1 of digits' 797 test predictions between 1
     # and 2 threads on the same features (issue 46, goal 5)
-    with warnings.catch_warnings(), threadpool_limits(1, user_api="blas"):
+    with warnings.catch_warnings(), _blas().limit(limits=1, user_api="blas"):
         warnings.simplefilter("ignore", ConvergenceWarning)  # CLIP's cap of 1,000 iterations is the protocol
         model.fit(z, y)
     return Solution(model.classes_, model.coef_, model.intercept_), int(model.n_iter_[0])
+
+
+@functools.cache
+def _blas():
+    """threadpoolctl's view of the loaded BLAS libraries, made once (after scikit-learn has loaded
+    scipy's): `threadpool_limits` scans them at every call, 5 ms, a third of a small fit."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
 
 
 def _torch(z: torch.Tensor, y: torch.Tensor, l2: float, max_iter: int) -> tuple[Solution, int]:
