@@ -99,3 +99,33 @@ def test_per_class_calibration_and_confusion_views(cli, tmp_path):
     assert (tmp_path / "plots" / "confusion_matrix.png").stat().st_size > 1000 and "797 test images" in out
     code, _, err = cli("table", "--per-class", "cifar10", "--results", results)
     assert code != 0 and "--per-class cifar10: no stored run on that dataset" in err
+
+
+def test_per_class_rows_name_folder_classes_and_markdown_keeps_names_inert(cli, tmp_path):
+    """A folder's classes are its folder names: the per-class table names them (before: "class 0…n").
+    A name holding HTML or "|" stays text in Markdown (before: `<img …>` went in raw for a renderer to
+    draw, and "|" split the row), while a value written "< 0.0005" stays as it is."""
+    from PIL import Image
+
+    names = ["<img src=x onerror=alert(1)>", "cat", "dog|wolf"]  # sorted as ImageFolder sorts them
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 6), ("test", 4)):
+        for c, name in enumerate(names):
+            folder = tmp_path / "pics" / split / name
+            folder.mkdir(parents=True)
+            for i in range(n):
+                pixels = np.clip(rng.normal(70 * c + 40, 25, (16, 16, 3)), 0, 255).astype(np.uint8)
+                Image.fromarray(pixels).save(folder / f"{i}.png")
+    results = tmp_path / "results"
+    folder = f"folder:{tmp_path / 'pics'}"
+    code, _, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", folder, "--res", "32",
+                       "--workers", "0", "--shots", "2", "--seeds", "0", "--results", results)  # fmt: skip
+    assert code == 0, err
+    (dataset,) = set(store.read_results(results)["dataset"])
+    code, md, err = cli("table", "--per-class", dataset, "--format", "md", "--results", results)
+    assert code == 0, err
+    rows = [line.split(" | ")[0] for line in md.splitlines() if line.startswith("| class ")]
+    assert rows == ["| class 0: &lt;img src=x onerror=alert(1)>", "| class 1: cat", "| class 2: dog\\|wolf"]
+    assert "<img" not in md
+    code, text, err = cli("table", "--per-class", dataset, "--results", results)
+    assert code == 0 and "class 0: <img src=x onerror=alert(1)>" in text and "class 2: dog|wolf" in text, err

@@ -169,6 +169,9 @@ class DatasetSpec:
     # few-shot draws its shots from this many train images (big_vision: ImageNet's train[:65000]),
     # the same number per class; None: the whole split
     fewshot_train_limit: int | None = None
+    # the classes' names in label order where the data names them (folder:<path>: its class folders);
+    # kept with each run's predictions, so per-class tables name classes without reading the data
+    class_names: tuple[str, ...] | None = None
 
     @property
     def head_size(self) -> int:

@@ -83,4 +83,5 @@ def folder_spec(name: str) -> DatasetSpec:
         dev_fraction=None if has_val else DEV_FRACTION,
         source="imagefolder",
         location=root,
+        class_names=tuple(classes),
     )

@@ -62,6 +62,8 @@ class Recorder:
             notes = {**notes, "pretrained": origin}
         if result.predictions is not None:  # the file first: a shard never names predictions that are not there
             predictions = write_predictions(self.req.results, spec.run_key, result.predictions)
+            if group.dataset.class_names:  # label i is class_names[i]: per-class tables name them
+                predictions = {**predictions, "classes": list(group.dataset.class_names)}
             notes = {**notes, "predictions": predictions}
         run = {
             "run_key": spec.run_key,

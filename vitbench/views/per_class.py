@@ -40,15 +40,18 @@ def per_class_view(df: pd.DataFrame, dataset: str, results: Path, protocol: str 
     m = measured_columns(df[df["dataset"] == dataset], protocol)
     data = TableData(title=f"Per-class top-1 accuracy (%) on {dataset}")
     classes: dict[str, list[np.ndarray]] = {}
+    names: list = []
     for col, part in m.acc.groupby("column", sort=False):
         for run in part.drop_duplicates("run_key").itertuples():
-            table = read_predictions(results, str(run.run_key), json_field(run.notes).get("predictions"))
+            recorded = json_field(run.notes).get("predictions")
+            table = read_predictions(results, str(run.run_key), recorded)
             if table is not None:
                 classes.setdefault(str(col), []).append(_per_class(table, int(table["label"].max()) + 1))
+                names = names or (recorded or {}).get("classes") or []
     if not classes:
         raise UserError(f"--per-class {dataset}: no stored run kept per-image predictions (runs before they were)")
     width = max(len(v) for runs in classes.values() for v in runs)
-    rows = [f"class {c}" for c in range(width)] + [MEAN_PER_CLASS]
+    rows = [_class_label(c, names) for c in range(width)] + [MEAN_PER_CLASS]
     for row in rows:
         data.add_row(row)
     for col, runs in classes.items():
@@ -60,6 +63,12 @@ def per_class_view(df: pd.DataFrame, dataset: str, results: Path, protocol: str 
     data.footnotes.append("cells: per-class top-1 accuracy (%), mean ± std over seeds (n runs), from kept predictions")
     provenance_footnotes(data, m)
     return data
+
+
+def _class_label(c: int, names: list) -> str:
+    """`class 3: persian` where the run kept the dataset's class names (folder:<path>), else `class 3`."""
+    name = names[c] if c < len(names) and isinstance(names[c], str) else None
+    return f"class {c}: {name}" if name else f"class {c}"
 
 
 def _cell(values: np.ndarray) -> Cell:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import io
+import re
 
 import pandas as pd
 
@@ -25,21 +26,37 @@ def _plain(t: TableData, cell: Cell | None) -> str:
     return text + (f" ({_delta_text(cell.delta)})" if cell.delta is not None else "")
 
 
+# a "<" that opens an HTML tag, closing tag, comment or declaration; "< 0.0005" is left alone
+_HTML_OPENING = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def _md_text(text: str) -> str:
+    """Text from names (folders, weights files, classes) made inert in Markdown: Markdown renderers
+    draw raw HTML, so a class folder named `<img src=x onerror=...>` would run there; its "<" is
+    written as the entity, which renders as the same character."""
+    return _HTML_OPENING.sub("&lt;", text)
+
+
+def _md_cell(text: str) -> str:
+    """`_md_text`, and "|" escaped: inside a table row it ends the cell."""
+    return _md_text(text).replace("|", "\\|")
+
+
 def to_markdown(t: TableData) -> str:
     best = t.best()
 
     def show(row: str, col: str) -> str:
         cell = t.cells.get((row, col))
-        text = _plain(t, cell).replace("|", "\\|")
+        text = _md_cell(_plain(t, cell))
         if cell is not None and (row, col) in best:
-            value = t.shown(cell) + cell.marks
+            value = _md_cell(t.shown(cell) + cell.marks)
             text = text.replace(value, f"**{value}**", 1)
         return text
 
-    lines = [f"**{t.title}**", ""] if t.title else []
-    lines += ["| | " + " | ".join(c.replace("|", "\\|") for c in t.columns) + " |", "|---" * (len(t.columns) + 1) + "|"]
-    lines += ["| " + r + " | " + " | ".join(show(r, c) for c in t.columns) + " |" for r in t.rows]
-    return "\n".join(lines + [""] + [f"- {n}" for n in t.footnotes]) + "\n"
+    lines = [f"**{_md_text(t.title)}**", ""] if t.title else []
+    lines += ["| | " + " | ".join(_md_cell(c) for c in t.columns) + " |", "|---" * (len(t.columns) + 1) + "|"]
+    lines += ["| " + _md_cell(r) + " | " + " | ".join(show(r, c) for c in t.columns) + " |" for r in t.rows]
+    return "\n".join(lines + [""] + [f"- {_md_text(n)}" for n in t.footnotes]) + "\n"
 
 
 _LATEX = {
