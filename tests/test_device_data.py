@@ -69,13 +69,20 @@ def test_jpeg_augmentation_matches_the_workers_within_a_grey_level(tmp_path):
         assert (x.int() - x2.int()).abs().max() <= 1  # same crop boxes, flips and resize; PIL's vs libjpeg's decoding
 
 
-def test_streamed_jpegs_equal_preloaded_ones(tmp_path):
+def test_streamed_jpegs_equal_preloaded_ones(tmp_path, monkeypatch):
     split = jpeg_split(tmp_path)
     stream = Stream(len(split), 8, 4, seed=1)
     aug = device_data.Augmentation(32, "inception", True)
     held = list(device_data.train_batches(device_data.DeviceImages(split, CPU), split.labels, stream, 0, 2, aug))
     streamed = list(device_data.streamed_train_batches(split, stream, 0, 2, aug, CPU, 0))
     for (x, y, i, _), (x2, y2, i2, _) in zip(held, streamed, strict=True):
+        assert torch.equal(x, x2) and torch.equal(y, y2) and torch.equal(i, i2)
+    monkeypatch.setattr(device_data, "PRELOAD_MAX_IMAGES", 0)  # eval: the streamed path for a large split
+    pre = Preprocessing(size=24)
+    streamed_eval = list(device_data.eval_batches(split, pre, 5, CPU, 0, False))
+    monkeypatch.setattr(device_data, "PRELOAD_MAX_IMAGES", 10**6)
+    held_eval = list(device_data.eval_batches(split, pre, 5, CPU, 0, False))
+    for (x, y, i, _), (x2, y2, i2, _) in zip(held_eval, streamed_eval, strict=True):
         assert torch.equal(x, x2) and torch.equal(y, y2) and torch.equal(i, i2)
 
 
@@ -101,9 +108,10 @@ def test_a_corrupt_jpeg_is_named_or_skipped(tmp_path):
     assert len(found.labels) == 11 and 3 not in found.indices and "img03.jpg" in found.skipped[0]
 
 
-def test_files_read_by_worker_processes_give_the_batches_read_here(tmp_path):
-    """Workers send each file's bytes pickled, not as a shared-memory descriptor per file (a
+def test_files_read_by_worker_processes_give_the_batches_read_here(tmp_path, monkeypatch):
+    """Workers send a batch's bytes as one tensor, not a shared-memory descriptor per file (a
     256-file batch ran out of them on a GPU machine); a file that cannot be read is named."""
+    monkeypatch.setattr(device_data, "PRELOAD_MAX_IMAGES", 0)  # the streamed path, as for ImageNet
     split = jpeg_split(tmp_path, n=18)
     pre = Preprocessing(size=24)
     here = list(device_data.eval_batches(split, pre, 4, CPU, 0, False))

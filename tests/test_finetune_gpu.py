@@ -74,7 +74,7 @@ def test_extraction_on_the_gpu_gives_the_cpu_features():
     a time on the main stream, each copied back synchronously; and, within the device resize's grey
     level and cuDNN's TF32 patch embedding, as the CPU computes them."""
     from vitbench.engine import device_data
-    from vitbench.engine.inference import run_over
+    from vitbench.engine.inference import _full_batch, run_over
 
     spec = registry.get_model("vit-ti/16")
     split = DATASETS["digits"].load_split(None, "train").subset("few", np.arange(300))
@@ -83,9 +83,9 @@ def test_extraction_on_the_gpu_gives_the_cpu_features():
     cuda = torch.device("cuda")
     cpu = run_over(spec.backend.features, model, split, pre, torch.device("cpu"), 64, 0, "cpu")
     gpu = run_over(spec.backend.features, model, split, pre, cuda, 64, 0, "gpu", pipeline="device")
-    with torch.inference_mode():
+    with torch.inference_mode():  # each batch padded to 64 as run_over pads it: the same matrix shapes
         one_by_one = [
-            spec.backend.features(model, pre.normalize(x)).float().cpu()
+            _full_batch(spec.backend.features, model, pre.normalize(x), 64).float().cpu()
             for x, *_ in device_data._eval_batches_here(split, pre, 64, cuda, 0)
         ]
     assert np.array_equal(gpu.indices, cpu.indices) and np.array_equal(gpu.labels, cpu.labels)

@@ -28,8 +28,8 @@ from vitbench.engine.train_data import Box, MicroBatches, Stream, _item_seed, ap
 
 log = logging.getLogger("vitbench")
 
-# Training: a file-backed split is decoded into device memory once when it is small (VTAB-1k:
-# 800-1,000 train images); a large one (ImageNet) streams its JPEG bytes and is decoded per batch.
+# A file-backed split is decoded into device memory first when it is small (VTAB-1k: 800-1,000 train
+# images); a large one (ImageNet) streams its JPEG bytes and is decoded per batch instead.
 PRELOAD_MAX_IMAGES = 20_000
 JPEG_MAGIC = b"\xff\xd8"
 
@@ -93,7 +93,7 @@ def decode_many(
     return out
 
 
-DECODE_BATCH = 256  # files per batched nvjpeg call when a split is put on the device for training
+DECODE_BATCH = 256  # files per batched nvjpeg call when a split is put on the device
 
 
 class DeviceImages:
@@ -216,12 +216,12 @@ def streamed_train_batches(
         collate_fn=_FileBytes.collate,
         pin_memory=False,
     )
-    for data, labels, items in loader:
+    for packed, labels, items in loader:
         out, kept, bad = [], [], []
-        for raw, label, (index, position) in zip(data, labels.tolist(), items, strict=True):
+        files = _unpack(packed, [split.paths[index] for index, _ in items])  # type: ignore[index]
+        for found, label, (index, position) in zip(files, labels.tolist(), items, strict=True):
             path = split.paths[index]  # type: ignore[index]
             try:
-                found = _file_bytes(raw, path)
                 if isinstance(found, CorruptImage):
                     raise found
                 image = _decode_bytes(found, device, path)
@@ -275,16 +275,16 @@ def eval_batches(
     split: Split, pre: Preprocessing, batch_size: int, device: torch.device, workers: int, skip_corrupt: bool
 ) -> Iterator[tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, list[tuple[int, str]]]]:
     """Batches (uint8 (B, 3, size, size) on the device, labels, indices, bad) in split order, as
-    `inference.loader` yields them, each one made while the model runs the one before (`_ahead`):
-    in-memory images go up a batch at a time from page-locked memory, files are read by workers
-    and decoded on the device a batch at a time. A pass used to decode a whole file-backed split
-    (up to 20,000 images) before the first forward pass, every decode on the critical path: on an
-    H200, extraction from JPEGs ran at 0.64x (ViT-B/16) and 0.31x (DeiT-Ti) a bare forward on
-    random tensors (docs/performance.md)."""
-    yield from _ahead(_eval_batches_here(split, pre, batch_size, device, workers), device)
+    `inference.loader` yields them, each made on a side stream while the model runs the one before
+    (`_ahead`). In-memory images go up a batch at a time from page-locked memory (before: the whole
+    split from pageable memory inside the pass); a small file-backed split is decoded onto the device
+    first; a large one streams its bytes through workers and is decoded a batch at a time."""
+    yield from _ahead(_eval_batches_here(split, pre, batch_size, device, workers, skip_corrupt), device)
 
 
-def _eval_batches_here(split: Split, pre: Preprocessing, batch_size: int, device: torch.device, workers: int):
+def _eval_batches_here(
+    split: Split, pre: Preprocessing, batch_size: int, device: torch.device, workers: int, skip_corrupt: bool = False
+):
     """`eval_batches`, each batch made on the current stream."""
     if isinstance(split.images, np.ndarray | torch.Tensor):  # (N, H, W, 3) uint8, one size (CIFAR)
         for start in range(0, len(split), batch_size):
@@ -302,10 +302,25 @@ def _eval_batches_here(split: Split, pre: Preprocessing, batch_size: int, device
             batch = eval_resize([pinned(x, device).to(device, non_blocking=True) for x in images], pre)
             yield batch, torch.from_numpy(split.labels[index.numpy()]), index, []
         return
-    for data, labels, items in _byte_loader(split, batch_size, workers):
+    if DeviceImages.fits(split):
+        # a small file-backed split is decoded onto the device first, in batched nvjpeg calls: on an
+        # H200 that ran DeiT-Ti's extraction from JPEGs at 10,400 images/s, decoding a batch at a
+        # time from a worker's bytes at 3,000 (docs/performance.md)
+        held = DeviceImages(split, device, skip_corrupt)
+        for start in range(0, len(split), batch_size):
+            span = range(start, min(start + batch_size, len(split)))
+            read = [i for i in span if i not in held.bad]
+            bad = [(i, held.bad[i]) for i in span if i in held.bad]
+            if not read:
+                yield None, None, torch.empty(0, dtype=torch.long), bad
+                continue
+            batch = eval_resize([held.get(i) for i in read], pre)
+            yield batch, torch.from_numpy(split.labels[read]), torch.tensor(read), bad
+        return
+    for packed, labels, items in _byte_loader(split, batch_size, workers):
         decoded, kept, bad = [], [], []
         where = [split.paths[i] for i in items]  # type: ignore[index]
-        files = [_file_bytes(d, path) for d, path in zip(data, where, strict=True)]
+        files = _unpack(packed, where)
         for position, (image, i) in enumerate(zip(decode_many(files, device, where), items, strict=True)):
             if isinstance(image, CorruptImage):
                 bad.append((i, str(image)))
@@ -344,10 +359,8 @@ def _ahead(batches: Iterator, device: torch.device) -> Iterator:
 
 
 class _FileBytes(torch.utils.data.Dataset):
-    """Workers only read files (the decode happens on the device). A file's bytes travel from the
-    worker as a numpy array (pickled): a torch tensor travels as a shared-memory file descriptor,
-    and a 256-file batch with the next ones prefetched ran out of them ("Bad file descriptor" on an
-    H200, and a pass that never ended). An unreadable file travels as the reason why (a string)."""
+    """Workers only read files (the decode happens on the device). An unreadable file is read as
+    the reason why (a string)."""
 
     def __init__(self, split: Split):
         self.split = split
@@ -368,13 +381,24 @@ class _FileBytes(torch.utils.data.Dataset):
 
     @staticmethod
     def collate(batch):
-        items = [b[2] for b in batch]
-        return [b[0] for b in batch], torch.tensor([b[1] for b in batch]), items
+        """The batch's bytes as ONE tensor with each file's size (and the reason for each unreadable
+        one): a worker sends each tensor as a shared-memory file descriptor, and one tensor per file
+        (256 a batch, more prefetched) ran out of them on an H200 ("Bad file descriptor", a pass
+        that never ended)."""
+        arrays = [b[0] if isinstance(b[0], np.ndarray) else np.empty(0, np.uint8) for b in batch]
+        problems = [None if isinstance(b[0], np.ndarray) else b[0] for b in batch]
+        packed = (torch.from_numpy(np.concatenate(arrays)), [len(a) for a in arrays], problems)
+        return packed, torch.tensor([b[1] for b in batch]), [b[2] for b in batch]
 
 
-def _file_bytes(data: np.ndarray | str, path: str) -> torch.Tensor | CorruptImage:
-    """A file's bytes from `_FileBytes` as decode_many takes them: a tensor, or the CorruptImage naming it."""
-    return torch.from_numpy(data) if isinstance(data, np.ndarray) else CorruptImage(path, data)
+def _unpack(packed, paths: list[str]) -> list[torch.Tensor | CorruptImage]:
+    """`_FileBytes.collate`'s batch as decode_many takes it: each file's bytes (a view), or the
+    CorruptImage naming an unreadable one."""
+    flat, sizes, problems = packed
+    parts = torch.split(flat, sizes)
+    return [
+        part if why is None else CorruptImage(path, why) for part, why, path in zip(parts, problems, paths, strict=True)
+    ]
 
 
 def _byte_loader(split: Split, batch_size: int, workers: int):
