@@ -11,7 +11,7 @@ from PIL import Image
 
 from vitbench.backend import Preprocessing
 from vitbench.datasets import DATASETS, Split
-from vitbench.engine import device_data, training
+from vitbench.engine import device_data, device_eval, training
 from vitbench.engine.distributed import World
 from vitbench.engine.inference import loader, run_over
 from vitbench.engine.train_data import Stream, TrainTransform, train_loader
@@ -79,9 +79,9 @@ def test_streamed_jpegs_equal_preloaded_ones(tmp_path, monkeypatch):
         assert torch.equal(x, x2) and torch.equal(y, y2) and torch.equal(i, i2)
     monkeypatch.setattr(device_data, "PRELOAD_MAX_IMAGES", 0)  # eval: the streamed path for a large split
     pre = Preprocessing(size=24)
-    streamed_eval = list(device_data.eval_batches(split, pre, 5, CPU, 0, False))
+    streamed_eval = list(device_eval.eval_batches(split, pre, 5, CPU, 0, False))
     monkeypatch.setattr(device_data, "PRELOAD_MAX_IMAGES", 10**6)
-    held_eval = list(device_data.eval_batches(split, pre, 5, CPU, 0, False))
+    held_eval = list(device_eval.eval_batches(split, pre, 5, CPU, 0, False))
     for (x, y, i, _), (x2, y2, i2, _) in zip(held_eval, streamed_eval, strict=True):
         assert torch.equal(x, x2) and torch.equal(y, y2) and torch.equal(i, i2)
 
@@ -90,7 +90,7 @@ def test_streamed_jpegs_equal_preloaded_ones(tmp_path, monkeypatch):
 def test_eval_resize_matches_the_workers_transform(digits, tmp_path, crop_mode, antialias):
     pre = Preprocessing(size=28, crop_pct=0.875, crop_mode=crop_mode, antialias=antialias)
     for split, tolerance in ((digits, 0), (jpeg_split(tmp_path), 1)):
-        ours = list(device_data.eval_batches(split, pre, 16, CPU, 0, False))
+        ours = list(device_eval.eval_batches(split, pre, 16, CPU, 0, False))
         workers = list(loader(split, pre.transform(uint8=True), 16, 0, CPU))
         for (x, y, i, _), (x2, y2, i2, _) in zip(ours, workers, strict=True):
             assert torch.equal(i, i2) and torch.equal(y, y2)
@@ -114,12 +114,12 @@ def test_files_read_by_worker_processes_give_the_batches_read_here(tmp_path, mon
     monkeypatch.setattr(device_data, "PRELOAD_MAX_IMAGES", 0)  # the streamed path, as for ImageNet
     split = jpeg_split(tmp_path, n=18)
     pre = Preprocessing(size=24)
-    here = list(device_data.eval_batches(split, pre, 4, CPU, 0, False))
-    workers = list(device_data.eval_batches(split, pre, 4, CPU, 2, False))
+    here = list(device_eval.eval_batches(split, pre, 4, CPU, 0, False))
+    workers = list(device_eval.eval_batches(split, pre, 4, CPU, 2, False))
     for (x, y, i, _), (x2, y2, i2, _) in zip(here, workers, strict=True):
         assert torch.equal(x, x2) and torch.equal(y, y2) and torch.equal(i, i2)
     Path(split.paths[5]).unlink()
-    batches = list(device_data.eval_batches(split, pre, 4, CPU, 2, True))
+    batches = list(device_eval.eval_batches(split, pre, 4, CPU, 2, True))
     assert 5 not in torch.cat([i for _, _, i, _ in batches]).tolist()
     assert "img05.jpg: corrupt or truncated image" in batches[1][3][0][1]
 
@@ -154,8 +154,8 @@ def test_a_same_sized_batch_is_resized_in_one_call_as_image_by_image(tmp_path, a
     pre = Preprocessing(size=24, crop_pct=0.875, antialias=antialias)
     rng = np.random.default_rng(1)
     images = [torch.from_numpy(rng.integers(0, 256, (3, 50, 40), dtype=np.uint8)) for _ in range(5)]
-    batched = device_data.eval_resize(images, pre)
-    one_by_one = torch.stack([device_data.eval_resize(x[None], pre)[0] for x in images])
+    batched = device_eval.eval_resize(images, pre)
+    one_by_one = torch.stack([device_eval.eval_resize(x[None], pre)[0] for x in images])
     assert batched.shape == (5, 3, 24, 24) and torch.equal(batched, one_by_one)
 
 

@@ -73,7 +73,7 @@ def test_extraction_on_the_gpu_gives_the_cpu_features():
     complete before they are read: every image's features, in split order, exactly as one batch at
     a time on the main stream, each copied back synchronously; and, within the device resize's grey
     level and cuDNN's TF32 patch embedding, as the CPU computes them."""
-    from vitbench.engine import device_data
+    from vitbench.engine import device_eval
     from vitbench.engine.inference import _full_batch, run_over
 
     spec = registry.get_model("vit-ti/16")
@@ -86,7 +86,7 @@ def test_extraction_on_the_gpu_gives_the_cpu_features():
     with torch.inference_mode():  # each batch padded to 64 as run_over pads it: the same matrix shapes
         one_by_one = [
             _full_batch(spec.backend.features, model, pre.normalize(x), 64).float().cpu()
-            for x, *_ in device_data._eval_batches_here(split, pre, 64, cuda, 0)
+            for x, *_ in device_eval._eval_batches_here(split, pre, 64, cuda, 0)
         ]
     assert np.array_equal(gpu.indices, cpu.indices) and np.array_equal(gpu.labels, cpu.labels)
     assert np.allclose(gpu.values, torch.cat(one_by_one).numpy(), atol=1e-6, rtol=1e-6)

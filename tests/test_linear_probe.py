@@ -95,13 +95,13 @@ def test_the_sweep_refines_around_the_best_and_prefers_the_larger_lambda_on_a_ti
             calls.append(self.l2)
             return scores.get(self.l2, 0.79)
 
-    real = logistic.solve
-    logistic.solve = lambda x, y, l2, features: (Fit(l2), 7)
+    real = logistic._solver
+    logistic._solver = lambda x, y, features: lambda l2: (Fit(l2), 7)
     try:
         with caplog.at_level("INFO", logger="vitbench"):
             best, found = logistic.sweep((torch.zeros(3, 2), None), (torch.zeros(2, 2), torch.zeros(2)), 2)
     finally:
-        logistic.solve = real
+        logistic._solver = real
     assert best == 1e-2  # 1e-3 and 1e-2 tie: the larger λ
     # CLIP's range, a fit per decade, then 10^(±1/2), 10^(±1/4), 10^(±1/8) around the best: its eighths
     assert len(found) == len(calls) == 13 + 6 and found[best] == 0.8

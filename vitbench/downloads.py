@@ -116,7 +116,7 @@ def format_problem(path: Path, suffix: str) -> str | None:
     if suffix not in (".npz", ".pth", ".bin", ".pt", ".safetensors"):
         return None  # a format vitbench does not know by its first bytes
     text = head.lstrip().lower()
-    what = "an HTML page" if text.startswith((b"<!doctype", b"<html", b"<")) else f"bytes {head[:8]!r}"
+    what = "an HTML page" if text.startswith(b"<") else f"bytes {head[:8]!r}"  # <!doctype, <html, <head
     return f"it is {what}, not a {suffix} file"
 
 

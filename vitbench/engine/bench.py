@@ -89,9 +89,8 @@ def matmul_peak(device: torch.device, precision: str) -> float:
     """FLOP/s of this device's dense square matrix product at `precision` (the fastest of a few):
     what its matmul units reach in practice, the ceiling for a transformer whose FLOPs are nearly all
     matmuls. Measured, not read off a data sheet: a 2-core VM or a power-capped GPU has no sheet."""
-    n, dtype = (8192, torch.bfloat16) if device.type == "cuda" and precision == "bf16" else (2048, torch.float32)
-    if device.type == "cuda" and precision != "bf16":
-        n = 8192  # fp32 on a GPU: TF32 where torch allows it, as the model's own matmuls run
+    n = 8192 if device.type == "cuda" else 2048  # fp32 on a GPU: TF32 where torch allows it, as the model's run
+    dtype = torch.bfloat16 if device.type == "cuda" and precision == "bf16" else torch.float32
     generator = torch.Generator().manual_seed(0)
     a, b = (torch.randn(n, n, generator=generator).to(device, dtype) for _ in range(2))
     a @ b  # warm-up: the library picks its kernel

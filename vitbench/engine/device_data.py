@@ -6,7 +6,8 @@ same (seed, stream position) generator that `train_data.AugmentedSplit` seeds, a
 tensor ops (train_data.apply_box, TensorFlow-style resizing) run on the device; an antialiased
 eval recipe (timm's) resizes with torchvision's antialiased bilinear on tensors, which follows
 PIL's to within a grey level (tests/test_device_data.py checks both). Choosing it changes speed,
-not the protocol, so it is recorded in a run's notes and not in its key.
+not the protocol, so it is recorded in a run's notes and not in its key. The eval side (the eval
+transform, batches in split order) is device_eval.py.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg
-from torchvision.transforms import v2
-from torchvision.transforms.v2 import functional as TF
 
 from vitbench.backend import Preprocessing
 from vitbench.datasets import CorruptImage, Split
@@ -218,7 +217,7 @@ def streamed_train_batches(
     )
     for packed, labels, items in loader:
         out, kept, bad = [], [], []
-        files = _unpack(packed, [split.paths[index] for index, _ in items])  # type: ignore[index]
+        files = unpack(packed, [split.paths[index] for index, _ in items])  # type: ignore[index]
         for found, label, (index, position) in zip(files, labels.tolist(), items, strict=True):
             path = split.paths[index]  # type: ignore[index]
             try:
@@ -246,116 +245,6 @@ def synthetic_batches(micro: int, res: int, num_classes: int, device: torch.devi
     index = torch.arange(micro)
     for _ in range(steps * accum):
         yield images, labels, index, []
-
-
-# --- evaluation: the eval transform on the device -------------------------------------------------
-
-
-def eval_resize(images: torch.Tensor | list[torch.Tensor], pre: Preprocessing) -> torch.Tensor:
-    """The eval transform (resize to floor(size / crop_pct), squash or shorter side, then centre
-    crop) on uint8 images on the device: one call for a same-sized batch, else one per image.
-    TensorFlow's resize for the Google recipes, torchvision's antialiased one for timm's."""
-    scale = int(pre.size / pre.crop_pct)
-    size = [scale, scale] if pre.crop_mode == "squash" else [scale]
-    mode = v2.InterpolationMode(pre.interpolation)
-
-    def one(x: torch.Tensor) -> torch.Tensor:
-        if not pre.antialias:
-            return pre.resize_crop(x)
-        return TF.center_crop(TF.resize(x, size, interpolation=mode, antialias=True), [pre.size, pre.size])
-
-    if isinstance(images, torch.Tensor):
-        return one(images)
-    if len({tuple(x.shape) for x in images}) == 1:  # one size (a resized val set): one call, not one per image
-        return one(torch.stack(images))
-    return torch.stack([one(x) for x in images])
-
-
-def eval_batches(
-    split: Split, pre: Preprocessing, batch_size: int, device: torch.device, workers: int, skip_corrupt: bool
-) -> Iterator[tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, list[tuple[int, str]]]]:
-    """Batches (uint8 (B, 3, size, size) on the device, labels, indices, bad) in split order, as
-    `inference.loader` yields them, each made on a side stream while the model runs the one before
-    (`_ahead`). In-memory images go up a batch at a time from page-locked memory (before: the whole
-    split from pageable memory inside the pass); a small file-backed split is decoded onto the device
-    first; a large one streams its bytes through workers and is decoded a batch at a time."""
-    yield from _ahead(_eval_batches_here(split, pre, batch_size, device, workers, skip_corrupt), device)
-
-
-def _eval_batches_here(
-    split: Split, pre: Preprocessing, batch_size: int, device: torch.device, workers: int, skip_corrupt: bool = False
-):
-    """`eval_batches`, each batch made on the current stream."""
-    if isinstance(split.images, np.ndarray | torch.Tensor):  # (N, H, W, 3) uint8, one size (CIFAR)
-        for start in range(0, len(split), batch_size):
-            index = torch.arange(start, min(start + batch_size, len(split)))
-            # to the device as stored, then to (N, 3, H, W) there: the layout copy on the host took
-            # longer than the transfer
-            host = pinned(torch.as_tensor(split.images[start : start + batch_size]), device)
-            batch = host.to(device, non_blocking=True).permute(0, 3, 1, 2).contiguous()
-            yield eval_resize(batch, pre), torch.from_numpy(split.labels[index.numpy()]), index, []
-        return
-    if split.images is not None:  # a list of differently sized (H, W, 3) arrays
-        for start in range(0, len(split), batch_size):
-            index = torch.arange(start, min(start + batch_size, len(split)))
-            images = [torch.from_numpy(np.ascontiguousarray(split.images[i])).permute(2, 0, 1) for i in index]
-            batch = eval_resize([pinned(x, device).to(device, non_blocking=True) for x in images], pre)
-            yield batch, torch.from_numpy(split.labels[index.numpy()]), index, []
-        return
-    if DeviceImages.fits(split):
-        # a small file-backed split is decoded onto the device first, in batched nvjpeg calls: on an
-        # H200 that ran DeiT-Ti's extraction from JPEGs at 10,400 images/s, decoding a batch at a
-        # time from a worker's bytes at 3,000 (docs/performance.md)
-        held = DeviceImages(split, device, skip_corrupt)
-        for start in range(0, len(split), batch_size):
-            span = range(start, min(start + batch_size, len(split)))
-            read = [i for i in span if i not in held.bad]
-            bad = [(i, held.bad[i]) for i in span if i in held.bad]
-            if not read:
-                yield None, None, torch.empty(0, dtype=torch.long), bad
-                continue
-            batch = eval_resize([held.get(i) for i in read], pre)
-            yield batch, torch.from_numpy(split.labels[read]), torch.tensor(read), bad
-        return
-    for packed, labels, items in _byte_loader(split, batch_size, workers):
-        decoded, kept, bad = [], [], []
-        where = [split.paths[i] for i in items]  # type: ignore[index]
-        files = _unpack(packed, where)
-        for position, (image, i) in enumerate(zip(decode_many(files, device, where), items, strict=True)):
-            if isinstance(image, CorruptImage):
-                bad.append((i, str(image)))
-            else:
-                decoded.append(image)
-                kept.append((position, i))
-        if not decoded:
-            yield None, None, torch.empty(0, dtype=torch.long), bad
-            continue
-        keep = torch.tensor([p for p, _ in kept])
-        yield eval_resize(decoded, pre), labels[keep], torch.tensor([i for _, i in kept]), bad
-
-
-def _ahead(batches: Iterator, device: torch.device) -> Iterator:
-    """`batches`, each made on a side CUDA stream: the caller's forward pass of one batch (queued on
-    the main stream) runs while the host reads, and the device decodes and resizes, the next; the
-    main stream waits only for the batch it is about to use. torchvision's nvjpeg decode waits for
-    its stream to finish, which on the main stream meant waiting for the previous forward pass too."""
-    if device.type != "cuda":
-        yield from batches
-        return
-    side, main = torch.cuda.Stream(device), torch.cuda.current_stream(device)
-
-    def make():
-        with torch.cuda.stream(side):
-            item = next(batches, None)
-        if item is not None and item[0] is not None:
-            main.wait_stream(side)
-            item[0].record_stream(main)  # made on the side stream: its memory is not reused while main reads it
-        return item
-
-    item = make()
-    while item is not None:
-        yield item
-        item = make()
 
 
 class _FileBytes(torch.utils.data.Dataset):
@@ -391,7 +280,7 @@ class _FileBytes(torch.utils.data.Dataset):
         return packed, torch.tensor([b[1] for b in batch]), [b[2] for b in batch]
 
 
-def _unpack(packed, paths: list[str]) -> list[torch.Tensor | CorruptImage]:
+def unpack(packed, paths: list[str]) -> list[torch.Tensor | CorruptImage]:
     """`_FileBytes.collate`'s batch as decode_many takes it: each file's bytes (a view), or the
     CorruptImage naming an unreadable one."""
     flat, sizes, problems = packed
@@ -401,7 +290,7 @@ def _unpack(packed, paths: list[str]) -> list[torch.Tensor | CorruptImage]:
     ]
 
 
-def _byte_loader(split: Split, batch_size: int, workers: int):
+def byte_loader(split: Split, batch_size: int, workers: int):
     return torch.utils.data.DataLoader(
         _FileBytes(split), batch_size=batch_size, shuffle=False, num_workers=workers, collate_fn=_FileBytes.collate
     )

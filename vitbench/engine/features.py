@@ -170,11 +170,12 @@ def _nothing(split: Split) -> Outputs:
     return Outputs(np.empty((0, 0), np.float32), split.labels[:0], np.empty(0, np.int64))
 
 
-def _extend(group, split_name: str, runtime: Runtime, clock: Clock, fn, model, key: str, have: Outputs, positions):
+def _extend(group, split_name: str, runtime: Runtime, clock: Clock, fn, model, cache_key, have: Outputs, positions):
     """`have` and the outputs of the split `positions` it lacks (neither extracted nor known to be
     unreadable), computed a chunk at a time, the entry saved after each: an interrupted pass
-    resumes from its last finished chunk. Returns (outputs, whether any were computed)."""
-    cache = FeatureCache(runtime.cache_root / "features")
+    resumes from its last finished chunk. `cache_key`: (the cache, the entry's key). Returns
+    (outputs, whether any were computed)."""
+    cache, key = cache_key
     missing = np.setdiff1d(positions, np.concatenate([have.indices, have.unreadable]))
     done = 0
     while done < len(missing):
@@ -206,7 +207,7 @@ def outputs_over(
         cache.discard(key, distrust)
     have = None if isinstance(distrust, str) else cache.load(key, split, distrust)
     found, computed = _extend(
-        group, split_name, runtime, clock, fn, model, key, have or _nothing(split), np.arange(len(split))
+        group, split_name, runtime, clock, fn, model, (cache, key), have or _nothing(split), np.arange(len(split))
     )
     if not len(found.indices):
         raise UserError(f"{split.dataset} {split.name}: no readable images")
@@ -227,9 +228,8 @@ def sampled_outputs(group, split_name: str, runtime: Runtime, clock: Clock, cach
     while more:
         unreadable = np.zeros(len(split), dtype=bool)
         unreadable[have.unreadable] = True
-        have, more = _extend(
-            group, split_name, runtime, clock, fn, model, key, have, wanted(~unreadable if unreadable.any() else None)
-        )
+        want = wanted(~unreadable if unreadable.any() else None)
+        have, more = _extend(group, split_name, runtime, clock, fn, model, (cache, key), have, want)
         computed = computed or more
     return have, computed
 

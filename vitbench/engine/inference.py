@@ -16,7 +16,7 @@ from torch import nn
 from vitbench.backend import Preprocessing
 from vitbench.datasets import Split
 from vitbench.datasets.transformed import TransformedSplit
-from vitbench.engine import device_data
+from vitbench.engine import device_data, device_eval
 from vitbench.engine.progress import track
 from vitbench.errors import UserError
 
@@ -85,13 +85,13 @@ def run_over(
     allow_empty: bool = False,
 ) -> Outputs:
     """`fn(model, images)` for every image of the split, in split order. Workers decode, resize and
-    crop to uint8 (or, with `pipeline="device"`, the device does: device_data.py); the batch is
+    crop to uint8 (or, with `pipeline="device"`, the device does: device_data.py, device_eval.py); the batch is
     normalised on the device (bit-identical to doing it per image)."""
 
     batches: Iterable
     # a split cropped on decoding (ObjectNet's PNGs, which the device decodes on the CPU anyway) stays with the workers
     if not split.border and device_data.choose(pipeline, device, preprocessing) == "device":
-        batches = device_data.eval_batches(split, preprocessing, batch_size, device, workers, skip_corrupt)
+        batches = device_eval.eval_batches(split, preprocessing, batch_size, device, workers, skip_corrupt)
     else:
         batches = loader(split, preprocessing.transform(uint8=True), batch_size, workers, device)
     total = math.ceil(len(split) / batch_size)

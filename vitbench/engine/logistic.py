@@ -118,13 +118,20 @@ def solve(
     """(the fit, its iterations): scikit-learn on the CPU, torch's L-BFGS where the features are on
     a GPU and the problem is large enough for the GPU to be faster (`GPU_MIN_WORK`); a small one
     goes to scikit-learn, the same fit the CPU makes."""
+    return _solver(x, y, features)(l2, max_iter)
+
+
+def _solver(x: torch.Tensor, y: torch.Tensor, features: str) -> Callable[..., tuple[Solution, int]]:
+    """`solve` at any λ for one fitting set, its features prepared once (float64, standardised
+    where asked, copied to the host where scikit-learn solves): the sweep fits 19 λ on the same set."""
     z = x.double()
     if features == "standardized":  # raw features go as they are (no copy: the fits are milliseconds)
         mean, std = _standardizer(z, features)
         z = (z - mean) / std
     if z.device.type == "cpu" or z.shape[0] * z.shape[1] * (int(y.max()) + 1) < GPU_MIN_WORK:
-        return _sklearn(z.cpu().numpy(), y.cpu().numpy(), l2, max_iter)
-    return _torch(z, y, l2, max_iter)
+        z_host, y_host = z.cpu().numpy(), y.cpu().numpy()
+        return lambda l2, max_iter=MAX_ITER: _sklearn(z_host, y_host, l2, max_iter)
+    return lambda l2, max_iter=MAX_ITER: _torch(z, y, l2, max_iter)
 
 
 def _standardizer(x: torch.Tensor, features: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -204,12 +211,13 @@ def sweep(
     mean, std = _standardizer(x.double(), features)
     val_z, val_y = ((val[0].double() - mean) / std).cpu().numpy(), val[1].cpu().numpy()
     planned = len(COARSE) + 2 * len(REFINE_STEPS)
+    fit_at = _solver(x, y, features)
 
     def score(l2: float) -> None:
         l2 = _on_grid(l2)
         if l2 in scores:
             return
-        found, iterations = solve(x, y, l2, features)
+        found, iterations = fit_at(l2)
         scores[l2] = found.accuracy(val_z, val_y)
         log.info(
             "%s: λ %.3g (%d/%d), %d iterations, validation accuracy %.2f%%",
