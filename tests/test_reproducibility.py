@@ -1,11 +1,15 @@
 """Numbers independent of how they were computed (issue 46, goal 5): the same request at another
-extraction batch or thread count stores the same per-image predictions under the same run keys.
+extraction batch or thread count, or on two processes, stores the same per-image predictions under
+the same run keys.
 Other harnesses lose exactly this (lm-evaluation-harness #2140: its cache works only with the same
 GPU count; dinov2 #106: a linear result reproduced only on 8 GPUs)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import torch
 from threadpoolctl import threadpool_limits
@@ -27,11 +31,20 @@ def stored_predictions(results) -> dict:
     return found
 
 
-def test_predictions_and_run_keys_do_not_depend_on_the_extraction_batch_or_the_threads(cli, tmp_path):
+def test_predictions_and_run_keys_do_not_depend_on_the_extraction_batch_threads_or_processes(cli, tmp_path):
     """Few-shot, k-NN and the linear probe at extraction batches 64, 8 and 256, on 2 threads and
-    on 1 (torch's and the BLAS's): every one of digits' 797 test predictions the same, each run
-    under the same key. Before linear/5 one linear-probe prediction moved with the BLAS's threads."""
+    on 1 (torch's and the BLAS's), and on two processes (`--devices 2`: torchrun, gloo, each
+    extracting half of every split): every one of digits' 797 test predictions the same, each run
+    under the same key. Before linear/5 one linear-probe prediction moved with the BLAS's threads;
+    before these protocols ran data-parallel, `--devices 2` was refused."""
     found = {}
+    two = tmp_path / "two-processes"
+    command = [sys.executable, "-m", "vitbench", "run", *FAST, "--protocol", "fewshot,knn,linear", "--shots", "5"]
+    command += ["--seeds", "0", "--knn-k", "5", "--devices", "2", "--results", str(two)]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found["two processes"] = stored_predictions(two)
+    assert set(store.read_results(two)["device_count"]) == {2}
     for batch, threads in ((64, 2), (8, 2), (256, 1)):
         before = torch.get_num_threads()
         torch.set_num_threads(threads)

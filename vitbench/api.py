@@ -160,8 +160,9 @@ def _stage(req: Request, rerun: bool, dry_run: bool, on_plan, on_result, cluster
         writable_results(req.results)
         trackers.check(req.tracker, req.tensorboard)  # a tracker that cannot log: one line before any work
     groups = plan_groups(req, dry_run)
-    if world.size > 1 and not all(get_protocol(g.protocol).data_parallel for g in groups):
-        raise UserError(f"--devices / torchrun: {data_parallel_only()}")
+    serial = [g.protocol for g in groups if not get_protocol(g.protocol).data_parallel]
+    if world.size > 1 and serial:
+        raise UserError(f"--devices / torchrun: {not_data_parallel(serial[0])}")
     specs = [s for g in groups for s in g.specs]
     # only rank 0 opens the store (DuckDB has one writer); it tells the others what is done
     con = None if dry_run or not world.is_main else _open_store(req.results)
@@ -215,10 +216,11 @@ def _open_store(results: Path):
         return None
 
 
-def data_parallel_only() -> str:
-    """The one-line reason a protocol cannot run under torchrun."""
+def not_data_parallel(protocol: str) -> str:
+    """The one-line reason `protocol` cannot run under torchrun, naming those that can."""
     names = [p.name for p in protocols().values() if p.data_parallel]
-    return f"only the {' and '.join(names)} protocol{'s run' if len(names) > 1 else ' runs'} data-parallel"
+    can = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+    return f"the {protocol} protocol runs on one process only ({can} run data-parallel)"
 
 
 def work(req: Request, run_keys: list[str]) -> dict:

@@ -126,7 +126,13 @@ Precision = Annotated[
     ),
 ]
 Devices = Annotated[
-    int, option("--devices", panel=DEVICES, min=1, help="finetune: data-parallel processes (torchrun + DDP).")
+    int,
+    option(
+        "--devices",
+        panel=DEVICES,
+        min=1,
+        help="Data-parallel processes (torchrun): finetune, pretrain (DDP); fewshot, knn, linear (the extraction).",
+    ),
 ]
 Nnodes = Annotated[int, option("--nnodes", panel=NODES, min=1, help="torchrun: nodes in the data-parallel job.")]
 NodeRank = Annotated[int, option("--node-rank", panel=NODES, min=0, help="torchrun: this node's rank.")]

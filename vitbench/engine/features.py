@@ -3,6 +3,7 @@ behind them built only when something is not cached."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import zipfile
 from collections.abc import Callable
@@ -15,6 +16,7 @@ import torch
 from vitbench.atomic import write_atomic
 from vitbench.datasets import Split
 from vitbench.devices import Clock, Runtime, autocast
+from vitbench.engine.distributed import broadcast, world
 from vitbench.engine.inference import Outputs, run_over
 from vitbench.errors import UserError
 from vitbench.provenance import canonical_json, sha256_text
@@ -70,11 +72,19 @@ class FeatureCache:
             return None
         return found
 
+    def shared_load(self, key: str, split: Split, width: int | None = None) -> Outputs | None:
+        """`load` by one process, its outputs sent to every process of a torchrun world: all of
+        them then agree on what is still to extract (another node need not see this folder)."""
+        w = world()
+        return broadcast(self.load(key, split, width) if w.is_main else None, w)
+
     def discard(self, key: str, problem: str) -> None:
-        if self.path(key).exists():
+        if world().is_main and self.path(key).exists():  # under torchrun, one process moves it aside
             quarantine(self.path(key), f"cached outputs {problem}; recomputing", results=self.root.parent.parent)
 
     def save(self, key: str, found: Outputs) -> None:
+        if not world().is_main:  # under torchrun every process holds the same outputs; one writes them
+            return
         skipped = np.asarray(found.skipped, dtype=str)
 
         def write(tmp: Path) -> None:
@@ -142,12 +152,27 @@ def _cache_key(group, split_name: str, runtime: Runtime, cache_parts: dict) -> t
     return cache, key
 
 
-def _compute(group, split_name: str, runtime: Runtime, clock: Clock, fn, model: LazyModel, only=None):
-    """The outputs over the split (or over its images at split positions `only`, indexed by split position)."""
-    split = group.splits[split_name]
-    part = split if only is None else split.subset(split_name, only)
+def _compute(group, split_name: str, runtime: Runtime, clock: Clock, fn, model: LazyModel, only: np.ndarray):
+    """The outputs over the split's images at positions `only`, indexed by split position. Under
+    torchrun each process extracts a contiguous share of them, none twice and none padded in, and
+    every process gets all of them, in split order: the same outputs as one process computes (an
+    image's features do not depend on its batch, tests/test_reproducibility.py)."""
+    split, w = group.splits[split_name], world()
+    mine = np.array_split(np.sort(only), w.size)[w.rank]
+    found = _pass(group, split.subset(split_name, mine), split_name, runtime, clock, fn, model)
+    found.indices, found.unreadable = mine[found.indices], mine[found.unreadable]  # subset -> split positions
+    if w.size == 1:
+        return found
+    shares: list = [None] * w.size
+    torch.distributed.all_gather_object(shares, found)
+    return functools.reduce(_merge, shares)
+
+
+def _pass(group, part: Split, split_name: str, runtime: Runtime, clock: Clock, fn, model) -> Outputs:
+    if not len(part):  # a process whose share is empty (more processes than images)
+        return _nothing(part)
     with clock:
-        found = run_over(
+        return run_over(
             fn,
             model(),
             part,
@@ -158,12 +183,8 @@ def _compute(group, split_name: str, runtime: Runtime, clock: Clock, fn, model: 
             f"{group.model.name} · {group.dataset.name} {split_name}",
             runtime.skip_corrupt,
             runtime.input_pipeline,
-            allow_empty=only is not None,
+            allow_empty=True,  # a part holding only unreadable images (--skip-corrupt)
         )
-    if only is not None:  # subset positions -> split positions (subset keeps them sorted)
-        found.indices = np.sort(only)[found.indices]
-        found.unreadable = np.sort(only)[found.unreadable]
-    return found
 
 
 def _nothing(split: Split) -> Outputs:
@@ -205,7 +226,7 @@ def outputs_over(
     cache, key = _cache_key(group, split_name, runtime, cache_parts)
     if isinstance(distrust, str):
         cache.discard(key, distrust)
-    have = None if isinstance(distrust, str) else cache.load(key, split, distrust)
+    have = None if isinstance(distrust, str) else cache.shared_load(key, split, distrust)
     found, computed = _extend(
         group, split_name, runtime, clock, fn, model, (cache, key), have or _nothing(split), np.arange(len(split))
     )
@@ -223,7 +244,7 @@ def sampled_outputs(group, split_name: str, runtime: Runtime, clock: Clock, cach
     give the sampler. tests/test_fewshot.py compares the two on real data."""
     split = group.splits[split_name]
     cache, key = _cache_key(group, split_name, runtime, cache_parts)
-    have = cache.load(key, split) or _nothing(split)
+    have = cache.shared_load(key, split) or _nothing(split)
     computed, more = False, True
     while more:
         unreadable = np.zeros(len(split), dtype=bool)
@@ -307,7 +328,7 @@ def frozen_features(group, runtime: Runtime, split_names: tuple[str, ...], wante
         with autocast(device, precision):
             return backend.features(m, images)
 
-    clock = Clock(device)
+    clock = Clock(device, world().size)  # device-seconds: every process of a torchrun world extracts
     model = group_model(group, keep_head=False, compile=runtime.compile)
     train_split, test_split = split_names  # (the protocols' fewshot_splits: shots from, scored on)
 

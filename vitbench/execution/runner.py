@@ -35,7 +35,8 @@ def execute(
             todo = _leased([s for s in group.specs if rerun or s.run_key not in done], req, leases, world, rerun)
             if todo:  # each result stored before the protocol goes on (a final run reads its sweep's)
                 for result in get_protocol(group.protocol).run(group, todo, req, runtime, recorder):
-                    recorder.record(group, result)
+                    if world.is_main:  # under torchrun every process may reach a result; one stores it
+                        recorder.record(group, result)
     return recorder.count
 
 

@@ -84,6 +84,7 @@ class FewShot(Protocol):
     has_shots = True
     heading = "Few-shot linear evaluation"
     headline_rank = 0
+    data_parallel = True  # under torchrun the processes share out the extraction (engine/features.py)
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         return dataset.fewshot_splits  # shots from the first, scored on the second

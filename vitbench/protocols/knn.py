@@ -44,6 +44,7 @@ class KNearestNeighbours(Protocol):
     label = "k-NN"
     heading = "k-NN"
     headline_rank = 3
+    data_parallel = True  # under torchrun the processes share out the extraction (engine/features.py)
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         return dataset.fewshot_splits  # the memory bank, then the scored split

@@ -52,6 +52,7 @@ class LinearProbe(Protocol):
     label = "linear-probe"
     heading = "Linear probe"
     headline_rank = 4
+    data_parallel = True  # under torchrun the processes share out the extraction (engine/features.py)
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         return dataset.fewshot_splits  # train (the validation split is carved from it), then test
