@@ -74,3 +74,25 @@ def test_the_antialiased_resize_vitbench_used_before_is_not_big_visions(tf):
     for image in photos():
         worst, share = agreement(before(image).permute(1, 2, 0).numpy(), tf_big_vision(tf, image))
         assert worst > 1 and share > 0.2, (worst, share)
+
+
+def test_a_batch_of_one_size_is_resized_in_one_call_as_image_by_image(tmp_path):
+    """The extraction loader's worker resizes a batch of same-sized images in one call (issue 46,
+    goal 4): the same uint8 pixels and normalised values as one call per image, through the real
+    DataLoader, for a folder of same-sized JPEGs and one of mixed sizes."""
+    from vitbench.datasets.base import Split
+    from vitbench.engine.inference import loader
+
+    rng = np.random.default_rng(0)
+    for name, sizes in (("same", [(32, 32)] * 6), ("mixed", [(32, 32), (40, 28), (32, 32), (17, 50), (64, 64)])):
+        paths = []
+        for i, (w, h) in enumerate(sizes):
+            paths.append(str(tmp_path / f"{name}{i}.jpg"))
+            Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(paths[-1], quality=90)
+        split = Split("folder", "test", np.zeros(len(paths), np.int64), "folder", name, paths=paths)
+        for uint8 in (True, False):
+            transform = BIG_VISION_FEWSHOT.at(32).transform(uint8=uint8)
+            one_by_one = torch.stack([transform(Image.open(p)) for p in paths])
+            (images, labels, indices, bad), *_ = list(loader(split, transform, 8, 1, torch.device("cpu")))
+            assert not bad and indices.tolist() == list(range(len(paths)))
+            assert images.dtype == one_by_one.dtype and torch.equal(images, one_by_one), (name, uint8)

@@ -37,13 +37,14 @@ class Outputs:
 
 
 def loader(split: Split, transform: Callable, batch_size: int, workers: int, device: torch.device):
+    data = TransformedSplit(split, transform, batched=hasattr(transform, "batch"))
     return torch.utils.data.DataLoader(
-        TransformedSplit(split, transform),
+        data,
         batch_size=batch_size,
         shuffle=False,
         num_workers=workers,
         pin_memory=device.type == "cuda",
-        collate_fn=TransformedSplit.collate,
+        collate_fn=data.collate_batch,
     )
 
 
