@@ -141,10 +141,25 @@ def test_fine_tuning_on_the_device_pipeline_follows_the_same_trajectory(digits, 
     assert curves["workers"] == curves["device"]
 
 
-def test_auto_uses_the_device_on_a_gpu_and_workers_on_a_cpu():
+def test_auto_uses_the_device_on_a_gpu_and_workers_on_a_cpu(tmp_path):
+    cuda = torch.device("cuda")
     assert device_data.choose("auto", CPU) == "workers"
-    assert device_data.choose("auto", torch.device("cuda")) == "device"
-    assert device_data.choose("device", torch.device("cuda"), Preprocessing(crop_mode="border")) == "workers"
+    assert device_data.choose("auto", cuda) == "device"
+    assert device_data.choose("device", cuda, Preprocessing(crop_mode="border")) == "workers"
+    # image files stay with the workers' libjpeg under auto (nvjpeg repeats 4:2:0 colour planes); in
+    # memory, or when asked, the device; a run that asks records the decoder
+    files, in_memory = (
+        jpeg_split(tmp_path, n=2),
+        Split("mem", "test", np.zeros(2, np.int64), "mem", "f", images=np.zeros((2, 8, 8, 3), np.uint8)),
+    )
+    assert device_data.choose("auto", cuda, None, files) == "workers"
+    assert device_data.choose("auto", cuda, None, in_memory) == "device"
+    assert device_data.choose("device", cuda, None, files) == "device"
+    pre = Preprocessing()
+    assert device_data.decoder_note("auto", cuda, pre, [files, in_memory]) is None
+    assert device_data.decoder_note("device", cuda, pre, [files]) == device_data.NVJPEG_DECODER
+    assert device_data.decoder_note("device", cuda, pre, [in_memory]) is None
+    assert device_data.decoder_note("device", CPU, pre, [files]) is None
 
 
 @pytest.mark.parametrize("antialias", [True, False])
@@ -173,3 +188,22 @@ def test_batched_nvjpeg_decodes_as_one_call_per_image_and_names_a_corrupt_file(t
     found = device_data.decode_many([device_data._read_bytes(p) for p in bad.paths], cuda, bad.paths)
     assert isinstance(found[4], device_data.CorruptImage) and "img04.jpg" in str(found[4])
     assert all(isinstance(x, torch.Tensor) for i, x in enumerate(found) if i != 4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_nvjpeg_repeats_subsampled_colour_planes_so_auto_leaves_files_to_the_workers(tmp_path):
+    """Why `choose("auto", cuda, split=files)` is "workers": nvjpeg (torchvision's flags) decodes a
+    4:4:4 JPEG as libjpeg does, but repeats the colour planes of a 4:2:0 one where libjpeg (PIL,
+    TensorFlow) interpolates them. If a torchvision release changes that, this fails: revisit auto."""
+    rng = np.random.default_rng(0)
+    coarse = np.repeat(np.repeat(rng.normal(128, 40, (4, 4, 3)), 8, axis=0), 8, axis=1)
+    pixels = np.clip(coarse + rng.normal(0, 30, (32, 32, 3)), 0, 255).astype(np.uint8)
+    gap = {}
+    for subsampling in (0, 2):  # PIL: 0 is 4:4:4, 2 is 4:2:0
+        path = tmp_path / f"s{subsampling}.jpg"
+        Image.fromarray(pixels).save(path, quality=90, subsampling=subsampling)
+        theirs = torch.from_numpy(np.asarray(Image.open(path).convert("RGB"))).permute(2, 0, 1).int()
+        ours = device_data.decode_many([device_data._read_bytes(str(path))] * 2, torch.device("cuda"), [str(path)] * 2)
+        gap[subsampling] = float((ours[0].cpu().int() - theirs).abs().float().mean())
+    assert gap[0] <= 1.0 and gap[2] > 2 * max(gap[0], 0.5), gap

@@ -215,6 +215,7 @@ InputPipeline = Annotated[
     option(
         "--input-pipeline",
         panel=DEVICES,
-        help="Where images are decoded and augmented: auto (the device on a GPU, else workers), workers or device.",
+        help="Where images are decoded and augmented: auto (the device on a GPU, else workers;"
+        " frozen features from image files: workers), workers or device.",
     ),
 ]

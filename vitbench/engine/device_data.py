@@ -33,14 +33,36 @@ PRELOAD_MAX_IMAGES = 20_000
 JPEG_MAGIC = b"\xff\xd8"
 
 
-def choose(pipeline: str, device: torch.device, pre: Preprocessing | None = None) -> str:
+# what a frozen-feature run records (and keys on) when its image files go through nvjpeg
+NVJPEG_DECODER = "nvjpeg (4:2:0 colour planes repeated, not interpolated as libjpeg does)"
+
+
+def choose(pipeline: str, device: torch.device, pre: Preprocessing | None = None, split: Split | None = None) -> str:
     """`auto`: on the device for a GPU (it frees the CPU cores), DataLoader workers on a CPU. An
-    eval crop mode other than timm's squash / center stays with the workers' exact transform."""
+    eval crop mode other than timm's squash / center stays with the workers' exact transform.
+
+    A split of image files (`split` given, not in memory) stays with the workers under `auto`:
+    nvjpeg, as torchvision calls it, repeats the colour planes of a chroma-subsampled (4:2:0) JPEG
+    where libjpeg (PIL, TensorFlow's decode_jpeg, big_vision) interpolates them. On CIFAR-sized
+    4:2:0 JPEGs that put a random-init ViT-B/16's few-shot and k-NN accuracies 3.2 and 3.5 points
+    below the same weights through PIL on an H200 (docs/performance.md; sgl-project/sglang#34163
+    traced the same loss to the same flags). `--input-pipeline device` still decodes them there,
+    recorded as NVJPEG_DECODER in the runs it extracts for."""
     if pre is not None and pre.crop_mode not in ("squash", "center"):
         return "workers"
     if pipeline == "auto":
-        return "device" if device.type == "cuda" else "workers"
+        if device.type != "cuda" or (split is not None and split.images is None):
+            return "workers"
+        return "device"
     return pipeline
+
+
+def decoder_note(pipeline: str, device: torch.device, pre: Preprocessing, splits: list[Split]) -> str | None:
+    """NVJPEG_DECODER where image files of `splits` would be decoded by nvjpeg, else None."""
+    files = [s for s in splits if s.images is None and not s.border]  # a bordered split stays with the workers
+    if device.type == "cuda" and any(choose(pipeline, device, pre, s) == "device" for s in files):
+        return NVJPEG_DECODER
+    return None
 
 
 def _decode_bytes(data: torch.Tensor, device: torch.device, where: str) -> torch.Tensor:

@@ -16,6 +16,7 @@ import torch
 from vitbench.atomic import write_atomic
 from vitbench.datasets import Split
 from vitbench.devices import Clock, Runtime, autocast
+from vitbench.engine import device_data
 from vitbench.engine.distributed import broadcast, world
 from vitbench.engine.inference import Outputs, run_over
 from vitbench.errors import UserError
@@ -293,6 +294,11 @@ def representation_hparams(group, runtime: Runtime) -> dict:
         log.warning("%s: %s", group.weights, IN21K_WITHOUT_PRE_LOGITS)
     if runtime.precision == "bf16":
         found["precision"] = "bf16"
+    decoder = device_data.decoder_note(
+        runtime.input_pipeline, runtime.device, group.preprocessing, [*group.splits.values()]
+    )
+    if decoder:  # not the reference's pixels: its own runs, and its own cache entries
+        found["decoder"] = decoder
     return found
 
 
@@ -321,7 +327,7 @@ def frozen_features(group, runtime: Runtime, split_names: tuple[str, ...], wante
     `sampled_outputs`), only the train images the runs draw are extracted."""
     assert group.model.backend is not None
     backend = group.model.backend
-    parts = {k: v for k, v in group.specs[0].hparams.items() if k in ("representation", "precision")}
+    parts = {k: v for k, v in group.specs[0].hparams.items() if k in ("representation", "precision", "decoder")}
     precision, device = parts.get("precision", "fp32"), runtime.device
 
     def features(m: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:

@@ -91,7 +91,7 @@ def run_over(
 
     batches: Iterable
     # a split cropped on decoding (ObjectNet's PNGs, which the device decodes on the CPU anyway) stays with the workers
-    if not split.border and device_data.choose(pipeline, device, preprocessing) == "device":
+    if not split.border and device_data.choose(pipeline, device, preprocessing, split) == "device":
         batches = device_eval.eval_batches(split, preprocessing, batch_size, device, workers, skip_corrupt)
     else:
         batches = loader(split, preprocessing.transform(uint8=True), batch_size, workers, device)
