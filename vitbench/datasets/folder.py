@@ -23,8 +23,12 @@ def _classes(root: Path) -> list[str]:
 
 
 def _listing(folder: Path) -> set[tuple[str, int]]:
+    """(name under `folder`, size) of each image: every file of a split, so no per-file relpath
+    (0.8 s for a CIFAR-sized folder's 60,000 files)."""
     files = [p for _, found in class_folders(folder, "ImageFolder split") for p in found]
-    return {(os.path.relpath(p, folder), os.stat(p).st_size) for p in files}
+    prefix = os.path.join(os.fspath(folder), "")
+    names = (p[len(prefix) :] if p.startswith(prefix) else os.path.relpath(p, folder) for p in files)
+    return {(name, os.stat(p).st_size) for name, p in zip(names, files, strict=True)}
 
 
 def _warn_if_test_is_train(root: Path) -> None:

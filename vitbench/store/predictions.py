@@ -56,7 +56,7 @@ def write_predictions(results: Path, run_key: str, predictions: Predictions) -> 
             "id": predictions.ids,
             "label": predictions.labels.astype("int64"),
             "top1": predictions.top[:, 0].astype("int64"),
-            "topk": [row.tolist() for row in predictions.top.astype("int64")],
+            "topk": predictions.top.astype("int64").tolist(),  # one call, not one per row (10,000 rows a run)
             "correct": predictions.correct,
         }
     )
