@@ -20,6 +20,9 @@ Steps (`--steps` picks; the default runs all that their inputs allow):
             on the CPU over the same λ, at three data sizes (issue 46, goal 1)
   fewshot   `vitbench run` few-shot, ViT-B/16, 1/5/10/25 shots x 3 seeds on a generated CIFAR-10-
             sized set (50,000 + 10,000 32x32 images in CIFAR's pickle format), cold cache, wall time
+  cifar     few-shot, k-NN and the linear probe at ViT-B/16 224 px on 50,000 + 10,000 generated
+            32x32 JPEGs, each against a bare timm + numpy / scikit-learn script, then all three in
+            one command against the extraction floor (issue 46, goal 4: benchmarks/test_cifar_scale.py)
   big       ViT-L/16 @384 and ViT-H/14 @392 (384 is not a multiple of 14) at batch 512: the
             micro-batch and checkpointing vitbench chooses, peak memory, images/s
   frozen    k-NN and the linear probe's fits on GPU-resident CIFAR-10-sized features against
@@ -47,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("env", "tests", "bench", "floor", "probe", "fewshot", "big", "frozen", "finetune")
+STEPS = ("env", "tests", "bench", "floor", "probe", "fewshot", "cifar", "big", "frozen", "finetune")
 
 
 class Suite:
@@ -306,6 +309,26 @@ def fewshot_step(s: Suite) -> dict:
     return figures
 
 
+def cifar_step(s: Suite) -> dict:
+    """benchmarks/test_cifar_scale.py at ViT-B/16 224 px: few-shot, k-NN and the linear probe on
+    50,000 + 10,000 generated 32x32 JPEGs, each against a bare timm + numpy / scikit-learn script,
+    then all three in one command against the extraction floor; figures into OUT/cifar-scale.json."""
+    report = s.out / "cifar-scale.json"
+    run = s.sh(
+        [sys.executable, "-m", "pytest", "benchmarks/test_cifar_scale.py", "-q", "-s", "-p", "no:cacheprovider",
+         *(["--benchmark-disable"] if s.quick else ["--benchmark-only", "--benchmark-json", str(report)])],
+        limit=540,
+        env={"VITBENCH_CIFAR_MODEL": "vit-ti/16@32" if s.quick else "vit-b/16@224",
+             "VITBENCH_CIFAR_DIR": str(s.work / "cifar-jpegs"),
+             # the bare scikit-learn sweep over 45,000 x 768 outlasted a 5-minute call (2026-11-26)
+             "VITBENCH_CIFAR_COMPARE": "fewshot,knn"},
+    )  # fmt: skip
+    figures: dict = {"commands": [run]}
+    if report.exists():
+        figures["figures"] = json.loads(report.read_text())["benchmarks"][0]["extra_info"]
+    return figures
+
+
 def big_step(s: Suite) -> dict:
     jpegs = write_jpeg_folder(s.work / "jpegs", *((64, 32) if s.quick else (1500, 500)))
     configs = ["vit-ti/16@64"] if s.quick else ["vit-l/16@384", "vit-h/14@392"]
@@ -450,6 +473,7 @@ def main() -> None:
         "floor": lambda: floor_step(s, args.timm_benchmark),
         "probe": lambda: probe_step(s),
         "fewshot": lambda: fewshot_step(s),
+        "cifar": lambda: cifar_step(s),
         "big": lambda: big_step(s),
         "frozen": lambda: frozen_step(s),
         "finetune": lambda: finetune_step(s, args.weights, args.data_dir, args.finetune_datasets),
