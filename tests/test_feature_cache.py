@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from vitbench import store
 from vitbench.engine import features
 
 FAST = ("--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32", "--workers", "0")
@@ -35,6 +36,9 @@ def test_fewshot_knn_and_linear_in_one_command_extract_each_image_once(cli, tmp_
     assert code == 0, err
     assert sum(forwarded) == DIGITS_TRAIN + DIGITS_TEST
     assert len(list((tmp_path / "results" / "cache" / "features").glob("*.npz"))) == 2  # train, test
+    # and the runs' FLOPs count each image once: k-NN counts the 950 it added, not few-shot's 50 again
+    runs = store.read_results(tmp_path / "results").drop_duplicates("run_key")
+    assert (runs["flops"] / runs["flops_per_image"]).sum() == pytest.approx(DIGITS_TRAIN + DIGITS_TEST)
 
 
 def test_an_interrupted_extraction_resumes_from_its_last_finished_chunk(cli, tmp_path, forwarded, monkeypatch):

@@ -222,18 +222,16 @@ def outputs_over(
     """The model's outputs over one whole split of a protocol group: what the cache entry holds
     (checked against the split), the rest computed now (timed on `clock`) and added to it.
     `distrust`: the width the outputs must have, or why the cached entry is not to be used (it is
-    quarantined). Returns (outputs, computed)."""
+    quarantined). Returns (outputs, how many images went through the model now)."""
     split = group.splits[split_name]
     cache, key = _cache_key(group, split_name, runtime, cache_parts)
     if isinstance(distrust, str):
         cache.discard(key, distrust)
-    have = None if isinstance(distrust, str) else cache.shared_load(key, split, distrust)
-    found, computed = _extend(
-        group, split_name, runtime, clock, fn, model, (cache, key), have or _nothing(split), np.arange(len(split))
-    )
+    have = (None if isinstance(distrust, str) else cache.shared_load(key, split, distrust)) or _nothing(split)
+    found, _ = _extend(group, split_name, runtime, clock, fn, model, (cache, key), have, np.arange(len(split)))
     if not len(found.indices):
         raise UserError(f"{split.dataset} {split.name}: no readable images")
-    return found, computed
+    return found, len(found.indices) - len(have.indices)
 
 
 def sampled_outputs(group, split_name: str, runtime: Runtime, clock: Clock, cache_parts: dict, fn, model, wanted):
@@ -241,19 +239,19 @@ def sampled_outputs(group, split_name: str, runtime: Runtime, clock: Clock, cach
     the runs sample when the images outside the boolean mask `present` are unreadable (None: all
     readable). What the split's cache entry lacks of them is extracted and added to it, an
     unreadable one (--skip-corrupt) replaced by the next of its permutation until every wanted
-    image was read. Returns (outputs, computed): the entry, which holds the rows a full pass would
-    give the sampler. tests/test_fewshot.py compares the two on real data."""
+    image was read. Returns (outputs, how many images went through the model now): the entry, which
+    holds the rows a full pass would give the sampler. tests/test_fewshot.py compares the two on
+    real data."""
     split = group.splits[split_name]
     cache, key = _cache_key(group, split_name, runtime, cache_parts)
     have = cache.shared_load(key, split) or _nothing(split)
-    computed, more = False, True
+    held, more = len(have.indices), True
     while more:
         unreadable = np.zeros(len(split), dtype=bool)
         unreadable[have.unreadable] = True
         want = wanted(~unreadable if unreadable.any() else None)
         have, more = _extend(group, split_name, runtime, clock, fn, model, (cache, key), have, want)
-        computed = computed or more
-    return have, computed
+    return have, len(have.indices) - held
 
 
 def _merge(a: Outputs, b: Outputs) -> Outputs:
@@ -308,12 +306,15 @@ class FrozenFeatures:
 
     train: Outputs
     test: Outputs
-    extracted: bool  # computed now, not read from the cache
+    # images that went through the model now (0 from the cache): a later protocol that grows an entry
+    # counts only what it added, so a command's runs count each image once in their FLOPs
+    images: int
     seconds: float  # device-seconds the extraction took (0 from the cache)
 
     @property
-    def images(self) -> int:
-        return len(self.train.labels) + len(self.test.labels)
+    def extracted(self) -> bool:
+        """Computed now, not (only) read from the cache."""
+        return self.images > 0
 
     @property
     def skipped(self) -> list[str]:
@@ -354,4 +355,4 @@ def frozen_features(group, runtime: Runtime, split_names: tuple[str, ...], wante
             train, train_new = train_outputs(problem)
         if not test_new:
             test, test_new = outputs_over(group, test_split, runtime, clock, parts, features, model, problem)
-    return FrozenFeatures(train, test, train_new or test_new, clock.seconds)
+    return FrozenFeatures(train, test, train_new + test_new, clock.seconds)

@@ -148,7 +148,7 @@ class FewShot(Protocol):
                 _metrics(accs, label),
                 started,
                 seconds=found.seconds * share + solve.seconds,
-                images=found.images * share if found.extracted else 0.0,
+                images=found.images * share,  # those extracted now (0 from the cache)
                 n_train=n_train,
                 n_test=len(test.labels),
                 skipped=found.skipped,

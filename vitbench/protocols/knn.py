@@ -91,7 +91,7 @@ class KNearestNeighbours(Protocol):
                 {"accuracy": top1, "accuracy_top5": top5},
                 started,
                 seconds=(found.seconds + search.seconds) * share,
-                images=found.images * share if found.extracted else 0.0,
+                images=found.images * share,  # those extracted now (0 from the cache)
                 n_train=len(train.labels),
                 n_test=len(test.labels),
                 skipped=found.skipped,

@@ -96,7 +96,7 @@ class LinearProbe(Protocol):
             {"accuracy": accuracy, "l2": best, "val_accuracy": scores[best]},
             started,
             seconds=found.seconds + solve.seconds,
-            images=float(found.images) if found.extracted else 0.0,
+            images=float(found.images),  # those extracted now (0 from the cache)
             n_train=len(found.train.labels),
             n_test=len(found.test.labels),
             skipped=found.skipped,
