@@ -29,7 +29,9 @@ import pytest
 import torch
 from cifar_scale import write_cifar_jpegs, write_random_weights
 
+from vitbench import store
 from vitbench.registry import get_model
+from vitbench.store.predictions import read_predictions
 
 HERE = Path(__file__).resolve().parent
 PROTOCOLS = ("fewshot", "knn", "linear")
@@ -95,6 +97,24 @@ def stored_accuracies(results: Path) -> dict[str, float]:
     return {protocol: 100 * value for protocol, value in rows}
 
 
+def images_through_the_model(results: Path) -> float:
+    """What the stored runs count as extracted (FLOPs / FLOPs per image), summed: each image once
+    where one extraction serves every protocol (goal 2)."""
+    runs = store.read_results(results).drop_duplicates("run_key")
+    return float((runs["flops"] / runs["flops_per_image"]).sum())
+
+
+def top1_by_run(results: Path) -> dict[str, np.ndarray]:
+    """{run key: top-1 of each test image in image-id order} of every stored run (goal 5)."""
+    runs = store.read_results(results).drop_duplicates("run_key")
+    found = {}
+    for key, notes in zip(runs["run_key"], runs["notes"], strict=True):
+        table = read_predictions(results, key, json.loads(notes)["predictions"])
+        assert table is not None, key
+        found[key] = table.sort_values("id")["top1"].to_numpy()
+    return found
+
+
 def bare_forward_images_per_second(s: dict, batches: int) -> float:
     """Goal 3's bare figure: the model at the resolution on random tensors already on the device."""
     import timm
@@ -148,10 +168,25 @@ def test_frozen_protocols_at_cifar_size_against_bare_scripts(benchmark, cifar, t
         rate = bare_forward_images_per_second(s, 5 if benchmark.disabled else 40)
         a = figures["all"] = {"vitbench_s": seconds, "floor_s": images / rate, "bare_forward_images_per_s": rate}
         a["over_floor"] = seconds / a["floor_s"]
+        a["images_through_the_model"] = images_through_the_model(tmp_path / "all")
         say(
             f"  all three in one command {a['vitbench_s']:.1f} s; extraction floor {a['floor_s']:.1f} s "
-            f"({a['bare_forward_images_per_s']:.0f} images/s bare forward): {a['over_floor']:.2f}x"
+            f"({a['bare_forward_images_per_s']:.0f} images/s bare forward): {a['over_floor']:.2f}x; "
+            f"images through the model {a['images_through_the_model']:,.0f} of {images:,} (goal 2)"
         )
+
+    def same_alone_and_together() -> None:
+        """Goal 5 at scale: each protocol alone extracts in another order and other batches than
+        the three in one command (few-shot's draw first, then the rest): the same run keys, the
+        same prediction for every test image."""
+        together, differ, runs = top1_by_run(tmp_path / "all"), 0, 0
+        for protocol in [p for p in PROTOCOLS if (tmp_path / p).exists()]:
+            alone = top1_by_run(tmp_path / protocol)
+            assert alone.keys() <= together.keys(), protocol  # the same run keys
+            runs += len(alone)
+            differ += sum(int((alone[k] != together[k]).sum()) for k in alone)
+        figures["all"]["runs_compared"], figures["all"]["predictions_differing"] = runs, differ
+        say(f"  alone and in one command: {runs} runs, the same run keys, {differ} test predictions differ (goal 5)")
 
     def measure():
         say(f"\n  frozen-feature protocols, {images:,} CIFAR-sized JPEGs, {s['model']}@{s['res']}, {s['device']}")
@@ -169,10 +204,13 @@ def test_frozen_protocols_at_cifar_size_against_bare_scripts(benchmark, cifar, t
         if "linear" in os.environ.get("VITBENCH_CIFAR_COMPARE", ALL):  # the GPU step leaves it out (gpu.py)
             compared("linear", vitbench_run(s, data, weights, "linear", tmp_path / "linear"),
                      tmp_path / "linear", *bare_run(s, data, weights, "linear"))  # fmt: skip
+        same_alone_and_together()
 
     benchmark.group = f"frozen-feature protocols, {images:,} CIFAR-sized JPEGs, {s['model']}@{s['res']}, {s['device']}"
     benchmark.pedantic(measure, rounds=1, iterations=1)
     benchmark.extra_info.update(figures)
+    assert figures["all"]["images_through_the_model"] == pytest.approx(images)  # each image once (goal 2)
+    assert figures["all"].get("predictions_differing", 0) <= max(1, images // 10_000)  # goal 5's allowance
     for protocol in [p for p in PROTOCOLS if p in figures]:
         f = figures[protocol]
         assert f["vitbench_s"] > 0 and f["bare_s"] > 0
