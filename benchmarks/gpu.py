@@ -15,7 +15,8 @@ Steps (`--steps` picks; the default runs all that their inputs allow):
             bare loop and timm's benchmark.py (--timm-benchmark)
   floor     extraction against the hardware (issue 46, goal 3): DeiT-Ti and ViT-B/16 at 224 px,
             `vitbench bench --mode inference` end to end from JPEG files beside a bare forward on
-            random tensors and the device's measured matrix-product peak, eager and compiled
+            random tensors and the device's measured matrix-product peak, eager and compiled; then
+            through 8 DataLoader workers (PIL), what `vitbench run` uses for image files under auto
   probe     the linear probe's λ sweep on GPU features against scikit-learn's LogisticRegression
             on the CPU over the same λ, at three data sizes (issue 46, goal 1)
   fewshot   `vitbench run` few-shot, ViT-B/16, 1/5/10/25 shots x 3 seeds on a generated CIFAR-10-
@@ -242,7 +243,12 @@ def floor_step(s: Suite, timm_script: Path | None) -> dict:
     if timm_script:
         eager += ["--timm-benchmark", str(timm_script)]
     # compiled: one round (each round compiles its model afresh)
-    return {"commands": [s.vitbench(*eager, limit=300), s.vitbench(*args, *sizes, "--compile", limit=300)]}
+    compiled = s.vitbench(*args, *sizes, "--compile", limit=300)
+    # what `vitbench run` does with image files on a GPU under --input-pipeline auto since 2026-11-26:
+    # PIL (libjpeg) in DataLoader workers, as the references decode (nvjpeg repeats 4:2:0 colour planes)
+    workers = s.vitbench(*args, *sizes, "--input-pipeline", "workers", "--workers", "2" if s.quick else "8",
+                         "--rounds", "1", limit=300)  # fmt: skip
+    return {"commands": [s.vitbench(*eager, limit=300), compiled, workers]}
 
 
 def probe_step(s: Suite) -> dict:
