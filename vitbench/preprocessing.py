@@ -192,13 +192,18 @@ class _TFResizeCrop:
         val set) resized in one call, the same pixels as one call each (tests/test_resize.py) at a
         tenth of the cost for small images, which on 2 cores left the worker less of the cores the
         model shares (issue 46, goal 4)."""
-        import torch
-
-        if len({tuple(x.shape) for x in images}) == 1:
-            out = self.pre.resize_crop(torch.stack(images)).contiguous()
-        else:
-            out = torch.stack([self.pre.resize_crop(x) for x in images])
+        out = per_size(images, self.pre.resize_crop).contiguous()
         return out if self.uint8 else self.pre.normalize(out)
+
+
+def per_size(images: list[torch.Tensor], resize: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """`resize` of (3, H, W) images stacked: one call on the whole batch where they share a size
+    (the same pixels as one call each), else one call per image."""
+    import torch
+
+    if len({tuple(x.shape) for x in images}) == 1:
+        return resize(torch.stack(images))
+    return torch.stack([resize(x) for x in images])
 
 
 # big_vision's few-shot preprocessing: decode|resize(256)|central_crop(224)|value_range(-1,1), with

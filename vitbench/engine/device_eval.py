@@ -14,6 +14,7 @@ from torchvision.transforms.v2 import functional as TF
 from vitbench.backend import Preprocessing
 from vitbench.datasets import CorruptImage, Split
 from vitbench.engine.device_data import DeviceImages, byte_loader, decode_many, pinned, unpack
+from vitbench.preprocessing import per_size
 
 
 def eval_resize(images: torch.Tensor | list[torch.Tensor], pre: Preprocessing) -> torch.Tensor:
@@ -29,11 +30,7 @@ def eval_resize(images: torch.Tensor | list[torch.Tensor], pre: Preprocessing) -
             return pre.resize_crop(x)
         return TF.center_crop(TF.resize(x, size, interpolation=mode, antialias=True), [pre.size, pre.size])
 
-    if isinstance(images, torch.Tensor):
-        return one(images)
-    if len({tuple(x.shape) for x in images}) == 1:  # one size (a resized val set): one call, not one per image
-        return one(torch.stack(images))
-    return torch.stack([one(x) for x in images])
+    return one(images) if isinstance(images, torch.Tensor) else per_size(images, one)
 
 
 def eval_batches(
