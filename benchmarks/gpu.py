@@ -15,8 +15,9 @@ Steps (`--steps` picks; the default runs all that their inputs allow):
             bare loop and timm's benchmark.py (--timm-benchmark)
   floor     extraction against the hardware (issue 46, goal 3): DeiT-Ti and ViT-B/16 at 224 px,
             `vitbench bench --mode inference` end to end from JPEG files beside a bare forward on
-            random tensors and the device's measured matrix-product peak, eager and compiled; then
-            through 8 DataLoader workers (PIL), what `vitbench run` uses for image files under auto
+            random tensors and the device's measured matrix-product peak, eager and compiled
+            (files decoded by PIL in the workers, resized on the GPU: auto); then nvjpeg
+            (--input-pipeline device) and the workers' own resize (--input-pipeline workers)
   probe     the linear probe's λ sweep on GPU features against scikit-learn's LogisticRegression
             on the CPU over the same λ, at three data sizes (issue 46, goal 1)
   fewshot   `vitbench run` few-shot, ViT-B/16, 1/5/10/25 shots x 3 seeds on a generated CIFAR-10-
@@ -244,11 +245,15 @@ def floor_step(s: Suite, timm_script: Path | None) -> dict:
         eager += ["--timm-benchmark", str(timm_script)]
     # compiled: one round (each round compiles its model afresh)
     compiled = s.vitbench(*args, *sizes, "--compile", limit=300)
-    # what `vitbench run` does with image files on a GPU under --input-pipeline auto since 2026-11-26:
-    # PIL (libjpeg) in DataLoader workers, as the references decode (nvjpeg repeats 4:2:0 colour planes)
-    workers = s.vitbench(*args, *sizes, "--input-pipeline", "workers", "--workers", "2" if s.quick else "8",
-                         "--rounds", "1", limit=300)  # fmt: skip
-    return {"commands": [s.vitbench(*eager, limit=300), compiled, workers]}
+    # the eager and compiled rows run under auto: PIL (libjpeg) decodes in the workers, as the
+    # references do, and the GPU resizes; nvjpeg (4:2:0 colour planes repeated) and the workers'
+    # own resize are measured beside, one round each
+    others = [
+        s.vitbench(*args, *sizes, "--input-pipeline", pipeline, "--workers", "2" if s.quick else "8",
+                   "--rounds", "1", limit=300)
+        for pipeline in ("device", "workers")
+    ]  # fmt: skip
+    return {"commands": [s.vitbench(*eager, limit=300), compiled, *others]}
 
 
 def probe_step(s: Suite) -> dict:

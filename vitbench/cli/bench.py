@@ -45,7 +45,11 @@ BenchDataset = Annotated[
     option("--dataset", "-d", help="Real data for the input-pipeline rows (default: the embedded digits)."),
 ]
 BenchInputPipeline = Annotated[
-    str, option("--input-pipeline", help="auto (the device on a GPU, else workers), workers or device.")
+    str,
+    option(
+        "--input-pipeline",
+        help="auto (the device on a GPU, files decoded by the workers; else workers), workers or device (nvjpeg).",
+    ),
 ]
 BenchWorkers = Annotated[int, option("--workers", min=0, help="DataLoader worker processes.")]
 TimmBenchmark = Annotated[

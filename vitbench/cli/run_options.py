@@ -215,7 +215,7 @@ InputPipeline = Annotated[
     option(
         "--input-pipeline",
         panel=DEVICES,
-        help="Where images are decoded and augmented: auto (the device on a GPU, else workers;"
-        " frozen features from image files: workers), workers or device.",
+        help="Where images are resized and augmented: auto (the device on a GPU, image files decoded"
+        " by the workers' libjpeg; workers on a CPU), workers, or device (image files decoded there too: nvjpeg).",
     ),
 ]

@@ -89,6 +89,7 @@ class CorruptImage(UserError):
     def __init__(self, path: str | Path, reason: object):
         super().__init__(f"{path}: corrupt or truncated image ({reason}); --skip-corrupt skips such files")
         self.path = path
+        self.reason = reason
 
 
 HIGH_BIT_DEPTH = {"I;16": 16, "I;16L": 16, "I;16B": 16, "I;16N": 16, "I": 32, "F": 32}

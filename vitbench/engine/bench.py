@@ -40,7 +40,7 @@ from vitbench.devices import autocast, device_name, peak_flops, resolve_precisio
 from vitbench.engine import training
 from vitbench.engine.bench_timm import timm_row
 from vitbench.engine.bench_types import Config, Options, Row
-from vitbench.engine.device_data import choose
+from vitbench.engine.device_data import choose, decodes_on_device
 from vitbench.engine.distributed import World
 from vitbench.engine.inference import run_over
 from vitbench.provenance import environment
@@ -105,6 +105,7 @@ def train_vitbench(spec: ModelSpec, cfg: Config, opts: Options, split: Split, pi
     """Images/s of `training.train` over `opts.steps` steps after `opts.warmup` untimed ones."""
 
     chosen = "synthetic" if pipeline == "synthetic" else choose(pipeline, opts.device)
+    on_device = decodes_on_device(pipeline)
     settings = training.Settings(
         steps=opts.warmup + opts.steps,
         batch=opts.batch,
@@ -119,6 +120,7 @@ def train_vitbench(spec: ModelSpec, cfg: Config, opts: Options, split: Split, pi
         channels_last=bool(spec.backend and spec.backend.channels_last) and opts.device.type == "cuda",
         workers=opts.workers,
         input_pipeline=chosen,
+        decode_on_device=on_device,
         log_every=10**9,
         checkpoint_every=10**9,
         timed_from=opts.warmup,
@@ -138,7 +140,7 @@ def train_vitbench(spec: ModelSpec, cfg: Config, opts: Options, split: Split, pi
         opts.batch,
         outcome.micro_batch,
         outcome.checkpointing,
-        chosen,
+        chosen if pipeline == "synthetic" else pipeline_label(pipeline, opts.device),
         outcome.peak_memory_bytes,
         notes={"memory_plan": outcome.memory_plan},
     )
@@ -190,13 +192,13 @@ def inference_vitbench(spec: ModelSpec, cfg: Config, opts: Options, split: Split
     if opts.compile:
         model = torch.compile(model)  # type: ignore[assignment]
     if pipeline == "synthetic":  # already at the resolution, on the device: the resize is a no-op
-        pre, chosen = Preprocessing(size=cfg.res, crop_pct=1.0), "device"
+        pre, pipeline = Preprocessing(size=cfg.res, crop_pct=1.0), "device"
     else:
-        pre, chosen = spec.preprocessing.at(cfg.res), choose(pipeline, opts.device)
+        pre = spec.preprocessing.at(cfg.res)
     n = opts.batch * opts.steps
 
     def run(images: Split) -> None:
-        run_over(features, model, images, pre, opts.device, opts.batch, opts.workers, "bench", False, chosen)
+        run_over(features, model, images, pre, opts.device, opts.batch, opts.workers, "bench", False, pipeline)
 
     run(_repeat(split, opts.batch * max(1, opts.warmup), "warmup"))
     timed = _repeat(split, n, "bench")
@@ -205,7 +207,15 @@ def inference_vitbench(spec: ModelSpec, cfg: Config, opts: Options, split: Split
     seconds = _timed(lambda: run(timed), opts.device)
     peak = torch.cuda.max_memory_allocated(opts.device) if opts.device.type == "cuda" else None
     data = "synthetic" if pipeline == "synthetic" else split.dataset
-    return Row(cfg, "inference", "vitbench", data, n / seconds, opts.batch, None, False, chosen, peak)
+    label = "device" if data == "synthetic" else pipeline_label(pipeline, opts.device)
+    return Row(cfg, "inference", "vitbench", data, n / seconds, opts.batch, None, False, label, peak)
+
+
+def pipeline_label(pipeline: str, device: torch.device) -> str:
+    """The input pipeline a bench row measured: workers, device, or device with image files decoded
+    there too (nvjpeg on a GPU: `--input-pipeline device`)."""
+    chosen = choose(pipeline, device)
+    return "device (nvjpeg)" if chosen == "device" and decodes_on_device(pipeline) and device.type == "cuda" else chosen
 
 
 def inference_bare(spec: ModelSpec, cfg: Config, opts: Options) -> Row:

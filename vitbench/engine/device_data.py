@@ -1,18 +1,21 @@
-"""The input pipeline on the accelerator: images held as uint8 on the device (or decoded there from
-JPEG bytes), cropped, flipped and resized there, so that a GPU step is never waiting on CPU workers.
+"""The input pipeline on the accelerator: images held as uint8 on the device (image files decoded by
+DataLoader workers with PIL, or, when asked, on the device from their bytes), cropped, flipped and
+resized there, so that a GPU step is never waiting on CPU workers' resizing.
 
 It reproduces the worker pipeline exactly: each image's crop and flip are drawn on the CPU from the
 same (seed, stream position) generator that `train_data.AugmentedSplit` seeds, and the same
 tensor ops (train_data.apply_box, TensorFlow-style resizing) run on the device; an antialiased
 eval recipe (timm's) resizes with torchvision's antialiased bilinear on tensors, which follows
 PIL's to within a grey level (tests/test_device_data.py checks both). Choosing it changes speed,
-not the protocol, so it is recorded in a run's notes and not in its key. The eval side (the eval
+not the protocol, so it is recorded in a run's notes and not in its key; decoding files on the
+device (nvjpeg) changes pixels, and a frozen-feature run records it in its key (decoder_note). The eval side (the eval
 transform, batches in split order) is device_eval.py.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,6 +27,7 @@ from vitbench.backend import Preprocessing
 from vitbench.datasets import CorruptImage, Split
 from vitbench.datasets.base import decode
 from vitbench.engine.train_data import Box, MicroBatches, Stream, _item_seed, apply_box, draw_box
+from vitbench.errors import UserError
 
 log = logging.getLogger("vitbench")
 
@@ -37,30 +41,32 @@ JPEG_MAGIC = b"\xff\xd8"
 NVJPEG_DECODER = "nvjpeg (4:2:0 colour planes repeated, not interpolated as libjpeg does)"
 
 
-def choose(pipeline: str, device: torch.device, pre: Preprocessing | None = None, split: Split | None = None) -> str:
+def choose(pipeline: str, device: torch.device, pre: Preprocessing | None = None) -> str:
     """`auto`: on the device for a GPU (it frees the CPU cores), DataLoader workers on a CPU. An
-    eval crop mode other than timm's squash / center stays with the workers' exact transform.
-
-    A split of image files (`split` given, not in memory) stays with the workers under `auto`:
-    nvjpeg, as torchvision calls it, repeats the colour planes of a chroma-subsampled (4:2:0) JPEG
-    where libjpeg (PIL, TensorFlow's decode_jpeg, big_vision) interpolates them. On CIFAR-sized
-    4:2:0 JPEGs that put a random-init ViT-B/16's few-shot and k-NN accuracies 3.2 and 3.5 points
-    below the same weights through PIL on an H200 (docs/performance.md; sgl-project/sglang#34163
-    traced the same loss to the same flags). `--input-pipeline device` still decodes them there,
-    recorded as NVJPEG_DECODER in the runs it extracts for."""
+    eval crop mode other than timm's squash / center stays with the workers' exact transform."""
     if pre is not None and pre.crop_mode not in ("squash", "center"):
         return "workers"
     if pipeline == "auto":
-        if device.type != "cuda" or (split is not None and split.images is None):
-            return "workers"
-        return "device"
+        return "device" if device.type == "cuda" else "workers"
     return pipeline
+
+
+def decodes_on_device(pipeline: str) -> bool:
+    """Whether the device pipeline decodes image files on the device (nvjpeg on a GPU): only when
+    `--input-pipeline device` asks for it. Under `auto` DataLoader workers decode them with PIL's
+    libjpeg and the device does the rest (resize, crop, augmentation). nvjpeg, as torchvision calls
+    it, repeats the colour planes of a chroma-subsampled (4:2:0) JPEG where libjpeg (PIL,
+    TensorFlow's decode_jpeg, big_vision) interpolates them: on CIFAR-sized 4:2:0 JPEGs that put a
+    random-init ViT-B/16's few-shot and k-NN accuracies 3.2 and 3.5 points below the same weights
+    through PIL on an H200 (docs/performance.md; sgl-project/sglang#34163 traced the same loss to
+    the same flags). Decoded in the workers, the accuracies agree within 0.03 point."""
+    return pipeline == "device"
 
 
 def decoder_note(pipeline: str, device: torch.device, pre: Preprocessing, splits: list[Split]) -> str | None:
     """NVJPEG_DECODER where image files of `splits` would be decoded by nvjpeg, else None."""
     files = [s for s in splits if s.images is None and not s.border]  # a bordered split stays with the workers
-    if device.type == "cuda" and any(choose(pipeline, device, pre, s) == "device" for s in files):
+    if device.type == "cuda" and decodes_on_device(pipeline) and files and choose(pipeline, device, pre) == "device":
         return NVJPEG_DECODER
     return None
 
@@ -119,9 +125,12 @@ DECODE_BATCH = 256  # files per batched nvjpeg call when a split is put on the d
 
 class DeviceImages:
     """A split's images as uint8 (3, H, W) tensors on the device: one (N, 3, H, W) tensor when
-    they share a size (CIFAR), else one tensor per image (VTAB-1k, decoded once)."""
+    they share a size (CIFAR), else one tensor per image (VTAB-1k, decoded once: by `workers` with
+    PIL, or on the device with `on_device`, decodes_on_device)."""
 
-    def __init__(self, split: Split, device: torch.device, skip_corrupt: bool = False):
+    def __init__(
+        self, split: Split, device: torch.device, skip_corrupt: bool = False, on_device: bool = False, workers: int = 0
+    ):
         self.device = device
         self.bad: dict[int, str] = {}  # split index -> "path: reason" (only with skip_corrupt)
         self.stacked: torch.Tensor | None = None
@@ -134,10 +143,10 @@ class DeviceImages:
             self.each = [torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1).to(device) for a in split.images]
         else:
             assert split.paths is not None
-            for start in range(0, len(split.paths), DECODE_BATCH):
-                paths = split.paths[start : start + DECODE_BATCH]
-                read = [_read_bytes(path) for path in paths]
-                for index, image in enumerate(decode_many(read, device, paths), start):
+            for packed, _, items in file_loader(split, DECODE_BATCH, workers, decoded=not on_device):
+                paths = [split.paths[i] for i in items]
+                files = unpack(packed, paths, None if on_device else device)
+                for index, image in zip(items, decode_many(files, device, paths) if on_device else files, strict=True):
                     if isinstance(image, CorruptImage):
                         if not skip_corrupt:
                             raise image
@@ -160,16 +169,6 @@ class DeviceImages:
         image = self.stacked[index] if self.stacked is not None else self.each[index]
         assert image is not None
         return image
-
-
-def _read_bytes(path: str) -> torch.Tensor | CorruptImage:
-    """The file's bytes, or the CorruptImage naming it (unreadable)."""
-    from torchvision.io import read_file
-
-    try:
-        return read_file(path)
-    except RuntimeError as e:
-        return CorruptImage(path, e)
 
 
 # --- training: BiT's augmentation, the same draws as the worker pipeline -----------------------
@@ -225,29 +224,27 @@ def train_batches(
 
 def streamed_train_batches(
     split: Split, stream: Stream, start_step: int, total_steps: int, aug: Augmentation, device: torch.device,
-    workers: int,
+    workers: int, on_device: bool = False,
 ):  # fmt: skip
-    """`train_batches` for a split too large to hold (ImageNet): workers only read the files in
-    stream order; JPEGs are decoded on the device, then cropped and flipped there."""
+    """`train_batches` for a split too large to hold (ImageNet): workers decode the files in stream
+    order with PIL (or only read them, decoded on the device `on_device`); each image is cropped
+    and flipped on the device."""
 
     loader = torch.utils.data.DataLoader(
-        _FileBytes(split),
+        _Files(split, decoded=not on_device),
         batch_sampler=MicroBatches(stream, start_step, total_steps),
         num_workers=workers,
-        collate_fn=_FileBytes.collate,
+        collate_fn=_Files.collate,
         pin_memory=False,
     )
     for packed, labels, items in loader:
         out, kept, bad = [], [], []
-        files = unpack(packed, [split.paths[index] for index, _ in items])  # type: ignore[index]
-        for found, label, (index, position) in zip(files, labels.tolist(), items, strict=True):
-            path = split.paths[index]  # type: ignore[index]
-            try:
-                if isinstance(found, CorruptImage):
-                    raise found
-                image = _decode_bytes(found, device, path)
-            except CorruptImage as e:  # reported like the worker loader's: the caller stops or skips
-                bad.append((index, str(e)))
+        paths = [split.paths[index] for index, _ in items]  # type: ignore[index]
+        files = unpack(packed, paths, None if on_device else device)
+        images = decode_many(files, device, paths) if on_device else files
+        for image, label, (index, position) in zip(images, labels.tolist(), items, strict=True):
+            if isinstance(image, CorruptImage):  # reported like the worker loader's: the caller stops or skips
+                bad.append((index, str(image)))
                 continue
             out.append(aug.apply(image, aug.draw(int(image.shape[-2]), int(image.shape[-1]), stream.seed, position)))
             kept.append((index, label))
@@ -269,12 +266,15 @@ def synthetic_batches(micro: int, res: int, num_classes: int, device: torch.devi
         yield images, labels, index, []
 
 
-class _FileBytes(torch.utils.data.Dataset):
-    """Workers only read files (the decode happens on the device). An unreadable file is read as
+class _Files(torch.utils.data.Dataset):
+    """What workers do for the device pipeline: read each file's bytes (decoded on the device), or,
+    with `decoded`, decode it with PIL's libjpeg as the worker pipeline does (the pixels of the
+    references) and leave resizing and augmentation to the device. An unreadable file is read as
     the reason why (a string)."""
 
-    def __init__(self, split: Split):
+    def __init__(self, split: Split, decoded: bool = False):
         self.split = split
+        self.decoded = decoded
 
     def __len__(self) -> int:
         return len(self.split)
@@ -283,36 +283,51 @@ class _FileBytes(torch.utils.data.Dataset):
         """`item`: a split index, or (split index, stream position) from the training stream."""
         assert self.split.paths is not None
         index = item[0] if isinstance(item, tuple) else item
+        path = self.split.paths[index]
         data: np.ndarray | str
         try:
-            data = np.fromfile(self.split.paths[index], dtype=np.uint8)
+            data = np.asarray(decode(path)) if self.decoded else np.fromfile(path, dtype=np.uint8)
+        except CorruptImage as e:
+            data = str(e.reason)
+        except UserError:  # decode's other error: the file is gone (as OSError when only read)
+            data = "image file is missing"
         except OSError as e:
             data = e.strerror or str(e)
         return data, int(self.split.labels[index]), item
 
     @staticmethod
     def collate(batch):
-        """The batch's bytes as ONE tensor with each file's size (and the reason for each unreadable
-        one): a worker sends each tensor as a shared-memory file descriptor, and one tensor per file
-        (256 a batch, more prefetched) ran out of them on an H200 ("Bad file descriptor", a pass
-        that never ended)."""
+        """The batch's bytes (or decoded (H, W, 3) pixels) as ONE flat tensor with each file's
+        shape (and the reason for each unreadable one): a worker sends each tensor as a
+        shared-memory file descriptor, and one tensor per file (256 a batch, more prefetched) ran
+        out of them on an H200 ("Bad file descriptor", a pass that never ended)."""
         arrays = [b[0] if isinstance(b[0], np.ndarray) else np.empty(0, np.uint8) for b in batch]
         problems = [None if isinstance(b[0], np.ndarray) else b[0] for b in batch]
-        packed = (torch.from_numpy(np.concatenate(arrays)), [len(a) for a in arrays], problems)
+        flat = torch.from_numpy(np.concatenate([a.reshape(-1) for a in arrays]))
+        packed = (flat, [a.shape for a in arrays], problems)
         return packed, torch.tensor([b[1] for b in batch]), [b[2] for b in batch]
 
 
-def unpack(packed, paths: list[str]) -> list[torch.Tensor | CorruptImage]:
-    """`_FileBytes.collate`'s batch as decode_many takes it: each file's bytes (a view), or the
+def unpack(packed, paths: list[str], device: torch.device | None = None) -> list[torch.Tensor | CorruptImage]:
+    """`_Files.collate`'s batch as decode_many takes it: each file's bytes (a view on the host), or
+    its decoded pixels as (3, H, W) uint8 on `device` (the whole batch sent in one copy), or the
     CorruptImage naming an unreadable one."""
-    flat, sizes, problems = packed
-    parts = torch.split(flat, sizes)
+    flat, shapes, problems = packed
+    if device is not None:
+        flat = pinned(flat, device).to(device, non_blocking=True)
+    parts = torch.split(flat, [math.prod(shape) for shape in shapes])
     return [
-        part if why is None else CorruptImage(path, why) for part, why, path in zip(parts, problems, paths, strict=True)
+        CorruptImage(path, why) if why is not None else part.view(shape).permute(2, 0, 1) if len(shape) == 3 else part
+        for part, shape, why, path in zip(parts, shapes, problems, paths, strict=True)
     ]
 
 
-def byte_loader(split: Split, batch_size: int, workers: int):
+def file_loader(split: Split, batch_size: int, workers: int, decoded: bool):
+    """The split's files in order, a batch at a time, read (or decoded, `decoded`) by `workers`."""
     return torch.utils.data.DataLoader(
-        _FileBytes(split), batch_size=batch_size, shuffle=False, num_workers=workers, collate_fn=_FileBytes.collate
+        _Files(split, decoded),
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=workers,
+        collate_fn=_Files.collate,
     )

@@ -13,7 +13,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from vitbench.backend import Preprocessing
 from vitbench.datasets import CorruptImage, Split
-from vitbench.engine.device_data import DeviceImages, byte_loader, decode_many, pinned, unpack
+from vitbench.engine.device_data import DeviceImages, decode_many, file_loader, pinned, unpack
 from vitbench.preprocessing import per_size
 
 
@@ -34,19 +34,23 @@ def eval_resize(images: torch.Tensor | list[torch.Tensor], pre: Preprocessing) -
 
 
 def eval_batches(
-    split: Split, pre: Preprocessing, batch_size: int, device: torch.device, workers: int, skip_corrupt: bool
-) -> Iterator[tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, list[tuple[int, str]]]]:
+    split: Split, pre: Preprocessing, batch_size: int, device: torch.device, workers: int, skip_corrupt: bool,
+    on_device: bool = False,
+) -> Iterator[tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, list[tuple[int, str]]]]:  # fmt: skip
     """Batches (uint8 (B, 3, size, size) on the device, labels, indices, bad) in split order, as
     `inference.loader` yields them, each made on a side stream while the model runs the one before
     (`_ahead`). In-memory images go up a batch at a time from page-locked memory (before: the whole
-    split from pageable memory inside the pass); a small file-backed split is decoded onto the device
-    first; a large one streams its bytes through workers and is decoded a batch at a time."""
-    yield from _ahead(_eval_batches_here(split, pre, batch_size, device, workers, skip_corrupt), device)
+    split from pageable memory inside the pass); image files are decoded by workers with PIL and
+    go up a batch at a time, or, `on_device` (device_data.decodes_on_device), a small split is
+    decoded onto the device first and a large one streams its bytes, decoded a batch at a time."""
+    batches = _eval_batches_here(split, pre, batch_size, device, workers, skip_corrupt, on_device)
+    yield from _ahead(batches, device)
 
 
 def _eval_batches_here(
-    split: Split, pre: Preprocessing, batch_size: int, device: torch.device, workers: int, skip_corrupt: bool = False
-):
+    split: Split, pre: Preprocessing, batch_size: int, device: torch.device, workers: int, skip_corrupt: bool = False,
+    on_device: bool = False,
+):  # fmt: skip
     """`eval_batches`, each batch made on the current stream."""
     if isinstance(split.images, np.ndarray | torch.Tensor):  # (N, H, W, 3) uint8, one size (CIFAR)
         for start in range(0, len(split), batch_size):
@@ -64,11 +68,11 @@ def _eval_batches_here(
             batch = eval_resize([pinned(x, device).to(device, non_blocking=True) for x in images], pre)
             yield batch, torch.from_numpy(split.labels[index.numpy()]), index, []
         return
-    if DeviceImages.fits(split):
+    if on_device and DeviceImages.fits(split):
         # a small file-backed split is decoded onto the device first, in batched nvjpeg calls: on an
         # H200 that ran DeiT-Ti's extraction from JPEGs at 10,400 images/s, decoding a batch at a
         # time from a worker's bytes at 3,000 (docs/performance.md)
-        held = DeviceImages(split, device, skip_corrupt)
+        held = DeviceImages(split, device, skip_corrupt, on_device, workers)
         for start in range(0, len(split), batch_size):
             span = range(start, min(start + batch_size, len(split)))
             read = [i for i in span if i not in held.bad]
@@ -79,11 +83,12 @@ def _eval_batches_here(
             batch = eval_resize([held.get(i) for i in read], pre)
             yield batch, torch.from_numpy(split.labels[read]), torch.tensor(read), bad
         return
-    for packed, labels, items in byte_loader(split, batch_size, workers):
+    for packed, labels, items in file_loader(split, batch_size, workers, decoded=not on_device):
         decoded, kept, bad = [], [], []
         where = [split.paths[i] for i in items]  # type: ignore[index]
-        files = unpack(packed, where)
-        for position, (image, i) in enumerate(zip(decode_many(files, device, where), items, strict=True)):
+        files = unpack(packed, where, None if on_device else device)
+        found = decode_many(files, device, where) if on_device else files
+        for position, (image, i) in enumerate(zip(found, items, strict=True)):
             if isinstance(image, CorruptImage):
                 bad.append((i, str(image)))
             else:

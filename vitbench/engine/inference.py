@@ -91,8 +91,9 @@ def run_over(
 
     batches: Iterable
     # a split cropped on decoding (ObjectNet's PNGs, which the device decodes on the CPU anyway) stays with the workers
-    if not split.border and device_data.choose(pipeline, device, preprocessing, split) == "device":
-        batches = device_eval.eval_batches(split, preprocessing, batch_size, device, workers, skip_corrupt)
+    if not split.border and device_data.choose(pipeline, device, preprocessing) == "device":
+        on_device = device_data.decodes_on_device(pipeline)
+        batches = device_eval.eval_batches(split, preprocessing, batch_size, device, workers, skip_corrupt, on_device)
     else:
         batches = loader(split, preprocessing.transform(uint8=True), batch_size, workers, device)
     total = math.ceil(len(split) / batch_size)

@@ -53,6 +53,9 @@ class Settings:
     # where augmentation runs: "workers" (DataLoader processes, PIL), "device" (device_data: the
     # same draws on the accelerator) or "synthetic" (one random batch on the device: `vitbench bench`)
     input_pipeline: str = "workers"
+    # the device pipeline's image files: decoded on the device (nvjpeg; `--input-pipeline device`)
+    # instead of by the workers with PIL (device_data.decodes_on_device)
+    decode_on_device: bool = False
     # activation checkpointing: None chooses it with the micro-batch from free memory (memory.py)
     checkpointing: bool | None = None
     log_every: int = 50

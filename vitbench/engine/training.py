@@ -122,11 +122,13 @@ class _Feed:
             )
         elif s.input_pipeline == "device":
             aug = Augmentation(s.res, s.crop, s.flip, s.precrop)
-            if not DeviceImages.fits(split):  # too large to hold: stream the files, decode on the device
-                self.batches = streamed_train_batches(split, self.stream, step, s.steps, aug, device, s.workers)
+            if not DeviceImages.fits(split):  # too large to hold: stream the files
+                self.batches = streamed_train_batches(
+                    split, self.stream, step, s.steps, aug, device, s.workers, s.decode_on_device
+                )
             else:
                 if self.images is None:
-                    self.images = DeviceImages(split, device, self.skip_corrupt)
+                    self.images = DeviceImages(split, device, self.skip_corrupt, s.decode_on_device, s.workers)
                 self.batches = train_batches(self.images, split.labels, self.stream, step, s.steps, aug)
         else:
             pin = device.type == "cuda"

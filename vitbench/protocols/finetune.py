@@ -254,6 +254,7 @@ def _settings(group: Group, seed: int, h: dict, lr: float, req: Request, runtime
     """The run's hparams `h` (what changes its numbers) plus this machine's choices (what changes speed)."""
     from vitbench.engine import training
     from vitbench.engine.device_data import choose as choose_pipeline
+    from vitbench.engine.device_data import decodes_on_device
 
     o = FinetuneOptions.of(req)
     return training.Settings(
@@ -277,6 +278,7 @@ def _settings(group: Group, seed: int, h: dict, lr: float, req: Request, runtime
         channels_last=bool(group.model.backend and group.model.backend.channels_last) and runtime.device.type == "cuda",
         workers=runtime.workers,
         input_pipeline=choose_pipeline(runtime.input_pipeline, runtime.device),
+        decode_on_device=decodes_on_device(runtime.input_pipeline),
         log_every=max(1, min(50, h["steps"] // 10)),
         checkpoint_every=o.checkpoint_every or checkpoint_interval(h["steps"]),
     )
@@ -344,6 +346,7 @@ def _score(
             "sdpa_attention": _fused_attention(),
             "channels_last": settings.channels_last,
             "input_pipeline": settings.input_pipeline,
+            "decode_on_device": settings.decode_on_device and settings.input_pipeline == "device",
             "activation_checkpointing": outcome.checkpointing,
             "memory_plan": outcome.memory_plan,
             "train_images": outcome.train_images,

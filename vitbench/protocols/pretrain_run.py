@@ -16,6 +16,7 @@ from vitbench.datasets import Split
 from vitbench.devices import Runtime
 from vitbench.engine import train_checkpoint, training
 from vitbench.engine.device_data import choose as choose_pipeline
+from vitbench.engine.device_data import decodes_on_device
 from vitbench.engine.distributed import barrier
 from vitbench.engine.inference import run_over
 from vitbench.engine.pretrain_objectives import Classifier, MaskedPatchPrediction
@@ -94,6 +95,7 @@ def pretrain(
         clip_norm=h["clip_global_norm"],
         eval_every=max(1, h["steps"] // recipe.VALIDATIONS), micro_batch=o.micro_batch, compile=runtime.compile,
         workers=runtime.workers, input_pipeline=choose_pipeline(runtime.input_pipeline, runtime.device),
+        decode_on_device=decodes_on_device(runtime.input_pipeline),
         log_every=max(1, min(50, h["steps"] // 10)),
         checkpoint_every=o.checkpoint_every or checkpoint_interval(h["steps"]),
     )  # fmt: skip
