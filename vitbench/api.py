@@ -316,3 +316,30 @@ def bench(configs: list, options, results: Path = Path("results")) -> str:
         records = engine_bench.to_records(engine_bench.measure_config(cfg, options), options, bench_id)
         recorder.record_bench(Path(results), records)
     return bench_id
+
+
+def dedup(
+    dataset: str,
+    against: list[str] | tuple[str, ...] = (),
+    *,
+    data_dir: Path | None = None,
+    results: Path = Path("results"),
+    threshold: float | None = None,
+    workers: int = 2,
+    rerun: bool = False,
+    verify_data: bool = False,
+) -> list[dict]:
+    """Near-duplicate audits (execution/dedup.py, method in engine/dedup.py): `dataset`'s train
+    (and dev) splits against its test split, or, with `against`, every image of `dataset` against
+    each of those datasets' test splits. Each audit is stored (`vitbench.store.read_audits`) with
+    its pairs; one already stored for the same files and settings is read back unless `rerun`.
+    Returns one dict per audit (store.AUDIT_COLUMNS, `pairs`: a DataFrame, `stored`)."""
+    from vitbench.engine.dedup import Method
+    from vitbench.execution import dedup as dedup_audits  # (torch: loaded when images are compared)
+
+    method = Method() if threshold is None else Method(threshold=threshold)
+    if not 0.0 < method.threshold <= 1.0:
+        raise UserError(f"--threshold {method.threshold}: expected a correlation in (0, 1]")
+    audits = dedup_audits.plan(dataset, tuple(against))
+    writable_results(Path(results))
+    return dedup_audits.run(audits, data_dir, Path(results), method, workers, rerun, verify_data)

@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from vitbench.cli import backbones, bench, compare, info, report, run, tables  # noqa: F401  (each registers its commands)
+from vitbench.cli import backbones, bench, compare, dedup, info, report, run, tables  # noqa: F401  (each registers its commands)
 from vitbench.cli.app import app, err, out
 from vitbench.errors import UserError
 from vitbench.logs import configure_logging
@@ -17,7 +17,21 @@ __all__ = ["app", "err", "main", "out"]
 
 # `vitbench --help` lists the commands in the order a person reaches for them (typer keeps the order
 # of registration, which is the order of the imports above)
-ORDER = ("run", "submit", "table", "report", "compare", "plot", "export", "ingest", "bench", "inspect", "ls", "doctor")
+ORDER = (
+    "run",
+    "submit",
+    "table",
+    "report",
+    "compare",
+    "plot",
+    "export",
+    "ingest",
+    "bench",
+    "dedup",
+    "inspect",
+    "ls",
+    "doctor",
+)
 
 
 def _place(command) -> int:

@@ -190,6 +190,11 @@ class DatasetSpec:
         return root
 
     @property
+    def test_split(self) -> str:
+        """The split its transfer results are scored on (the final runs' test split)."""
+        return self.final_splits[1]
+
+    @property
     def split_names(self) -> tuple[str, ...]:
         derived = ("subtrain", "dev") if self.dev_fraction else ()
         return (*self.official_sizes, *derived)

@@ -121,3 +121,9 @@ def record_bench(results: Path, records: list[dict]) -> None:
     measured, so a later configuration's failure loses nothing."""
     with store.connect(results) as con:
         store.save_bench(con, records)
+
+
+def record_audit(results: Path, audit: dict, pairs: list[dict]) -> None:
+    """One near-duplicate audit (execution/dedup.py) and its pairs, stored as it finishes."""
+    with store.connect(results) as con:
+        store.save_audit(con, audit, pairs)

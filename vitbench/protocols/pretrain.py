@@ -115,6 +115,15 @@ class PretrainOptions(TrainingOptions):
         many=True,
         bound=limits(int, 1, INT32_MAX),
     )
+    dedup_against: tuple[str, ...] = option(
+        (),
+        "pretrain: datasets whose test images' near-duplicates (vitbench dedup) are removed from the pre-training "
+        "images, as §4.1 [default: the --transfer datasets present under --data-dir, the pre-training dataset "
+        "itself excepted]; none.",
+        panel=PRETRAIN_PANEL,
+        kind=str,
+        many=True,
+    )
 
 
 class Pretrain(Protocol):
@@ -161,7 +170,7 @@ class Pretrain(Protocol):
         for name in () if o.transfer == ("none",) else o.transfer:
             get_dataset(name)  # a misspelt transfer dataset stops the plan, not the session after hours of training
         train = group.splits[group.dataset.sweep_splits[0]]
-        h = {**hparams, **settings_for(group, req, len(train))}
+        h = {**hparams, **settings_for(group, req, len(train)), **_dedup_settings(group, req)}
         seeds = o.seeds if o.seeds != SEEDS else (0,)  # pre-training is costly: one run unless asked
         return [
             self.base_spec(group, train, weights_sha, {**h, "subset": n}, seed)
@@ -174,8 +183,9 @@ class Pretrain(Protocol):
     ) -> Iterator[Result]:
         from vitbench.protocols.pretrain_run import pretrain
 
+        tests = dedup_datasets(group, req)
         for spec in todo:
-            yield from pretrain(group, spec, req, runtime, recorder, weights_path(req, spec))
+            yield from pretrain(group, spec, req, runtime, recorder, weights_path(req, spec), tests)
 
     def followups(self, req: Request, groups: list[Group]) -> list[Request]:
         """Per model: linear few-shot on the --transfer datasets with the weights each run wrote,
@@ -248,6 +258,35 @@ def _default_transfer(req: Request, groups: list[Group]) -> tuple[str, ...]:
     if req.data_source is None and imagenet.missing_for(req.data_dir, FEWSHOT.splits(imagenet)) is None:
         return ("imagenet",)
     return tuple(dict.fromkeys(g.dataset.name for g in groups))
+
+
+def dedup_datasets(group: Group, req: Request) -> list[DatasetSpec]:
+    """The datasets whose test images' near-duplicates leave the pre-training images: as asked
+    (--dedup-against), else the transfer datasets that are here, the pre-training dataset's own
+    split excepted (it is as its authors published it; `vitbench dedup` audits it)."""
+    o = PretrainOptions.of(req)
+    if o.dedup_against == ("none",):
+        return []
+    if o.dedup_against:
+        return list({d.name: d for d in map(get_dataset, o.dedup_against)}.values())
+    transfer = () if o.transfer == ("none",) else o.transfer or _default_transfer(req, [group])
+    present = [d for d in map(get_dataset, transfer) if d.missing_for(req.data_dir, (d.test_split,)) is None]
+    return list({d.name: d for d in present if d.name != group.dataset.name}.values())
+
+
+def _dedup_settings(group: Group, req: Request) -> dict:
+    """The test sets de-duplicated against, by name and test-split fingerprint (other files: another
+    run), and the search's settings; nothing when there are none (the run keys of pre-training
+    without de-duplication stay as they were)."""
+    tests = dedup_datasets(group, req)
+    if not tests:
+        return {}
+    from vitbench.engine.dedup import Method
+
+    return {
+        "dedup_against": {t.name: t.load_split(req.data_dir, t.test_split, req.data_source).fingerprint for t in tests},
+        "dedup_method": Method().describe(),
+    }
 
 
 def settings_for(group: Group, req: Request, n_train: int) -> dict:

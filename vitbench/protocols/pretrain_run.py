@@ -4,22 +4,26 @@ stopping on the dev split, the best weights written with their provenance, the r
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+import logging
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from vitbench import position_embeddings
-from vitbench.datasets import Split
+from vitbench.datasets import DatasetSpec, Split
 from vitbench.devices import Runtime
 from vitbench.engine import train_checkpoint, training
+from vitbench.engine.dedup import Method, duplicates_in
 from vitbench.engine.device_data import choose as choose_pipeline
 from vitbench.engine.device_data import decodes_on_device
 from vitbench.engine.distributed import barrier
 from vitbench.engine.inference import run_over
 from vitbench.engine.pretrain_objectives import Classifier, MaskedPatchPrediction
+from vitbench.errors import UserError
 from vitbench.protocols import pretrain_recipe as recipe
 from vitbench.protocols.base import Group, Recorder, Request, Result, RunSpec
 from vitbench.protocols.finetune import checkpoint_interval
@@ -28,6 +32,7 @@ from vitbench.provenance import sha256_file
 from vitbench.store.shards import shard_dir
 from vitbench.weights import RANDOM, RANDOM_INIT_SEED, build_model, pretrained
 
+log = logging.getLogger("vitbench")
 VALIDATION_SEED = 0  # MPP's dev score corrupts the same patches every time
 
 
@@ -80,12 +85,14 @@ def _validator(group: Group, h: dict, runtime: Runtime, dev: Split):
 
 
 def pretrain(
-    group: Group, spec: RunSpec, req: Request, runtime: Runtime, recorder: Recorder, path: Path
-) -> Iterator[Result]:
+    group: Group, spec: RunSpec, req: Request, runtime: Runtime, recorder: Recorder, path: Path,
+    dedup_against: Sequence[DatasetSpec] = (),
+) -> Iterator[Result]:  # fmt: skip
     """Train, keep the best weights on dev, write them to `path` and yield the run's result (from
     the main process; the others wait for it)."""
     h, world, o = spec.hparams, recorder.world, TrainingOptions.of(req)
     train = recipe.nested_subset(group.splits[group.dataset.sweep_splits[0]], h["subset"])
+    train, dedup_note = _deduplicated(train, h, req, runtime, dedup_against)
     dev = group.splits[group.dataset.sweep_splits[1]]
     backbone, model = _model(group, h)
     settings = training.Settings(
@@ -108,9 +115,33 @@ def pretrain(
         runtime.skip_corrupt, what, objective=objective, validate=_validator(group, h, runtime, dev),
     )  # fmt: skip
     if world.is_main:  # one process writes the weights and the result; the others wait for it
-        yield _finish(group, spec, outcome, settings, started, backbone, model, path, len(train), len(dev), recorder)
+        result = _finish(group, spec, outcome, settings, started, backbone, model, path, len(train), len(dev), recorder)
+        yield dataclasses.replace(result, notes={**result.notes, **dedup_note})
         train_checkpoint.discard(checkpoint)  # (once the result is stored)
     barrier(world)
+
+
+def _deduplicated(
+    train: Split, h: dict, req: Request, runtime: Runtime, datasets: Sequence[DatasetSpec]
+) -> tuple[Split, dict]:
+    """`train` without the near-duplicates of the test images of `datasets` (§4.1), and the note
+    saying how many left and of what; `train` itself where the run de-duplicates nothing."""
+    if not h.get("dedup_against"):
+        return train, {}
+    tests = []
+    for spec in datasets:
+        test = spec.load_split(req.data_dir, spec.test_split, req.data_source)
+        if h["dedup_against"].get(spec.name) != test.fingerprint:  # the files changed since the run was planned
+            raise UserError(f"{spec.name} {spec.test_split}: its files changed since this run was planned; plan again")
+        tests.append(test)
+    drop, flagged = duplicates_in(train, tests, Method.described(h["dedup_method"]), runtime.workers)
+    kept = np.setdiff1d(np.arange(len(train)), drop)
+    log.info(
+        "pretrain: %d of %d pre-training images removed as near-duplicates of test images (%s)",
+        len(drop), len(train), ", ".join(f"{name}: {n} test images" for name, n in flagged.items()),
+    )  # fmt: skip
+    note = {"dedup": {"removed": int(len(drop)), "of": len(train), "test_images_with_duplicates": flagged}}
+    return train.subset(train.name, kept), note
 
 
 def _finish(group, spec, outcome, settings, started, backbone, model, path, n_train, n_dev, recorder) -> Result:

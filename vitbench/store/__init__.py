@@ -14,6 +14,7 @@ from vitbench.store.database import (
     rebuild,
     sync,
 )
+from vitbench.store.dedup import AUDIT_COLUMNS, PAIR_COLUMNS, read_audits, read_pairs, save_audit
 from vitbench.store.ingest import done_keys, ingest, ingest_pending, metric_values
 from vitbench.store.schema import (
     DB_NAME,
@@ -28,6 +29,11 @@ from vitbench.store.shards import SHARD_SCHEMA, shard_dir, shard_keys, shard_met
 
 __all__ = [
     "ATTENTION_COLUMNS",
+    "AUDIT_COLUMNS",
+    "PAIR_COLUMNS",
+    "read_audits",
+    "read_pairs",
+    "save_audit",
     "BENCH_COLUMNS",
     "DB_NAME",
     "ENVIRONMENT_COLUMNS",

@@ -130,7 +130,12 @@ def sync(results: Path, strict: bool = False) -> int:
         con.close()
 
 
-DATABASE_ONLY = ("attention_distance", "bench")  # `inspect` and `bench` rows: no shard carries them
+DATABASE_ONLY = (
+    "attention_distance",
+    "bench",
+    "dedup_audits",
+    "dedup_pairs",
+)  # `inspect`, `bench`, `dedup` rows: no shard carries them
 
 
 def rebuild(results: Path) -> tuple[Path | None, int, int | None]:

@@ -71,6 +71,26 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (bench_id, model, res, mode, runner, data)
         )""",
     ],
+    [  # 6: near-duplicate audits (`vitbench dedup`): one row per (test split, audited split), and the pairs
+        """CREATE TABLE dedup_audits (
+            audit_key VARCHAR PRIMARY KEY, created_at TIMESTAMP NOT NULL,
+            test_dataset VARCHAR NOT NULL, test_split VARCHAR NOT NULL, test_source VARCHAR NOT NULL,
+            test_fingerprint VARCHAR NOT NULL, n_test INTEGER NOT NULL,
+            audited_dataset VARCHAR NOT NULL, audited_split VARCHAR NOT NULL, audited_source VARCHAR NOT NULL,
+            audited_fingerprint VARCHAR NOT NULL, n_audited INTEGER NOT NULL,
+            method JSON NOT NULL, threshold DOUBLE NOT NULL,
+            n_pairs INTEGER NOT NULL, n_test_flagged INTEGER NOT NULL, skipped_images INTEGER NOT NULL,
+            seconds DOUBLE, images_per_second DOUBLE, data_dir VARCHAR, device_name VARCHAR,
+            git_sha VARCHAR, vitbench_version VARCHAR, torch_version VARCHAR, timm_version VARCHAR,
+            python_version VARCHAR, hostname VARCHAR, command VARCHAR, notes JSON
+        )""",
+        """CREATE TABLE dedup_pairs (
+            audit_key VARCHAR NOT NULL, test_index INTEGER NOT NULL, test_image VARCHAR NOT NULL,
+            duplicate_index INTEGER NOT NULL, duplicate VARCHAR NOT NULL, distance DOUBLE NOT NULL,
+            exact BOOLEAN NOT NULL,
+            PRIMARY KEY (audit_key, test_index, duplicate_index)
+        )""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 # provenance.environment()'s fields: which code, libraries, host and command produced a number

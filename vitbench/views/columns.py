@@ -15,6 +15,7 @@ from vitbench.datasets.vtab import group_means, group_tasks
 from vitbench.protocols.registry import protocols
 from vitbench.provenance import canonical_json
 from vitbench.store.query import field_values, json_field
+from vitbench.views import contamination
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, SUBSET_MARK, Cell, TableData
 
 # hparams that differ between the runs of one setting (seeds, the LR sweep's stages)
@@ -311,10 +312,16 @@ def seed_cell(part: pd.DataFrame, column_meta: dict, include_marked: bool) -> Ce
     """One measured cell: mean ± std over the runs (seeds) of `part`, ‡ when any ran on a subset;
     it ranks for bold only without a marker (or with --include-marked)."""
     fractions = pd.Series(part["value"].to_numpy(dtype=float))
-    return _cell(fractions, bool(part["data_subset"].any()), cell_effective_shots(part), column_meta, include_marked)
+    duplicates = part[contamination.COLUMN].max() if contamination.COLUMN in part else None
+    return _cell(
+        fractions, bool(part["data_subset"].any()), cell_effective_shots(part), column_meta, include_marked, duplicates
+    )
 
 
-def _cell(fractions: pd.Series, subset: bool, effective: int | None, column_meta: dict, include_marked: bool) -> Cell:
+def _cell(
+    fractions: pd.Series, subset: bool, effective: int | None, column_meta: dict, include_marked: bool,
+    duplicates: float | None = None,
+) -> Cell:  # fmt: skip
     values = fractions * 100
     cell = Cell(
         mean=float(values.mean()),
@@ -325,6 +332,7 @@ def _cell(fractions: pd.Series, subset: bool, effective: int | None, column_meta
     cell.rankable = include_marked or not (column_meta["random"] or column_meta["smoke"] or cell.marks)
     if effective is not None:
         cell.marks += f" [{effective}-shot]"  # after the rank rule: it says what ran, it withholds nothing
+    cell.marks += contamination.mark(duplicates)  # the same: a count to weigh, not a reason to withhold
     return cell
 
 
@@ -384,9 +392,11 @@ def measured_cells(
     effective = (shown["effective_shots"] if "effective_shots" in shown else effective_shots(shown["notes"])).to_numpy(
         dtype=float
     )
+    duplicates = shown[contamination.COLUMN].to_numpy(dtype=float) if contamination.COLUMN in shown else None
     for (dataset, col), rows in shown.groupby(["dataset", "column"], sort=False).indices.items():
         fewest = fewest_shots(effective[rows], shots[rows])
-        cell = _cell(pd.Series(value[rows]), bool(subset[rows].any()), fewest, meta[str(col)], include_marked)
+        most = float(np.nanmax(duplicates[rows])) if duplicates is not None and (duplicates[rows] >= 0).any() else None
+        cell = _cell(pd.Series(value[rows]), bool(subset[rows].any()), fewest, meta[str(col)], include_marked, most)
         data.cells[(row_of[str(dataset)], str(col))] = cell
     return meta
 

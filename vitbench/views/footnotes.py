@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from vitbench.views import contamination
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, SUBSET_MARK, TableData
 from vitbench.views.columns import Measured
 from vitbench.views.paper_match import WITHIN_MARK
@@ -30,6 +31,8 @@ def marker_footnotes(data: TableData, include_marked: bool, compared: bool) -> N
             "[k-shot] after a value: its train split's smallest class has only k images, so the run used k there "
             "(fewer than the column's shot count)"
         )
+    if contamination.DUPLICATE_MARK in " ".join(c.marks for c in data.cells.values()):
+        data.footnotes.append(contamination.FOOTNOTE)
     if SMOKE_MARK in texts:
         data.footnotes.append(
             f"{SMOKE_MARK} --smoke: a few steps at a small resolution, a pipeline check, not a result{left_out}"

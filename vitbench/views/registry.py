@@ -15,7 +15,17 @@ import pandas as pd
 from vitbench import store
 from vitbench.errors import UserError
 from vitbench.store import query
-from vitbench.views import attention, bench_table, per_class, plots, pretraining, robustness, series, table
+from vitbench.views import (
+    attention,
+    bench_table,
+    contamination,
+    per_class,
+    plots,
+    pretraining,
+    robustness,
+    series,
+    table,
+)
 from vitbench.views.cells import TableData
 from vitbench.views.plots import Figure
 
@@ -47,7 +57,9 @@ class Inputs:
         if self.runs is not None:
             return self.runs
         store.sync(self.results)  # shards that cluster workers wrote since the last merge
-        return query.apply_where(store.read_results(self.results), self.where)
+        return contamination.with_test_duplicates(
+            query.apply_where(store.read_results(self.results), self.where), self.results
+        )
 
 
 # the options of `vitbench table` a view may take, by their flags (each a default when not given)

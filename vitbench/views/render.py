@@ -74,6 +74,7 @@ _LATEX = {
     "†": r"$^\dagger$",
     "‡": r"$^\ddagger$",
     "§": r"\S{}",
+    "¶": r"\P{}",
     "·": r"$\cdot$",
     "λ": r"$\lambda$",
     "Δ": r"$\Delta$",

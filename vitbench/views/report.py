@@ -28,6 +28,7 @@ from vitbench.store.query import apply_where, json_field
 from vitbench.views import (
     attention,
     bench_table,
+    contamination,
     inspection_plots,
     per_class,
     plots,
@@ -246,7 +247,7 @@ def report_html(
     show_paths: bool = False,
 ) -> str:
     now = now or datetime.now(UTC)
-    df = apply_where(store.read_results(results), list(where or ()))
+    df = contamination.with_test_duplicates(apply_where(store.read_results(results), list(where or ())), results)
     if protocol is not None and not df.empty:
         df = df[df["protocol"] == protocol]
     roots = [] if show_paths else private_roots(df, results)

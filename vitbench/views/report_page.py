@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, SUBSET_MARK, TableData
+from vitbench.views.contamination import DUPLICATE_MARK
 from vitbench.views.paper_match import SETTING_MARK, WITHIN_MARK
 from vitbench.views.render import STYLE, table_fragment
 from vitbench.views.significance import SIGNIFICANT_MARK
@@ -68,7 +69,7 @@ figcaption { font-size: .9em; color: #333; }
 """
 # the marks a table can carry: a footnote that starts with one explains it and goes in the legend
 MARK_STARTS = (RANDOM_MARK, SUBSET_MARK, SMOKE_MARK, SIGNIFICANT_MARK, WITHIN_MARK, SETTING_MARK, "[lo, hi]",
-               "[k-shot]", "(k-shot)", "Δ:")  # fmt: skip
+               "[k-shot]", "(k-shot)", "Δ:", DUPLICATE_MARK)  # fmt: skip
 # a provenance footnote ("[col, col] weights … · data … · …"): the page's provenance section has it
 PROVENANCE_NOTE = re.compile(r"^\[[^\]]+\] weights ")
 

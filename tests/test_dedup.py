@@ -1,0 +1,184 @@
+"""Near-duplicate audits (`vitbench dedup`, engine/dedup.py) on generated images with planted
+copies of each kind (tests/planted.py) and same-class look-alikes that are not copies."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from planted import KINDS, planted_set
+
+from vitbench import store
+from vitbench.datasets import Split
+from vitbench.engine import dedup
+from vitbench.registry import get_dataset
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return planted_set(3000, 600, per_kind=10, seed=1)
+
+
+def _split(name: str, images: np.ndarray, labels: np.ndarray) -> Split:
+    return Split("planted", name, labels, "memory", f"fp-{name}", images=images)
+
+
+def test_planted_copies_of_every_kind_are_found_and_look_alikes_are_not(planted):
+    """≥ 95 % of the planted near-duplicates (each kind), ≤ 1 % of the other test images flagged:
+    those have same-class look-alikes in train, sharing their coarse layout."""
+    test, train = _split("test", planted.test, planted.test_labels), _split("train", planted.train, planted.train_labels)
+    pairs, bad, seen = dedup.audit(test, train, dedup.Method(), block=1024)  # several blocks: the running top-k
+    assert bad == [] and seen == 3000
+    found = {(p.test, p.duplicate) for p in pairs}
+    for kind in KINDS:
+        planted_of_kind = [(t, d) for t, (d, k) in planted.duplicates.items() if k == kind]
+        recall = sum(pair in found for pair in planted_of_kind) / len(planted_of_kind)
+        assert recall >= 0.95, (kind, recall)
+    false = {p.test for p in pairs} - set(planted.duplicates)
+    assert len(false) <= 0.01 * (len(planted.test) - len(planted.duplicates)), sorted(false)
+    exact = {(p.test, p.duplicate) for p in pairs if p.exact}
+    assert exact == {(t, d) for t, (d, k) in planted.duplicates.items() if k == "exact"}
+    assert all(p.distance == 0.0 for p in pairs if p.exact)
+
+
+def test_a_split_against_itself_does_not_pair_an_image_with_itself(planted):
+    images = planted.train[:200].copy()
+    images[150] = images[20]  # one copy inside the split
+    split = _split("train", images, planted.train_labels[:200])
+    pairs, _, _ = dedup.audit(split, split, dedup.Method(), same_split=True)
+    assert {(p.test, p.duplicate) for p in pairs} == {(20, 150), (150, 20)}
+
+
+def test_the_correlation_is_one_for_a_copy_and_falls_for_a_look_alike(planted):
+    method = dedup.Method()
+    import torch
+
+    test = torch.from_numpy(planted.test[:4]).permute(0, 3, 1, 2).contiguous()
+    same = dedup.correlation(test, test, method)
+    assert torch.allclose(same, torch.ones(4), atol=1e-4)
+    others = torch.from_numpy(planted.test[4:8]).permute(0, 3, 1, 2).contiguous()
+    assert (dedup.correlation(test, others, method) < method.threshold).all()
+
+
+@pytest.fixture(scope="module")
+def planted_folder(tmp_path_factory, planted):
+    """A small planted set as an ImageFolder tree of PNG files, one of them truncated."""
+    small = planted_set(400, 120, per_kind=2, seed=2)
+    root = small.write_folder(tmp_path_factory.mktemp("planted") / "photos")
+    corrupt = sorted((root / "train").rglob("*.png"))[7]
+    corrupt.write_bytes(corrupt.read_bytes()[:60])
+    return small, root
+
+
+def test_the_command_audits_a_folder_stores_it_and_writes_every_pair(planted_folder, cli, tmp_path):
+    small, root = planted_folder
+    results, out_csv = tmp_path / "results", tmp_path / "pairs.csv"
+    code, out, err = cli("dedup", "--dataset", f"folder:{root}", "--out", out_csv, "--results", results,
+                         "--workers", "0")  # fmt: skip
+    assert code == 0, err
+    assert "skipped 1 unreadable image" in err
+    with out_csv.open() as f:
+        rows = list(csv.DictReader(f))
+    assert {"test_image", "duplicate", "distance", "method_threshold", "method_name"} <= set(rows[0])
+    test_files = sorted(str(p) for p in (root / "test").rglob("*.png"))
+    train_files = sorted(str(p) for p in (root / "train").rglob("*.png"))
+    # the folder's split order is class folder then file name; the planted pairs name the array order
+    by_name = {int(p.rsplit("/", 1)[1][:6]): p for p in test_files}
+    train_by_name = {int(p.rsplit("/", 1)[1][:6]): p for p in train_files}
+    expected = {(by_name[t], train_by_name[d]) for t, (d, _) in small.duplicates.items()}
+    found = {(r["test_image"], r["duplicate"]) for r in rows}
+    assert len(expected & found) >= 0.95 * len(expected) - 1  # the one truncated file may hold a copy
+    assert len({r["test_image"] for r in rows} - {t for t, _ in expected}) <= 1
+    assert f"{len({r['test_image'] for r in rows})} (" in out  # the summary's count of test images flagged
+    audit = store.read_audits(results).iloc[0]
+    assert audit["test_dataset"] == get_dataset(f"folder:{root}").name and audit["n_test"] == 120 and audit["skipped_images"] == 1
+    assert audit["git_sha"] and json.loads(audit["method"])["threshold"] == 0.77 and audit["audited_fingerprint"]
+    # the same audit again is read back, not searched again; --rerun searches
+    code, out, _ = cli("dedup", "--dataset", f"folder:{root}", "--results", results, "--workers", "0")
+    assert code == 0 and "stored" in out and len(store.read_audits(results)) == 1
+    code, out, _ = cli("dedup", "--dataset", f"folder:{root}", "--results", results, "--workers", "0", "--rerun")
+    assert code == 0 and "│ stored" not in out and len(store.read_audits(results)) == 1
+
+
+def test_a_pretraining_set_is_audited_against_other_test_sets(planted_folder, cli, tmp_path):
+    """`--against`: every image of the audited set (train and test alike) against the named test sets."""
+    small, root = planted_folder
+    results = tmp_path / "results"
+    code, out, err = cli("dedup", "--dataset", f"folder:{root}", "--against", f"folder:{root},digits",
+                         "--results", results, "--workers", "0")  # fmt: skip
+    assert code == 0, err
+    audits, name = store.read_audits(results), get_dataset(f"folder:{root}").name
+    assert sorted(zip(audits["test_dataset"], audits["audited_split"], strict=True)) == sorted(
+        [(name, "train"), (name, "test"), ("digits", "train"), ("digits", "test")]
+    )
+    own = audits[(audits["test_dataset"] == name) & (audits["audited_split"] == "test")].iloc[0]
+    assert own["n_test_flagged"] == 0  # the test split against itself: no image is its own copy
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--dataset", "nosuch"], "nosuch"),
+        (["--dataset", "digits", "--threshold", "1.5"], "--threshold 1.5"),
+    ],
+)
+def test_bad_input_is_one_line(cli, tmp_path, args, message):
+    code, _, err = cli("dedup", *args, "--results", tmp_path / "r")
+    assert code != 0 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_pretraining_leaves_out_the_near_duplicates_of_the_test_sets_it_is_told(cli, tmp_path):
+    """`--dedup-against`: the planted copies of D's test images leave P's pre-training images
+    before training, the run's notes say how many, and its key says against what."""
+    from planted import Planted
+
+    small, other = planted_set(400, 120, per_kind=2, seed=3), planted_set(70, 1, per_kind=0, seed=4)
+    pretraining = Planted(small.train, small.train_labels, other.train[:40], other.train_labels[:40], {})
+    downstream = Planted(other.train[40:], other.train_labels[40:], small.test, small.test_labels, {})
+    p_root = pretraining.write_folder(tmp_path / "p")
+    d_root = downstream.write_folder(tmp_path / "d")
+    results = tmp_path / "results"
+    code, _, err = cli("run", "--protocol", "pretrain", "--model", "vit-ti/16", "--smoke", "--steps", "2",
+                       "--dataset", f"folder:{p_root}", "--transfer", "none", "--dedup-against", f"folder:{d_root}",
+                       "--res", "32", "--batch", "8", "--workers", "0", "--results", results)  # fmt: skip
+    assert code == 0, err
+    run = store.read_results(results).drop_duplicates("run_key").iloc[0]
+    notes, hparams = json.loads(run["notes"]), json.loads(run["hparams"])
+    d_name = get_dataset(f"folder:{d_root}").name
+    assert list(hparams["dedup_against"]) == [d_name] and hparams["dedup_method"]["threshold"] == 0.77
+    # the planted copies that fell in the pre-training part of train (the rest are in its dev part)
+    p_spec = get_dataset(f"folder:{p_root}")
+    subtrain = p_spec.load_split(None, "subtrain")
+    names = [int(path.rsplit("/", 1)[1][:6]) for path in subtrain.paths]
+    planted_here = sum(place in names for place, _ in small.duplicates.values())
+    dedup_note = notes["dedup"]
+    assert dedup_note["of"] == len(subtrain)
+    assert planted_here - 1 <= dedup_note["removed"] <= planted_here + 1
+    assert dedup_note["test_images_with_duplicates"][d_name] >= planted_here - 1
+    assert run["n_train"] == len(subtrain) - dedup_note["removed"]
+
+
+def test_a_cell_whose_test_images_have_copies_in_its_train_split_says_how_many(cli, tmp_path):
+    """After `vitbench dedup`, the table and the report mark the cells of the audited test split with
+    the count of its images that have a near-duplicate in train, and say what the mark means."""
+    small = planted_set(200, 60, per_kind=1, seed=5)
+    root = small.write_folder(tmp_path / "photos")
+    results = tmp_path / "results"
+    common = ("--dataset", f"folder:{root}", "--results", results)
+    code, _, err = cli("run", "--protocol", "knn", "--model", "vit-ti/16", "--weights", "random", "--res", "32",
+                       "--workers", "0", "--seeds", "0", *common)  # fmt: skip
+    assert code == 0, err
+    code, out, _ = cli("table", "--format", "md", "--results", results)
+    assert "¶" not in out  # no audit stored yet
+    code, _, err = cli("dedup", *common, "--workers", "0")
+    assert code == 0, err
+    flagged = int(store.read_audits(results)["n_test_flagged"].iloc[0])
+    assert len(small.duplicates) - 1 <= flagged <= len(small.duplicates) + 1
+    code, out, _ = cli("table", "--format", "md", "--results", results)
+    assert code == 0 and f"¶{flagged}" in out and "near-duplicate in the dataset's own train split" in out
+    report = tmp_path / "report.html"
+    code, _, err = cli("report", "--out", report, "--results", results)
+    assert code == 0, err
+    assert f"¶{flagged}" in report.read_text()

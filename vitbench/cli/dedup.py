@@ -1,0 +1,125 @@
+"""`vitbench dedup`: near-duplicates between a dataset's train and test splits, or between a
+pre-training set and downstream test sets (the ViT paper's §4.1 de-duplication)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+from rich.table import Table
+
+from vitbench.cli import options as o
+from vitbench.cli.app import app, out, print_table
+from vitbench.cli.options import option
+
+DEFAULT_THRESHOLD = 0.77  # engine/dedup.Method's default, here without importing torch for --help
+
+DedupDataset = Annotated[
+    str,
+    option(
+        "--dataset",
+        "-d",
+        help="The dataset audited: its train (and dev) splits against its own test split; with --against,"
+        " every image of it (a pre-training set) against those datasets' test splits.",
+    ),
+]
+Against = Annotated[
+    str | None,
+    option("--against", help="Comma list of datasets whose test images are searched for in --dataset's images."),
+]
+OutCsv = Annotated[
+    Path | None,
+    option("--out", help="Write every pair to this CSV: test_image, duplicate, distance and the method's settings."),
+]
+Threshold = Annotated[
+    float,
+    option(
+        "--threshold",
+        help="Verified correlation (of the 32 px thumbnails, over small shifts and scales) at or above which a"
+        " pair is a near-duplicate; distance = 1 - correlation.",
+    ),
+]
+Examples = Annotated[int, option("--examples", min=0, help="Example pairs shown per audit.")]
+Workers = Annotated[int, option("--workers", min=0, help="DataLoader worker processes decoding image files.")]
+Rerun = Annotated[bool, option("--rerun", help="Search again even where the same audit is stored.")]
+
+
+@app.command("dedup")
+def dedup_cmd(
+    dataset: DedupDataset,
+    against: Against = None,
+    data_dir: o.DataDir = None,
+    out_csv: OutCsv = None,
+    threshold: Threshold = DEFAULT_THRESHOLD,
+    examples: Examples = 3,
+    workers: Workers = 2,
+    rerun: Rerun = False,
+    results: o.Results = Path("results"),
+) -> None:
+    """Near-duplicates of test images (re-encoded, resized, cropped, shifted or colour-shifted
+    copies) in a dataset's train split, or in a pre-training set (--against): a summary per test
+    set, every pair stored (and written with --out)."""
+    from vitbench import api
+
+    audits = api.dedup(
+        dataset, o.words(against), data_dir=o.check_data_dir(data_dir), results=results, threshold=threshold,
+        workers=workers, rerun=rerun,
+    )  # fmt: skip
+    print_table(summary_table(audits))
+    for audit in audits:
+        shown = audit["pairs"].drop_duplicates("test_index").head(examples)
+        for pair in shown.itertuples():
+            out.print(
+                f"  {audit['test_dataset']} {pair.test_image}  ~  {pair.duplicate}  (distance {pair.distance:.3f}"
+                f"{', exact copy' if pair.exact else ''})",
+                markup=False,
+                highlight=False,
+            )
+    if out_csv is not None:
+        frame = pairs_csv(audits)
+        out_csv.parent.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(out_csv, index=False)
+        out.print(f"{len(frame)} pair(s) written to {out_csv}", markup=False, highlight=False)
+
+
+def summary_table(audits: list[dict]) -> Table:
+    table = Table(title="Near-duplicates of test images")
+    for name in ("test set", "searched in", "test images", "with a near-duplicate", "pairs", "images/s", ""):
+        table.add_column(name, justify="right" if name in ("test images", "pairs", "images/s") else "left")
+    for a in audits:
+        share = 100.0 * a["n_test_flagged"] / a["n_test"] if a["n_test"] else 0.0
+        rate = a["images_per_second"]
+        table.add_row(
+            f"{a['test_dataset']} {a['test_split']}",
+            f"{a['audited_dataset']} {a['audited_split']} ({a['n_audited']:,})",
+            f"{a['n_test']:,}",
+            f"{a['n_test_flagged']:,} ({share:.2f} %)",
+            f"{a['n_pairs']:,}",
+            f"{rate:,.0f}" if rate == rate and rate is not None else "",
+            "stored" if a["stored"] else "",
+        )
+    threshold = audits[0]["threshold"] if audits else DEFAULT_THRESHOLD
+    table.caption = (
+        f"threshold {threshold:g} (correlation of 32 px thumbnails over ±3 px shifts and 0.9-1.1 scales, colour and "
+        "detail); 'stored': read back from an earlier identical audit (--rerun searches again)"
+    )
+    return table
+
+
+def pairs_csv(audits: list[dict]):
+    """Every pair of every audit (a DataFrame): test_image, duplicate, distance, exact, where each
+    came from, and the method's settings (one column each)."""
+    import pandas as pd
+
+    frames = []
+    for a in audits:
+        method = a["method"] if isinstance(a["method"], dict) else json.loads(a["method"])
+        frame = a["pairs"][["test_image", "duplicate", "distance", "exact"]].copy()
+        frame.insert(0, "test_set", f"{a['test_dataset']} {a['test_split']}")
+        frame.insert(1, "audited_set", f"{a['audited_dataset']} {a['audited_split']}")
+        for key, value in method.items():
+            frame[f"method_{key}"] = json.dumps(value) if isinstance(value, list) else value
+        frame["audit_key"] = a["audit_key"]
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["test_image", "duplicate"])

@@ -1,0 +1,153 @@
+"""`vitbench dedup` and pre-training's `--dedup-against`: which (test split, audited split) pairs a
+request means, each searched by engine/dedup.py and stored with its provenance (one audit row and
+its pairs); an audit already stored for the same files and settings is read back, not repeated."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from vitbench import registry, store
+from vitbench.datasets import DatasetSpec, Split
+from vitbench.devices import device_name
+from vitbench.engine import dedup
+from vitbench.engine.progress import track
+from vitbench.errors import UserError
+from vitbench.execution import recorder
+from vitbench.provenance import canonical_json, environment, sha256_text
+
+log = logging.getLogger("vitbench")
+
+
+@dataclass(frozen=True)
+class Audit:
+    """One test split searched for near-duplicates among one audited split."""
+
+    test_dataset: DatasetSpec
+    test_split: str
+    audited_dataset: DatasetSpec
+    audited_split: str
+
+    def __str__(self) -> str:
+        return f"{self.test_dataset.name} {self.test_split} in {self.audited_dataset.name} {self.audited_split}"
+
+
+def plan(dataset: str, against: tuple[str, ...] = ()) -> list[Audit]:
+    """`--dataset D`: D's other on-disk splits (train, and val/dev where D has its own) against D's
+    test split. `--dataset P --against D1,D2`: every on-disk split of P against each Di's test split."""
+    audited = registry.get_dataset(dataset)
+    if not against:
+        test = audited.test_split
+        others = [s for s in audited.official_sizes if s != test]
+        if test not in audited.official_sizes or not others:
+            raise UserError(f"dataset {audited.name} has no train and test splits to audit against each other")
+        return [Audit(audited, test, audited, s) for s in others]
+    tests = [registry.get_dataset(name) for name in against]
+    return [Audit(t, t.test_split, audited, s) for t in tests for s in audited.official_sizes]
+
+
+def image_names(split: Split) -> list[str]:
+    """How an audit names a split's images: file paths, or `split:index` for images held in arrays."""
+    if split.paths is not None:
+        return list(split.paths)
+    return [f"{split.name}:{i}" for i in range(len(split))]
+
+
+def audit_key(test: Split, audited: Split, method: dedup.Method) -> str:
+    return sha256_text(
+        canonical_json(
+            {
+                "test": [test.dataset, test.name, test.source, test.fingerprint],
+                "audited": [audited.dataset, audited.name, audited.source, audited.fingerprint],
+                "method": method.describe(),
+            }
+        )
+    )[:16]
+
+
+def run(
+    audits: list[Audit],
+    data_dir: Path | None,
+    results: Path,
+    method: dedup.Method,
+    workers: int = 0,
+    rerun: bool = False,
+    verify: bool = False,
+) -> list[dict]:
+    """Each audit, stored (or read back where stored): its row (store.AUDIT_COLUMNS) with `pairs`
+    (a DataFrame of store.PAIR_COLUMNS) and `stored` (whether it was read back)."""
+    stored = store.read_audits(results)
+    loaded: dict[tuple[str, str], Split] = {}
+
+    def split(spec: DatasetSpec, name: str) -> Split:
+        if (spec.name, name) not in loaded:
+            loaded[spec.name, name] = spec.load_split(data_dir, name, verify=verify)
+        return loaded[spec.name, name]
+
+    rows = []
+    for audit in audits:
+        test, audited = split(audit.test_dataset, audit.test_split), split(audit.audited_dataset, audit.audited_split)
+        key = audit_key(test, audited, method)
+        if not rerun and key in set(stored["audit_key"]):
+            row = stored[stored["audit_key"] == key].iloc[0].to_dict()
+            rows.append({**row, "pairs": store.read_pairs(results, [key]), "stored": True})
+            continue
+        rows.append({**measure(audit, test, audited, key, method, workers, data_dir, results), "stored": False})
+    return rows
+
+
+def measure(
+    audit: Audit, test: Split, audited: Split, key: str, method: dedup.Method, workers: int,
+    data_dir: Path | None, results: Path,
+) -> dict:  # fmt: skip
+    """One audit searched and stored."""
+    started = time.perf_counter()
+    same = test.dataset == audited.dataset and test.name == audited.name
+    pairs, bad, seen = dedup.audit(
+        test, audited, method, workers, same_split=same,
+        progress=lambda blocks, total: track(blocks, total, f"dedup {audit}"),
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+    test_names, audited_names = image_names(test), image_names(audited)
+    frame = pd.DataFrame(
+        [
+            [key, p.test, test_names[p.test], p.duplicate, audited_names[p.duplicate], p.distance, p.exact]
+            for p in pairs
+        ],
+        columns=store.PAIR_COLUMNS,
+    )
+    row = {
+        "audit_key": key,
+        "created_at": datetime.now(UTC).replace(tzinfo=None),
+        "test_dataset": test.dataset,
+        "test_split": test.name,
+        "test_source": test.source,
+        "test_fingerprint": test.fingerprint,
+        "n_test": len(test),
+        "audited_dataset": audited.dataset,
+        "audited_split": audited.name,
+        "audited_source": audited.source,
+        "audited_fingerprint": audited.fingerprint,
+        "n_audited": seen,
+        "method": method.describe(),
+        "threshold": method.threshold,
+        "n_pairs": len(pairs),
+        "n_test_flagged": len({p.test for p in pairs}),
+        "skipped_images": len(bad),
+        "seconds": seconds,
+        "images_per_second": (len(test) + len(audited)) / seconds if seconds > 0 else None,
+        "data_dir": str(data_dir.resolve()) if data_dir else None,
+        "device_name": device_name(torch.device("cpu")),
+        **environment(),
+        "notes": {"skipped": [why for _, why in bad][:20]} if bad else {},
+    }
+    if bad:
+        log.warning("dedup %s: skipped %d unreadable image(s), first: %s", audit, len(bad), bad[0][1])
+    recorder.record_audit(results, row, frame.to_dict("records"))
+    return {**row, "pairs": frame}
