@@ -182,3 +182,37 @@ def test_a_cell_whose_test_images_have_copies_in_its_train_split_says_how_many(c
     code, _, err = cli("report", "--out", report, "--results", results)
     assert code == 0, err
     assert f"¶{flagged}" in report.read_text()
+
+
+def test_an_interrupted_audit_continues_from_its_last_block(planted, tmp_path, monkeypatch):
+    """The search's state is saved after each block (here: every block); a second call continues
+    where the first stopped and finds what one uninterrupted call finds."""
+    monkeypatch.setattr(dedup, "CHECKPOINT_SECONDS", 0.0)
+    test, train = _split("test", planted.test, planted.test_labels), _split("train", planted.train, planted.train_labels)
+    whole, _, _ = dedup.audit(test, train, dedup.Method(), block=500)
+    checkpoint = tmp_path / "audit.pt"
+
+    def stop_after(n):
+        def progress(blocks, total):
+            for i, block in enumerate(blocks):
+                if i == n:
+                    raise KeyboardInterrupt
+                yield block
+
+        return progress
+
+    with pytest.raises(KeyboardInterrupt):
+        dedup.audit(test, train, dedup.Method(), block=500, progress=stop_after(3), checkpoint=checkpoint)
+    assert checkpoint.exists()
+    left = []
+    pairs, _, seen = dedup.audit(test, train, dedup.Method(), block=500, checkpoint=checkpoint,
+                                 progress=lambda blocks, total: left.append(total) or blocks)  # fmt: skip
+    assert left == [3] and seen == 3000  # 6 blocks, 3 done before: 3 left
+    assert [(p.test, p.duplicate, p.exact) for p in pairs] == [(p.test, p.duplicate, p.exact) for p in whole]
+    assert not checkpoint.exists()
+
+
+def test_the_command_line_default_threshold_is_the_methods():
+    from vitbench.cli.dedup import DEFAULT_THRESHOLD
+
+    assert DEFAULT_THRESHOLD == dedup.Method().threshold

@@ -328,6 +328,7 @@ def dedup(
     workers: int = 2,
     rerun: bool = False,
     verify_data: bool = False,
+    data_source: str | None = None,
 ) -> list[dict]:
     """Near-duplicate audits (execution/dedup.py, method in engine/dedup.py): `dataset`'s train
     (and dev) splits against its test split, or, with `against`, every image of `dataset` against
@@ -342,4 +343,4 @@ def dedup(
         raise UserError(f"--threshold {method.threshold}: expected a correlation in (0, 1]")
     audits = dedup_audits.plan(dataset, tuple(against))
     writable_results(Path(results))
-    return dedup_audits.run(audits, data_dir, Path(results), method, workers, rerun, verify_data)
+    return dedup_audits.run(audits, data_dir, Path(results), method, workers, rerun, verify_data, data_source)

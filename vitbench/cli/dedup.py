@@ -12,6 +12,7 @@ from rich.table import Table
 from vitbench.cli import options as o
 from vitbench.cli.app import app, out, print_table
 from vitbench.cli.options import option
+from vitbench.cli.run_options import DataSource
 
 DEFAULT_THRESHOLD = 0.77  # engine/dedup.Method's default, here without importing torch for --help
 
@@ -50,6 +51,7 @@ def dedup_cmd(
     dataset: DedupDataset,
     against: Against = None,
     data_dir: o.DataDir = None,
+    data_source: DataSource = None,
     out_csv: OutCsv = None,
     threshold: Threshold = DEFAULT_THRESHOLD,
     examples: Examples = 3,
@@ -64,7 +66,7 @@ def dedup_cmd(
 
     audits = api.dedup(
         dataset, o.words(against), data_dir=o.check_data_dir(data_dir), results=results, threshold=threshold,
-        workers=workers, rerun=rerun,
+        workers=workers, rerun=rerun, data_source=data_source,
     )  # fmt: skip
     print_table(summary_table(audits))
     for audit in audits:

@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -123,11 +126,11 @@ class _Thumbnailed(torch.utils.data.Dataset):
         )
 
 
-def thumbnail_blocks(split: Split, block: int, workers: int) -> Iterator[Thumbnails]:
-    """The split's thumbnails, `block` images at a time, in split order. A CIFAR-style array of
-    32 x 32 images is used as it is (no decode, no resize)."""
+def thumbnail_blocks(split: Split, block: int, workers: int, first: int = 0) -> Iterator[Thumbnails]:
+    """The split's thumbnails, `block` images at a time, in split order, from block `first` on. A
+    CIFAR-style array of 32 x 32 images is used as it is (no decode, no resize)."""
     if isinstance(split.images, np.ndarray) and split.images.shape[1:] == (THUMB, THUMB, 3):
-        for start in range(0, len(split), block):
+        for start in range(first * block, len(split), block):
             part = split.images[start : start + block]
             hashes = [thumbnail(image)[1] for image in part]
             yield Thumbnails(
@@ -136,9 +139,8 @@ def thumbnail_blocks(split: Split, block: int, workers: int) -> Iterator[Thumbna
                 np.arange(start, start + len(part)),
             )
         return
-    loader = torch.utils.data.DataLoader(
-        _Thumbnailed(split), batch_size=block, num_workers=workers, collate_fn=_Thumbnailed.collate
-    )
+    rest = torch.utils.data.Subset(_Thumbnailed(split), range(first * block, len(split)))
+    loader = torch.utils.data.DataLoader(rest, batch_size=block, num_workers=workers, collate_fn=_Thumbnailed.collate)
     yield from loader
 
 
@@ -321,6 +323,15 @@ class Search:
         self.pixels = torch.where(previous[..., None, None, None], self.pixels[rows, kept], new_pixels)
         self.cosine = merged.gather(1, order)
 
+    def state(self) -> dict:
+        """What `restore` needs to continue after the blocks added so far (a checkpoint)."""
+        exact = [[p.test, p.duplicate] for p in self.exact.values()]
+        return {"cosine": self.cosine, "found": self.found, "pixels": self.pixels, "exact": exact}
+
+    def restore(self, state: dict) -> None:
+        self.cosine, self.found, self.pixels = state["cosine"], state["found"], state["pixels"]
+        self.exact = {(t, d): Pair(t, d, 0.0, True) for t, d in state["exact"]}
+
     def pairs(self, verify_batch: int = 512) -> list[Pair]:
         """Every exact copy, and every candidate whose verified correlation reaches the threshold."""
         found = dict(self.exact)
@@ -343,21 +354,52 @@ def audit(
     block: int = 8192,
     same_split: bool = False,
     progress: Callable[[Iterator[Thumbnails], int], Iterator[Thumbnails]] = lambda blocks, total: blocks,
+    checkpoint: Path | None = None,
 ) -> tuple[list[Pair], list[tuple[int, str]], int]:
     """The near-duplicate pairs between `test` and `audited`, the unreadable images skipped (split
     index, reason) and the audited images compared. `same_split`: `test` and `audited` are one
-    split (an image is not its own copy). `progress(blocks, total)` wraps the audited blocks."""
+    split (an image is not its own copy). `progress(blocks, total)` wraps the audited blocks.
+    `checkpoint`: a file the search's state is saved to after each block (at most once a
+    minute) and continued from when it is there (an audit of millions of images survives an
+    interruption); removed once the audit is done."""
     held = next(iter(thumbnail_blocks(test, max(len(test), 1), workers)), None)
     if held is None:
         return [], [], 0
     search = Search(held, method)
-    bad = list(held.bad)
-    seen = 0
-    for part in progress(thumbnail_blocks(audited, block, workers), -(-len(audited) // block)):
+    missed: list[tuple[int, str]] = []  # the audited split's unreadable images
+    seen, first = 0, 0
+    if checkpoint is not None and checkpoint.exists():
+        saved = torch.load(checkpoint, weights_only=True)
+        if saved["block"] == block and saved["n_test"] == len(held.indices):
+            search.restore(saved["search"])
+            first, seen = saved["next_block"], saved["seen"]
+            missed = [(int(i), str(why)) for i, why in saved["missed"]]
+    total = -(-len(audited) // block)
+    last_save = time.monotonic()
+    for number, part in enumerate(progress(thumbnail_blocks(audited, block, workers, first), total - first), first):
         search.add(part, same_split)
-        bad += part.bad
+        missed += part.bad
         seen += len(part.indices)
-    return search.pairs(), bad, seen
+        if checkpoint is not None and (time.monotonic() - last_save > CHECKPOINT_SECONDS or number == first):
+            state = {"block": block, "n_test": len(held.indices), "next_block": number + 1, "seen": seen,
+                     "missed": [[i, why] for i, why in missed], "search": search.state()}  # fmt: skip
+            _save(checkpoint, state)
+            last_save = time.monotonic()
+    pairs = search.pairs()
+    if checkpoint is not None:
+        checkpoint.unlink(missing_ok=True)
+    return pairs, held.bad + missed, seen
+
+
+CHECKPOINT_SECONDS = 60.0
+
+
+def _save(path: Path, state: dict) -> None:
+    """`state` to `path` whole or not at all (written beside it, then renamed over it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    torch.save(state, partial)
+    os.replace(partial, path)
 
 
 def duplicates_in(

@@ -79,6 +79,7 @@ def run(
     workers: int = 0,
     rerun: bool = False,
     verify: bool = False,
+    source: str | None = None,
 ) -> list[dict]:
     """Each audit, stored (or read back where stored): its row (store.AUDIT_COLUMNS) with `pairs`
     (a DataFrame of store.PAIR_COLUMNS) and `stored` (whether it was read back)."""
@@ -87,7 +88,7 @@ def run(
 
     def split(spec: DatasetSpec, name: str) -> Split:
         if (spec.name, name) not in loaded:
-            loaded[spec.name, name] = spec.load_split(data_dir, name, verify=verify)
+            loaded[spec.name, name] = spec.load_split(data_dir, name, source, verify)
         return loaded[spec.name, name]
 
     rows = []
@@ -112,6 +113,7 @@ def measure(
     pairs, bad, seen = dedup.audit(
         test, audited, method, workers, same_split=same,
         progress=lambda blocks, total: track(blocks, total, f"dedup {audit}"),
+        checkpoint=results / "dedup" / f"{key}.pt",  # an interrupted audit continues from its last block
     )  # fmt: skip
     seconds = time.perf_counter() - started
     test_names, audited_names = image_names(test), image_names(audited)
