@@ -28,7 +28,10 @@ def _split(name: str, images: np.ndarray, labels: np.ndarray) -> Split:
 def test_planted_copies_of_every_kind_are_found_and_look_alikes_are_not(planted):
     """≥ 95 % of the planted near-duplicates (each kind), ≤ 1 % of the other test images flagged:
     those have same-class look-alikes in train, sharing their coarse layout."""
-    test, train = _split("test", planted.test, planted.test_labels), _split("train", planted.train, planted.train_labels)
+    test, train = (
+        _split("test", planted.test, planted.test_labels),
+        _split("train", planted.train, planted.train_labels),
+    )
     pairs, bad, seen = dedup.audit(test, train, dedup.Method(), block=1024)  # several blocks: the running top-k
     assert bad == [] and seen == 3000
     found = {(p.test, p.duplicate) for p in pairs}
@@ -93,7 +96,11 @@ def test_the_command_audits_a_folder_stores_it_and_writes_every_pair(planted_fol
     assert len({r["test_image"] for r in rows} - {t for t, _ in expected}) <= 1
     assert f"{len({r['test_image'] for r in rows})} (" in out  # the summary's count of test images flagged
     audit = store.read_audits(results).iloc[0]
-    assert audit["test_dataset"] == get_dataset(f"folder:{root}").name and audit["n_test"] == 120 and audit["skipped_images"] == 1
+    assert (
+        audit["test_dataset"] == get_dataset(f"folder:{root}").name
+        and audit["n_test"] == 120
+        and audit["skipped_images"] == 1
+    )
     assert audit["git_sha"] and json.loads(audit["method"])["threshold"] == 0.77 and audit["audited_fingerprint"]
     # the same audit again is read back, not searched again; --rerun searches
     code, out, _ = cli("dedup", "--dataset", f"folder:{root}", "--results", results, "--workers", "0")
@@ -188,7 +195,10 @@ def test_an_interrupted_audit_continues_from_its_last_block(planted, tmp_path, m
     """The search's state is saved after each block (here: every block); a second call continues
     where the first stopped and finds what one uninterrupted call finds."""
     monkeypatch.setattr(dedup, "CHECKPOINT_SECONDS", 0.0)
-    test, train = _split("test", planted.test, planted.test_labels), _split("train", planted.train, planted.train_labels)
+    test, train = (
+        _split("test", planted.test, planted.test_labels),
+        _split("train", planted.train, planted.train_labels),
+    )
     whole, _, _ = dedup.audit(test, train, dedup.Method(), block=500)
     checkpoint = tmp_path / "audit.pt"
 
@@ -215,4 +225,4 @@ def test_an_interrupted_audit_continues_from_its_last_block(planted, tmp_path, m
 def test_the_command_line_default_threshold_is_the_methods():
     from vitbench.cli.dedup import DEFAULT_THRESHOLD
 
-    assert DEFAULT_THRESHOLD == dedup.Method().threshold
+    assert dedup.Method().threshold == DEFAULT_THRESHOLD

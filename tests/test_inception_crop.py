@@ -12,7 +12,7 @@ import torch
 from scipy.stats import ks_2samp
 from torchvision.transforms import v2
 
-from vitbench.engine.train_data import CROP_AREA, CROP_ASPECT, InceptionCrop
+from vitbench.engine.train_data import CROP_AREA, CROP_ASPECT, inception_box
 
 DRAWS = 5000
 
@@ -34,21 +34,29 @@ def tf_crops(tf, height: int, width: int) -> np.ndarray:
     return np.array(out)
 
 
-def torch_crops(crop: v2.RandomResizedCrop, height: int, width: int) -> np.ndarray:
+def torch_crops(draw, height: int, width: int) -> np.ndarray:
+    """(area fraction, aspect ratio) of `draw(height, width)`'s boxes (top, left, height, width)."""
     torch.manual_seed(0)
     out = []
     for _ in range(DRAWS):
-        p = crop.make_params([torch.empty((3, height, width), device="meta")])
-        assert p["top"] >= 0 and p["top"] + p["height"] <= height and p["left"] >= 0 and p["left"] + p["width"] <= width
-        out.append((p["height"] * p["width"] / (height * width), p["width"] / p["height"]))
+        top, left, h, w = draw(height, width)
+        assert top >= 0 and top + h <= height and left >= 0 and left + w <= width
+        out.append((h * w / (height * width), w / h))
     return np.array(out)
+
+
+def torchvision_box(height: int, width: int) -> tuple[int, int, int, int]:
+    p = v2.RandomResizedCrop(32, scale=CROP_AREA, ratio=CROP_ASPECT).make_params(
+        [torch.empty((3, height, width), device="meta")]
+    )
+    return p["top"], p["left"], p["height"], p["width"]
 
 
 @pytest.mark.parametrize("height, width", [(224, 224), (200, 300)])
 def test_crops_follow_tensorflows_sampler_and_not_torchvisions(tf, height, width):
     reference = tf_crops(tf, height, width)
-    ours = torch_crops(InceptionCrop(32), height, width)
-    torchvision = torch_crops(v2.RandomResizedCrop(32, scale=CROP_AREA, ratio=CROP_ASPECT), height, width)
+    ours = torch_crops(inception_box, height, width)
+    torchvision = torch_crops(torchvision_box, height, width)
     for column in (0, 1):  # area fraction, aspect ratio
         assert ks_2samp(ours[:, column], reference[:, column]).pvalue > 0.01
     assert ks_2samp(torchvision[:, 0], reference[:, 0]).pvalue < 1e-6  # the test can tell them apart

@@ -26,8 +26,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # torch and timm load where a model is built: commands that only read results never pay for them
     import torch
 
-FAMILIES = ("vit_jax", "timm")  # whose published eval recipe a checkpoint follows
-
 
 def resize_like_tf(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """uint8 (..., 3, H, W) -> uint8 (..., 3, *size) as big_vision resizes: `tf.image.resize`

@@ -4,6 +4,7 @@ pre-training set and downstream test sets (the ViT paper's §4.1 de-duplication)
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -98,7 +99,7 @@ def summary_table(audits: list[dict]) -> Table:
             f"{a['n_test']:,}",
             f"{a['n_test_flagged']:,} ({share:.2f} %)",
             f"{a['n_pairs']:,}",
-            f"{rate:,.0f}" if rate == rate and rate is not None else "",
+            "" if rate is None or math.isnan(rate) else f"{rate:,.0f}",
             "stored" if a["stored"] else "",
         )
     threshold = audits[0]["threshold"] if audits else DEFAULT_THRESHOLD

@@ -12,9 +12,8 @@ from rich.markup import escape
 
 from vitbench.devices import PIPELINES, PRECISIONS
 from vitbench.errors import UserError
-from vitbench.protocols.base import DEFAULT_L2
 
-__all__ = ["DEFAULT_L2", "PIPELINES", "PRECISIONS"]
+__all__ = ["PIPELINES", "PRECISIONS"]  # the choices commands check against: o.PIPELINES
 
 
 def option(*names: str, help: str, panel: str | None = None, **settings: Any) -> Any:

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torchvision.transforms import v2
-from torchvision.transforms.v2._utils import query_size
 
 from vitbench.datasets import Split
 from vitbench.datasets.transformed import TransformedSplit
@@ -76,17 +74,6 @@ def inception_box(height: int, width: int) -> tuple[int, int, int, int]:
         if box is not None and box[2] * box[3] >= 1:  # SatisfiesOverlapConstraints with min_object_covered 0
             return box
     return 0, 0, height, width
-
-
-class InceptionCrop(v2.RandomResizedCrop):
-    """`inception_box` as a torchvision transform (for tools that compose transforms)."""
-
-    def __init__(self, size: int, **kwargs):
-        super().__init__(size, scale=CROP_AREA, ratio=CROP_ASPECT, **kwargs)
-
-    def make_params(self, flat_inputs: list) -> dict:
-        top, left, h, w = inception_box(*query_size(flat_inputs))
-        return {"top": top, "left": left, "height": h, "width": w}
 
 
 # The crop before the resize, per dataset (DatasetSpec.train_crop):

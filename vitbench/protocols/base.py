@@ -32,10 +32,6 @@ if TYPE_CHECKING:  # the engine (and torch) load when a protocol runs, not when 
     from vitbench.engine.distributed import World
     from vitbench.weights.resolved import Weights
 
-SEEDS = (0, 1, 2)  # the paper's three runs per setting (App. B; big_vision's few-shot seeds)
-SHOTS = (1, 5, 10, 25)  # the paper's few-shot counts (Fig. 2, Table 6)
-DEFAULT_L2 = "1024"  # big_vision's few-shot l2_reg, as `--fewshot-l2` takes it
-
 
 @dataclass(frozen=True)
 class RunSpec:

@@ -12,7 +12,6 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,9 +27,6 @@ from vitbench.protocols.shared_options import SeededOptions
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
 # version (tables, `--help`) stays light.
-if TYPE_CHECKING:
-    pass
-
 log = logging.getLogger("vitbench")
 
 L2_GRID = tuple(2.0**i for i in range(-10, 20))  # the older sweep: 2^-10 .. 2^19
