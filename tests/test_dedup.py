@@ -226,3 +226,15 @@ def test_the_command_line_default_threshold_is_the_methods():
     from vitbench.cli.dedup import DEFAULT_THRESHOLD
 
     assert dedup.Method().threshold == DEFAULT_THRESHOLD
+
+
+def test_small_images_need_a_closer_match_than_their_upscaled_thumbnails_suggest():
+    """scikit-learn's 8 x 8 digits, upscaled to thumbnails, correlate easily: digits 5-9 have no
+    copy among digits 0-4 (other classes), and the search finds none there."""
+    train, test = get_dataset("digits0-4").load_split(None, "train"), get_dataset("digits5-9").load_split(None, "test")
+    pairs, _, _ = dedup.audit(test, train, dedup.Method())
+    assert pairs == []
+    method = dedup.Method()
+    import torch
+
+    assert method.threshold_for(torch.tensor([8, 32, 500])).tolist() == pytest.approx([1 - 0.23 / 4, 0.77, 0.77])

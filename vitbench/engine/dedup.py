@@ -61,6 +61,14 @@ class Method:
     def describe(self) -> dict:
         return {"name": "thumbnail-ncc", **asdict(self), "scales": list(self.scales)}
 
+    def threshold_for(self, sides: torch.Tensor) -> torch.Tensor:
+        """The correlation a pair must reach, by the shorter side (pixels) of its smaller image:
+        `threshold` from 32 px on; closer to 1 in proportion below (an 8 px image: 1 - 0.23 / 4),
+        since a thumbnail upscaled from fewer pixels correlates more easily: different digits of
+        scikit-learn's 8 x 8 set reached 0.77-0.81, where copies of a 32 px photo start at 0.78."""
+        fraction = (sides.float() / THUMB).clamp(max=1.0)
+        return 1.0 - (1.0 - self.threshold) * fraction
+
     @classmethod
     def described(cls, description: dict) -> Method:
         """The Method `describe()` wrote (a run's hparams)."""
@@ -81,6 +89,7 @@ class Thumbnails:
     pixels: torch.Tensor
     hashes: np.ndarray
     indices: np.ndarray
+    sides: np.ndarray  # each image's shorter side before it was made a thumbnail (pixels)
     bad: list[tuple[int, str]] = field(default_factory=list)
 
 
@@ -112,7 +121,7 @@ class _Thumbnailed(torch.utils.data.Dataset):
         except CorruptImage as e:  # an audit reads what it can, and counts the rest
             return index, None, f"{e.path}: unreadable ({e.reason})"
         small, digest = thumbnail(pixels)
-        return index, small, digest
+        return index, small, digest, min(pixels.shape[:2])
 
     @staticmethod
     def collate(batch) -> Thumbnails:
@@ -122,6 +131,7 @@ class _Thumbnailed(torch.utils.data.Dataset):
             torch.from_numpy(pixels).permute(0, 3, 1, 2).contiguous(),
             np.asarray([b[2] for b in good], dtype=np.int64),
             np.asarray([b[0] for b in good], dtype=np.int64),
+            np.asarray([b[3] for b in good], dtype=np.int64),
             [(b[0], b[2]) for b in batch if b[1] is None],
         )
 
@@ -137,6 +147,7 @@ def thumbnail_blocks(split: Split, block: int, workers: int, first: int = 0) -> 
                 torch.from_numpy(np.ascontiguousarray(part)).permute(0, 3, 1, 2).contiguous(),
                 np.asarray(hashes, dtype=np.int64),
                 np.arange(start, start + len(part)),
+                np.full(len(part), THUMB),
             )
         return
     rest = torch.utils.data.Subset(_Thumbnailed(split), range(first * block, len(split)))
@@ -283,6 +294,7 @@ class Search:
     cosine: torch.Tensor = field(init=False)  # (test, candidates), best first
     found: torch.Tensor = field(init=False)  # their audited split indices (-1: none yet)
     pixels: torch.Tensor = field(init=False)  # their thumbnails
+    sides: torch.Tensor = field(init=False)  # their shorter sides before that
 
     def __post_init__(self) -> None:
         self.keys = torch.stack([descriptors(v) for v in variants(self.test.pixels)], 1)  # (test, variants, dims)
@@ -293,6 +305,7 @@ class Search:
         self.cosine = torch.full((n, k), -2.0)
         self.found = torch.full((n, k), -1, dtype=torch.long)
         self.pixels = torch.zeros((n, k, 3, THUMB, THUMB), dtype=torch.uint8)
+        self.sides = torch.zeros((n, k), dtype=torch.long)
 
     def add(self, audited: Thumbnails, same_split: bool = False) -> None:
         """One block of audited images. `same_split`: the audited split is the test split itself
@@ -321,15 +334,17 @@ class Search:
         kept = order.clamp_max(self.method.candidates - 1)
         self.found = torch.where(previous, self.found[rows, kept], new_found)
         self.pixels = torch.where(previous[..., None, None, None], self.pixels[rows, kept], new_pixels)
+        new_sides = torch.from_numpy(audited.sides)[cols.gather(1, new_cols)]
+        self.sides = torch.where(previous, self.sides[rows, kept], new_sides)
         self.cosine = merged.gather(1, order)
 
     def state(self) -> dict:
         """What `restore` needs to continue after the blocks added so far (a checkpoint)."""
         exact = [[p.test, p.duplicate] for p in self.exact.values()]
-        return {"cosine": self.cosine, "found": self.found, "pixels": self.pixels, "exact": exact}
+        return {"cosine": self.cosine, "found": self.found, "pixels": self.pixels, "sides": self.sides, "exact": exact}
 
     def restore(self, state: dict) -> None:
-        self.cosine, self.found, self.pixels = state["cosine"], state["found"], state["pixels"]
+        self.cosine, self.found, self.pixels, self.sides = (state[k] for k in ("cosine", "found", "pixels", "sides"))
         self.exact = {(t, d): Pair(t, d, 0.0, True) for t, d in state["exact"]}
 
     def pairs(self, verify_batch: int = 512) -> list[Pair]:
@@ -339,9 +354,11 @@ class Search:
         for start in range(0, len(rows), verify_batch):
             r, k = rows[start : start + verify_batch], slots[start : start + verify_batch]
             score = correlation(self.test.pixels[r], self.pixels[r, k], self.method)
-            for row, slot, s in zip(r.tolist(), k.tolist(), score.tolist(), strict=True):
+            sides = torch.minimum(torch.from_numpy(self.test.sides)[r], self.sides[r, k])
+            needed = self.method.threshold_for(sides)
+            for row, slot, s, bar in zip(r.tolist(), k.tolist(), score.tolist(), needed.tolist(), strict=True):
                 pair = Pair(int(self.test.indices[row]), int(self.found[row, slot]), max(0.0, 1.0 - s), False)
-                if s >= self.method.threshold and (pair.test, pair.duplicate) not in found:
+                if s >= bar and (pair.test, pair.duplicate) not in found:
                     found[pair.test, pair.duplicate] = pair
         return sorted(found.values(), key=lambda p: (p.test, p.distance, p.duplicate))
 

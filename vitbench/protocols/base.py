@@ -30,6 +30,7 @@ from vitbench.store.predictions import Predictions
 
 if TYPE_CHECKING:  # the engine (and torch) load when a protocol runs, not when its name or label is read
     from vitbench.engine.distributed import World
+    from vitbench.engine.features import FrozenFeatures
     from vitbench.weights.resolved import Weights
 
 
@@ -124,6 +125,28 @@ class Result:
     notes: dict = field(default_factory=dict)
     curves: dict[str, list[float]] | None = None
     predictions: Predictions | None = None
+
+
+def frozen_result(
+    spec: RunSpec, found: FrozenFeatures, metrics: dict[str, float], started: datetime, share: float,
+    solve_seconds: float, notes: dict | None = None, predictions: Predictions | None = None,
+    n_train: int | None = None,
+) -> Result:  # fmt: skip
+    """A frozen-feature run's Result: its `share` of the extraction it shared (device-seconds and
+    images extracted now: 0 from the cache), its own solve, and the split sizes (`n_train`: the
+    images its solve used, where fewer than the features held)."""
+    return Result(
+        spec,
+        metrics,
+        started,
+        seconds=found.seconds * share + solve_seconds,
+        images=found.images * share,
+        n_train=len(found.train.labels) if n_train is None else n_train,
+        n_test=len(found.test.labels),
+        skipped=found.skipped,
+        notes={"features_from_cache": not found.extracted, **(notes or {})},
+        predictions=predictions,
+    )
 
 
 class Recorder(TypingProtocol):

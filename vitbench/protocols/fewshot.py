@@ -20,7 +20,7 @@ from vitbench.datasets.base import DEV_SEED
 from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.errors import UserError
-from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
+from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec, frozen_result
 from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.options import FEWSHOT_PANEL, WHAT_PANEL, limits, option
 from vitbench.protocols.shared_options import SeededOptions
@@ -139,21 +139,10 @@ class FewShot(Protocol):
                 )
             drawn = sample_indices(split_labels, classes, spec.shots or 0, spec.seed, present)
             share = 1 / len(todo)  # the one extraction is shared by the runs that needed it
-            yield Result(
-                spec,
-                _metrics(accs, label),
-                started,
-                seconds=found.seconds * share + solve.seconds,
-                images=found.images * share,  # those extracted now (0 from the cache)
-                n_train=n_train,
-                n_test=len(test.labels),
-                skipped=found.skipped,
-                notes={
-                    "features_from_cache": not found.extracted,
-                    "extraction_seconds": found.seconds,
-                    "effective_shots": fewest_per_class(split_labels[drawn]),
-                },
-                predictions=Predictions.from_scores(kept[0], test.labels, test_ids) if kept else None,
+            notes = {"extraction_seconds": found.seconds, "effective_shots": fewest_per_class(split_labels[drawn])}
+            predictions = Predictions.from_scores(kept[0], test.labels, test_ids) if kept else None
+            yield frozen_result(
+                spec, found, _metrics(accs, label), started, share, solve.seconds, notes, predictions, n_train
             )
 
     def planned_work(self, group: Group) -> dict[str, dict[str, float]]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
-from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
+from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec, frozen_result
 from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, limits, option
 
@@ -86,18 +86,9 @@ class KNearestNeighbours(Protocol):
         share = 1 / len(todo)  # one extraction and one similarity pass serve every k
         for spec in todo:
             top1, top5 = accuracies[spec.hparams["k"]]
-            yield Result(
-                spec,
-                {"accuracy": top1, "accuracy_top5": top5},
-                started,
-                seconds=(found.seconds + search.seconds) * share,
-                images=found.images * share,  # those extracted now (0 from the cache)
-                n_train=len(train.labels),
-                n_test=len(test.labels),
-                skipped=found.skipped,
-                notes={"features_from_cache": not found.extracted},
-                predictions=Predictions(ids, test.labels, torch.cat(rankings[spec.hparams["k"]]).numpy()),
-            )
+            predictions = Predictions(ids, test.labels, torch.cat(rankings[spec.hparams["k"]]).numpy())
+            metrics = {"accuracy": top1, "accuracy_top5": top5}
+            yield frozen_result(spec, found, metrics, started, share, search.seconds * share, predictions=predictions)
 
     def describe(self, spec: RunSpec) -> str:
         return f"knn k={spec.hparams['k']}"

@@ -16,7 +16,7 @@ from vitbench.datasets import DatasetSpec
 from vitbench.datasets.base import dev_holdout
 from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
-from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
+from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec, frozen_result
 from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, option
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
@@ -91,25 +91,14 @@ class LinearProbe(Protocol):
             )
             probe = logistic.fit(*train, classes, best, features)
             accuracy = probe.accuracy(*test)
-        yield Result(
-            todo[0],
-            {"accuracy": accuracy, "l2": best, "val_accuracy": scores[best]},
-            started,
-            seconds=found.seconds + solve.seconds,
-            images=float(found.images),  # those extracted now (0 from the cache)
-            n_train=len(found.train.labels),
-            n_test=len(found.test.labels),
-            skipped=found.skipped,
-            notes={
-                "features_from_cache": not found.extracted,
-                "l2_sweep": {f"{k:.3g}": v for k, v in sorted(scores.items())},
-            },
-            predictions=Predictions.from_scores(
-                probe.scores(test[0]).float().cpu().numpy(),
-                found.test.labels,
-                image_ids(group.splits[self.splits(group.dataset)[1]], found.test.indices),
-            ),
+        predictions = Predictions.from_scores(
+            probe.scores(test[0]).float().cpu().numpy(),
+            found.test.labels,
+            image_ids(group.splits[self.splits(group.dataset)[1]], found.test.indices),
         )
+        metrics = {"accuracy": accuracy, "l2": best, "val_accuracy": scores[best]}
+        notes = {"l2_sweep": {f"{k:.3g}": v for k, v in sorted(scores.items())}}
+        yield frozen_result(todo[0], found, metrics, started, 1.0, solve.seconds, notes, predictions)
 
     def describe(self, spec: RunSpec) -> str:
         return "linear probe"
