@@ -87,6 +87,7 @@ def test_commands_are_listed_in_the_order_a_person_uses_them(cli, monkeypatch):
         "export",
         "ingest",
         "bench",
+        "dedup",
         "inspect",
         "ls",
         "doctor",
