@@ -72,7 +72,6 @@ Weights = Annotated[
         "Named weights not here yet need --download. A comma list: each.",
     ),
 ]
-FewshotL2 = Annotated[str, option("--fewshot-l2", panel=FEWSHOT, help="Ridge λ (1024, 2^10) or 'sweep' (2^-10..2^19).")]
 Res = Annotated[
     int | None,
     option(

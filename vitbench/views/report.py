@@ -94,9 +94,8 @@ def _protocol_section(page: Page, name: str) -> Section:
     compare = page.compare if name in paper_comparable() else ()
     protocol = protocols().get(name)
     out = Section(report_page.safe_id(name), (protocol.heading if protocol else "") or label)
-    views = [table.accuracy_view(part, compare, name, ci=page.results, compact=True) for part in _narrow(df, name)]
-    for view in views:
-        view.title = view.title.replace("Table 2 layout: top-1", f"{out.heading}: top-1")
+    for part in _narrow(df, name):
+        view = table.accuracy_view(part, compare, name, ci=page.results, compact=True, heading=out.heading)
         out.parts.append(page.table(out.anchor, view))
     if df["dataset"].str.startswith("vtab/").any():
         out.parts.append(page.table(f"{out.anchor}-vtab", table.table9_view(df, (), name)))

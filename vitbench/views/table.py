@@ -184,16 +184,18 @@ def accuracy_view(
     delta_to: str | None = None,
     compact: bool = False,
     ci: Path | None = None,
+    heading: str = "Table 2 layout",
 ) -> TableData:
     """Table 2's layout: its seven dataset rows (then any other measured dataset), the cost rows,
     measured columns, then the `compare` paper columns. `ci`: the results folder whose kept
-    predictions give each cell an interval and mark significant differences (views/significance.py)."""
+    predictions give each cell an interval and mark significant differences (views/significance.py).
+    `heading`: what the title names first (the report: the protocol's section)."""
     delta_to = resolve_delta_to(compare, delta_to)
     m = measured_columns(df, protocol, shots, group_by)
     acc = pd.concat([m.acc, vtab_rollups(m.acc)], ignore_index=True) if not m.acc.empty else m.acc
     matches = match(compare, acc, paper_comparable())
     values = {name: as_values(matches, name) for name in compare}
-    data = TableData(title="Table 2 layout: top-1 accuracy (%)")
+    data = TableData(title=f"{heading}: top-1 accuracy (%)")
     measured_datasets = set(m.acc["dataset"]) if not m.acc.empty else set()
     vtab_tasks = {d for d in measured_datasets if d.startswith("vtab/")}
     extra = sorted(d for d in measured_datasets if d not in TABLE2_ROWS and not d.startswith("vtab/"))
