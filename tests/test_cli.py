@@ -272,3 +272,16 @@ def test_an_empty_folder_points_to_the_demos_own(cli, tmp_path):
     assert code == 0 and f"the demo's runs are in {results / 'demo'}: --results {results / 'demo'}" in " ".join(
         err.split()
     )
+
+
+def test_a_warning_is_shown_once_per_command(cli, results, cifar10_dir):
+    """Issue 45: two protocols load the same (subset) splits, and a resumed run loads them again;
+    each warning still prints once per command, and again in the next command."""
+    args = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "cifar10", "--data-dir", cifar10_dir,
+            "--res", "32", "--seeds", "0", "--shots", "1", "--protocol", "fewshot,knn", "--workers", "0",
+            "--results", results)  # fmt: skip
+    for _ in range(2):  # the second: a resumed run, every run stored
+        code, _, err = cli(*args)
+        assert code == 0, err
+        subset = [line for line in err.splitlines() if "a subset, so numbers are not comparable" in line]
+        assert len(subset) == 2 and len(set(subset)) == 2, subset  # train and test, once each

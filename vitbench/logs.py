@@ -20,10 +20,35 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+class _OncePerCommand(logging.Filter):
+    """A warning is shown once per command: a request over several protocols or stages loads the
+    same splits again, and the same subset warning printed once for each (issue 45: four times on
+    a resumed run). Information lines (progress) pass every time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        message = record.getMessage()
+        if message in self.seen:
+            return False
+        self.seen.add(message)
+        return True
+
+
 def configure_logging() -> None:
-    """INFO lines as bare messages on stderr (once per process)."""
-    if not any(isinstance(h, _StderrHandler) for h in log.handlers):
+    """INFO lines as bare messages on stderr, each warning once per command (called at the start of
+    every command: in-process callers, such as the tests, run several)."""
+    handler = next((h for h in log.handlers if isinstance(h, _StderrHandler)), None)
+    if handler is None:
         handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.addFilter(_OncePerCommand())
         log.addHandler(handler)
+    for once in handler.filters:
+        if isinstance(once, _OncePerCommand):
+            once.seen.clear()
     log.setLevel(logging.INFO)
