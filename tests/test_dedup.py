@@ -59,10 +59,10 @@ def test_the_correlation_is_one_for_a_copy_and_falls_for_a_look_alike(planted):
     import torch
 
     test = torch.from_numpy(planted.test[:4]).permute(0, 3, 1, 2).contiguous()
-    same = dedup.correlation(test, test, method)
+    same = dedup.correlation(test, test, method.max_shift, method.scales)
     assert torch.allclose(same, torch.ones(4), atol=1e-4)
     others = torch.from_numpy(planted.test[4:8]).permute(0, 3, 1, 2).contiguous()
-    assert (dedup.correlation(test, others, method) < method.threshold).all()
+    assert (dedup.correlation(test, others, method.max_shift, method.scales) < method.threshold).all()
 
 
 @pytest.fixture(scope="module")
