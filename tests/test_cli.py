@@ -122,7 +122,7 @@ def test_ctrl_c_leaves_no_partial_row_and_the_rerun_does_only_the_rest(cli, resu
         (["--seeds", "a,b"], "--seeds a,b: expected comma-separated non-negative integers"),
         (["--shots", "0"], "--shots 0: expected an integer from 1 to 2147483647"),
         (["--dataset", "cifar10", "--model", "vit-ti/16"], "--weights is required"),
-        (["--protocol", "probe"], "--protocol probe: expected fewshot, eval, finetune, knn, linear"),
+        (["--protocol", "probe"], "--protocol probe: expected fewshot, finetune, eval, knn, linear"),
         (["--res", "30"], "--res 30: vit-ti/16 needs an image size that is a positive multiple of 16"),
         (["--weights", "nothing.safetensors"], "--weights nothing.safetensors: no such file"),
         (["--device", "tpu9"], "--device tpu9"),
@@ -259,7 +259,7 @@ def test_the_summary_shows_the_runs_this_command_planned(cli, results):
                          "--results", results, "--shots", "1", "--seeds", "0", *FAST)  # fmt: skip
     assert code == 0, err
     assert "Digits 5–9" in out and "Digits (8x8" not in out
-    assert "[1/1] vit-ti/16 (random init) digits5-9 1-shot seed 0: accuracy" in err
+    assert "[1/1] vit-ti/16 (random init) digits5-9 fewshot shots=1 seed 0: accuracy" in err
     code, out, _ = cli("table", "--results", results)  # the folder's table still has both
     assert code == 0 and "Digits 5–9" in out and "Digits (8x8" in out
 

@@ -48,8 +48,13 @@ def test_a_two_model_three_subset_sweep_runs_end_to_end(cli, results, tmp_path):
     assert counts == [f"[{k}/6]" for k in range(1, 7)] + [f"[{k}/12]" for k in range(1, 13)] * 2
     assert all(" (random init) digits0-4 pretrain " in line for line in lines[:6])
     transfer = lines[6:]
-    assert sum("(random init) digits5-9 5-shot" in line for line in transfer) == 2 * 3  # random init, 2 models
-    assert sum(re.search(r"\(weights [0-9a-f]{8}\) digits5-9 5-shot", line) is not None for line in transfer) == 18
+    assert (
+        sum("(random init) digits5-9 fewshot shots=5 seed" in line for line in transfer) == 2 * 3
+    )  # random init, 2 models
+    assert (
+        sum(re.search(r"\(weights [0-9a-f]{8}\) digits5-9 fewshot shots=5 seed", line) is not None for line in transfer)
+        == 18
+    )
     code, out, _ = cli("plot", "datasize", "compute", "--results", results, "--out", tmp_path / "plots")
     assert code == 0, out
     assert (tmp_path / "plots" / "accuracy_vs_pretraining_images.png").stat().st_size > 10_000

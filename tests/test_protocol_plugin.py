@@ -1,8 +1,10 @@
 """A protocol and a dataset from another package: nearest-class-mean on frozen features, defined
 here, installed as a real wheel that registers through the `vitbench.protocols` and
 `vitbench.datasets` entry-point groups, and run end to end through `vitbench run`, the store and
-`vitbench table`, without any change to vitbench's own modules. The protocol declares an option of
-its own (`--ncm-norm`), which `vitbench run --help`, a config file and the Python API all take."""
+`vitbench table`, without any change to vitbench's own modules. The protocol declares options of
+its own (`--ncm-norm`, `--ncm-dims`), which `vitbench run --help`, a config file and the Python API
+all take, and an axis of its own (the principal components kept), along which the table, `vitbench
+plot` and the report show it (issue 48)."""
 
 import json
 import os
@@ -26,6 +28,7 @@ from vitbench.datasets.digits import load_digits
 from vitbench.devices import Clock
 from vitbench.engine.features import group_model, outputs_over
 from vitbench.protocols.base import Protocol, Result
+from vitbench.protocols.measures import Axis
 from vitbench.protocols.options import ProtocolOptions, option
 
 
@@ -35,6 +38,10 @@ class NcmOptions(ProtocolOptions):
         "l2", "ncm: the features' normalisation before the class means: l2 or none.",
         panel="Nearest class mean (--protocol ncm)", choices=("l2", "none"),
     )
+    ncm_dims: tuple[int, ...] = option(
+        (0,), "ncm: principal components of the train features kept, comma-separated (0: all).",
+        panel="Nearest class mean (--protocol ncm)", many=True,
+    )
 
 
 class NearestClassMean(Protocol):
@@ -43,14 +50,18 @@ class NearestClassMean(Protocol):
     summary = "nearest class mean on L2-normalised frozen features"
     label = "nearest-class-mean"
     Options = NcmOptions
+    axis = Axis("dims", "principal components kept", log=False)
 
     def splits(self, dataset):
         return dataset.fewshot_splits
 
     def plan(self, group, req, weights_sha, hparams):
         first = group.splits[self.splits(group.dataset)[0]]
-        norm = NcmOptions.of(req).ncm_norm
-        return [self.base_spec(group, first, weights_sha, {**hparams, "normalise": norm}, seed=0)]
+        o = NcmOptions.of(req)
+        return [
+            self.base_spec(group, first, weights_sha, {**hparams, "normalise": o.ncm_norm, "dims": d}, seed=0)
+            for d in o.ncm_dims
+        ]
 
     def run(self, group, todo, req, runtime, recorder):
         started, clock = datetime.now(UTC), Clock(runtime.device)
@@ -60,15 +71,22 @@ class NearestClassMean(Protocol):
             outputs_over(group, s, runtime, clock, {"representation": "ncm"}, features, model)
             for s in self.splits(group.dataset)
         ]
-        norm = todo[0].hparams["normalise"]
-        unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True) if norm == "l2" else x
-        train_x, test_x = unit(train.values.astype(np.float64)), unit(test.values.astype(np.float64))
-        means = np.stack([train_x[train.labels == c].mean(0) for c in range(group.dataset.num_classes)])
-        accuracy = float((np.argmax(test_x @ means.T, axis=1) == test.labels).mean())
-        yield Result(
-            todo[0], {"accuracy": accuracy}, started, seconds=clock.seconds,
-            images=float(len(train.labels) + len(test.labels)), n_train=len(train.labels), n_test=len(test.labels),
-        )
+        for spec in todo:
+            norm, dims = spec.hparams["normalise"], spec.hparams["dims"]
+            unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True) if norm == "l2" else x
+            train_x, test_x = train.values.astype(np.float64), test.values.astype(np.float64)
+            if dims:  # project both onto the train features' first principal components
+                centre = train_x.mean(0)
+                basis = np.linalg.svd(train_x - centre, full_matrices=False)[2][:dims].T
+                train_x, test_x = (train_x - centre) @ basis, (test_x - centre) @ basis
+            train_x, test_x = unit(train_x), unit(test_x)
+            means = np.stack([train_x[train.labels == c].mean(0) for c in range(group.dataset.num_classes)])
+            accuracy = float((np.argmax(test_x @ means.T, axis=1) == test.labels).mean())
+            yield Result(
+                spec, {"accuracy": accuracy}, started, seconds=clock.seconds / len(todo),
+                images=float(len(train.labels) + len(test.labels)) / len(todo), n_train=len(train.labels),
+                n_test=len(test.labels),
+            )
 
 
 def load_low_digits(root, split):
@@ -109,7 +127,7 @@ def test_a_protocol_and_a_dataset_from_another_package_run_end_to_end(site, tmp_
     run = ("run", "--model", "vit-ti/16", "--weights", "random", "--res", "32", "--workers", "0", "--results", results)
     code, _, err = vitbench(site, *run, "--protocol", "ncm", "--dataset", "low-digits")
     assert code == 0, err
-    assert "[1/1] vit-ti/16 (random init) low-digits ncm: accuracy" in err
+    assert "[1/1] vit-ti/16 (random init) low-digits ncm dims=0: accuracy" in err
 
     import duckdb
 
@@ -127,6 +145,29 @@ def test_a_protocol_and_a_dataset_from_another_package_run_end_to_end(site, tmp_
     assert code == 0, err
     cells = [line for line in csv.splitlines() if line.startswith("Digits 0-4,")]
     assert len(cells) == 1 and float(cells[0].split(",")[2]) == pytest.approx(value * 100)
+
+
+def test_the_plugins_own_axis_shows_in_the_table_the_plot_and_the_report(site, tmp_path):
+    """Issue 48: a protocol with an axis vitbench does not know (`dims`), declared in the plugin
+    only: a table column per value, `vitbench plot ncm` draws its accuracy against the axis, and
+    the report gives it a section with that figure and a column in the summary."""
+    results = tmp_path / "results"
+    run = ("run", "--model", "vit-ti/16", "--weights", "random", "--res", "32", "--workers", "0", "--results", results)
+    code, _, err = vitbench(site, *run, "--protocol", "ncm", "--dataset", "low-digits", "--ncm-dims", "2,8,0")
+    assert code == 0, err
+    assert "low-digits ncm dims=2: accuracy" in err and "low-digits ncm dims=8: accuracy" in err
+    code, csv, err = vitbench(site, "table", "--protocol", "ncm", "--format", "csv", "--results", results)
+    assert code == 0, err
+    columns = [line.split(",")[1] for line in csv.splitlines() if line.startswith("Digits 0-4,")]
+    assert columns == ["dims=0†", "dims=2†", "dims=8†"]  # (one model: it is named in the title)
+    plots = tmp_path / "plots"
+    code, out, err = vitbench(site, "plot", "ncm", "--results", results, "--out", plots, "--formats", "svg")
+    assert code == 0 and (tmp_path / "plots" / "ncm_dims.svg").is_file(), err
+    assert "against principal components kept" in (tmp_path / "plots" / "ncm_dims.svg").read_text()
+    code, _, err = vitbench(site, "report", "--out", tmp_path / "r.html", "--results", results)
+    page = (tmp_path / "r.html").read_text()
+    assert code == 0 and '<section id="ncm">' in page and 'id="figure-ncm"' in page, err
+    assert "<th>nearest-class-mean</th>" in page  # its column in the summary
 
 
 def _hparams(results) -> list[dict]:
@@ -191,7 +232,7 @@ def test_a_protocol_registered_in_process_runs_through_the_python_api(tmp_path):
         assert plain[0].specs[0].hparams["normalise"] == "none"
         with pytest.raises(UserError, match="--ncm-norm cosine: expected l2 or none"):
             vitbench.plan(model="vit-ti/16", weights="random", protocol="ncm", datasets="digits", ncm_norm="cosine")
-        with pytest.raises(UserError, match="--protocol nope: expected fewshot, eval, .*, pretrain, ncm"):
+        with pytest.raises(UserError, match="--protocol nope: expected fewshot, finetune, .*, pretrain, ncm"):
             registry.get_protocol("nope")
     finally:
         registry._registered.pop("ncm")

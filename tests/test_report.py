@@ -112,7 +112,9 @@ def test_the_summary_comes_first_then_every_protocol_the_store_holds(stored):
     assert sections(page) == ["summary", "fewshot", "finetune", "eval", "knn", "linear", "pretrain", "provenance"]
     assert "not shown" not in page  # nothing sent away to a CLI flag
     summary = page[page.index('<section id="summary">') : page.index('<section id="fewshot">')]
-    protocols_said = "few-shot (6), fine-tuned (11), eval (1), k-NN (1), linear-probe (1), pre-trained (1)"
+    protocols_said = (
+        "few-shot (6), fine-tuned (11), own classifier (eval) (1), k-NN (1), linear-probe (1), pre-trained (1)"
+    )
     for said in ("<dt>Runs</dt><dd>21, finished 2026-11-20", protocols_said, "NVIDIA H100 80GB HBM3",
                  "vitbench 0.1.0 (git 0123abcd)"):  # fmt: skip
         assert said in summary, said
@@ -120,7 +122,7 @@ def test_the_summary_comes_first_then_every_protocol_the_store_holds(stored):
     # the fine-tuned vit-b/16 on CIFAR-10 across protocols, beside the paper's vit-b/16 in the same setting
     row = "vit-b/16 (ViT-B_16 [ab12cd34]) · CIFAR-10"
     assert headline[(row, "fine-tuned")].startswith("99.02 ± 0.07")
-    assert headline[(row, "k-NN")].startswith("91.20") and headline[(row, "linear-probe")].startswith("95.50")
+    assert headline[(row, "k-NN, k=20")].startswith("91.20") and headline[(row, "linear-probe")].startswith("95.50")
     i21k = paper.cells("vit-b/16-i21k")
     paper_c10 = i21k[(i21k["dataset"] == "cifar10") & (i21k["res"] == 384)]["value"].iloc[0]
     assert headline[(row, "vit-b/16-i21k (paper)")] == f"{paper_c10:.2f}"

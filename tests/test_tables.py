@@ -127,7 +127,7 @@ def test_table2_cells_deltas_markers_and_empty_cells(stored):
     # every transfer protocol is shown (few-shot beside fine-tuned), in a stable order: model, weights
     # (random init last), protocol in the registry's order, then the setting
     ev, ft, smoke, few = "vit-b/16 · eval", "vit-b/16 · finetune", "vit-b/16 · finetune§", "vit-ti/16 · 10-shot†"
-    assert data.columns[:4] == [ev, ft, smoke, few]
+    assert data.columns[:4] == [ft, smoke, ev, few]
     assert data.title == "Table 2 layout: top-1 accuracy (%)"  # two models: each column names its own
     assert ("CIFAR-10", few) in data.cells and data.cells[("CIFAR-10", few)].delta is None
     c10 = data.cells[("CIFAR-10", ft)]
@@ -307,7 +307,7 @@ def test_fewshot_view_group_by_and_where(stored):
         (["--compare", "bit-l", "--delta-to", "vit-h/14-jft"], "--delta-to vit-h/14-jft: not one of the --compare"),
         (["--table", "9", "--compare", "bit-l"], "--compare bit-l: Table 9 has vit-h/14-jft"),
         (["bit-l"], "unexpected argument 'bit-l': paper columns follow --compare"),
-        (["--protocol", "probe"], "--protocol probe: expected fewshot, eval, finetune, knn, linear or pretrain"),
+        (["--protocol", "probe"], "--protocol probe: expected fewshot, finetune, eval, knn, linear or pretrain"),
     ],
 )
 def test_table_mistakes_are_one_line(cli, stored, args, message):
@@ -405,15 +405,17 @@ def test_plots_write_png_and_svg_of_the_expected_size(cli, stored, tmp_path):
     out_dir = tmp_path / "plots"
     code, out, err = cli("plot", "--results", stored, "--out", out_dir)
     assert code == 0, err
-    for name in ("fewshot_shots", "finetune_curves"):
-        with Image.open(out_dir / f"{name}.png") as img:
-            assert img.size == (900, 600)
-        ET.parse(out_dir / f"{name}.svg")  # a well-formed SVG
-    # no figure without measured data: no VTAB run; no weights whose pre-training cost is known
+    with Image.open(out_dir / "finetune_curves.png") as img:
+        assert img.size == (900, 600)
+    ET.parse(out_dir / "finetune_curves.svg")  # a well-formed SVG
+    # no figure without measured data: no VTAB run; no weights whose pre-training cost is known; one
+    # shot count (10): no line against shots; no k-NN run
+    assert "fewshot: skipped, every stored few-shot run has 10-shot: a line against shots per class needs" in err
+    assert "knn: skipped, no k-NN runs are stored; run `vitbench run --protocol knn`" in err
     assert "vtab: skipped, no complete VTAB-1k group is stored" in err
     assert "cost: skipped, no transfer run of weights pre-trained here" in err
     assert not (out_dir / "vtab_groups.png").exists() and not (out_dir / "accuracy_vs_cost.png").exists()
-    assert "run c10-0" in out and "Fine-tuning: per-step" in out  # the curves figure: the only run with curves
+    assert "run c10-0" in out and "finetune: per-step" in out  # the curves figure: the only run with curves
     code, _, err = cli("plot", "curves", "--results", stored, "--out", out_dir, "--run", "zzz")
     assert code == 2 and "--run zzz: no stored run with training curves" in err
 
@@ -428,7 +430,7 @@ def test_the_cost_figure_draws_pre_training_cost_never_the_evaluations(cli, stor
     assert "vit-ti/16 · 10-shot† (random init)" in out
     assert "run c10-0" in out  # curves: the fine-tuning run, not the newer pre-training one
     code, out, err = cli("plot", "curves", "--run", "pre", "--results", stored, "--out", tmp_path / "p")
-    assert code == 0 and "Pre-training: per-step training loss and learning rate of run pre " in out, err
+    assert code == 0 and "pretrain: per-step training loss and learning rate of run pre " in out, err
 
 
 def test_plot_on_an_empty_store_skips_what_has_no_data(cli, tmp_path):
@@ -502,6 +504,5 @@ def test_a_view_refuses_the_options_it_does_not_take(cli, tmp_path, args, messag
 
 def test_plot_names_every_figure_it_can_draw(cli, tmp_path):
     code, _, err = cli("plot", "nope", "--results", tmp_path, "--out", tmp_path)
-    assert (
-        code == 2 and "vitbench plot nope: expected one of vtab, cost, fewshot, curves, confusion, checkpoints" in err
-    )
+    expected = "vitbench plot nope: expected one of vtab, cost, fewshot, knn, curves, confusion, checkpoints"
+    assert code == 2 and expected in err

@@ -11,7 +11,7 @@ from vitbench.atomic import write_atomic
 from vitbench.cli.app import err, print_table
 from vitbench.cli.options import check_choice
 from vitbench.errors import UserError
-from vitbench.protocols.registry import protocols
+from vitbench.protocols.registry import own_view, protocols
 from vitbench.views import registry, render, table
 from vitbench.views.cells import TableData
 
@@ -24,7 +24,7 @@ def print_summary_table(results: Path, run_keys: set[str] | None = None) -> None
     if run_keys is not None:
         df = df[df["run_key"].isin(run_keys)]
     known = protocols()
-    for view in dict.fromkeys(known[p].view for p in df["protocol"].unique() if p in known):
+    for view in dict.fromkeys(own_view(known[p]) for p in df["protocol"].unique() if p in known):
         found = registry.TABLES[view]
         if found.shows is None or df.empty:
             continue

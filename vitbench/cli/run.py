@@ -24,6 +24,7 @@ from vitbench.devices import device_name, resolve_device
 from vitbench.errors import UserError
 from vitbench.execution import estimate
 from vitbench.protocols.base import Request, RunSpec
+from vitbench.protocols.measures import progress_text
 from vitbench.protocols.registry import get_protocol
 from vitbench.protocols.requests import SHARED, make_request
 from vitbench.protocols.shared_options import TrainingOptions
@@ -240,7 +241,8 @@ def _print_plan(summary: api.Summary, results: Path, here: str, rate: estimate.R
     """Each planned run with its state and estimated device time at `rate`, then the total still to run."""
     found = estimate.estimate(summary.groups, rate) if rate else None
     for s in summary.specs:
-        detail = get_protocol(s.protocol).dry_run_detail(s)
+        detail = get_protocol(s.protocol).describe(s)
+        detail = f" {detail}" if detail else ""
         state = "done" if s.run_key in summary.done else "todo"
         cost = f"  ≈ {estimate.duration(found.seconds[s.run_key])}" if found and s.run_key in found.seconds else ""
         line = f"{s.run_key[:12]}  {s.model:12s} {s.dataset:18s} {s.protocol}{detail} seed={s.seed}  {state}{cost}"
@@ -314,7 +316,11 @@ class _Progress:
         self.finished += 1
         self.step += 1
         protocol = get_protocol(spec.protocol)
-        what, shown = protocol.describe(spec), protocol.result_text(metrics)
+        # the seed where the protocol takes seeds (few-shot's draws, a training run's); a
+        # deterministic one (eval, k-NN, the linear probe) has seed 0 only
+        seed = f"seed {spec.seed}" if "seeds" in protocol.Options.names() else ""
+        what = " ".join(part for part in (spec.protocol, protocol.describe(spec), seed) if part)
+        shown = progress_text(protocol.metrics, metrics)
         self.left.pop(spec.run_key, None)
         eta = f" (≈ {estimate.duration(sum(self.left.values()))} of device time left, estimated)" if self.left else ""
         log.info("[%d/%s] %s (%s) %s %s: %s%s", self.step, self.steps or "?", spec.model, _weights(spec),

@@ -11,7 +11,8 @@ from vitbench.cli.app import app, err, out
 from vitbench.cli.options import Results, ViewProtocol, Where, argument, check_choice, option
 from vitbench.cli.output import show
 from vitbench.errors import UserError
-from vitbench.protocols.registry import get_protocol, protocols, shots_protocol
+from vitbench.protocols.measures import ACCURACY_VIEW
+from vitbench.protocols.registry import along, get_protocol, own_view, protocols
 from vitbench.store import query
 from vitbench.store.export import RUN_DOCUMENT, export, export_predictions
 from vitbench.views import registry
@@ -24,9 +25,12 @@ def _view_protocol(protocol: str | None, shots: int | None) -> str | None:
         check_choice("--protocol", protocol, list(known), "or")
     if shots is None:
         return protocol
-    if protocol is not None and protocol != shots_protocol():
-        raise UserError(f"--shots {shots}: only few-shot runs have shots; drop --protocol {protocol}")
-    return shots_protocol()
+    with_shots = sorted(along("shots"))
+    if protocol is not None and protocol not in with_shots:
+        raise UserError(f"--shots {shots}: only {' and '.join(with_shots)} runs have shots; drop --protocol {protocol}")
+    if protocol is None and len(with_shots) > 1:
+        raise UserError(f"--shots {shots}: the runs of {' and '.join(with_shots)} have shots; add --protocol")
+    return protocol or with_shots[0]
 
 
 @app.command("table")
@@ -77,7 +81,7 @@ def table_cmd(
         raise UserError(f"unexpected argument {names[0]!r}: paper columns follow --compare (--compare {names[0]})")
     chosen = registry.TABLES["bench"] if bench else registry.TABLES["per-class"] if per_class_of else None
     shown = _view_protocol(protocol, shots)  # (checked first: an unknown --protocol is one line)
-    found = chosen or registry.table_view(view or (get_protocol(shown).view if shown else "accuracy"))
+    found = chosen or registry.table_view(view or (own_view(get_protocol(shown)) if shown else ACCURACY_VIEW))
     inputs = registry.Inputs(
         results, where, shown, [*(compare or ()), *(names or ())], which, shots,
         query.split_fields(group_by), include_marked, delta_to, ci, per_class_of,
@@ -150,8 +154,8 @@ def plot_cmd(
     figures: Annotated[
         list[str] | None,
         argument(
-            help="vtab, cost, fewshot, curves (default: all four); confusion (--run KEY); checkpoints; "
-            "datasize (Fig 4) and compute (Fig 5) of pre-training runs."
+            help="vtab, cost, fewshot, knn (a protocol's accuracy against its shots or k), curves (default: "
+            "these); confusion (--run KEY); checkpoints; datasize (Fig 4) and compute (Fig 5) of pre-training runs."
         ),
     ] = None,
     out_dir: Annotated[Path, option("--out", "-o", help="Folder for the figures.")] = Path("plots"),
@@ -170,7 +174,9 @@ def plot_cmd(
     exts = tuple(f.strip().lower() for f in formats.split(",") if f.strip())
     if not exts or any(e not in ("png", "svg") for e in exts):
         raise UserError(f"--formats {formats}: expected png, svg or png,svg")
-    inputs = registry.Inputs(results, where, protocol, out_dir=out_dir, formats=exts, cost=cost, run=run)
+    inputs = registry.Inputs(
+        results, where, protocol, out_dir=out_dir, formats=exts, cost=cost, run=run, named=bool(figures)
+    )
     for view in chosen:
         try:
             fig = view.draw(inputs)

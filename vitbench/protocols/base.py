@@ -24,6 +24,7 @@ from vitbench.datasets import DatasetSpec, Split
 from vitbench.devices import Runtime
 from vitbench.errors import UserError
 from vitbench.protocols import bounds
+from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import ProtocolOptions
 from vitbench.provenance import canonical_json, sha256_text
 from vitbench.store.predictions import Predictions
@@ -167,22 +168,15 @@ class Protocol:
     name: ClassVar[str]  # `--protocol NAME`, stored with every run
     version: ClassVar[str]  # bumped whenever a change alters the numbers: old and new never average
     summary: ClassVar[str]  # one line for `vitbench ls protocols` and `--protocol`'s help
-    label: ClassVar[str]  # how tables speak of its results, e.g. "few-shot"
-    # its accuracies are comparable with the paper's fine-tuned Table 2 cells (a Δ is shown)
-    compares_with_paper: ClassVar[bool] = False
+    label: ClassVar[str]  # how tables and the report speak of its results, e.g. "few-shot"
+    # what its runs store and how each number is shown (views, progress lines); the axis its runs
+    # vary along within one (model, weights, dataset), if any: the views key on these, never on a name
+    metrics: ClassVar[tuple[Metric, ...]] = (Metric("accuracy", "accuracy"),)
+    axis: ClassVar[Axis | None] = None
     data_parallel: ClassVar[bool] = False  # it can run under torchrun (`--devices N`)
     resumable: ClassVar[bool] = False  # an interrupted run continues from a checkpoint
-    has_shots: ClassVar[bool] = False  # its runs are labelled by shot count (`--shots`)
-    from_random_init: ClassVar[bool] = False  # it makes weights: `--weights` defaults to random
-    scores_transfer: ClassVar[bool] = True  # its accuracies are transfer results (the accuracy views show them)
-    # what the views ask of it, so that no view tests a protocol's name:
-    heading: ClassVar[str] = ""  # its section of `vitbench report` (default: its label)
-    headline_rank: ClassVar[int | None] = None  # its column in the report's summary (None: after the ranked ones)
-    scores_own_head: ClassVar[bool] = False  # it scores the checkpoint's own classifier (robustness, calibration)
     trains: ClassVar[bool] = False  # it trains a network and stores its training curves
-    # the table its runs are shown in (views/registry.TABLES): after `vitbench run`, and by
-    # `vitbench table --protocol NAME` without --view
-    view: ClassVar[str] = "accuracy"
+    from_random_init: ClassVar[bool] = False  # it makes weights: `--weights` defaults to random
     # the options only it (or a few protocols) reads: `vitbench run` flags, config keys, API keywords
     Options: ClassVar[type[ProtocolOptions]] = ProtocolOptions
 
@@ -233,25 +227,11 @@ class Protocol:
         return [[specs]] if specs else []
 
     def describe(self, spec: RunSpec) -> str:
-        """What a run is, for progress lines: "5-shot seed 0"."""
-        return self.name
-
-    def dry_run_detail(self, spec: RunSpec) -> str:
-        """What `--dry-run` shows after the protocol's name."""
-        return ""
-
-    def result_text(self, metrics: dict[str, float]) -> str:
-        """A finished run's result, for its progress line."""
-        value = metrics.get("accuracy")
-        shown = f"accuracy {value * 100:.2f}%" if value is not None else f"{len(metrics)} λ values"
-        if value is None and "dev_accuracy" in metrics:
-            shown = f"dev accuracy {metrics['dev_accuracy'] * 100:.2f}%"
-        shown += _counts(metrics, "n_correct", "n_scored")
-        if "accuracy_real" in metrics:
-            shown += f", ReaL {metrics['accuracy_real'] * 100:.2f}%" + _counts(
-                metrics, "n_correct_real", "n_scored_real"
-            )
-        return shown
+        """A run's settings beyond its protocol and seed, for its progress line and `--dry-run`:
+        by default its value on the axis (`shots=5`, `k=20`)."""
+        if self.axis is None:
+            return ""
+        return f"{self.axis.name}={self.axis.of(spec.shots, spec.hparams)}"
 
     def base_spec(
         self, group: Group, first: Split, weights_sha: str, hparams: dict, seed: int, shots: int | None = None
@@ -269,10 +249,3 @@ class Protocol:
             seed,
             shots,
         )
-
-
-def _counts(metrics: dict[str, float], correct: str, scored: str) -> str:
-    """` (353/500)`: the images behind an accuracy, where the run stored them."""
-    if correct not in metrics or scored not in metrics:
-        return ""
-    return f" ({int(metrics[correct])}/{int(metrics[scored])})"

@@ -23,6 +23,7 @@ from vitbench.engine.scoring import (
     with_other,
 )
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
+from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import DATA_PANEL, ProtocolOptions, option
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
@@ -49,11 +50,15 @@ class Eval(Protocol):
     version = "eval/2"  # 2: each checkpoint family's own eval recipe (Google: vit_jax's; timm, DeiT: timm's)
     Options = EvalOptions
     summary = "score the checkpoint's own classifier (top-1, top-5, ImageNet ReaL)"
-    label = "eval"
-    heading = "The checkpoints' own classifiers (eval)"
-    headline_rank = 2
-    scores_own_head = True  # only the checkpoint's own classifier can be scored on a shifted label space
-    compares_with_paper = True
+    label = "own classifier (eval)"
+    # the checkpoint's own classifier: its accuracies stand beside the paper's Table 2 cells
+    metrics = (
+        Metric("accuracy", "accuracy", paper=True),
+        Metric("accuracy_top5", "top-5 accuracy", paper=True, progress=False),
+        Metric("accuracy_real", "ReaL", paper=True),
+        Metric("ece", "ECE", unit="", higher_is_better=False, progress=False),
+        Metric("nll", "NLL", unit="", higher_is_better=False, progress=False),
+    )
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         return dataset.final_splits[1:]  # the final test split only

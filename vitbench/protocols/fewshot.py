@@ -22,6 +22,7 @@ from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec, frozen_result
 from vitbench.protocols.bounds import INT32_MAX
+from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import FEWSHOT_PANEL, WHAT_PANEL, limits, option
 from vitbench.protocols.shared_options import SeededOptions
 
@@ -77,9 +78,9 @@ class FewShot(Protocol):
     version = "fewshot-lsr/3"
     summary = "closed-form linear few-shot on frozen features (1/5/10/25 shots x 3 seeds)"
     label = "few-shot"
-    has_shots = True
-    heading = "Few-shot linear evaluation"
-    headline_rank = 0
+    # a `--fewshot-l2 sweep` run stores `accuracy@l2=λ` per λ instead (views/columns.py picks one λ)
+    metrics = (Metric("accuracy", "accuracy"),)
+    axis = Axis("shots", "shots per class", headline=10, shown="{}-shot")
     data_parallel = True  # under torchrun the processes share out the extraction (engine/features.py)
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
@@ -151,12 +152,6 @@ class FewShot(Protocol):
         shots, seeds = max(s.shots or 0 for s in group.specs), {s.seed for s in group.specs}
         drawn = min(len(train), shots * group.dataset.num_classes * len(seeds))
         return {s.run_key: {"inference": (drawn + len(test)) / len(group.specs)} for s in group.specs}
-
-    def describe(self, spec: RunSpec) -> str:
-        return f"{spec.shots}-shot seed {spec.seed}"
-
-    def dry_run_detail(self, spec: RunSpec) -> str:
-        return f" shots={spec.shots}"
 
 
 def _fewshot_train(group: Group, name: str, choice: str) -> dict:

@@ -22,6 +22,7 @@ from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids, scores
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
+from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import FINETUNE_PANEL, limits, option
 from vitbench.protocols.recipes import (
     HYPERRULE,
@@ -110,10 +111,15 @@ class Finetune(Protocol):
     version = "finetune/3"  # 2: TF's inception-crop sampler; 3: TF's resize, BiT's VTAB crop, bilinear always
     summary = "App. B fine-tuning: dev LR sweep, then 3 seeds on the full train split"
     label = "fine-tuned"
-    heading = "Fine-tuning"
-    headline_rank = 1
+    # a sweep run stores its dev accuracy; a final run its test accuracy (and ReaL on ImageNet) and the LR it ran
+    metrics = (
+        Metric("accuracy", "accuracy", paper=True),
+        Metric("accuracy_top5", "top-5 accuracy", paper=True, progress=False),
+        Metric("accuracy_real", "ReaL", paper=True),
+        Metric("dev_accuracy", "dev accuracy"),
+        Metric("lr", "LR", unit="", progress=False),
+    )
     trains = True
-    compares_with_paper = True
     data_parallel = True
     resumable = True
 
@@ -241,10 +247,6 @@ class Finetune(Protocol):
         return waves
 
     def describe(self, spec: RunSpec) -> str:
-        recipe = f" {HYPERRULE}" if "recipe" in spec.hparams else ""
-        return f"finetune {spec.hparams['stage']}{recipe} lr={spec.hparams['lr']} seed {spec.seed}"
-
-    def dry_run_detail(self, spec: RunSpec) -> str:
         h = training_hparams(spec.hparams, spec.hparams.get("recipe"))
         recipe = f" {HYPERRULE}" if "recipe" in spec.hparams else ""
         return f" {h['stage']}{recipe} lr={h['lr']} steps={h['steps']} batch={h['batch']} res={h['res']}"

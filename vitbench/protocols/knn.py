@@ -15,6 +15,7 @@ from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec, frozen_result
 from vitbench.protocols.bounds import INT32_MAX
+from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, limits, option
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
@@ -42,8 +43,8 @@ class KNearestNeighbours(Protocol):
     version = "knn/3"
     summary = "weighted k-NN on frozen features (DINO: cosine, k=20, T=0.07), top-1 and top-5"
     label = "k-NN"
-    heading = "k-NN"
-    headline_rank = 3
+    metrics = (Metric("accuracy", "accuracy"), Metric("accuracy_top5", "top-5 accuracy"))
+    axis = Axis("k", "neighbours (k)", headline=20)
     data_parallel = True  # under torchrun the processes share out the extraction (engine/features.py)
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
@@ -89,12 +90,6 @@ class KNearestNeighbours(Protocol):
             predictions = Predictions(ids, test.labels, torch.cat(rankings[spec.hparams["k"]]).numpy())
             metrics = {"accuracy": top1, "accuracy_top5": top5}
             yield frozen_result(spec, found, metrics, started, share, search.seconds * share, predictions=predictions)
-
-    def describe(self, spec: RunSpec) -> str:
-        return f"knn k={spec.hparams['k']}"
-
-    def dry_run_detail(self, spec: RunSpec) -> str:
-        return f" k={spec.hparams['k']}"
 
 
 KNN = KNearestNeighbours()

@@ -17,6 +17,7 @@ from vitbench.datasets.base import dev_holdout
 from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec, frozen_result
+from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, option
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
@@ -50,8 +51,11 @@ class LinearProbe(Protocol):
     summary = "full-data logistic-regression probe on frozen features, L2 chosen on a validation split (CLIP's)"
     Options = LinearOptions
     label = "linear-probe"
-    heading = "Linear probe"
-    headline_rank = 4
+    metrics = (
+        Metric("accuracy", "accuracy"),
+        Metric("val_accuracy", "dev accuracy", progress=False),
+        Metric("l2", "λ", unit="", higher_is_better=False),
+    )
     data_parallel = True  # under torchrun the processes share out the extraction (engine/features.py)
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
@@ -99,9 +103,6 @@ class LinearProbe(Protocol):
         metrics = {"accuracy": accuracy, "l2": best, "val_accuracy": scores[best]}
         notes = {"l2_sweep": {f"{k:.3g}": v for k, v in sorted(scores.items())}}
         yield frozen_result(todo[0], found, metrics, started, 1.0, solve.seconds, notes, predictions)
-
-    def describe(self, spec: RunSpec) -> str:
-        return "linear probe"
 
 
 def _validation_fraction(dataset: DatasetSpec) -> float:

@@ -27,6 +27,7 @@ from vitbench.protocols import pretrain_recipe as recipe
 from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
 from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.fewshot import FEWSHOT
+from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import PRETRAIN_PANEL, limits, option
 from vitbench.protocols.shared_options import SEEDS, TrainingOptions
 from vitbench.registry import get_dataset
@@ -131,13 +132,16 @@ class Pretrain(Protocol):
     version = "pretrain/1"
     summary = "pre-train from random init (Table 3 recipe, --objective mpp, --pretrain-subset), then 5-shot transfer"
     label = "pre-trained"
-    heading = "Pre-training"
-    view = "pretrain"  # each run beside the few-shot accuracy of its weights and of random init
+    # a dev accuracy during training, shown by `table --view pretrain` beside the transfer accuracy
+    # of the weights each run wrote
+    metrics = (
+        Metric("val_accuracy", "dev accuracy", view="pretrain"),
+        Metric("best_step", "weights kept from step", unit="", view="pretrain"),
+    )
     trains = True
     data_parallel = True
     resumable = True
     from_random_init = True
-    scores_transfer = False  # a dev accuracy during training: shown by `table --view pretrain`
     Options = PretrainOptions
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
@@ -240,15 +244,7 @@ class Pretrain(Protocol):
 
     def describe(self, spec: RunSpec) -> str:
         h = spec.hparams
-        return f"pretrain {h['objective']} on {h['subset']} images, {h['steps']} steps, seed {spec.seed}"
-
-    def dry_run_detail(self, spec: RunSpec) -> str:
-        h = spec.hparams
-        return f" {h['objective']} subset={h['subset']} steps={h['steps']} batch={h['batch']} lr={h['lr']:g}"
-
-    def result_text(self, metrics: dict[str, float]) -> str:
-        step = int(metrics["best_step"])
-        return f"dev accuracy {metrics['val_accuracy'] * 100:.2f}% at step {step} (its weights kept)"
+        return f"{h['objective']} subset={h['subset']} steps={h['steps']} batch={h['batch']} lr={h['lr']:g}"
 
 
 def _default_transfer(req: Request, groups: list[Group]) -> tuple[str, ...]:

@@ -5,6 +5,7 @@ notebook or a test). Nothing outside a protocol's module needs to know its name.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import cache
 
 from vitbench.entry_points import PROTOCOLS, load_group
@@ -15,12 +16,15 @@ from vitbench.protocols.fewshot import FEWSHOT
 from vitbench.protocols.finetune import FINETUNE
 from vitbench.protocols.knn import KNN
 from vitbench.protocols.linear import LINEAR
+from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import Declared, declared
 from vitbench.protocols.pretrain import PRETRAIN
 
 log = logging.getLogger("vitbench")
 
-BUILTIN: tuple[Protocol, ...] = (FEWSHOT, EVAL, FINETUNE, KNN, LINEAR, PRETRAIN)
+# in the order the tables' columns and the report's sections show them: frozen-feature few-shot,
+# then fine-tuned, the checkpoint's own head, the other frozen-feature probes (a plugin's after)
+BUILTIN: tuple[Protocol, ...] = (FEWSHOT, FINETUNE, EVAL, KNN, LINEAR, PRETRAIN)
 BUILTIN_NAMES = frozenset(p.name for p in BUILTIN)
 _registered: dict[str, Protocol] = {}
 
@@ -55,24 +59,20 @@ def get_protocol(name: str) -> Protocol:
     return known[name]
 
 
-def shots_protocol() -> str:
-    """The protocol whose runs are labelled by shot count (the few-shot views and figure)."""
-    return next(p.name for p in protocols().values() if p.has_shots)
+def with_metric(test: Callable[[Metric], bool]) -> set[str]:
+    """The protocols with a metric that passes `test`: `with_metric(lambda m: m.transfer)`."""
+    return {p.name for p in protocols().values() if any(test(m) for m in p.metrics)}
 
 
-def own_head_protocol() -> str:
-    """The protocol that scores the checkpoint's own classifier (the robustness and calibration views)."""
-    return next(p.name for p in protocols().values() if p.scores_own_head)
+def own_view(protocol: Protocol) -> str:
+    """The table a protocol's runs are shown in (after `vitbench run`; `table --protocol NAME`): the
+    view its metrics name."""
+    return protocol.metrics[0].view
 
 
-def weights_protocol() -> str:
-    """The protocol that makes weights from random init (the pre-training views, Fig 4 and 5)."""
-    return next(p.name for p in protocols().values() if p.from_random_init)
-
-
-def transfer_training_protocol() -> str:
-    """The protocol that trains on the transfer task itself (the default of the training-curves figure)."""
-    return next(p.name for p in protocols().values() if p.trains and p.scores_transfer)
+def along(axis: str) -> set[str]:
+    """The protocols whose runs vary along `axis` ("shots": the few-shot figure and columns)."""
+    return {p.name for p in protocols().values() if p.axis is not None and p.axis.name == axis}
 
 
 def option_table() -> dict[str, tuple[Declared, tuple[str, ...]]]:

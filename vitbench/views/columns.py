@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from vitbench.datasets.vtab import group_means, group_tasks
-from vitbench.protocols.registry import protocols
+from vitbench.protocols.measures import Axis
+from vitbench.protocols.registry import protocols, with_metric
 from vitbench.provenance import canonical_json
 from vitbench.store.query import field_values, json_field
 from vitbench.views import contamination
@@ -24,7 +25,14 @@ PER_RUN_HPARAMS = {"stage", "splits", "lr_grid", "test_fingerprint", "seed", "re
 
 def paper_comparable() -> set[str]:
     """The protocols whose accuracies stand beside the paper's fine-tuned cells (a Δ is shown)."""
-    return {p.name for p in protocols().values() if p.compares_with_paper}
+    return with_metric(lambda m: m.paper)
+
+
+def axis_values(df: pd.DataFrame, axis: Axis) -> pd.Series:
+    """Each row's value on `axis`: a stored column (`shots`) or an hparam (`k`), read once per distinct hparams."""
+    if axis.name in df.columns:
+        return df[axis.name]
+    return per_distinct(df["hparams"], lambda h: json_field(h).get(axis.name))
 
 
 def select_sweep_l2(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
@@ -113,7 +121,7 @@ def measured_columns(
     (e.g. `res=96` next to `res=384`, or smoke next to full); `group_by` replaces that key."""
     df, chosen = select_sweep_l2(df)
     if protocol is None:  # runs that are not transfer results (pre-training) have views of their own
-        df = df[df["protocol"].isin({p.name for p in protocols().values() if p.scores_transfer})]
+        df = df[df["protocol"].isin(with_metric(lambda m: m.transfer))]
     else:
         df = df[df["protocol"] == protocol]
     if shots is not None:

@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 
 from vitbench.errors import UserError
-from vitbench.protocols.registry import own_head_protocol
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import json_field
 from vitbench.views import plots
@@ -80,7 +79,8 @@ def _cell(values: np.ndarray) -> Cell:
 
 def calibration_view(df: pd.DataFrame) -> TableData:
     """ECE and NLL of the stored `eval` runs, one row per (dataset, metric)."""
-    m = measured_columns(df, own_head_protocol())
+    calibrated = set(df.loc[df["metric"].isin(["ece", "nll"]), "run_key"]) if not df.empty else set()
+    m = measured_columns(df[df["run_key"].isin(calibrated)] if not df.empty else df)
     data = TableData(title="Calibration of the checkpoints' own classifiers (--protocol eval)")
     found = m.acc[m.acc["dataset"].isin(set(df["dataset"]))]  # the datasets themselves (ImageNet, not its ReaL row)
     metrics = df[df["metric"].isin(["ece", "nll"])].set_index(["run_key", "metric"])["value"] if not df.empty else None

@@ -3,7 +3,8 @@
 - `vtab`    Figure 2 style: VTAB-1k group means per model, measured beside the paper's (Table 9).
 - `cost`    Figure 5 style: transfer accuracy against compute (log axis), with the paper's Table 6
             (exaFLOPs) or Table 2 (TPUv3-core-days) points.
-- `fewshot` few-shot accuracy against shots, per (model, weights) and dataset, ± std over seeds.
+- NAME    any protocol whose runs vary along an axis (`fewshot`: shots; `knn`: k; a plugin's):
+            its accuracy against that axis, per (model, weights) and dataset, ± std over seeds.
 - `curves`  a fine-tuning run's training loss and learning rate per step.
 
 Each figure carries a caption (also returned, for the terminal) saying what it shows and from
@@ -22,7 +23,7 @@ import pandas as pd
 from vitbench import paper
 from vitbench.datasets.vtab import GROUPS, TASKS, group_means
 from vitbench.errors import UserError
-from vitbench.protocols.registry import protocols, shots_protocol, transfer_training_protocol, weights_protocol
+from vitbench.protocols.registry import protocols, with_metric
 from vitbench.store.query import json_field, written_weights_sha
 from vitbench.views import cells, columns, table
 
@@ -31,7 +32,6 @@ SIZE = (9.0, 6.0)  # inches: every PNG is 900 x 600 pixels
 FILE_NAMES = {
     "vtab": "vtab_groups",
     "cost": "accuracy_vs_cost",
-    "fewshot": "fewshot_shots",
     "curves": "finetune_curves",
     "confusion": "confusion_matrix",  # views/per_class.py; asked for by name only (it needs --run)
     "checkpoints": "accuracy_vs_checkpoint",  # views/series.py; asked for by name only
@@ -90,7 +90,7 @@ def save(fig, caption: str, out_dir: Path, name: str, formats: tuple[str, ...], 
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
     for ext in formats:
-        path = out_dir / f"{FILE_NAMES[name]}.{ext}"
+        path = out_dir / f"{FILE_NAMES.get(name, name)}.{ext}"
         fig.savefig(
             path, dpi=DPI, metadata={"Title": caption[:200]} if ext in ("png", "svg") else None,
             bbox_inches=None if look.caption_in_image else "tight",
@@ -179,7 +179,8 @@ def vtab_figure(
 def pretraining_costs(df: pd.DataFrame) -> dict[str, tuple[float, float | None]]:
     """sha256 of the weights a vitbench pre-training run wrote -> (the exaFLOPs it counted, its
     accelerator-days): the pre-training cost of transfer runs that used those weights."""
-    pre = df[df["protocol"] == weights_protocol()].drop_duplicates("run_key")
+    # the runs whose numbers are not transfer results (pre-training) and that wrote weights
+    pre = df[df["protocol"].isin(with_metric(lambda m: not m.transfer))].drop_duplicates("run_key")
     costs = {}
     for _, run in pre.iterrows():
         sha = written_weights_sha(run["notes"])
@@ -269,14 +270,27 @@ def cost_figure(
     return Figure("cost", caption, save(fig, caption, out_dir, "cost", formats))
 
 
-def fewshot_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], look: Look = FILE) -> Figure:
-    """Few-shot accuracy against shots per (model, weights) and dataset, ± std over seeds."""
-    m = columns.measured_columns(df, shots_protocol())
+def axis_figure(
+    df: pd.DataFrame, protocol: str, out_dir: Path, formats: tuple[str, ...], look: Look = FILE, values_needed: int = 1
+) -> Figure:
+    """A protocol's accuracy against the axis its runs vary along (few-shot: shots; k-NN: k), per
+    (model, weights) and dataset, ± std over seeds: `vitbench plot NAME` for any such protocol.
+    `values_needed`: 2 where the figure is drawn unasked (a bare `vitbench plot`, the report), so
+    that one value is not drawn as a "line"; asked for by name, one value is drawn."""
+    known = protocols().get(protocol)
+    if known is None or known.axis is None:
+        raise UserError(f"vitbench plot {protocol}: its runs vary along no axis (protocols/measures.py)")
+    axis = known.axis
+    m = columns.measured_columns(df, protocol)
     if m.acc.empty:
-        raise UserError("no few-shot runs are stored; run `vitbench run --protocol fewshot`")
+        raise UserError(f"no {known.label} runs are stored; run `vitbench run --protocol {protocol}`")
+    acc = m.acc.assign(_x=pd.to_numeric(columns.axis_values(m.acc, axis), errors="coerce"))
+    values = sorted(set(acc["_x"].dropna()))
+    if len(values) < values_needed:
+        found = ", ".join(axis.text(v) for v in values) or f"no value of {axis.name}"
+        raise UserError(f"every stored {known.label} run has {found}: a line against {axis.label} needs two values")
     fig, ax = new_figure(look)
     used: list[str] = []
-    acc = m.acc.copy()
     kinds = acc[["model", "weights", "weights_sha256", "random_init", "dataset", "data_subset"]].drop_duplicates()
     kinds["line"] = [
         columns.weights_label(model, weights, sha, bool(random)) + (cells.RANDOM_MARK if random else "")
@@ -287,24 +301,24 @@ def fewshot_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], lo
     lines = list(dict.fromkeys(acc["line"]))
     shown = lines[: look.max_lines] if look.max_lines else lines
     for line, part in acc[acc["line"].isin(shown)].groupby("line", sort=False):
-        stats = part.groupby("shots")["value"].agg(["mean", "std", "count"]).sort_index()
+        stats = part.groupby("_x")["value"].agg(["mean", "std", "count"]).sort_index()
         ax.errorbar(stats.index, stats["mean"] * 100, yerr=stats["std"].fillna(0) * 100, marker="o", capsize=3,
                     label=f"{line} (n={int(stats['count'].min())})")  # fmt: skip
         used += list(part["run_key"])
-    ax.set_xscale("log")
-    shots = sorted({int(s) for s in acc["shots"]})
-    ax.set_xticks(shots, [str(s) for s in shots])
-    ax.set_xlabel("shots per class (log)")
+    if axis.log:
+        ax.set_xscale("log")
+    ax.set_xticks(values, [axis.text(v).removeprefix(f"{axis.name}=") for v in values])
+    ax.set_xlabel(axis.label + (" (log)" if axis.log else ""))
     ax.set_ylabel("top-1 accuracy (%)")
-    ax.set_title("Linear few-shot accuracy against shots")
+    ax.set_title(f"{known.label} accuracy against {axis.label}")
     legend(ax, look)
     caption = (
-        "Closed-form linear few-shot evaluation (fewshot-lsr): mean ± std over seeds per shot count, "
+        f"{known.summary} ({known.version}): mean ± std over seeds per value of {axis.label}, "
         f"from {runs_text(used)}. ‡: a subset of the official splits; †: random-init weights."
     )
     if len(shown) < len(lines):
         caption += f" The first {len(shown)} of {len(lines)} lines (model, weights, dataset); the tables have all."
-    return Figure("fewshot", caption, save(fig, caption, out_dir, "fewshot", formats, look))
+    return Figure(protocol, caption, save(fig, caption, out_dir, f"{protocol}_{axis.name}", formats, look))
 
 
 def curves_figure(
@@ -327,7 +341,7 @@ def curves_figure(
         if runs["run_key"].nunique() > 1:
             raise UserError(f"--run {run}: matches {runs['run_key'].nunique()} runs; give more of the run_key")
     else:
-        runs = runs[runs["protocol"] == transfer_training_protocol()]
+        runs = runs[runs["protocol"].isin(with_metric(lambda m: m.transfer))]  # fine-tuning, not pre-training
     if runs.empty:
         raise UserError("no fine-tuning run with training curves is stored; run `vitbench run --protocol finetune`")
     chosen = runs.sort_values("finished_at").iloc[-1]
@@ -345,8 +359,7 @@ def curves_figure(
     label = columns.weights_label(
         chosen["model"], chosen["weights"], chosen["weights_sha256"], bool(chosen["random_init"])
     )
-    ran = protocols().get(chosen["protocol"])
-    what = (ran.heading if ran else "") or chosen["protocol"]
+    what = chosen["protocol"]
     loss_ax.set_title(f"{what}: {label} on {chosen['dataset']}, seed {int(chosen['seed'])}", fontsize=9)
     stage = f"{h['stage']} stage, " if h.get("stage") else ""
     caption = (

@@ -17,12 +17,13 @@ import pandas as pd
 
 from vitbench import paper
 from vitbench.errors import UserError
-from vitbench.protocols.registry import shots_protocol, weights_protocol
+from vitbench.protocols.registry import along, with_metric
 from vitbench.store.query import json_field, written_weights_sha
 from vitbench.views.cells import SMOKE_MARK, Cell, TableData
 from vitbench.views.plots import FILE, Figure, Look, legend, new_figure, runs_text, save
 from vitbench.views.table import title
 
+VIEW = "pretrain"  # `table --view pretrain`: the view the pre-training runs' metrics name (protocols/measures.py)
 BASELINE = "random init"
 FIG4_SHOTS = 5  # Fig 4's metric: linear 5-shot
 
@@ -36,6 +37,11 @@ class Linked:
     transfer: pd.DataFrame  # row, run_key, dataset, shots, seed, value
 
 
+def pretraining_protocols() -> set[str]:
+    """The protocols whose runs make weights, shown here: their metrics name this view."""
+    return with_metric(lambda m: m.view == VIEW)
+
+
 def linked_runs(df: pd.DataFrame) -> set[str]:
     """The run keys the pre-training view shows: the pre-training runs and their transfer runs."""
     linked = link(df)
@@ -43,10 +49,10 @@ def linked_runs(df: pd.DataFrame) -> set[str]:
 
 
 def link(df: pd.DataFrame) -> Linked:
-    pre = df[df["protocol"] == weights_protocol()]
+    pre = df[df["protocol"].isin(pretraining_protocols())]
     if pre.empty:
         raise UserError("no pre-training runs are stored; run `vitbench run --protocol pretrain`")
-    few = df[(df["protocol"] == shots_protocol()) & (df["metric"] == "accuracy")]
+    few = df[df["protocol"].isin(along("shots")) & (df["metric"] == "accuracy")]
     few_res = few["hparams"].map(lambda h: json_field(h).get("res"))
     rows, transfer = [], []
     for _, run in pre.drop_duplicates("run_key").iterrows():

@@ -14,6 +14,7 @@ import pandas as pd
 
 from vitbench import store
 from vitbench.errors import UserError
+from vitbench.protocols.registry import protocols
 from vitbench.store import query
 from vitbench.views import (
     attention,
@@ -51,6 +52,7 @@ class Inputs:
     cost: str = "flops"
     run: str | None = None
     runs: pd.DataFrame | None = None  # these stored runs instead of the store's (the summary after a run)
+    named: bool = False  # `vitbench plot NAME`: the figure was asked for by name (a bare `plot` draws what it can)
 
     @cached_property
     def df(self) -> pd.DataFrame:
@@ -160,7 +162,6 @@ FIGURES = {
     for v in (
         FigureView("vtab", lambda i: plots.vtab_figure(i.df, i.out_dir, i.formats, i.protocol), True),
         FigureView("cost", lambda i: plots.cost_figure(i.df, i.out_dir, i.formats, i.protocol, i.cost), True),
-        FigureView("fewshot", lambda i: plots.fewshot_figure(i.df, i.out_dir, i.formats), True),
         FigureView(
             "curves",
             lambda i: plots.curves_figure(i.df, store.read_curves(i.results), i.out_dir, i.formats, i.run),
@@ -176,11 +177,29 @@ FIGURES = {
 }
 
 
+def axis_figures() -> dict[str, FigureView]:
+    """A figure per protocol whose runs vary along an axis (few-shot: shots; k-NN: k; a plugin's),
+    named by the protocol: its accuracy against that axis."""
+    return {p.name: FigureView(p.name, _axis_drawing(p.name), True) for p in protocols().values() if p.axis is not None}
+
+
+def _axis_drawing(protocol: str) -> Callable[[Inputs], Figure]:
+    return lambda i: plots.axis_figure(i.df, protocol, i.out_dir, i.formats, values_needed=1 if i.named else 2)
+
+
+def all_figures() -> dict[str, FigureView]:
+    """Every figure by name, in the order a bare `vitbench plot` draws them: the VTAB groups and the
+    cost, each axis figure, then the training curves; those asked for by name only after."""
+    fixed = list(FIGURES.values())
+    return {v.name: v for v in (*fixed[:2], *axis_figures().values(), *fixed[2:])}
+
+
 def default_figures() -> list[FigureView]:
-    return [v for v in FIGURES.values() if v.by_default]
+    return [v for v in all_figures().values() if v.by_default]
 
 
 def figure_view(name: str) -> FigureView:
-    if name not in FIGURES:
-        raise UserError(f"vitbench plot {name}: expected one of {', '.join(FIGURES)}")
-    return FIGURES[name]
+    found = all_figures()
+    if name not in found:
+        raise UserError(f"vitbench plot {name}: expected one of {', '.join(found)}")
+    return found[name]

@@ -16,14 +16,14 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
 from vitbench import store
-from vitbench.datasets.robustness import ROBUSTNESS_NAMES
 from vitbench.errors import UserError
-from vitbench.protocols.registry import own_head_protocol, protocols, shots_protocol, weights_protocol
+from vitbench.protocols.registry import protocols, with_metric
 from vitbench.store.query import apply_where, json_field
 from vitbench.views import (
     attention,
@@ -88,12 +88,11 @@ def _protocol_section(page: Page, name: str) -> Section:
     """One transfer protocol: its Table 2-layout view (the paper's columns beside where the protocol
     compares with them), split per model and weights where it would be wide; VTAB per task where
     VTAB ran; its figures."""
-    spec = protocols().get(name)
-    label = spec.label if spec else name
+    protocol = protocols().get(name)
+    label = protocol.label if protocol else name  # a protocol whose plugin is not installed here still has its section
     df = page.df[page.df["protocol"] == name]
     compare = page.compare if name in paper_comparable() else ()
-    protocol = protocols().get(name)
-    out = Section(report_page.safe_id(name), (protocol.heading if protocol else "") or label)
+    out = Section(report_page.safe_id(name), label)
     for part in _narrow(df, name):
         view = table.accuracy_view(part, compare, name, ci=page.results, compact=True, heading=out.heading)
         out.parts.append(page.table(out.anchor, view))
@@ -101,8 +100,8 @@ def _protocol_section(page: Page, name: str) -> Section:
         out.parts.append(page.table(f"{out.anchor}-vtab", table.table9_view(df, (), name)))
         out.parts.append(page.figure(f"vtab-{out.anchor}", lambda: plots.vtab_figure(df, page.figures, ("svg",), name,
                                                                               plots.PAGE)))  # fmt: skip
-    if name == shots_protocol():
-        out.parts.append(page.figure("fewshot", lambda: plots.fewshot_figure(df, page.figures, ("svg",), plots.PAGE)))
+    if protocol is not None and protocol.axis is not None:
+        out.parts.append(page.figure(name, partial(plots.axis_figure, df, name, page.figures, ("svg",), plots.PAGE, 2)))
     trains = protocol is not None and protocol.trains
     curves = store.read_curves(page.results, list(df["run_key"].unique())) if trains else None
     if curves is not None and not curves.empty:
@@ -139,7 +138,7 @@ def _pretraining_section(page: Page) -> Section:
                                                                                  plots.PAGE)))  # fmt: skip
     out.parts.append(page.figure("compute", lambda: pretraining.compute_figure(page.df, page.figures, ("svg",),
                                                                                plots.PAGE)))  # fmt: skip
-    pre = page.df[page.df["protocol"] == weights_protocol()]
+    pre = page.df[page.df["protocol"].isin(pretraining.pretraining_protocols())]
     curves = store.read_curves(page.results, list(pre["run_key"].unique()))
     if not curves.empty:
         latest = pre.sort_values("finished_at")["run_key"].iloc[-1]
@@ -169,7 +168,7 @@ def _sections(page: Page, only: str | None) -> list[Section]:
     present = set(df["protocol"]) if not df.empty else set()
     known = protocols()
     # a protocol whose plugin is not installed here still has its section
-    transfer = [p for p in summary.in_report_order(present) if p not in known or known[p].scores_transfer]
+    transfer = [p for p in summary.in_report_order(present) if p not in known or p in with_metric(lambda m: m.transfer)]
     out = []
     if not df.empty:
         head = Section("summary", "Summary")
@@ -179,15 +178,13 @@ def _sections(page: Page, only: str | None) -> list[Section]:
             head.parts.append(page.table("summary", gist.headline, filter_box=False))
         out.append(head)
     out += [_protocol_section(page, p) for p in transfer]
-    own = own_head_protocol()
-    evals = df[df["protocol"] == own] if not df.empty else df
-    if only in (None, own) and not evals.empty and evals["dataset"].isin(ROBUSTNESS_NAMES).any():
-        shifted = robustness.robustness_view(df, (), own)
+    if robustness.scored_under_shift(df):
+        shifted = robustness.robustness_view(df, ())
         out.append(Section("robustness", "Robustness", [page.table("robustness", shifted)]))
-    if only in (None, own) and not evals.empty and evals["metric"].isin(["ece", "nll"]).any():
+    if not df.empty and df["metric"].isin(["ece", "nll"]).any():
         calibration = per_class.calibration_view(df)
         out.append(Section("calibration", "Calibration", [page.table("calibration", calibration, filter_box=False)]))
-    if weights_protocol() in present:
+    if present & pretraining.pretraining_protocols():
         out.append(_pretraining_section(page))
     if only is None:
         distances = store.read_attention_distance(page.results)

@@ -10,8 +10,6 @@ import pandas as pd
 
 from vitbench import paper
 from vitbench.datasets.robustness import ROBUSTNESS
-from vitbench.errors import UserError
-from vitbench.protocols.registry import own_head_protocol
 from vitbench.views.cells import SUBSET_MARK, Cell, TableData
 from vitbench.views.columns import measured_columns, meta_by_column, seed_cell
 from vitbench.views.footnotes import marker_footnotes, provenance_footnotes
@@ -26,6 +24,12 @@ ROWS: dict[str, tuple[str, str, str]] = {
 }
 SHIFTS = [s.name for s in ROBUSTNESS]  # the rows the average drop is taken over (top-1)
 DROP_ROW = "Average drop from ImageNet (points)"
+
+
+def scored_under_shift(df: pd.DataFrame) -> set[str]:
+    """The protocols with runs on a shifted set: only a checkpoint's own classifier can be scored on
+    their label spaces (`eval`), so their ImageNet runs are the rows the drop is taken from."""
+    return set(df.loc[df["dataset"].isin(SHIFTS), "protocol"]) if not df.empty else set()
 
 
 def _paper_values(names: Sequence[str]) -> dict[str, pd.DataFrame]:
@@ -66,14 +70,12 @@ def robustness_view(
     """Rows ImageNet, ReaL, each robustness set (ObjectNet also top-5) and the average drop; one
     measured column per (model, weights) evaluated with its own head; paper columns where the
     paper has robustness numbers (all of them when `compare` is empty)."""
-    own = own_head_protocol()  # only the checkpoint's own classifier can be scored on these label spaces
-    if protocol not in (None, own):
-        raise UserError(f"--view robustness shows --protocol {own} runs (the checkpoint's own ImageNet head)")
     robust = paper.table("robustness")
     names = list(compare) or list(dict.fromkeys(robust["column"]))
     delta_to = resolve_delta_to(names, delta_to)
     datasets = {d for d, _, _ in ROWS.values()}
-    m = measured_columns(df[df["dataset"].isin(datasets)] if not df.empty else df, own)
+    own = {protocol} if protocol else scored_under_shift(df)
+    m = measured_columns(df[df["dataset"].isin(datasets) & df["protocol"].isin(own)] if not df.empty else df)
     data = TableData(title="Robustness: the ImageNet head under distribution shift, top-1 accuracy (%)")
     row_of = {key: label for key, (_, _, label) in ROWS.items()}
     for label in row_of.values():

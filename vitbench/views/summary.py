@@ -1,10 +1,12 @@
 """The report's first section: what the store measured (models, datasets, protocols, devices,
 dates, code) and the headline numbers — one row per (model and weights, dataset), one column per
-transfer protocol (few-shot at 10 shots, k-NN, linear, fine-tune, eval), and beside them the
-paper's cell measured in the same setting where a `--compare` column is of the same model.
+transfer protocol, and beside them the paper's cell measured in the same setting where a
+`--compare` column is of the same model.
 
-A protocol that ran in several settings for one row (k-NN at several k, fine-tuning at two
-resolutions) shows its first setting in the views' column order here; its own section shows all.
+A protocol whose runs vary along an axis shows the axis' headline value (few-shot at 10 shots,
+k-NN at k = 20: protocols/measures.Axis), or the most it has; one that ran in several other
+settings for one row (fine-tuning at two resolutions) shows its first setting in the views' column
+order here; its own section shows all.
 """
 
 from __future__ import annotations
@@ -12,21 +14,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from vitbench import paper
-from vitbench.protocols.registry import protocols, shots_protocol
+from vitbench.protocols.registry import protocols
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, Cell, TableData
-from vitbench.views.columns import accelerator_days, measured_columns, meta_by_column, paper_comparable, seed_cell
+from vitbench.views.columns import (
+    accelerator_days,
+    axis_values,
+    measured_columns,
+    meta_by_column,
+    paper_comparable,
+    seed_cell,
+)
 from vitbench.views.columns import weights_label as _weights_label
 from vitbench.views.footnotes import marker_footnotes
 from vitbench.views.paper_match import match
 from vitbench.views.table import TABLE2_ROWS, title
-
-# the transfer protocols in the order the report shows them (the summary's columns, the sections):
-# frozen features few-shot, then fine-tuned, the checkpoint's own head, then the other frozen-feature
-# probes; a plugin's protocol after them, in the registry's order
-HEADLINE_SHOTS = 10  # the few-shot column: 10 shots where stored (else the most shots stored, said in the cell)
 
 
 @dataclass
@@ -50,16 +55,11 @@ def identities(df: pd.DataFrame) -> pd.Series:
 
 
 def in_report_order(names) -> list[str]:
-    """`names` (protocols) as the report orders them: by each protocol's headline rank, then the
-    registry's order (a plugin's after vitbench's)."""
-    known = protocols()
-    order = list(known)
-
-    def rank(p: str) -> tuple:
-        headline = known[p].headline_rank if p in known else None
-        return (headline is None, headline or 0, order.index(p) if p in order else len(order), p)
-
-    return sorted(set(names), key=rank)
+    """`names` (protocols) as the report orders them: the registry's order (frozen-feature few-shot,
+    fine-tuned, the checkpoint's own head, the other probes; a plugin's after vitbench's), then any
+    whose plugin is not installed here, by name."""
+    order = {name: i for i, name in enumerate(protocols())}
+    return sorted(set(names), key=lambda p: (order.get(p, len(order)), p))
 
 
 def summarise(df: pd.DataFrame, compare: Sequence[str] = ()) -> Summary:
@@ -113,14 +113,16 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
         return data
     acc = m.acc.copy()
     acc["identity"] = identities(acc)
-    acc = _headline_shots(acc)
+    acc = _at_headline(acc)
     known = protocols()
     header = {p: known[p].label for p in known}
-    header[shots_protocol()] += f", {HEADLINE_SHOTS}-shot"
+    for protocol in known.values():
+        if protocol.axis is not None and protocol.axis.headline is not None:
+            header[protocol.name] += f", {protocol.axis.text(protocol.axis.headline)}"
     meta = meta_by_column(m.runs)
     present = [p for p in in_report_order(acc["protocol"]) if p in known]
     matched = _paper_matches(acc, compare)
-    fewer = False
+    fewer: list[str] = []  # the protocols with a cell away from their headline setting
     one_identity = acc["identity"].nunique() == 1
     if one_identity:  # said once, in the title
         data.title += f" · {acc['identity'].iloc[0]}"
@@ -149,10 +151,10 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
             cell = seed_cell(mine[mine["column"] == col], meta[str(col)], include_marked=False)
             cell.rankable = False  # a row's protocols measure different things: none is "the best"
             cell.marks = (SMOKE_MARK if meta[str(col)]["smoke"] else "") + cell.marks
-            shots = mine["shots"].iloc[0]
-            if p == shots_protocol() and shots != HEADLINE_SHOTS:
-                cell.marks += f" ({int(shots)}-shot)"
-                fewer = True
+            axis = known[p].axis
+            if axis is not None and axis.headline is not None and mine["_axis"].iloc[0] != axis.headline:
+                cell.marks += f" ({axis.text(mine['_axis'].iloc[0])})"
+                fewer += [p] if p not in fewer else []
             data.cells[(row, columns[p])] = cell
             for name, paper_cell in matched.get((str(dataset), str(col)), []):
                 if by_dataset:  # the paper's column becomes a row of its own
@@ -175,25 +177,33 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
             "paper columns: the --compare column's cell of the same model, in the setting measured (resolution, "
             "Polyak), beside fine-tuned and eval cells only"
         )
-    if fewer:
+    for p in fewer:
+        axis = known[p].axis
+        assert axis is not None and axis.headline is not None
         data.footnotes.append(
-            f"(k-shot) after a few-shot value: that model has no {HEADLINE_SHOTS}-shot runs; the most shots it has"
+            f"({axis.text('n')}) after a {known[p].label} value: that model has no {axis.text(axis.headline)} "
+            f"runs; the most {axis.label} it has"
         )
     marker_footnotes(data, include_marked=False, compared=False)
     return data
 
 
-def _headline_shots(acc: pd.DataFrame) -> pd.DataFrame:
-    """Few-shot rows at 10 shots where a (model and weights) has them, else at the most it has."""
-    few = acc["protocol"] == shots_protocol()
-    if not few.any():
-        return acc
-    most = (
-        acc[few]
-        .groupby("identity")["shots"]
-        .agg(lambda shots: HEADLINE_SHOTS if (shots == HEADLINE_SHOTS).any() else shots.max())
-    )
-    return acc[~few | (acc["shots"] == acc["identity"].map(most))]
+def _at_headline(acc: pd.DataFrame) -> pd.DataFrame:
+    """Each protocol with an axis at its headline value (10 shots, k = 20) where a (model and
+    weights) has runs there, else at the most it has; its value on the axis in `_axis`."""
+    known = protocols()
+    acc = acc.assign(_axis=np.nan)
+    keep = pd.Series(True, index=acc.index)
+    for name, part in acc.groupby("protocol", sort=False):
+        axis = known[name].axis if name in known else None
+        if axis is None or axis.headline is None:
+            continue
+        values = pd.to_numeric(axis_values(part, axis), errors="coerce")
+        acc.loc[part.index, "_axis"] = values
+        headline = axis.headline
+        chosen = values.groupby(part["identity"]).agg(lambda v, h=headline: h if (v == h).any() else v.max())
+        keep[part.index] = values == part["identity"].map(chosen)
+    return acc[keep]
 
 
 def _paper_matches(acc: pd.DataFrame, compare: Sequence[str]) -> dict[tuple[str, str], list]:

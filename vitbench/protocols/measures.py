@@ -1,0 +1,77 @@
+"""What a protocol measures, and how its numbers are shown: its metrics and the axis its runs vary
+along. The views, the progress lines and the report read these declarations; none of them asks
+which protocol produced a number (lm-evaluation-harness's metrics carry `higher_is_better` and
+their aggregation the same way, so that its `make_table` knows no task).
+
+    metrics = (Metric("accuracy", "top-1 accuracy"), Metric("accuracy_top5", "top-5 accuracy"))
+    axis = Axis("k", "neighbours (k)", headline=20)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+ACCURACY_VIEW = "accuracy"  # views/registry.TABLES: the Table 2-layout view of transfer results
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One number a protocol's runs store under `name`."""
+
+    name: str
+    label: str  # how a progress line and a caption speak of it: "top-1 accuracy"
+    unit: str = "%"  # "%": stored as a fraction, shown × 100; "": shown as stored
+    higher_is_better: bool = True  # which end of a column is bold, and which way a Δ is good
+    # the table its values are shown in (views/registry.TABLES): "accuracy", Table 2's layout, holds
+    # transfer results; a number that measures training itself (a dev accuracy during
+    # pre-training) has a view of its own
+    view: str = ACCURACY_VIEW
+    paper: bool = False  # it stands beside the paper's fine-tuned Table 2 cells (a Δ is shown)
+    progress: bool = True  # shown on the run's progress line, when the run stores it
+
+    @property
+    def transfer(self) -> bool:
+        return self.view == ACCURACY_VIEW
+
+    def text(self, value: float) -> str:
+        return f"{value * 100:.2f}%" if self.unit == "%" else f"{value:g}{self.unit}"
+
+
+@dataclass(frozen=True)
+class Axis:
+    """The setting a protocol's runs vary along within one (model, weights, dataset): a column of
+    tables per value, the x of its figure (`vitbench plot NAME`, and in the report)."""
+
+    name: str  # a RunSpec field ("shots") or an hparam ("k", "subset")
+    label: str  # the figure's x label: "shots per class"
+    headline: float | None = None  # the value the report's summary shows, where stored (else the most)
+    log: bool = True  # drawn on a log scale
+    shown: str = ""  # how a value is written ("{}-shot"); default `name=value`
+
+    def text(self, value: Any) -> str:
+        value = int(value) if isinstance(value, float) and value.is_integer() else value
+        return self.shown.format(value) if self.shown else f"{self.name}={value}"
+
+    def of(self, shots: int | None, hparams: Mapping[str, Any]) -> Any:
+        """A run's value on this axis (its `shots`, or one of its hparams)."""
+        return shots if self.name == "shots" else hparams.get(self.name)
+
+
+def progress_text(metrics: tuple[Metric, ...], values: Mapping[str, float]) -> str:
+    """A finished run's line: each declared metric it stored, in declaration order, with the images
+    behind an accuracy where the run stored them (` (353/500)`); else how many numbers it stored."""
+    shown = []
+    for m in metrics:
+        if m.progress and m.name in values:
+            suffix = m.name.removeprefix("accuracy")
+            shown.append(f"{m.label} {m.text(values[m.name])}" + _counts(values, f"n_correct{suffix}",
+                                                                           f"n_scored{suffix}"))  # fmt: skip
+    return ", ".join(shown) or f"{len(values)} values"
+
+
+def _counts(values: Mapping[str, float], correct: str, scored: str) -> str:
+    if correct not in values or scored not in values:
+        return ""
+    return f" ({int(values[correct])}/{int(values[scored])})"
