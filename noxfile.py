@@ -25,10 +25,11 @@ def tests(session: nox.Session) -> None:
     # what a test keeps for a person to look at (the report's screenshot in Chromium): .ci/artifacts
     artefacts = os.environ.get("VITBENCH_TEST_ARTIFACTS", str(Path(__file__).parent / ".ci" / "artifacts"))
     env = {"OMP_WAIT_POLICY": "PASSIVE", "VITBENCH_TEST_ARTIFACTS": artefacts}
+    # the benchmarks run once each (no timing, no ratio: they must keep working), on the same two
+    # workers as the tests (one after the other, they left a core idle for a minute and a half)
+    suite = [*parallel, "tests", "benchmarks", "--benchmark-disable"]
     # the slowest tests, named at the end: what to look at first when CI nears its 15 minutes
-    session.run("pytest", "-q", "-ra", "--durations=15", *(session.posargs or parallel), env=env)
-    if not session.posargs:  # the benchmarks run once each (no timing, no ratio): they must keep working
-        session.run("pytest", "benchmarks", "-q", "--benchmark-disable", "-p", "no:cacheprovider")
+    session.run("pytest", "-q", "-ra", "--durations=15", *(session.posargs or suite), env=env)
 
 
 @nox.session

@@ -506,3 +506,17 @@ def test_plot_names_every_figure_it_can_draw(cli, tmp_path):
     code, _, err = cli("plot", "nope", "--results", tmp_path, "--out", tmp_path)
     expected = "vitbench plot nope: expected one of vtab, cost, fewshot, knn, curves, confusion, checkpoints"
     assert code == 2 and expected in err
+
+
+def test_a_row_of_a_lower_is_better_metric_bolds_its_lowest_cell():
+    """Issue 48: a metric says which way is better. ECE and NLL (eval's) are lower-is-better, so the
+    calibration view's bold is the better-calibrated model, not the worse one."""
+    from vitbench.protocols.registry import declared_metric
+    from vitbench.views.cells import Cell, TableData
+
+    assert declared_metric("ece").higher_is_better is False and declared_metric("accuracy").higher_is_better
+    data = TableData(columns=["a", "b"], rows=["digits · ECE (15 bins, %)", "digits · accuracy"])
+    for row, (a, b) in zip(data.rows, [(3.0, 7.0), (60.0, 80.0)], strict=True):
+        data.cells[(row, "a")], data.cells[(row, "b")] = Cell(a, n=1, rankable=True), Cell(b, n=1, rankable=True)
+    data.lower_is_better.add("digits · ECE (15 bins, %)")
+    assert data.best() == {("digits · ECE (15 bins, %)", "a"), ("digits · accuracy", "b")}

@@ -70,6 +70,11 @@ def own_view(protocol: Protocol) -> str:
     return protocol.metrics[0].view
 
 
+def declared_metric(name: str) -> Metric | None:
+    """The first declaration of the metric stored under `name` (how to show it, which way is better)."""
+    return next((m for p in protocols().values() for m in p.metrics if m.name == name), None)
+
+
 def along(axis: str) -> set[str]:
     """The protocols whose runs vary along `axis` ("shots": the few-shot figure and columns)."""
     return {p.name for p in protocols().values() if p.axis is not None and p.axis.name == axis}

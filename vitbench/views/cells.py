@@ -48,6 +48,7 @@ class TableData:
     # every measured cell has this many runs: said once in a footnote, not in each cell
     uniform_n: int | None = None
     paper_columns: set[str] = field(default_factory=set)
+    lower_is_better: set[str] = field(default_factory=set)  # rows whose best cell is the lowest (ECE, NLL)
 
     def add_row(self, row: str) -> None:
         if row not in self.rows:
@@ -64,7 +65,8 @@ class TableData:
             self.paper_columns.add(column)
 
     def best(self) -> set[tuple[str, str]]:
-        """The highest rankable cell(s) of each row with at least two rankable cells (bold in print)."""
+        """The best rankable cell(s) of each row with at least two rankable cells (bold in print): the
+        highest, or the lowest in a `lower_is_better` row."""
         out: set[tuple[str, str]] = set()
         for row in self.rows:
             ranked: list[tuple[str, float]] = []
@@ -73,6 +75,6 @@ class TableData:
                 if cell is not None and cell.rankable and cell.mean is not None:
                     ranked.append((c, cell.mean))
             if len(ranked) >= 2:
-                top = max(m for _, m in ranked)
+                top = (min if row in self.lower_is_better else max)(m for _, m in ranked)
                 out |= {(row, c) for c, m in ranked if round(m, 2) == round(top, 2)}
         return out

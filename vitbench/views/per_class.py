@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from vitbench.errors import UserError
+from vitbench.protocols.registry import declared_metric
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import json_field
 from vitbench.views import plots
@@ -92,7 +93,10 @@ def calibration_view(df: pd.DataFrame) -> TableData:
             if values:
                 row = f"{dataset} · {label}"
                 data.add_row(row)
-                data.cells[(row, str(col))] = Cell(mean=float(np.mean(values)), n=len(values))
+                declared = declared_metric(metric)
+                if declared is not None and not declared.higher_is_better:
+                    data.lower_is_better.add(row)  # the better-calibrated model is the bold one
+                data.cells[(row, str(col))] = Cell(mean=float(np.mean(values)), n=len(values), rankable=True)
     data.footnotes.append(
         "ECE: expected calibration error over 15 equal-width bins of the top-1 softmax probability; "
         "NLL: mean negative log-likelihood of the label (both from the checkpoint's own logits)"
