@@ -154,8 +154,9 @@ def plot_cmd(
     figures: Annotated[
         list[str] | None,
         argument(
-            help="vtab, cost, fewshot, knn (a protocol's accuracy against its shots or k), curves (default: "
-            "these); confusion (--run KEY); checkpoints; datasize (Fig 4) and compute (Fig 5) of pre-training runs."
+            help="vtab, cost, fewshot, knn (a protocol's accuracy against its shots or k), curves, datasize (Fig 4) "
+            "and compute (Fig 5) of pre-training runs (default: each of these the store has data for); confusion "
+            "(--run KEY); checkpoints."
         ),
     ] = None,
     out_dir: Annotated[Path, option("--out", "-o", help="Folder for the figures.")] = Path("plots"),

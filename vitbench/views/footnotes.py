@@ -15,7 +15,8 @@ def marker_footnotes(data: TableData, include_marked: bool, compared: bool) -> N
     left_out = "" if include_marked or not compared else "; no Δ, never bold (--include-marked to include)"
     if RANDOM_MARK in texts:
         data.footnotes.append(
-            f"{RANDOM_MARK} random-init weights: a pipeline check, not a pretrained backbone{left_out}"
+            f"{RANDOM_MARK} random-init weights: a baseline (the architecture untrained), not a pretrained "
+            f"backbone{left_out}"
         )
     if SUBSET_MARK in texts:
         data.footnotes.append(

@@ -35,8 +35,8 @@ FILE_NAMES = {
     "curves": "finetune_curves",
     "confusion": "confusion_matrix",  # views/per_class.py; asked for by name only (it needs --run)
     "checkpoints": "accuracy_vs_checkpoint",  # views/series.py; asked for by name only
-    "datasize": "accuracy_vs_pretraining_images",  # views/pretraining.py; asked for by name only
-    "compute": "accuracy_vs_pretraining_exaflops",  # views/pretraining.py; asked for by name only
+    "datasize": "accuracy_vs_pretraining_images",  # views/pretraining.py
+    "compute": "accuracy_vs_pretraining_exaflops",  # views/pretraining.py
 }
 AVERAGE5 = ("imagenet", "cifar10", "cifar100", "pets", "flowers102")  # Figure 5's "Average-5"
 COSTS = ("flops", "days")
@@ -250,9 +250,15 @@ def cost_figure(
         ax.scatter([x], [accuracy], marker="*", s=160, label=f"{col}{subset} [{datasets}] (vitbench, pre-trained here)")
     if not used:
         pyplot().close(fig)
+        if not pretrained_here:
+            raise UserError(
+                "no transfer run of weights pre-trained here is stored (Figure 5's x is pre-training cost); "
+                "run `vitbench run --protocol pretrain`"
+            )
+        ran_on = sorted(set(m.acc.loc[m.acc["weights_sha256"].isin(set(pretrained_here)), "dataset"]))
         raise UserError(
-            "no transfer run of weights pre-trained here is stored (Figure 5's x is pre-training cost); "
-            "run `vitbench run --protocol pretrain`"
+            "weights pre-trained here are stored, but no transfer run of them on an Average-5 dataset "
+            f"({', '.join(AVERAGE5)}), Figure 5's y: their transfer ran on {', '.join(ran_on) or 'nothing yet'}"
         )
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)

@@ -171,8 +171,8 @@ FIGURES = {
             "confusion", lambda i: per_class.confusion_figure(i.df, i.results, i.out_dir, i.formats, i.run), False
         ),
         FigureView("checkpoints", lambda i: series.checkpoints_figure(i.df, i.out_dir, i.formats, i.protocol), False),
-        FigureView("datasize", lambda i: pretraining.datasize_figure(i.df, i.out_dir, i.formats), False),
-        FigureView("compute", lambda i: pretraining.compute_figure(i.df, i.out_dir, i.formats), False),
+        FigureView("datasize", lambda i: pretraining.datasize_figure(i.df, i.out_dir, i.formats), True),
+        FigureView("compute", lambda i: pretraining.compute_figure(i.df, i.out_dir, i.formats), True),
     )
 }
 
