@@ -39,7 +39,7 @@ from vitbench.views import (
     table,
 )
 from vitbench.views.cells import TableData
-from vitbench.views.columns import accelerator_days, measured_columns, paper_comparable
+from vitbench.views.columns import accelerator_days, measured_columns
 from vitbench.views.footnotes import short_fingerprint
 from vitbench.views.private_paths import explanation, private_roots, redact
 
@@ -91,10 +91,11 @@ def _protocol_section(page: Page, name: str) -> Section:
     protocol = protocols().get(name)
     label = protocol.label if protocol else name  # a protocol whose plugin is not installed here still has its section
     df = page.df[page.df["protocol"] == name]
-    compare = page.compare if name in paper_comparable() else ()
     out = Section(report_page.safe_id(name), label)
     for part in _narrow(df, name):
-        view = table.accuracy_view(part, compare, name, ci=page.results, compact=True, heading=out.heading)
+        # the --compare columns beside every protocol's cells, as `vitbench table --compare` shows them
+        # (a Δ only where the protocol's metric stands beside the paper's fine-tuned cells)
+        view = table.accuracy_view(part, page.compare, name, ci=page.results, compact=True, heading=out.heading)
         out.parts.append(page.table(out.anchor, view))
     if df["dataset"].str.startswith("vtab/").any():
         out.parts.append(page.table(f"{out.anchor}-vtab", table.table9_view(df, (), name)))

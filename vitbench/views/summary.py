@@ -30,7 +30,7 @@ from vitbench.views.columns import (
 )
 from vitbench.views.columns import weights_label as _weights_label
 from vitbench.views.footnotes import marker_footnotes
-from vitbench.views.paper_match import match
+from vitbench.views.paper_match import as_values, match
 from vitbench.views.table import TABLE2_ROWS, title
 
 
@@ -135,11 +135,14 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
     by_dataset = len(present) == 1 and not one_identity and acc["dataset"].nunique() > 1
     if by_dataset:
         data.title = f"Headline numbers: {header[present[0]]} top-1 accuracy (%)"
+    placed: dict[str, str] = {}  # dataset -> the row (or, by dataset, the column) that holds it
     for (ident, dataset), part in acc.groupby(["identity", "dataset"], sort=False):
         if by_dataset:
             row, columns = str(ident), {present[0]: title(str(dataset))}
+            placed[str(dataset)] = columns[present[0]]
         else:
             row, columns = title(str(dataset)) if one_identity else f"{ident} · {title(str(dataset))}", header
+            placed.setdefault(str(dataset), row)
         for p in present:
             data.add_column(columns[p])
         data.add_row(row)
@@ -164,6 +167,7 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
                     where = (row, f"{name} (paper)")
                     data.add_column(where[1], is_paper=True)
                 data.cells[where] = Cell(paper_cell.value, paper_cell.std, is_paper=True)
+    others = _other_models(data, acc, compare, matched, placed, by_dataset)
     counts = {c.n for c in data.cells.values() if not c.is_paper and c.n is not None}
     if len(counts) == 1:
         data.uniform_n = counts.pop()
@@ -172,7 +176,12 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
         f"mean ± std over {data.uniform_n} runs (seeds) each" if data.uniform_n else "mean ± std over seeds (n runs)"
     )  # fmt: skip
     data.footnotes.append(f"measured cells: top-1 accuracy (%), {runs_said}")
-    if any(data.paper_columns):
+    if others:
+        data.footnotes.append(
+            f"{', '.join(f'{name} (paper)' for name in others)}: the paper's fine-tuned cell of another model on each "
+            "dataset, for reference (as `vitbench table --compare`; no Δ here)"
+        )
+    if set(data.paper_columns) - {f"{name} (paper)" for name in others}:
         data.footnotes.append(
             "paper columns: the --compare column's cell of the same model, in the setting measured (resolution, "
             "Polyak), beside fine-tuned and eval cells only"
@@ -204,6 +213,28 @@ def _at_headline(acc: pd.DataFrame) -> pd.DataFrame:
         chosen = values.groupby(part["identity"]).agg(lambda v, h=headline: h if (v == h).any() else v.max())
         keep[part.index] = values == part["identity"].map(chosen)
     return acc[keep]
+
+
+def _other_models(
+    data: TableData, acc: pd.DataFrame, compare: Sequence[str], matched: dict, placed: dict[str, str], by_dataset: bool
+) -> list[str]:
+    """The `compare` columns of no measured model (BiT-L beside a ViT): the paper's cell on each
+    dataset shown, a column of their own (a row, where the summary has a column per dataset)."""
+    same = {name for cells in matched.values() for name, _ in cells}
+    others = [name for name in compare if name not in same]
+    for name in others:
+        values = as_values(match([name], acc, paper_comparable()), name)
+        label = f"{name} (paper)"
+        for dataset, value, std in values[["dataset", "value", "std"]].itertuples(index=False):
+            if str(dataset) not in placed:
+                continue
+            where = (label, placed[str(dataset)]) if by_dataset else (placed[str(dataset)], label)
+            if by_dataset:
+                data.add_row(label)
+            else:
+                data.add_column(label, is_paper=True)
+            data.cells[where] = Cell(float(value), None if pd.isna(std) else float(std), is_paper=True)
+    return [name for name in others if any(c.endswith(f"{name} (paper)") for key in data.cells for c in key)]
 
 
 def _paper_matches(acc: pd.DataFrame, compare: Sequence[str]) -> dict[tuple[str, str], list]:
