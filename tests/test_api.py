@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data
 
 import vitbench
 from vitbench.errors import UserError
@@ -21,6 +22,10 @@ def test_the_readme_python_example_runs_as_written(tmp_path, monkeypatch, capsys
     assert "4 runs planned, 4 run now" in out
     frame = vitbench.results(tmp_path / "results")
     assert sorted(frame["shots"]) == [1, 1, 5, 5] and frame["value"].between(0, 1).all()
+    # `where` on any column it returns, as one clause or a list (issue 45: `metric` was "not a stored field")
+    accuracy = vitbench.results(tmp_path / "results", where="metric=accuracy")
+    assert len(accuracy) == 4 and set(accuracy["metric"]) == {"accuracy"}
+    assert len(vitbench.results(tmp_path / "results", where=["metric=accuracy", "value>1"])) == 0
     # the same call again: everything is stored, nothing runs
     summary = vitbench.run(model="vit-ti/16", weights="random", datasets="digits", shots=(1, 5), seeds=(0, 1),
                            res=32, workers=0, results=tmp_path / "results")  # fmt: skip
@@ -83,3 +88,17 @@ def test_the_demo_has_a_folder_of_its_own_and_pins_its_cpu_threads():
     assert torch.get_num_threads() == before
     with cpu_threads(1, "cuda"):  # a GPU run is left alone
         assert torch.get_num_threads() == before
+
+
+@needs_shared_data
+def test_the_api_takes_python_values_and_documents_every_option():
+    """Issue 45: `weights=[path, "random"]` died with "'list' object has no attribute 'split'", and
+    `help(vitbench.run)` showed `**options` only. A list option takes a list, a path a Path; the
+    docstrings list every shared option and every built-in protocol's, from their declarations."""
+    groups = vitbench.plan(model="deit-ti/16", weights=[DEIT_WEIGHTS, "random"], datasets=["cifar10"],
+                           data_dir=SHARED_DATA, shots=[1], seeds=[0])  # fmt: skip
+    assert [g.weights.random for g in groups] == [False, True] and all(len(g.specs) == 1 for g in groups)
+    for documented in (vitbench.run, vitbench.plan):
+        doc = documented.__doc__
+        assert "knn_k: list[int] = (20,)  knn: comma-separated neighbour counts" in doc
+        assert "weights: str | None (a list joins as --weights's comma list)" in doc and "fewshot_l2" in doc

@@ -33,7 +33,7 @@ from vitbench.execution.plan import suite_of, with_suite_defaults
 from vitbench.execution.runner import execute
 from vitbench.protocols.base import Group, Request, RunSpec
 from vitbench.protocols.registry import get_protocol, protocols
-from vitbench.protocols.requests import make_request
+from vitbench.protocols.requests import make_request, options_doc
 from vitbench.store.query import apply_where
 from vitbench.views import inspection_plots
 
@@ -146,6 +146,10 @@ def run(
             for after in stage:
                 log.info("then: %s of %s on %s", after.protocol, after.model, ", ".join(after.datasets))
     return summary
+
+
+run.__doc__ = (run.__doc__ or "") + "\n" + options_doc()
+plan.__doc__ = (plan.__doc__ or "") + "\n" + options_doc()
 
 
 def _stage(req: Request, rerun: bool, dry_run: bool, on_plan, on_result, cluster_options) -> tuple[Summary, bool]:
@@ -263,12 +267,13 @@ def _run_on_cluster(req: Request, opts: cluster.ClusterOptions, rerun: bool) -> 
     return summary
 
 
-def results(results: str | Path = "results", where: list[str] | tuple[str, ...] | None = None) -> pd.DataFrame:
+def results(results: str | Path = "results", where: str | list[str] | tuple[str, ...] | None = None) -> pd.DataFrame:
     """Every stored run x metric with its provenance (shards not yet merged included), filtered
-    by `where` clauses as `vitbench table --where` takes them."""
+    by `where` clauses as `vitbench table --where` takes them: one (`"metric=accuracy"`) or a
+    list, on any column it returns (`hparams.<key>`, `notes.<key>` and `date` too)."""
     path = Path(results)
     store.sync(path)
-    return apply_where(store.read_results(path), where)
+    return apply_where(store.read_results(path), [where] if isinstance(where, str) else where)
 
 
 def inspect(

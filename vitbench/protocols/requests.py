@@ -11,10 +11,37 @@ from typing import Any
 from vitbench.errors import UserError
 from vitbench.protocols.base import Request
 from vitbench.protocols.bounds import MAX_VALUES
-from vitbench.protocols.registry import option_table
+from vitbench.protocols.options import declared
+from vitbench.protocols.registry import BUILTIN, option_table
 
 SHARED = tuple(f.name for f in fields(Request) if f.name != "options")
 SHARED_LISTS = ("datasets", "tracker")
+COMMA_LISTS = ("model", "protocol", "weights")  # one text, a comma list (`--weights a.pth,random`): a list joins
+
+
+def options_doc() -> str:
+    """The keyword options of `vitbench.run` and `vitbench.plan`, for their docstrings (`help()`):
+    each shared field with its type and default, then each built-in protocol's options as it
+    declares them. Generated from the declarations, so it cannot fall behind them."""
+    lines = ["", "Keyword options (the names of `vitbench run`'s flags; a list as a list, tuple or range; "
+             "a path as str or Path):", ""]  # fmt: skip
+    for f in fields(Request):
+        if f.name == "options":
+            continue
+        kind = str(f.type).replace("tuple[str, ...]", "list[str]")
+        joins = f" (a list joins as --{f.name}'s comma list)" if f.name in COMMA_LISTS else ""
+        default = str(f.default) if isinstance(f.default, Path) else repr(f.default)
+        lines.append(f"    {f.name}: {kind}{joins} = {default}")
+    seen: set[str] = set()
+    for protocol in BUILTIN:
+        for d in declared(protocol.Options):
+            if d.name in seen:
+                continue
+            seen.add(d.name)
+            kind = f"list[{d.kind.__name__}]" if d.many else d.kind.__name__
+            lines.append(f"    {d.name}: {kind} = {d.default!r}  {d.help}")
+    lines += ["", "A plugin protocol's options are keywords too (`vitbench ls protocols`; `vitbench run --help`)."]
+    return "\n".join(lines)
 
 
 def known_options() -> list[str]:
@@ -32,6 +59,9 @@ def make_request(where: str = "vitbench.run", **given: Any) -> Request:
     for key in SHARED_LISTS:
         if given.get(key) is not None:
             given[key] = _as_tuple(given[key])
+    for key in COMMA_LISTS:
+        if isinstance(given.get(key), list | tuple):
+            given[key] = ",".join(str(item) for item in given[key])  # a path, "random", a paper name
     for key in ("results", "data_dir", "tensorboard"):
         if given.get(key) is not None:
             if key == "results" and not str(given[key]).strip():

@@ -19,6 +19,7 @@ from vitbench.store import RUN_COLUMNS
 OPERATORS = ("!=", ">=", "<=", "=", ">", "<", "~")  # two-character operators first
 _CLAUSE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(!=|>=|<=|=|>|<|~)\s*(.*?)\s*$")
 JSON_FIELDS = ("hparams", "notes")
+METRIC_COLUMNS = ("metric", "value")  # a read is one row per (run, metric): --where metric=accuracy
 
 
 def json_field(value) -> dict:
@@ -48,9 +49,9 @@ def field_values(df: pd.DataFrame, name: str, option: str = "--where") -> pd.Ser
     head, _, key = name.partition(".")
     if key and head in JSON_FIELDS:
         return df[head].map(lambda v: json_field(v).get(key))
-    if name in df.columns and name in RUN_COLUMNS:
+    if name in df.columns and name in (*RUN_COLUMNS, *METRIC_COLUMNS):
         return df[name]
-    fields = ", ".join(["date", *RUN_COLUMNS, "hparams.<key>", "notes.<key>"])
+    fields = ", ".join(["date", *RUN_COLUMNS, *METRIC_COLUMNS, "hparams.<key>", "notes.<key>"])
     raise UserError(f"{option} {name}: not a stored field; expected one of {fields}")
 
 
