@@ -26,6 +26,7 @@ def test_the_readme_python_example_runs_as_written(tmp_path, monkeypatch, capsys
     accuracy = vitbench.results(tmp_path / "results", where="metric=accuracy")
     assert len(accuracy) == 4 and set(accuracy["metric"]) == {"accuracy"}
     assert len(vitbench.results(tmp_path / "results", where=["metric=accuracy", "value>1"])) == 0
+    assert set(accuracy["hparams"].str["res"]) == {32}  # hparams as dicts, not JSON text
     # the same call again: everything is stored, nothing runs
     summary = vitbench.run(model="vit-ti/16", weights="random", datasets="digits", shots=(1, 5), seeds=(0, 1),
                            res=32, workers=0, results=tmp_path / "results")  # fmt: skip

@@ -34,7 +34,7 @@ from vitbench.execution.runner import execute
 from vitbench.protocols.base import Group, Request, RunSpec
 from vitbench.protocols.registry import get_protocol, protocols
 from vitbench.protocols.requests import make_request, options_doc
-from vitbench.store.query import apply_where
+from vitbench.store.query import apply_where, with_json_parsed
 from vitbench.views import inspection_plots
 
 log = logging.getLogger("vitbench")
@@ -270,10 +270,11 @@ def _run_on_cluster(req: Request, opts: cluster.ClusterOptions, rerun: bool) -> 
 def results(results: str | Path = "results", where: str | list[str] | tuple[str, ...] | None = None) -> pd.DataFrame:
     """Every stored run x metric with its provenance (shards not yet merged included), filtered
     by `where` clauses as `vitbench table --where` takes them: one (`"metric=accuracy"`) or a
-    list, on any column it returns (`hparams.<key>`, `notes.<key>` and `date` too)."""
+    list, on any column it returns (`hparams.<key>`, `notes.<key>` and `date` too). `hparams` and
+    `notes` come back as dicts (`frame["hparams"].str["res"]`)."""
     path = Path(results)
     store.sync(path)
-    return apply_where(store.read_results(path), [where] if isinstance(where, str) else where)
+    return with_json_parsed(apply_where(store.read_results(path), [where] if isinstance(where, str) else where))
 
 
 def inspect(

@@ -245,7 +245,11 @@ def _print_plan(summary: api.Summary, results: Path, here: str, rate: estimate.R
         detail = f" {detail}" if detail else ""
         state = "done" if s.run_key in summary.done else "todo"
         cost = f"  ≈ {estimate.duration(found.seconds[s.run_key])}" if found and s.run_key in found.seconds else ""
-        line = f"{s.run_key[:12]}  {s.model:12s} {s.dataset:18s} {s.protocol}{detail} seed={s.seed}  {state}{cost}"
+        # the weights on every line: two weights of one model plan lines that would otherwise read the same
+        line = (
+            f"{s.run_key[:12]}  {s.model:12s} {_weights(s):16s} {s.dataset:18s} {s.protocol}{detail} seed={s.seed}  "
+            f"{state}{cost}"
+        )
         out.print(line, markup=False, soft_wrap=True)
     todo = [s.run_key for s in summary.todo]
     if found is None:

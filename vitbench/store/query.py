@@ -42,6 +42,18 @@ def written_weights_sha(notes) -> str | None:
     return str(sha) if sha else None
 
 
+def with_json_parsed(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with its JSON columns (hparams, notes) as dicts, for a program to read
+    (`frame["hparams"].str["res"]`); each distinct text parsed once (the runs of one setting share it)."""
+    out = df.copy()
+    for name in JSON_FIELDS:
+        if name in out:
+            codes, uniques = pd.factorize(out[name].astype(object), use_na_sentinel=False)
+            parsed = [json_field(u) for u in uniques]
+            out[name] = pd.Series([parsed[c] for c in codes], index=out.index, dtype=object)
+    return out
+
+
 def field_values(df: pd.DataFrame, name: str, option: str = "--where") -> pd.Series:
     """The values of one field for every row, as strings where the field is text or JSON."""
     if name == "date":
