@@ -188,6 +188,7 @@ def test_the_plugins_own_option_is_a_flag_a_config_key_and_stored(site, tmp_path
     panel = shown.find("─ Nearest class mean (--protocol ncm) ─")
     assert -1 < shown.find("─ Pre-training (--protocol pretrain) ─") < panel < shown.find("─ Devices and precision ─")
     assert "--ncm-norm" in shown[panel:] and "l2 or none" in shown[panel:] and "[default: l2]" in shown[panel:]
+    assert "--ncm-dims" in shown[panel:]  # the axis' option, a list
 
     results = tmp_path / "results"
     run = ("run", "--model", "vit-ti/16", "--weights", "random", "--res", "32", "--workers", "0",
@@ -195,7 +196,7 @@ def test_the_plugins_own_option_is_a_flag_a_config_key_and_stored(site, tmp_path
     code, _, err = vitbench(site, *run, "--ncm-norm", "none")
     assert code == 0, err
     config = tmp_path / "ncm.toml"
-    config.write_text('[protocols.ncm]\nncm_norm = "l2"\n')
+    config.write_text('[protocols.ncm]\nncm_norm = "l2"\nncm_dims = [0]\n')  # a TOML array for the list
     code, _, err = vitbench(site, *run, "--config", config)
     assert code == 0, err
     assert [h["normalise"] for h in _hparams(results)] == ["none", "l2"]  # two runs: two keys
@@ -230,6 +231,9 @@ def test_a_protocol_registered_in_process_runs_through_the_python_api(tmp_path):
         plain = vitbench.plan(model="vit-ti/16", weights="random", protocol="ncm", datasets="digits", res=32,
                               ncm_norm="none", results=tmp_path)  # fmt: skip
         assert plain[0].specs[0].hparams["normalise"] == "none"
+        along = vitbench.plan(model="vit-ti/16", weights="random", protocol="ncm", datasets="digits", res=32,
+                              ncm_dims=[2, 8], results=tmp_path)  # fmt: skip
+        assert [s.hparams["dims"] for s in along[0].specs] == [2, 8]  # one run per value of its axis
         with pytest.raises(UserError, match="--ncm-norm cosine: expected l2 or none"):
             vitbench.plan(model="vit-ti/16", weights="random", protocol="ncm", datasets="digits", ncm_norm="cosine")
         with pytest.raises(UserError, match="--protocol nope: expected fewshot, finetune, .*, pretrain, ncm"):

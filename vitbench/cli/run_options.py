@@ -15,6 +15,7 @@ from vitbench.protocols.options import FEWSHOT_PANEL as FEWSHOT
 from vitbench.protocols.options import NODES_PANEL as NODES
 from vitbench.protocols.options import OUTPUT_PANEL as OUTPUT
 from vitbench.protocols.options import WHAT_PANEL as WHAT
+from vitbench.protocols.registry import BUILTIN
 
 RUN_WORKERS = min(4, (os.cpu_count() or 2) // 2)
 # `vitbench run --help` groups its options by what they are for (protocols/options.py has the
@@ -49,14 +50,21 @@ SuiteName = Annotated[
 Datasets = Annotated[
     str | None, option("--datasets", "--dataset", "-d", panel=WHAT, help="Dataset name(s), comma-separated.")
 ]
+
+
+def _either(names) -> str:
+    names = list(names)
+    return ", ".join(names[:-1]) + f" or {names[-1]}"
+
+
 RunProtocol = Annotated[
     str | None,
     option(
         "--protocol",
         panel=WHAT,
-        help="fewshot (the default; vtab and table2 suites: finetune), finetune (App. B: dev LR sweep, then 3 "
-        "seeds), eval (the checkpoint's own classifier), knn (DINO's weighted k-NN), linear (a logistic-"
-        "regression probe) or pretrain (from random init); a comma list runs each (`vitbench ls protocols`).",
+        # the names from the registry's built-ins (a plugin's protocol is in `vitbench ls protocols`)
+        help=f"{_either(p.name for p in BUILTIN)} (`vitbench ls protocols` says what each measures); default "
+        f"{BUILTIN[0].name} (the vtab and table2 suites: finetune); a comma list runs each.",
     ),
 ]
 Weights = Annotated[
