@@ -239,3 +239,11 @@ def test_transfer_defaults_to_imagenet_where_its_few_shot_splits_are_there(image
     assert PRETRAIN.followups(req, vitbench.plan(req))[0].datasets == ("imagenet",)
     explicit = api.request(**options, transfer=("digits5-9",))
     assert PRETRAIN.followups(explicit, vitbench.plan(explicit))[0].datasets == ("digits5-9",)
+
+
+@pytest.mark.parametrize("option", ["--dedup-against", "--transfer"])
+def test_a_misspelt_dataset_of_a_pretraining_option_names_the_option(cli, tmp_path, option):
+    """Before: "unknown dataset 'nosuch'", without the option that named it."""
+    code, _, err = cli("run", "--protocol", "pretrain", "--model", "vit-ti/16", "--dataset", "digits0-4", option,
+                       "nosuch", "--dry-run", "--results", tmp_path)  # fmt: skip
+    assert code == 2 and f"{option} nosuch: unknown dataset 'nosuch'" in err and "Traceback" not in err

@@ -172,7 +172,7 @@ class Pretrain(Protocol):
         if o.objective == "mpp" and not backend.patch_prediction:
             raise UserError(f"--objective mpp: masked patch prediction needs a ViT; {group.model.name} is not one")
         for name in () if o.transfer == ("none",) else o.transfer:
-            get_dataset(name)  # a misspelt transfer dataset stops the plan, not the session after hours of training
+            _dataset("--transfer", name)  # a misspelt transfer dataset stops the plan, not the session after hours
         train = group.splits[group.dataset.sweep_splits[0]]
         h = {**hparams, **settings_for(group, req, len(train)), **_dedup_settings(group, req)}
         seeds = o.seeds if o.seeds != SEEDS else (0,)  # pre-training is costly: one run unless asked
@@ -264,10 +264,18 @@ def dedup_datasets(group: Group, req: Request) -> list[DatasetSpec]:
     if o.dedup_against == ("none",):
         return []
     if o.dedup_against:
-        return list({d.name: d for d in map(get_dataset, o.dedup_against)}.values())
+        return list({d.name: d for d in (_dataset("--dedup-against", n) for n in o.dedup_against)}.values())
     transfer = () if o.transfer == ("none",) else o.transfer or _default_transfer(req, [group])
     present = [d for d in map(get_dataset, transfer) if d.missing_for(req.data_dir, (d.test_split,)) is None]
     return list({d.name: d for d in present if d.name != group.dataset.name}.values())
+
+
+def _dataset(option: str, name: str) -> DatasetSpec:
+    """The dataset an option names, or a one-line error that names the option too."""
+    try:
+        return get_dataset(name)
+    except UserError as e:
+        raise UserError(f"{option} {name}: {e}") from None
 
 
 def _dedup_settings(group: Group, req: Request) -> dict:
