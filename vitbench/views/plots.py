@@ -190,15 +190,8 @@ def pretraining_costs(df: pd.DataFrame) -> dict[str, tuple[float, float | None]]
     return costs
 
 
-def cost_figure(
-    df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], protocol: str | None, cost: str = "flops"
-) -> Figure:
-    """Figure 5: average transfer accuracy against pre-training compute, log x axis. A measured point
-    needs weights pre-trained here (their cost was counted); the evaluation's own cost is another
-    quantity and is never drawn on this axis."""
-    if cost not in COSTS:
-        raise UserError(f"--cost {cost}: expected flops or days")
-    fig, ax = new_figure()
+def _paper_cost_points(ax, cost: str) -> str:
+    """The paper's points of Figure 5 on `ax` (Table 6's exaFLOPs, or Table 2's TPUv3-core-days); the x label."""
     if cost == "flops":
         t6 = paper.table("6")
         families = {"ViT": "o", "ResNet": "s", "R50x1+ViT": "^"}
@@ -224,6 +217,19 @@ def cost_figure(
                     label=f"{name} (paper, pre-training TPUv3-core-days)",
                 )  # fmt: skip
         xlabel = "accelerator-days (log)"
+    return xlabel
+
+
+def cost_figure(
+    df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...], protocol: str | None, cost: str = "flops"
+) -> Figure:
+    """Figure 5: average transfer accuracy against pre-training compute, log x axis. A measured point
+    needs weights pre-trained here (their cost was counted); the evaluation's own cost is another
+    quantity and is never drawn on this axis."""
+    if cost not in COSTS:
+        raise UserError(f"--cost {cost}: expected flops or days")
+    fig, ax = new_figure()
+    xlabel = _paper_cost_points(ax, cost)
 
     m = columns.measured_columns(df, protocol)
     pretrained_here = pretraining_costs(df)

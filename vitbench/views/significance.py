@@ -18,7 +18,7 @@ from vitbench.errors import UserError
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import apply_where, json_field
 from vitbench.views.cells import SUBSET_MARK, Cell, TableData
-from vitbench.views.columns import cell_effective_shots
+from vitbench.views.shot_counts import cell_effective_shots
 
 SIGNIFICANT_MARK = "*"
 # rows not scored on the kept labels: ReaL (its labels are not in the predictions) gets no interval

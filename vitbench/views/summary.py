@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from vitbench import paper
+from vitbench.protocols.base import Protocol
 from vitbench.protocols.registry import protocols
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, Cell, TableData
 from vitbench.views.columns import (
@@ -168,6 +169,14 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
                     data.add_column(where[1], is_paper=True)
                 data.cells[where] = Cell(paper_cell.value, paper_cell.std, is_paper=True)
     others = _other_models(data, acc, compare, matched, placed, by_dataset)
+    _headline_footnotes(data, others, [known[p] for p in fewer])
+    marker_footnotes(data, include_marked=False, compared=False)
+    return data
+
+
+def _headline_footnotes(data: TableData, others: list[str], fewer: list[Protocol]) -> None:
+    """What the headline's cells are: runs per cell, the paper columns of another model and of the
+    same one, and the protocols shown away from their axis' headline value (`fewer`)."""
     counts = {c.n for c in data.cells.values() if not c.is_paper and c.n is not None}
     if len(counts) == 1:
         data.uniform_n = counts.pop()
@@ -186,15 +195,13 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
             "paper columns: the --compare column's cell of the same model, in the setting measured (resolution, "
             "Polyak), beside fine-tuned and eval cells only"
         )
-    for p in fewer:
-        axis = known[p].axis
+    for protocol in fewer:
+        axis = protocol.axis
         assert axis is not None and axis.headline is not None
         data.footnotes.append(
-            f"({axis.text('n')}) after a {known[p].label} value: that model has no {axis.text(axis.headline)} "
+            f"({axis.text('n')}) after a {protocol.label} value: that model has no {axis.text(axis.headline)} "
             f"runs; the most {axis.label} it has"
         )
-    marker_footnotes(data, include_marked=False, compared=False)
-    return data
 
 
 def _at_headline(acc: pd.DataFrame) -> pd.DataFrame:
