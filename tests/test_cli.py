@@ -62,13 +62,17 @@ def test_table_formats_and_compare(cli, results):
     assert "**Table 2 layout: top-1 accuracy (%) · vit-ti/16 (random init)**" in md  # what all columns share
     assert "| | 1-shot† | 5-shot† | bit-l (paper) |" in md
     assert "| paper TPUv3-core-days |  |  | 9.9k |" in md
+    # a row only paper columns fill is left out and named (issue 45: seven empty rows beside digits)
+    assert "| CIFAR-10 |" not in md and "rows with paper cells only not shown: ImageNet, ImageNet ReaL, CIFAR-10" in md
+    code, md, _ = cli("table", "--results", results, "--format", "md", "--compare", "bit-l", "--all-rows")
     assert "| CIFAR-10 |  |  | 99.37 ± 0.06 |" in md  # no measured cell: empty, never 0 (one cell: no bold)
+    assert "not shown" not in md
     assert " ± " in md and "mean ± std over 2 runs (seeds) each" in md and "(Δ" not in md  # random init: no Δ
     code, latex, _ = cli("table", "--results", results, "--format", "latex")
     assert code == 0 and r"\toprule" in latex and r"$\pm$" in latex and r"$^\dagger$" in latex
     code, csv, _ = cli("table", "--results", results, "--format", "csv", "--shots", "5")
     assert code == 0 and csv.startswith("row,column,mean,std,n") and "1-shot" not in csv
-    code, out, _ = cli("table", "--results", results, "--compare", "vit-l/16-i21k")
+    code, out, _ = cli("table", "--results", results, "--compare", "vit-l/16-i21k", "--all-rows")
     assert code == 0 and "99.15 ± 0.03" in out and "vit-l/16-i21k (paper)" in out and "0.23k" in out
     code, out, _ = cli("table", "--results", results / "empty", "--compare", "bit-l")
     assert code == 0 and "99.37 ± 0.06" in out  # paper column alone on an empty store

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from vitbench import store
 from vitbench.cli.app import app
-from vitbench.cli.options import Results, Where, argument, option
+from vitbench.cli.options import Results, Where, argument, option, words
 from vitbench.cli.output import show
 from vitbench.store import query
 from vitbench.views.significance import compare_view
@@ -17,6 +17,14 @@ from vitbench.views.significance import compare_view
 def compare_cmd(
     a: Annotated[str, argument(help="Runs A: --where clauses, comma-separated (e.g. 'shots=10').")],
     b: Annotated[str, argument(help="Runs B, the same way (e.g. 'shots=25').")],
+    every_setting: Annotated[
+        bool,
+        option(
+            "--all",
+            help="A row per dataset and setting both select (protocol, shots, k, …): A vs B at every shared "
+            "setting, Holm over them all (e.g. `compare weights=random 'weights=deit*' --all`).",
+        ),
+    ] = False,
     fmt: Annotated[str, option("--format", "-f", help="rich, md, latex, csv or html.")] = "rich",
     where: Where = None,
     results: Results = Path("results"),
@@ -24,5 +32,5 @@ def compare_cmd(
     """B − A per dataset on the same test images: Δ, its 95 % interval and a paired p-value."""
     store.sync(results)
     df = query.apply_where(store.read_results(results), where)
-    clauses = [[c.strip() for c in side.split(",") if c.strip()] for side in (a, b)]
-    show(compare_view(df, clauses[0], clauses[1], results), fmt, results)
+    clauses = [list(words(side)) for side in (a, b)]
+    show(compare_view(df, clauses[0], clauses[1], results, every_setting), fmt, results)

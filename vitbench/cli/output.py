@@ -33,7 +33,7 @@ def print_summary_table(results: Path, run_keys: set[str] | None = None) -> None
         df = df[~df["run_key"].isin(shown)]
     if df.empty:
         return
-    data = table.accuracy_view(df, compact=True)
+    data = table.accuracy_view(df)
     if data.rows:
         print_table(render.to_rich(data))
 

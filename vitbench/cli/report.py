@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 from vitbench.cli.app import app, out
-from vitbench.cli.options import Results, ViewProtocol, Where, check_choice, option
+from vitbench.cli.options import Results, ViewProtocol, Where, check_choice, option, words
 from vitbench.cli.output import emit
 from vitbench.protocols.registry import protocols
 from vitbench.views.report import report_html
@@ -20,6 +20,15 @@ def report_cmd(
     ] = None,
     protocol: ViewProtocol = None,
     where: Where = None,
+    baseline: Annotated[
+        str | None,
+        option(
+            "--baseline",
+            help="What the tables' significance marks compare each cell with: the cell of the same dataset, "
+            "protocol, shots and setting whose runs match these --where clauses (weights=random). [default: "
+            "each table's first model and weights]",
+        ),
+    ] = None,
     show_paths: Annotated[
         bool,
         option(
@@ -34,6 +43,6 @@ def report_cmd(
     file (no server, no network). Open it in any browser; forward it as it is."""
     if protocol is not None:
         check_choice("--protocol", protocol, list(protocols()), "or")
-    page = report_html(results, where, compare or (), protocol, show_paths=show_paths)
+    page = report_html(results, where, compare or (), protocol, show_paths=show_paths, baseline=words(baseline))
     emit(page, out_file)
     out.print(f"{len(page.encode()) / 1e6:.2f} MB, open it in any browser (it needs no network)")

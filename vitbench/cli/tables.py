@@ -8,7 +8,7 @@ from typing import Annotated
 
 from vitbench import store
 from vitbench.cli.app import app, err, out
-from vitbench.cli.options import Results, ViewProtocol, Where, argument, check_choice, option
+from vitbench.cli.options import Results, ViewProtocol, Where, argument, check_choice, option, words
 from vitbench.cli.output import show
 from vitbench.errors import UserError
 from vitbench.protocols.measures import ACCURACY_VIEW
@@ -70,7 +70,22 @@ def table_cmd(
     bench: Annotated[
         bool, option("--bench", help="The throughput measurements of `vitbench bench` instead of accuracy.")
     ] = False,
-    ci: Annotated[bool, option("--ci", help="95 % intervals; * on Holm-significant differences.")] = False,
+    ci: Annotated[
+        bool,
+        option("--ci", help="95 % intervals; * where a cell differs from its --baseline cell (Holm-significant)."),
+    ] = False,
+    baseline: Annotated[
+        str | None,
+        option(
+            "--baseline",
+            help="What --ci's marks compare each cell with: the cell of the same dataset, protocol, shots and "
+            "setting whose runs match these --where clauses, comma-separated (weights=random, model=vit-b/16). "
+            "[default: the table's first model and weights]",
+        ),
+    ] = None,
+    all_rows: Annotated[
+        bool, option("--all-rows", help="Table 2's seven rows even where only the paper's columns fill them.")
+    ] = False,
     per_class_of: Annotated[
         str | None, option("--per-class", help="Per-class accuracy on this dataset (kept predictions).")
     ] = None,
@@ -84,7 +99,7 @@ def table_cmd(
     found = chosen or registry.table_view(view or (own_view(get_protocol(shown)) if shown else ACCURACY_VIEW))
     inputs = registry.Inputs(
         results, where, shown, [*(compare or ()), *(names or ())], which, shots,
-        query.split_fields(group_by), include_marked, delta_to, ci, per_class_of,
+        query.split_fields(group_by), include_marked, delta_to, ci, list(words(baseline)), all_rows, per_class_of,
     )  # fmt: skip
     found.check(inputs)
     data = found.build(inputs)

@@ -152,8 +152,10 @@ def measured_columns(
     else:
         scored = set(df.loc[df["metric"].isin(["accuracy", "accuracy_real"]), "run_key"])
         runs = df.drop_duplicates("run_key")
-        labels = _default_columns(runs, runs["run_key"].isin(scored))
-        df["column"] = df["run_key"].map(pd.Series(labels.to_numpy(), index=runs["run_key"].to_numpy(object)))
+        labels, conditions = _default_columns(runs, runs["run_key"].isin(scored))
+        keys = runs["run_key"].to_numpy(object)
+        df["column"] = df["run_key"].map(pd.Series(labels.to_numpy(), index=keys))
+        df["condition"] = df["run_key"].map(pd.Series(conditions.to_numpy(), index=keys))
         df = in_column_order(df, by_label=True)
 
     df, superseded = _latest_data_only(df)
@@ -194,11 +196,11 @@ def _natural_rank(values: pd.Series) -> np.ndarray:
     """Each value's rank among the distinct values in natural order (sorted once per distinct value)."""
     codes, uniques = pd.factorize(values.astype(str), use_na_sentinel=False)
     ranks = np.empty(len(uniques), dtype=np.int64)
-    ranks[sorted(range(len(uniques)), key=lambda i: _natural(uniques[i]))] = np.arange(len(uniques))
+    ranks[sorted(range(len(uniques)), key=lambda i: natural_order(uniques[i]))] = np.arange(len(uniques))
     return ranks[codes]
 
 
-def _natural(text: str) -> list:
+def natural_order(text: str) -> list:
     """A sort key that reads digits as numbers: `res=96` < `res=384`, `2-shot` < `10-shot`."""
     return [(0, int(piece), "") if piece.isdigit() else (1, 0, piece) for piece in re.split(r"(\d+)", text)]
 
@@ -220,9 +222,12 @@ def _latest_data_only(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return (df[df["run_key"].isin(latest["run_key"])], left_out) if left_out else (df, 0)
 
 
-def _default_columns(df: pd.DataFrame, finals: pd.Series) -> pd.Series:
-    """One label per run (row of `df`); `finals` marks the runs with a scored accuracy. The work is
-    done once per distinct (column identity, hparams text), then mapped back to the runs."""
+def _default_columns(df: pd.DataFrame, finals: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """One label per run (row of `df`), and its condition: what the column measured apart from the
+    backbone (protocol, shots, version and the settings its label names), the same for two columns
+    that differ in model or weights alone (what `--ci`'s marks compare). `finals` marks the runs with a
+    scored accuracy. The work is done once per distinct (column identity, hparams text), then
+    mapped back to the runs."""
     codes, texts = pd.factorize(df["hparams"], use_na_sentinel=False)
     settings = [_setting(t) for t in texts]
     work = pd.DataFrame({"base": df["base"].to_numpy(), "dataset": df["dataset"].to_numpy(), "code": codes})
@@ -240,7 +245,7 @@ def _default_columns(df: pd.DataFrame, finals: pd.Series) -> pd.Series:
     for base in bases:
         versions.setdefault(base[:-1], set()).add(base[-1])
     pairs = list(dict.fromkeys(zip(work["base"], work["code"], strict=True)))  # in order of first appearance
-    labels, identities = [], []
+    labels, identities, conditions = [], [], []
     for base, code in pairs:
         model, sha, random_init, protocol, shots, version = base
         setting = settings[code]
@@ -257,8 +262,18 @@ def _default_columns(df: pd.DataFrame, finals: pd.Series) -> pd.Series:
             label += " · " + ", ".join(f"{k}={_short(setting.get(k))}" for k in keys)
         label += (RANDOM_MARK if random_init else "") + (SMOKE_MARK if _is_smoke(texts[code]) else "")
         labels.append(label)
-    by_pair = dict(zip(pairs, _told_apart(labels, identities), strict=True))
-    return pd.Series([by_pair[p] for p in zip(work["base"], work["code"], strict=True)], index=df.index)
+        conditions.append(_condition(protocol, shots, version, {k: setting.get(k) for k in keys}, texts[code]))
+    by_pair = dict(zip(pairs, zip(_told_apart(labels, identities), conditions, strict=True), strict=True))
+    found = [by_pair[p] for p in zip(work["base"], work["code"], strict=True)]
+    return pd.Series([f[0] for f in found], index=df.index), pd.Series([f[1] for f in found], index=df.index)
+
+
+def _condition(protocol: str, shots: int | None, version: str, named: dict, hparams) -> str:
+    """What a column measured apart from its backbone, in words (`fewshot · 10-shot · fewshot-lsr/3 ·
+    res=96`): equal for two columns that differ in model or weights alone."""
+    parts = [protocol, *([f"{shots}-shot"] if shots is not None else []), version]
+    parts += [f"{k}={json.dumps(v, sort_keys=True) if isinstance(v, list | dict) else v}" for k, v in named.items()]
+    return " · ".join(parts + (["smoke"] if _is_smoke(hparams) else []))
 
 
 def _told_apart(labels: list[str], identities: list[tuple]) -> list[str]:

@@ -46,6 +46,8 @@ class Inputs:
     include_marked: bool = False
     delta_to: str | None = None
     ci: bool = False
+    baseline: list[str] = field(default_factory=list)  # --baseline: what --ci's marks compare against
+    all_rows: bool = False
     per_class: str | None = None
     out_dir: Path = Path("plots")
     formats: tuple[str, ...] = ("png", "svg")
@@ -73,6 +75,8 @@ TABLE_OPTIONS = {
     "include_marked": "--include-marked",
     "delta_to": "--delta-to",
     "ci": "--ci",
+    "baseline": "--baseline",
+    "all_rows": "--all-rows",
 }
 _DEFAULTS = Inputs(Path())
 
@@ -100,9 +104,16 @@ def _accuracy(i: Inputs) -> TableData:
     """`--table 2|5|6|9`: the paper table's layout."""
     if i.ci and i.layout != "2":
         raise UserError("--ci: intervals and paired tests are shown in Table 2's layout (the default view)")
+    if i.baseline and not i.ci:
+        raise UserError(f"--baseline {','.join(i.baseline)}: names what --ci's marks compare against; add --ci")
+    if i.all_rows and i.layout != "2":
+        raise UserError(f"--all-rows: --table {i.layout} shows the paper's whole table already")
     if i.layout == "2":
         ci = i.results if i.ci else None
-        return table.accuracy_view(i.df, i.compare, i.protocol, i.shots, i.fields, i.include_marked, i.delta_to, ci=ci)
+        chosen = (i.shots, i.fields, i.include_marked, i.delta_to, i.all_rows, ci)
+        data = table.accuracy_view(i.df, i.compare, i.protocol, *chosen, baseline=i.baseline)
+        table.say_rows_left_out(data)
+        return data
     if i.layout == "9":
         return table.table9_view(i.df, i.compare, i.protocol, i.fields, i.include_marked, i.delta_to)
     if i.layout in ("5", "6"):

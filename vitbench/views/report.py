@@ -64,6 +64,7 @@ class Page:
     results: Path
     compare: Sequence[str]
     figures: Path
+    baseline: Sequence[str] = ()  # what each table's significance marks compare against (--baseline)
     ids: set[str] = field(default_factory=set)
 
     def table(self, name: str, data: TableData, filter_box: bool = True) -> str:
@@ -95,7 +96,9 @@ def _protocol_section(page: Page, name: str) -> Section:
     for part in _narrow(df, name):
         # the --compare columns beside every protocol's cells, as `vitbench table --compare` shows them
         # (a Δ only where the protocol's metric stands beside the paper's fine-tuned cells)
-        view = table.accuracy_view(part, page.compare, name, ci=page.results, compact=True, heading=out.heading)
+        view = table.accuracy_view(
+            part, page.compare, name, ci=page.results, heading=out.heading, baseline=page.baseline
+        )
         out.parts.append(page.table(out.anchor, view))
     if df["dataset"].str.startswith("vtab/").any():
         out.parts.append(page.table(f"{out.anchor}-vtab", table.table9_view(df, (), name)))
@@ -242,6 +245,7 @@ def report_html(
     protocol: str | None = None,
     now: datetime | None = None,
     show_paths: bool = False,
+    baseline: Sequence[str] = (),
 ) -> str:
     now = now or datetime.now(UTC)
     df = contamination.with_test_duplicates(apply_where(store.read_results(results), list(where or ())), results)
@@ -257,7 +261,7 @@ def report_html(
         + (f" {html.escape(explanation(roots))}" if roots else "")
     )
     with tempfile.TemporaryDirectory() as tmp:
-        page = Page(df, results, compare, Path(tmp))
+        page = Page(df, results, compare, Path(tmp), baseline)
         sections = _sections(page, protocol)  # an inspection or a bench alone has sections too
         if not sections:
             empty = "<p>This store holds no results yet: run <code>vitbench run</code>.</p>"

@@ -1,13 +1,15 @@
 """How sure each cell is (docs/tables.md, "Intervals and significance"): with `--ci`, every measured
 cell whose runs kept their per-image predictions gets a 95 % bootstrap interval, and every cell is
-compared with the row's first measured column on the same test images (exact McNemar for one run
-each, a paired bootstrap over seeds otherwise); a difference significant after Holm's correction
-over the table's comparisons is marked. Runs without predictions (stored before they were kept)
-get neither, and a footnote says how many.
+compared with its baseline's cell: the same dataset, protocol, shots and setting, another model or
+weights (`--baseline weights=random`; by default the table's first model), on the same test images
+(exact McNemar for one run each, a paired bootstrap over seeds otherwise); a difference significant
+after Holm's correction over the table's comparisons is marked, and the legend names each pair.
+Runs without predictions (stored before they were kept) get neither, and a footnote says how many.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ from vitbench.errors import UserError
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import apply_where, json_field
 from vitbench.views.cells import SUBSET_MARK, Cell, TableData
+from vitbench.views.columns import measured_columns, natural_order, weights_label
 from vitbench.views.shot_counts import cell_effective_shots
 
 SIGNIFICANT_MARK = "*"
@@ -61,7 +64,9 @@ def _cells(m_acc: pd.DataFrame, row_of: dict[str, str]) -> dict[tuple[str, str],
     return cells
 
 
-def add_significance(data: TableData, acc: pd.DataFrame, row_of: dict[str, str], results: Path) -> None:
+def add_significance(
+    data: TableData, acc: pd.DataFrame, row_of: dict[str, str], results: Path, baseline: Sequence[str] = ()
+) -> None:
     """Intervals on the measured cells and marks on the significant differences (see the module)."""
     acc = acc[~acc["dataset"].isin(DERIVED_ROWS)] if not acc.empty else acc
     if acc.empty:
@@ -73,7 +78,9 @@ def add_significance(data: TableData, acc: pd.DataFrame, row_of: dict[str, str],
     for where, found in matrices.items():
         if found is not None and where in data.cells:
             data.cells[where].interval = stats.bootstrap_interval(found.to_numpy())
-    tests = _paired_tests(data, matrices)
+    testable = [c for c in data.columns if any(found is not None for (_, col), found in matrices.items() if col == c)]
+    against, described = baseline_columns(acc, testable, baseline)
+    tests = _paired_tests(data, matrices, against)
     adjusted = stats.holm([t[2].p for t in tests])
     for (where, _, _), p in zip(tests, adjusted, strict=True):
         if p < ALPHA:
@@ -85,26 +92,76 @@ def add_significance(data: TableData, acc: pd.DataFrame, row_of: dict[str, str],
         + (f"; {without} cell(s) without kept predictions have none" if without else "")
     )
     data.footnotes += [f"no interval for this run: {line}" for line in lost]
-    if tests:
-        data.footnotes.append(
-            f"{SIGNIFICANT_MARK} differs from the row's first measured column on the same test images: exact "
-            f"McNemar (one run each) or a paired bootstrap over seeds, p < {ALPHA} after Holm's correction over "
-            f"the table's {len(tests)} comparison(s)"
+    data.footnotes.append(_legend(described, tests))
+
+
+def _legend(described: str, tests: list) -> str:
+    """What a mark compares: the baseline, and each pair of columns tested."""
+    if not tests:
+        return (
+            f"{SIGNIFICANT_MARK}: no cell has a baseline cell ({described}) at the same dataset, protocol, shots and "
+            "setting with kept predictions on the same images, so none is tested (--baseline names another)"
         )
+    pairs = ", ".join(dict.fromkeys(f"[{col}] vs [{base}]" for (_, col), base, _ in tests))
+    return (
+        f"{SIGNIFICANT_MARK} differs from the baseline ({described}) at the same dataset, protocol, shots and setting, "
+        f"on the same test images: exact McNemar (one run each) or a paired bootstrap over seeds, p < {ALPHA} after "
+        f"Holm's correction over the table's {len(tests)} comparison(s); pairs: {pairs}"
+    )
 
 
-def _paired_tests(data: TableData, matrices: dict) -> list[tuple[tuple[str, str], str, stats.Comparison]]:
-    """Each measured cell against the first measured cell of its row with predictions on the same images."""
+def baseline_columns(acc: pd.DataFrame, columns: Sequence[str], baseline: Sequence[str]) -> tuple[dict[str, str], str]:
+    """Each of `columns` (those whose cells can be tested, in table order) -> the baseline column
+    its cells are tested against, and the baseline in words. A pair differs in the backbone alone
+    (model or weights): the same condition (protocol, shots, version, setting; views/columns.py).
+    The baseline: the columns `baseline`'s clauses select (`weights=random`, `model=vit-b/16`), by
+    default the first column's model and weights; where several fit, the one of the same model."""
+    runs = acc.drop_duplicates(["column", "run_key"])
+    backbone: dict[str, tuple] = {}
+    condition: dict[str, str] = {}
+    for col, part in runs.groupby("column", sort=False):
+        identities = set(
+            zip(part["model"], part["weights_sha256"].astype(str), part["random_init"].astype(bool), strict=True)
+        )
+        settings = set(part["condition"]) if "condition" in part else {None}
+        if len(identities) == 1 and len(settings) == 1 and None not in settings:  # --group-by may mix them
+            backbone[str(col)], condition[str(col)] = identities.pop(), str(settings.pop())
+    ordered = [c for c in columns if c in backbone]
+    if baseline:
+        chosen = set(apply_where(runs, list(baseline))["column"])  # none here: the legend says no cell is tested
+        described = ",".join(baseline)
+    elif ordered:
+        first = runs[runs["column"] == ordered[0]].iloc[0]
+        chosen = {c for c in ordered if backbone[c] == backbone[ordered[0]]}
+        described = "the first model: " + weights_label(
+            first.model, first.weights, first.weights_sha256, bool(first.random_init)
+        )
+    else:
+        return {}, "none: the columns mix backbones or settings"
+    against = {}
+    for col in ordered:
+        if col in chosen:
+            continue
+        fits = [b for b in ordered if b in chosen and condition[b] == condition[col]]
+        same_model = [b for b in fits if backbone[b][0] == backbone[col][0]]
+        if fits:
+            against[col] = (same_model or fits)[0]
+    return against, described
+
+
+def _paired_tests(
+    data: TableData, matrices: dict, against: dict[str, str]
+) -> list[tuple[tuple[str, str], str, stats.Comparison]]:
+    """Each measured cell against its baseline column's cell in the same row, on the same images."""
     tests = []
     for row in data.rows:
-        present = [(col, matrices[(row, col)]) for col in data.columns if matrices.get((row, col)) is not None]
-        if len(present) < 2:
-            continue
-        baseline, base = present[0]
-        for col, other in present[1:]:
-            pair = _paired(base, other)
+        for col in data.columns:
+            base = against.get(col)
+            if base is None or matrices.get((row, col)) is None or matrices.get((row, base)) is None:
+                continue
+            pair = _paired(matrices[(row, base)], matrices[(row, col)])
             if pair is not None:
-                tests.append(((row, col), baseline, stats.compare(*pair)))
+                tests.append(((row, col), base, stats.compare(*pair)))
     return tests
 
 
@@ -121,34 +178,39 @@ def _paired(a: pd.DataFrame, b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] |
     return a.loc[seeds, images].to_numpy(), b.loc[seeds, images].to_numpy()
 
 
-def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path) -> TableData:
+def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path, every_setting: bool = False) -> TableData:
     """`vitbench compare A B`: per dataset that both select, B − A on the same test images, its 95 %
     interval and p-value (exact McNemar for one run each, paired bootstrap over seeds), and the
-    p-value after Holm's correction over the datasets compared."""
+    p-value after Holm's correction over the rows compared. `every_setting` (`--all`): a row per
+    dataset and setting (protocol, shots, version, the settings a table column names) that both
+    select, so "A vs B at every shared setting" is one call."""
     runs = df[df["metric"] == "accuracy"] if not df.empty else df
     clauses = {"A": a, "B": b}
     sides = {name: apply_where(runs, side) for name, side in clauses.items()}
     for name, part in sides.items():
         if part.empty:
             raise UserError(f"compare {name} ({', '.join(a if name == 'A' else b)}): selects no stored accuracy")
+    sides = _with_settings(sides) if every_setting else {n: p.assign(unit=p["dataset"]) for n, p in sides.items()}
     kept = outcomes(results, pd.concat(sides.values()))
     rows, notes = [], []
-    for dataset in sorted(set(sides["A"]["dataset"]) & set(sides["B"]["dataset"])):
-        found = {n: _side(p[p["dataset"] == dataset], n, dataset, kept, clauses[n]) for n, p in sides.items()}
+    for unit in sorted(set(sides["A"]["unit"]) & set(sides["B"]["unit"]), key=natural_order):
+        parts = {n: p[p["unit"] == unit] for n, p in sides.items()}
+        found = {n: _side(part, n, unit, kept, clauses[n]) for n, part in parts.items()}
         pair = _paired(found["A"], found["B"])
         if pair is not None:
-            rows.append((dataset, *pair, stats.compare(*pair)))
-            notes += _different_test_sets(dataset, sides, found, pair[0].shape[1])
+            rows.append((unit, *pair, stats.compare(*pair)))
+            notes += _different_test_sets(unit, parts, found, pair[0].shape[1])
     if not rows:
-        raise UserError("compare: A and B share no dataset whose runs kept per-image predictions on the same images")
+        what = "dataset and setting" if every_setting else "dataset"
+        raise UserError(f"compare: A and B share no {what} whose runs kept per-image predictions on the same images")
     adjusted = stats.holm([r[3].p for r in rows])
     data = TableData(title=f"B − A on the same test images · A: {', '.join(a)} · B: {', '.join(b)}")
     for title in ("A top-1 (%)", "B top-1 (%)", "Δ B − A (points)", "95 % interval of Δ", "p", "p (Holm)", "test"):
         data.add_column(title)
-    for (dataset, ma, mb, result), p_holm in zip(rows, adjusted, strict=True):
-        data.add_row(dataset)
+    for (unit, ma, mb, result), p_holm in zip(rows, adjusted, strict=True):
+        data.add_row(unit)
         a_mean, b_mean = ma.mean() * 100, mb.mean() * 100  # on the images both sides scored
-        marks = {n: _marks(p[p["dataset"] == dataset]) for n, p in sides.items()}
+        marks = {n: _marks(p[p["unit"] == unit]) for n, p in sides.items()}
         cells = [  # (value for CSV, text)
             (a_mean, f"{a_mean:.2f} (n={len(ma)}){marks['A']}"),
             (b_mean, f"{b_mean:.2f} (n={len(mb)}){marks['B']}"),
@@ -159,7 +221,7 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path) ->
             (None, result.test),
         ]
         for col, (value, text) in zip(data.columns, cells, strict=True):
-            data.cells[(dataset, col)] = Cell(mean=value, text=text)
+            data.cells[(unit, col)] = Cell(mean=value, text=text)
     data.footnotes += notes
     shown = " ".join(data.cells[(r, c)].text or "" for r in data.rows for c in data.columns[:2])
     if SUBSET_MARK in shown:
@@ -172,18 +234,28 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path) ->
     return data
 
 
-def _different_test_sets(dataset: str, sides: dict, found: dict, paired: int) -> list[str]:
+def _with_settings(sides: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Each side's runs with their unit: `dataset · setting`, the setting as a table column names it
+    apart from the backbone (views/columns.py), worked out over both sides at once."""
+    both = pd.concat(sides.values(), ignore_index=True).drop_duplicates("run_key")
+    measured = measured_columns(both).acc.drop_duplicates("run_key")
+    setting = pd.Series(measured["condition"].to_numpy(), index=measured["run_key"].to_numpy(object))
+    return {
+        name: part.assign(unit=part["dataset"] + " · " + part["run_key"].map(setting).fillna(part["protocol"]))
+        for name, part in sides.items()
+    }
+
+
+def _different_test_sets(unit: str, parts: dict, found: dict, paired: int) -> list[str]:
     """A footnote where the two sides were not scored on one test set (a folder that grew, say):
     the comparison holds on the images both scored, and only there."""
-    prints = {
-        n: sorted({_test_fingerprint(r) for r in p[p["dataset"] == dataset].itertuples()}) for n, p in sides.items()
-    }
+    prints = {n: sorted({_test_fingerprint(r) for r in p.itertuples()}) for n, p in parts.items()}
     counts = {n: found[n].shape[1] for n in found}
     if prints["A"] == prints["B"] and counts["A"] == counts["B"] == paired:
         return []
     named = {n: ", ".join(f[:8] for f in fps) for n, fps in prints.items()}
     return [
-        f"{dataset}: A and B were scored on different test sets (fingerprints {named['A']} and {named['B']}; A "
+        f"{unit}: A and B were scored on different test sets (fingerprints {named['A']} and {named['B']}; A "
         f"scored {counts['A']} images, B {counts['B']}): every figure of this row is on the {paired} images both "
         "scored (an image is taken as the same where its name is)"
     ]

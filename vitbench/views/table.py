@@ -182,12 +182,14 @@ def accuracy_view(
     group_by: Sequence[str] = (),
     include_marked: bool = False,
     delta_to: str | None = None,
-    compact: bool = False,
+    all_rows: bool = False,
     ci: Path | None = None,
     heading: str = "Table 2 layout",
+    baseline: Sequence[str] = (),
 ) -> TableData:
-    """Table 2's layout: its seven dataset rows (then any other measured dataset), the cost rows,
-    measured columns, then the `compare` paper columns. `ci`: the results folder whose kept
+    """Table 2's layout: the dataset rows that hold a measured cell (`all_rows`: Table 2's seven
+    rows whether measured or not, for the paper columns alone), any other measured dataset, the cost
+    rows, measured columns, then the `compare` paper columns. `ci`: the results folder whose kept
     predictions give each cell an interval and mark significant differences (views/significance.py).
     `heading`: what the title names first (the report: the protocol's section)."""
     delta_to = resolve_delta_to(compare, delta_to)
@@ -199,7 +201,9 @@ def accuracy_view(
     measured_datasets = set(m.acc["dataset"]) if not m.acc.empty else set()
     vtab_tasks = {d for d in measured_datasets if d.startswith("vtab/")}
     extra = sorted(d for d in measured_datasets if d not in TABLE2_ROWS and not d.startswith("vtab/"))
-    datasets = [d for d in TABLE2_ROWS if not compact or d in measured_datasets or (d == "vtab" and vtab_tasks)]
+    measured_rows = [d for d in TABLE2_ROWS if d in measured_datasets or (d == "vtab" and vtab_tasks)]
+    # nothing measured: the paper's columns alone, in their full layout
+    datasets = list(TABLE2_ROWS) if all_rows or m.runs.empty else measured_rows
     if not m.runs.empty or compare:
         datasets += extra
     else:
@@ -213,7 +217,7 @@ def accuracy_view(
     paper_columns(data, compare, row_of, values)
     shown = add_deltas(data, meta, delta_to, row_of, include_marked, matches)
     if ci is not None:
-        add_significance(data, m.acc, row_of, ci)
+        add_significance(data, m.acc, row_of, ci, baseline)
     _vtab_partial_footnote(data, m)
     _common_footnotes(data, m, compare, delta_to, shown)
     for name in compare:
@@ -223,6 +227,13 @@ def accuracy_view(
     provenance_footnotes(data, m)
     say_once(data, m)
     return data
+
+
+def say_rows_left_out(data: TableData) -> None:
+    """For `vitbench table`: the Table 2 rows only paper columns would fill, named in a footnote."""
+    hidden = [title(d) for d in TABLE2_ROWS if title(d) not in data.rows]
+    if hidden and any(c.endswith("(paper)") for c in data.columns):
+        data.footnotes.append(f"rows with paper cells only not shown: {', '.join(hidden)} (--all-rows shows them)")
 
 
 def _vtab_partial_footnote(data: TableData, m: Measured) -> None:
