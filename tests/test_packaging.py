@@ -6,13 +6,16 @@ paper's tables (data files under the environment's share/) taken from the wheel 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "README.md", "vitbench", "plugins", "results/paper")
@@ -70,3 +73,63 @@ def test_the_built_wheel_installs_and_runs_the_demo_in_a_clean_venv(clean_env, t
     assert (tmp_path / "results" / "demo" / "vitbench.duckdb").exists()
     listed = _run(str(clean_env / "bin" / "vitbench"), "ls", "models", cwd=tmp_path)
     assert listed.returncode == 0 and "vit-b/16" in listed.stdout and "bit-m-r50x1" in listed.stdout  # entry points
+
+
+def _documented_package(target: Path) -> Path:
+    """The format plugin of docs/architecture.md, each file taken from its code block (`# acme-csv/…`
+    on the block's first line) exactly as a reader would copy it."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    blocks = re.findall(r"```(?:python|toml)\n# (acme-csv/[\w.]+)\n(.*?)```", text, flags=re.S)
+    assert {name for name, _ in blocks} == {"acme-csv/acme_csv.py", "acme-csv/pyproject.toml"}
+    for name, body in blocks:
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        (target / name).write_text(body)
+    return target / "acme-csv"
+
+
+def _photos_csv(root: Path) -> Path:
+    """Three classes of real PNG files (each a colour with noise) listed in a CSV of path,label,split."""
+    rng = np.random.default_rng(0)
+    rows = ["path,label,split"]
+    for c, colour in enumerate(((200, 40, 40), (40, 200, 40), (40, 40, 200))):
+        for split, n in (("train", 8), ("test", 6)):
+            for i in range(n):
+                pixels = np.clip(np.array(colour) + rng.normal(0, 40, (24, 24, 3)), 0, 255).astype(np.uint8)
+                path = Path("images") / f"{split}-{c}-{i}.png"
+                (root / path).parent.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(pixels).save(root / path)
+                rows.append(f"{path},class{c},{split}")
+    (root / "photos.csv").write_text("\n".join(rows) + "\n")
+    return root / "photos.csv"
+
+
+@pytest.mark.slow
+def test_the_documented_format_plugin_installs_beside_the_wheel_and_runs_knn(clean_env, tmp_path):
+    """Issue 45: a parametric dataset format (`csv:<file>`) from a package of its own, built from the
+    docs' two files as written and installed into the same fresh venv as vitbench's wheel; k-NN runs
+    on it end to end from that venv's `vitbench`."""
+    package = _documented_package(tmp_path / "plugin")
+    built = _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                 "-w", str(tmp_path / "dist"), str(package))  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "dist").glob("acme_csv-*.whl")
+    python = clean_env / "bin" / "python"
+    installed = _run(sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                     "--no-index", str(wheel))  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    vitbench = str(clean_env / "bin" / "vitbench")
+    listed = _run(vitbench, "ls", "datasets", cwd=tmp_path)
+    assert listed.returncode == 0 and "csv:<…> reads a CSV file of path,label,split rows" in listed.stdout
+
+    table = _photos_csv(tmp_path / "photos")
+    run = _run(vitbench, "run", "--model", "vit-ti/16", "--weights", "random", "--res", "32", "--workers", "0",
+               "--protocol", "knn", "--knn-k", "3", "--dataset", f"csv:{table}", cwd=tmp_path, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert re.search(r"\[1/1\] vit-ti/16 \(random init\) csv:photos@\w{8} knn k=3: accuracy", run.stderr), run.stderr
+    shown = _run(vitbench, "table", "--format", "csv", cwd=tmp_path)
+    (row,) = [line for line in shown.stdout.splitlines() if line.startswith("csv:photos@")]
+    assert float(row.split(",")[2]) > 100 / 3  # three colours: a random ViT's features beat chance
+    missing = _run(vitbench, "run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "csv:nope.csv",
+                   cwd=tmp_path)  # fmt: skip
+    assert missing.returncode == 2 and "csv:nope.csv: no such file" in missing.stderr
+    assert "Traceback" not in missing.stderr

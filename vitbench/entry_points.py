@@ -1,7 +1,8 @@
 """Plugins from other packages: the entry-point groups vitbench reads from installed metadata.
 
 `vitbench.backends` (lists of ModelSpec), `vitbench.protocols` (Protocol instances or classes) and
-`vitbench.datasets` (lists of DatasetSpec). Listing reads metadata only; a target is imported on
+`vitbench.datasets` (lists of DatasetSpec, or of DatasetFormat: a parametric
+`PREFIX:<argument>` dataset). Listing reads metadata only; a target is imported on
 first use. `VITBENCH_DISABLE_PLUGIN_AUTOLOAD=1` keeps only vitbench's own built-ins (hermetic tests).
 """
 
@@ -59,7 +60,9 @@ def load_target(target: str, default_attr: str) -> object:
     return obj() if callable(obj) and not isinstance(obj, type) else obj
 
 
-def load_group(group: str, default_attr: str, kind: type, builtin_targets: Sequence[tuple[str, str]] = ()) -> list:
+def load_group(
+    group: str, default_attr: str, kind: type | tuple[type, ...], builtin_targets: Sequence[tuple[str, str]] = ()
+) -> list:
     """Every `kind` object the group's plugins define (a plugin may give one or a list), in
     order: `builtin_targets` first where vitbench itself was never pip-installed (a source tree),
     then the entry points. A plugin that fails to load is skipped with a warning: it must not take
@@ -75,7 +78,9 @@ def load_group(group: str, default_attr: str, kind: type, builtin_targets: Seque
             items = obj if isinstance(obj, list | tuple) else [obj]
             items = [item() if isinstance(item, type) else item for item in items]
             if not all(isinstance(item, kind) for item in items):
-                raise TypeError(f"{target} must give {kind.__module__}.{kind.__name__} objects")
+                kinds = kind if isinstance(kind, tuple) else (kind,)
+                named = " or ".join(f"{k.__module__}.{k.__name__}" for k in kinds)
+                raise TypeError(f"{target} must give {named} objects")
         except Exception as e:
             log.warning("plugin %s (%s) failed to load and is skipped: %s", name, target, e)
             continue

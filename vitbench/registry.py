@@ -12,8 +12,8 @@ from functools import cache
 from vitbench import entry_points
 from vitbench.backend import ModelSpec
 from vitbench.datasets import DATASETS, DatasetSpec
-from vitbench.datasets.folder import PREFIX as FOLDER_PREFIX
-from vitbench.datasets.folder import folder_spec
+from vitbench.datasets.base import DatasetFormat
+from vitbench.datasets.folder import FORMATS as FOLDER_FORMATS
 from vitbench.entry_points import BACKENDS, PluginInfo
 from vitbench.entry_points import DATASETS as DATASET_PLUGINS
 from vitbench.errors import UserError
@@ -78,14 +78,37 @@ def models() -> dict[str, ModelSpec]:
 
 
 @cache
+def _dataset_plugins() -> list[tuple[str, DatasetSpec | DatasetFormat]]:
+    """What the `vitbench.datasets` plugins give: named datasets and parametric formats alike."""
+    return entry_points.load_group(DATASET_PLUGINS, "DATASETS", (DatasetSpec, DatasetFormat))
+
+
+@cache
 def datasets() -> dict[str, DatasetSpec]:
     """The built-in datasets, then those of `vitbench.datasets` plugins (which may not replace one)."""
     found = dict(DATASETS)
-    for name, spec in entry_points.load_group(DATASET_PLUGINS, "DATASETS", DatasetSpec):
+    for name, spec in _dataset_plugins():
+        if not isinstance(spec, DatasetSpec):
+            continue
         if spec.name in found:
             log.warning("plugin %s redefines dataset %s; keeping the first definition", name, spec.name)
             continue
         found[spec.name] = spec
+    return found
+
+
+@cache
+def dataset_formats() -> dict[str, DatasetFormat]:
+    """Parametric datasets by prefix: `folder:<path>`, then the plugins' (which may not replace one,
+    nor take `timm`, a model prefix)."""
+    found = {f.prefix: f for f in FOLDER_FORMATS}
+    for name, form in _dataset_plugins():
+        if not isinstance(form, DatasetFormat):
+            continue
+        if form.prefix in found or form.prefix == TIMM_PREFIX.rstrip(":"):
+            log.warning("plugin %s redefines dataset format %s:; keeping the first definition", name, form.prefix)
+            continue
+        found[form.prefix] = form
     return found
 
 
@@ -108,9 +131,17 @@ def get_model(name: str, runnable: bool = True) -> ModelSpec:
 
 
 def get_dataset(name: str) -> DatasetSpec:
-    """A dataset of the table or of a plugin, or `folder:<path>` (any ImageFolder tree with train/ and test/)."""
-    if name.startswith(FOLDER_PREFIX):
-        return folder_spec(name)
+    """A dataset of the table or of a plugin, or `PREFIX:<argument>` of a format (`folder:<path>`,
+    any ImageFolder tree with train/ and test/; a plugin's)."""
+    prefix, colon, argument = name.partition(":")
+    if colon and name not in datasets():
+        form = dataset_formats().get(prefix)
+        if form is None:
+            known = ", ".join(f"{p}:" for p in dataset_formats())
+            raise UserError(f"dataset '{name}': no dataset format '{prefix}:' (known: {known}; `vitbench ls datasets`)")
+        if not argument:
+            raise UserError(f"dataset '{name}': {prefix}: needs its argument ({form.summary})")
+        return form.build(argument)
     return lookup("dataset", name, datasets())
 
 

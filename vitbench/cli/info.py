@@ -65,7 +65,8 @@ def ls(
                 dev,
                 ", ".join(n for n in notes if n),
             )
-        t.caption = "custom: folder:<path> reads any ImageFolder tree with train/ and test/ (and optional val/)"
+        formats = registry.dataset_formats().values()  # folder:, and any plugin's
+        t.caption = "custom: " + "; ".join(f"{f.prefix}:<…> reads {f.summary}" for f in formats)
     elif what == "protocols":
         t = Table("protocol", "version", "description")
         for protocol in protocols().values():

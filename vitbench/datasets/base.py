@@ -266,6 +266,18 @@ class DatasetSpec:
         return result
 
 
+@dataclass(frozen=True)
+class DatasetFormat:
+    """A parametric dataset: `PREFIX:<argument>` (`folder:<path>`, a plugin's `csv:<file>`), read
+    into a DatasetSpec when a run names it. `build` gets the argument and returns a spec whose name
+    starts with `PREFIX:` and tells two datasets apart (folder: the tree's name and a hash of its
+    path); a bad argument is a UserError naming it."""
+
+    prefix: str
+    build: Callable[[str], DatasetSpec]
+    summary: str  # a line for `vitbench ls datasets`: what the argument is
+
+
 def dev_holdout(n: int, fraction: float) -> tuple[np.ndarray, np.ndarray]:
     """(subtrain, dev) indices: the last `fraction` of a fixed permutation of train is the dev split.
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.datasets.base import DatasetSpec, Split, class_folders, fingerprinted, require_dir
+from vitbench.datasets.base import DatasetFormat, DatasetSpec, Split, class_folders, fingerprinted, require_dir
 from vitbench.errors import UserError
 from vitbench.provenance import sha256_file, sha256_text
 
@@ -47,9 +47,9 @@ def _warn_if_test_is_train(root: Path) -> None:
         )  # fmt: skip
 
 
-def folder_spec(name: str) -> DatasetSpec:
+def folder_spec(path: str) -> DatasetSpec:
     """The spec of `folder:<path>`: classes and splits read from the tree itself."""
-    root = Path(name[len(PREFIX) :]).expanduser().resolve()
+    root = Path(path).expanduser().resolve()
     require_dir(root, "ImageFolder tree (folder:<path> needs train/ and test/ inside)")
     for split in ("train", "test"):
         require_dir(root / split, f"'{split}' folder of the ImageFolder tree")
@@ -89,3 +89,7 @@ def folder_spec(name: str) -> DatasetSpec:
         location=root,
         class_names=tuple(classes),
     )
+
+
+# registered as a plugin's format is (vitbench.datasets entry points, `FORMATS`): registry.py reads both alike
+FORMATS = [DatasetFormat("folder", folder_spec, "any ImageFolder tree with train/ and test/ (and optional val/)")]
