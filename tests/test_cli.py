@@ -89,7 +89,8 @@ def test_dry_run_plans_without_running(cli, results):
     code, out, _ = cli("run", *DIGITS, "--dry-run", "--results", results, "--shots", "1", "--seeds", "0,1,2")
     assert code == 0 and out.count("todo") == 3 and not (results / store.DB_NAME).exists()
     # each line names its weights (issue 45: two weights of one model planned lines that read the same)
-    assert all(" random init " in line for line in out.splitlines() if line.rstrip().endswith("todo"))
+    planned = [line for line in out.splitlines() if "  todo" in line]
+    assert len(planned) == 3 and all(" random init " in line for line in planned)
 
 
 def test_ctrl_c_leaves_no_partial_row_and_the_rerun_does_only_the_rest(cli, results, monkeypatch, caplog):

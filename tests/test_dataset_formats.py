@@ -217,7 +217,6 @@ def test_imagefolder_needs_train_and_test(tmp_path):
         get_dataset(f"folder:{tmp_path / 'pics'}")
 
 
-
 def test_a_prefix_no_format_has_is_one_line_naming_the_known_ones():
     """`folder:` is one format among those plugins add (`csv:` in docs/architecture.md): an unknown
     prefix or a missing argument is one line, not a lookup of a dataset named `csv:x`."""

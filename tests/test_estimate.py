@@ -50,7 +50,9 @@ def test_dry_run_prints_each_runs_estimate_and_the_total(cli, results):
     args = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
             "--shots", "1,5", "--seeds", "0", "--results", results, "--dry-run")  # fmt: skip
     code, out, _ = cli(*args)
-    assert code == 0 and "no device-time estimate" in out and "vitbench bench" in out  # a CPU with no measurement
+    # a CPU `vitbench bench` never measured: a few seconds' micro-benchmark gives the rate, and says so
+    assert code == 0 and out.count("≈") == 2 and "2 run(s) to do, estimated device time" in out
+    assert "micro-benchmark on CPU" in out and "`vitbench bench` measures properly" in out
     code, out, _ = cli(*args, "--assume-mfu", "0.4@H100")
     assert code == 0 and out.count("≈") == 2 and "2 run(s) to do, estimated device time" in out
     assert "an estimate" in out and "40% MFU of H100" in out
@@ -81,3 +83,38 @@ def test_a_stored_bench_measurement_of_this_device_sets_the_rate(cli, results):
                        "--shots", "1,5", "--seeds", "0", "--results", results, "--workers", "0")  # fmt: skip
     assert code == 0 and "[1/2]" in err and "of device time left, estimated" in err  # the dry run's rate
     assert "[2/2]" in err and err.count("of device time left") == 1  # none left after the last run
+
+
+def _rows(out: str) -> list[list[str]]:
+    """The per-dataset table's body rows, cell by cell."""
+    return [[c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
+
+
+def test_a_dry_run_plans_every_vtab_task_without_its_files(cli, tmp_path):
+    """Issue 45: before, "19 of 19 datasets not found" and exit 2. Now each task is planned from its
+    official split sizes: a row with its images, its estimated time (a micro-benchmark here) and
+    where its data is published; no file is read, nothing fetched, the paper's weights by name."""
+    args = ("run", "--model", "vit-b/16", "--weights", "paper", "--suite", "vtab", "--data-dir", tmp_path,
+            "--results", tmp_path / "results", "--dry-run")  # fmt: skip
+    code, out, err = cli(*args)
+    assert code == 0, err
+    rows = _rows(out)
+    assert len(rows) == 19 and rows[0][0] == "vtab/caltech101" and rows[-1][0] == "vtab/smallnorb_elev"
+    for _, runs, images, time, data in rows:
+        assert runs == "3" and int(images.replace(",", "")) > 3 * 2500 * 512  # 3 seeds × steps × batch, then test
+        assert time.endswith("days") and data.startswith("missing: no ") and "official split sizes" in data
+    assert "to get vtab/caltech101 … vtab/smallnorb_elev (19 datasets): `--data-source tfds --download`" in out
+    assert "vtab-1k/<task>/ with train800.txt" in out and "micro-benchmark" in out
+    assert "(no data yet) vit-b/16     paper (not here)" in out  # no run key for files that are not there
+    assert not (tmp_path / "results" / "vitbench.duckdb").exists()
+
+
+def test_a_dry_run_plans_imagenet_few_shot_from_its_official_sizes(cli, tmp_path):
+    code, out, err = cli("run", "--model", "vit-b/16", "--weights", "paper", "--dataset", "imagenet", "--protocol",
+                         "fewshot", "--assume-mfu", "0.4@H100", "--results", tmp_path, "--dry-run")  # fmt: skip
+    assert code == 0, err
+    ((name, runs, images, time, data),) = _rows(out)
+    # one extraction shared by the 12 runs: big_vision's 65,000 train images, then the 50,000 of val
+    assert (name, runs, images, time) == ("imagenet", "12", "115,000", "10 s")  # 35 GFLOPs an image at 40 % of 989T
+    assert data == "missing: no imagenet (planned from the official split sizes)"
+    assert "to get imagenet: https://image-net.org/download" in out and "40% MFU of H100" in out

@@ -17,7 +17,7 @@ from vitbench.cli import config as cfg
 from vitbench.cli import options as o
 from vitbench.cli import protocol_flags
 from vitbench.cli import run_options as ro
-from vitbench.cli.app import app, err, out
+from vitbench.cli.app import app, err, out, print_table
 from vitbench.cli.output import print_summary_table
 from vitbench.cli.run_cluster import cluster_options, report
 from vitbench.devices import device_name, resolve_device
@@ -29,6 +29,7 @@ from vitbench.protocols.registry import get_protocol
 from vitbench.protocols.requests import SHARED, make_request
 from vitbench.protocols.shared_options import TrainingOptions
 from vitbench.weights.names import RANDOM
+from vitbench.weights.resolved import ABSENT
 
 # The API, the engine and torch load inside the command, once it runs: `--help` never pays for them.
 if TYPE_CHECKING:
@@ -232,33 +233,37 @@ def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | No
         )
         raise typer.Exit(130) from None
     if dry_run:
-        _print_plan(summary, req.results, here, rate)
+        _print_plan(summary, req.results, here, rate, req.device)
     elif world().is_main:  # the runs this command planned (stored before or now), not the whole folder
         print_summary_table(req.results, {s.run_key for s in summary.specs})
 
 
-def _print_plan(summary: api.Summary, results: Path, here: str, rate: estimate.Rate | None) -> None:
-    """Each planned run with its state and estimated device time at `rate`, then the total still to run."""
-    found = estimate.estimate(summary.groups, rate) if rate else None
+def _print_plan(summary: api.Summary, results: Path, here: str, rate: estimate.Rate | None, device: str) -> None:
+    """Each planned run with its state and estimated device time, a row per dataset (images, time,
+    whether its data is here and how to get it where not), then the total still to run. The rate:
+    --assume-mfu's, what `vitbench bench` measured here, or a few seconds' micro-benchmark."""
+    groups = summary.groups
+    if rate is None and groups:
+        rate = estimate.micro_rate(groups, resolve_device(device), here)
+    found = estimate.estimate(groups, rate) if rate else None
+    absent = {s.run_key for g in groups if g.absent is not None for s in g.specs}
     for s in summary.specs:
         detail = get_protocol(s.protocol).describe(s)
         detail = f" {detail}" if detail else ""
         state = "done" if s.run_key in summary.done else "todo"
         cost = f"  ≈ {estimate.duration(found.seconds[s.run_key])}" if found and s.run_key in found.seconds else ""
+        key = "(no data yet)" if s.run_key in absent else s.run_key[:12]  # a key of no files: not the real one's
         # the weights on every line: two weights of one model plan lines that would otherwise read the same
         line = (
-            f"{s.run_key[:12]}  {s.model:12s} {_weights(s):16s} {s.dataset:18s} {s.protocol}{detail} seed={s.seed}  "
+            f"{key:13s} {s.model:12s} {_weights(s):16s} {s.dataset:18s} {s.protocol}{detail} seed={s.seed}  "
             f"{state}{cost}"
         )
         out.print(line, markup=False, soft_wrap=True)
     todo = [s.run_key for s in summary.todo]
+    if len({g.dataset.name for g in groups}) > 1 or absent:
+        _print_datasets(summary, found)
     if found is None:
-        out.print(
-            f"{len(todo)} run(s) to do; no device-time estimate: no `vitbench bench` measurement of {here} in "
-            f"{results}; run `vitbench bench` here, or give --assume-mfu 0.4@H100",
-            markup=False,
-            soft_wrap=True,
-        )
+        out.print(f"{len(todo)} run(s) to do", markup=False, soft_wrap=True)
         return
     out.print(
         f"{len(todo)} run(s) to do, estimated device time {estimate.duration(found.total(todo))} "
@@ -266,6 +271,36 @@ def _print_plan(summary: api.Summary, results: Path, here: str, rate: estimate.R
         markup=False,
         soft_wrap=True,
     )
+
+
+def _print_datasets(summary: api.Summary, found: estimate.Estimate | None) -> None:
+    """A row per dataset of the plan: runs to do, images through the model, estimated device time,
+    and whether its data is here; then, for what is missing, where it is published and how it
+    becomes the folder vitbench reads (one line for datasets that share the instructions)."""
+    from rich.table import Table
+
+    images = estimate.planned_images(summary.groups)
+    todo = {s.run_key for s in summary.todo}
+    table = Table("dataset", "runs to do", "images", "est. device time", "data", title="per dataset")
+    missing: dict[str, list[str]] = {}
+    for name in dict.fromkeys(g.dataset.name for g in summary.groups):
+        groups = [g for g in summary.groups if g.dataset.name == name]
+        keys = [s.run_key for g in groups for s in g.specs if s.run_key in todo]
+        seconds = found.total(keys) if found else None
+        absent = next((g.absent for g in groups if g.absent is not None), None)
+        if absent is not None:
+            missing.setdefault(groups[0].dataset.how_to_get or "see `vitbench ls datasets`", []).append(name)
+        table.add_row(
+            name,
+            str(len(keys)),
+            f"{sum(images.get(k, 0.0) for k in keys):,.0f}",
+            estimate.duration(seconds) if seconds is not None else "",
+            f"missing: no {absent} (planned from the official split sizes)" if absent else "here",
+        )
+    print_table(table)
+    for how, names in missing.items():
+        listed = ", ".join(names) if len(names) <= 3 else f"{names[0]} … {names[-1]} ({len(names)} datasets)"
+        out.print(f"to get {listed}: {how}", markup=False, soft_wrap=True)
 
 
 def _request(given: dict) -> Request:
@@ -334,4 +369,6 @@ class _Progress:
 def _weights(spec: RunSpec) -> str:
     """Which weights a progress line's run used: `random init`, or the start of the file's sha256
     (as the tables show it)."""
+    if spec.weights_sha256.startswith(ABSENT):  # a dry run's weights not fetched yet: by the name given
+        return f"{spec.weights_sha256.removeprefix(ABSENT)} (not here)"
     return "random init" if spec.weights_sha256 == RANDOM else f"weights {spec.weights_sha256[:8]}"

@@ -173,6 +173,9 @@ class DatasetSpec:
     # the classes' names in label order where the data names them (folder:<path>: its class folders);
     # kept with each run's predictions, so per-class tables name classes without reading the data
     class_names: tuple[str, ...] | None = None
+    # where the data is published and how it becomes `folder` under --data-dir (a dry run says it
+    # for what is missing)
+    how_to_get: str = ""
 
     @property
     def head_size(self) -> int:
@@ -198,6 +201,23 @@ class DatasetSpec:
     def split_names(self) -> tuple[str, ...]:
         derived = ("subtrain", "dev") if self.dev_fraction else ()
         return (*self.official_sizes, *derived)
+
+    @property
+    def official_sizes_known(self) -> bool:
+        """Whether every split on disk has an official size: what a dry run plans it from without its files."""
+        return bool(self.official_sizes) and None not in self.official_sizes.values()
+
+    def official_split(self, split: str) -> Split:
+        """A split of its official size and no files (a dry run's plan of data not fetched yet):
+        labels spread evenly over the classes, so that what a protocol plans from them (shots per
+        class, a per-class limit, a dev hold-out) is what the real split gives, near enough."""
+        if split in ("subtrain", "dev") and split not in self.official_sizes:
+            train = self.official_split("train")
+            subtrain, dev = dev_holdout(len(train), self.dev_fraction or 0.0)
+            return train.subset(split, subtrain if split == "subtrain" else dev)
+        size = self.official_sizes[split] or 0
+        labels = np.arange(size, dtype=np.int64) % self.num_classes
+        return Split(self.name, split, labels, self.source, "absent", official_size=size)
 
     @property
     def sources(self) -> tuple[str, ...]:

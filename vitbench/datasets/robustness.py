@@ -178,10 +178,21 @@ def _spec(name: str, title: str, classes: int, folder: str, size: int, load, sou
         source=source,
         head_classes=IMAGENET_CLASSES,
         note=f"test set only (--protocol eval): an ImageNet-1k head, {scored}",
+        how_to_get=PUBLISHED.get(name, PUBLISHED.get(source, "")),
         **kw,
     )
 
 
+# where each set is published (a dry run says it for what is missing)
+PUBLISHED = {
+    "imagenetv2-folder": "https://github.com/modestyachts/ImageNetV2 (its Hugging Face tarballs), extracted "
+    "under --data-dir",
+    "imagenet-r": "https://github.com/hendrycks/imagenet-r (imagenet-r.tar), extracted under --data-dir",
+    "imagenet-a": "https://github.com/hendrycks/natural-adv-examples (imagenet-a.tar), extracted under --data-dir",
+    "imagenet-sketch": "https://github.com/HaohanWang/ImageNet-Sketch (ImageNet-Sketch.zip: its sketch/ folder) "
+    "under --data-dir",
+    "objectnet": "https://objectnet.dev/download.html (objectnet-1.0.zip, with its mappings/) under --data-dir",
+}
 R_LOADER = _subset_loader("imagenet-r", "ImageNet-R", "imagenet_r")
 A_LOADER = _subset_loader("imagenet-a", "ImageNet-A", "imagenet_a")
 ROBUSTNESS = [

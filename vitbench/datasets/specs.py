@@ -56,6 +56,10 @@ CLASSIC = [
         key_files=("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"),
         split_files={"train": ("data_batch_1",), "test": ("test_batch",)},  # train reads the batches there
         source="cifar-pickle",
+        how_to_get=(
+            "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz, unpacked under --data-dir (torchvision's "
+            "CIFAR10(root, download=True) writes the same folder)"
+        ),
     ),
     DatasetSpec(
         "cifar100",
@@ -68,6 +72,10 @@ CLASSIC = [
         key_files=("train", "test"),
         split_files={"train": ("train",), "test": ("test",)},
         source="cifar-pickle",
+        how_to_get=(
+            "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz, unpacked under --data-dir (torchvision's "
+            "CIFAR100(root, download=True) writes the same folder)"
+        ),
     ),
     DatasetSpec(
         "pets",
@@ -80,6 +88,10 @@ CLASSIC = [
         key_files=("images", "annotations/trainval.txt", "annotations/test.txt"),
         split_files={"train": ("images", "annotations/trainval.txt"), "test": ("images", "annotations/test.txt")},
         source="pets-folder",
+        how_to_get=(
+            "https://www.robots.ox.ac.uk/~vgg/data/pets/: images.tar.gz and annotations.tar.gz, unpacked into "
+            "oxford-iiit-pet/ (torchvision's OxfordIIITPet(root, download=True) writes the same folder)"
+        ),
     ),
     DatasetSpec(
         "flowers102",
@@ -91,6 +103,10 @@ CLASSIC = [
         dev_fraction=0.1,
         key_files=("jpg", "imagelabels.mat", "setid.mat"),
         source="flowers-folder",
+        how_to_get=(
+            "https://www.robots.ox.ac.uk/~vgg/data/flowers/102/: 102flowers.tgz (its jpg/), imagelabels.mat and "
+            "setid.mat, into flowers-102/ (torchvision's Flowers102(root, download=True) writes the same folder)"
+        ),
     ),
     DatasetSpec(
         "imagenet",
@@ -108,9 +124,20 @@ CLASSIC = [
         key_files=("train", "val"),
         split_files={"train": ("train",), "val": ("val",)},
         source="imagenet-folder",
+        how_to_get=(
+            "https://image-net.org/download (ILSVRC2012, after registering): train/<synset>/ and val/<synset>/ "
+            "under imagenet/, as torchvision's ImageFolder reads them; ReaL labels: real.json from "
+            "https://github.com/google-research/reassessed-imagenet in imagenet/"
+        ),
     ),
 ]
 
+VTAB_HOW_TO_GET = (
+    "`--data-source tfds --download` builds each task from TFDS with task_adaptation's splits (a network "
+    "and tensorflow-datasets needed; the --data-dir is TFDS's data_dir); or the VTAB-1k folders PyTorch "
+    "fine-tuning papers share (e.g. NOAH's, https://github.com/ZhangYuanhan-AI/NOAH#data-preparation) as "
+    "vtab-1k/<task>/ with train800.txt, val200.txt, train800val200.txt, test.txt (lines `path label`)"
+)
 VTAB = [
     DatasetSpec(
         dataset_name(task),
@@ -130,6 +157,7 @@ VTAB = [
         other_sources={"tfds": tfds_loader(task)},
         fetchers={"tfds": tfds_fetcher(task)},
         source="vtab-folder",
+        how_to_get=VTAB_HOW_TO_GET,
     )
     for task in TASKS
 ]

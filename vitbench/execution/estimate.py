@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -18,6 +19,9 @@ from vitbench.errors import UserError
 from vitbench.protocols.base import Group
 from vitbench.protocols.registry import get_protocol
 from vitbench.store.bench import read_bench_quietly
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,35 @@ def measured_rate(results: Path, device_name: str) -> Rate | None:
     if "inference" in per_mode and "train" not in per_mode:
         per_mode["train"] = per_mode["inference"]  # a forward-only measurement bounds the training rate
     return Rate(per_mode, f"`vitbench bench` on {device_name} ({len(latest)} measurement(s))", measured)
+
+
+def micro_rate(groups: list[Group], device: torch.device, name: str) -> Rate:
+    """A rate from a few seconds' micro-benchmark here (engine/bench.py `forward_rate`): one timed
+    forward pass per (model, resolution) planned, the training rate taken as the forward one (a
+    training step runs below it: the estimate is a lower bound there). For a dry run on a device
+    `vitbench bench` has not measured."""
+    from vitbench.engine.bench import forward_rate
+
+    measured: dict[tuple[str, int, str], float] = {}
+    took = 0.0
+    for model, res in dict.fromkeys((g.model, g.res) for g in groups):
+        flops, seconds = forward_rate(model, res, device)
+        measured |= {(model.name, res, mode): flops for mode in MODES}
+        took += seconds
+    basis = (
+        f"a {took:.0f} s micro-benchmark on {name} (one forward pass per model, at random init; training "
+        "taken at the forward rate; `vitbench bench` measures properly)"
+    )
+    return Rate({}, basis, measured)
+
+
+def planned_images(groups: list[Group]) -> dict[str, float]:
+    """run_key -> images each planned run passes through the model (training images once each)."""
+    return {
+        key: sum(work.values())
+        for group in groups
+        for key, work in get_protocol(group.protocol).planned_work(group).items()
+    }
 
 
 def estimate(groups: list[Group], rate: Rate) -> Estimate:

@@ -69,17 +69,29 @@ def resolve(req: Request) -> tuple[str, tuple[str, ...], str, str]:
     return model, datasets, protocol, weights
 
 
-def present_datasets(names: tuple[str, ...], protocol: str, req: Request) -> list[DatasetSpec]:
-    """The datasets to run. One lacking a file the protocol's splits need stops the plan before any
-    work, listing all of them, unless --skip-missing (then the rest run and the skipped are named)."""
+def present_datasets(
+    names: tuple[str, ...], protocol: str, req: Request, dry_run: bool = False
+) -> tuple[list[DatasetSpec], dict[str, Path]]:
+    """The datasets to run, and those a dry run plans without their files (name -> the first file
+    lacking). One lacking a file the protocol's splits need stops the plan before any work, listing
+    all of them, unless --skip-missing (then the rest run and the skipped are named); a dry run
+    plans it from its official split sizes instead (what it will cost before it is fetched)."""
     specs = [get_dataset(n) for n in names]
     if req.data_source is not None:  # another source (TFDS) reports its own absence when read
-        return specs
+        return specs, {}
     lacking = [(s, s.missing_for(req.data_dir, get_protocol(protocol).splits(s))) for s in specs]
     missing = [(s, path) for s, path in lacking if path is not None]
     if not missing:
-        return specs
+        return specs, {}
     where = f"under {req.data_dir}" if req.data_dir else "(no --data-dir given)"
+    if dry_run and not req.skip_missing:
+        sizeless = [s.name for s, _ in missing if not s.official_sizes_known]
+        if sizeless:
+            raise UserError(
+                f"--dry-run: {', '.join(sizeless)} not found {where}, and no official split sizes are known to "
+                "plan without its files; add --skip-missing to plan the others"
+            )
+        return specs, {s.name: path for s, path in missing}
     listed = ", ".join(f"{s.name} (no {path})" for s, path in missing)
     if not req.skip_missing:
         raise UserError(
@@ -90,7 +102,7 @@ def present_datasets(names: tuple[str, ...], protocol: str, req: Request) -> lis
     kept = [s for s in specs if all(s is not m for m, _ in missing)]
     if not kept:
         raise UserError(f"none of the {len(specs)} datasets was found {where}; see `vitbench doctor`")
-    return kept
+    return kept, {}
 
 
 def plan(req: Request, dry_run: bool = False) -> list[Group]:
@@ -174,15 +186,21 @@ def _model_groups(
     if not weights.random:
         published = Preprocessing.from_weights_config(weights.path, published)
     preprocessing = protocol.preprocessing(published)
-    datasets = present_datasets(dataset_names, protocol.name, req)
+    datasets, absent = present_datasets(dataset_names, protocol.name, req, dry_run)
     if fetch:
         for dataset in datasets:
             dataset.fetch(req.data_dir, req.data_source)
-    return [_group(req, protocol, model, weights, res, preprocessing, dataset) for dataset in datasets]
+    return [
+        _group(req, protocol, model, weights, res, preprocessing, dataset, absent.get(dataset.name))
+        for dataset in datasets
+    ]
 
 
-def _group(req: Request, protocol, model, weights: Weights, res: int, preprocessing, dataset) -> Group:
-    """One (model, dataset) group: its splits listed and fingerprinted, and its runs planned."""
+def _group(
+    req: Request, protocol, model, weights: Weights, res: int, preprocessing, dataset, absent: Path | None = None
+) -> Group:
+    """One (model, dataset) group: its splits listed and fingerprinted, and its runs planned; a dry
+    run's dataset that is `absent` has splits of its official sizes instead."""
     split_names = protocol.splits(dataset)
     lacking = [s for s in split_names if s not in dataset.split_names]
     if lacking:  # a test-only set (the robustness sets) under a protocol that learns from train
@@ -190,7 +208,10 @@ def _group(req: Request, protocol, model, weights: Weights, res: int, preprocess
             f"--protocol {protocol.name} reads the '{lacking[0]}' split, which dataset {dataset.name} does not "
             f"have (it has: {', '.join(dataset.split_names)}){'; ' + dataset.note if dataset.note else ''}"
         )
-    splits = {s: dataset.load_split(req.data_dir, s, req.data_source, req.verify_data) for s in split_names}
+    if absent is None:
+        splits = {s: dataset.load_split(req.data_dir, s, req.data_source, req.verify_data) for s in split_names}
+    else:
+        splits = {s: dataset.official_split(s) for s in split_names}
     hparams = {
         "res": res,
         "preprocessing": preprocessing.describe(),
@@ -199,6 +220,6 @@ def _group(req: Request, protocol, model, weights: Weights, res: int, preprocess
         "splits": list(split_names),
         "test_fingerprint": splits[split_names[-1]].fingerprint,
     }
-    group = Group(model, weights, dataset, protocol.name, splits, res, preprocessing)
+    group = Group(model, weights, dataset, protocol.name, splits, res, preprocessing, absent=absent)
     group.specs = protocol.plan(group, req, weights.sha256, hparams)
     return group

@@ -108,6 +108,9 @@ class Group:
     res: int
     preprocessing: Preprocessing
     specs: list[RunSpec] = field(default_factory=list)
+    # a dry run's group whose data is not here: the first file it lacks (its splits are the official
+    # sizes, its run keys stand for no files, so they are not the keys the real runs will have)
+    absent: Path | None = None
 
 
 @dataclass
