@@ -247,3 +247,27 @@ def test_a_misspelt_dataset_of_a_pretraining_option_names_the_option(cli, tmp_pa
     code, _, err = cli("run", "--protocol", "pretrain", "--model", "vit-ti/16", "--dataset", "digits0-4", option,
                        "nosuch", "--dry-run", "--results", tmp_path)  # fmt: skip
     assert code == 2 and f"{option} nosuch: unknown dataset 'nosuch'" in err and "Traceback" not in err
+
+
+def test_the_transfer_stage_runs_how_and_where_the_pre_training_ran():
+    """Issue 48: `followups` copied 13 Request fields by hand, so a field it did not name was
+    silently dropped (--gelu tanh pre-trained a tanh network, then few-shot evaluated it with exact
+    GELU; --precision, --verify-data, --download, --data-source were lost too). The next stage now
+    takes every field but what it evaluates from the request (Request.next_stage)."""
+    from dataclasses import fields
+
+    import vitbench
+    from vitbench import api
+    from vitbench.protocols.base import WHAT
+    from vitbench.protocols.pretrain import PRETRAIN
+
+    req = api.request(protocol="pretrain", model="vit-ti/16", datasets="digits0-4", smoke=True, gelu="tanh",
+                      precision="fp32", verify_data=True, workers=0, transfer=("digits5-9",),
+                      transfer_shots=(5,))  # fmt: skip
+    (after,) = PRETRAIN.followups(req, vitbench.plan(req))
+    carried = [f.name for f in fields(req) if f.name not in WHAT]
+    assert {name: getattr(after, name) for name in carried} == {name: getattr(req, name) for name in carried}
+    assert after.gelu == "tanh" and after.verify_data and after.precision == "fp32"
+    assert (after.protocol, after.model, after.datasets, after.options) == ("fewshot", "vit-ti/16", ("digits5-9",),
+                                                                              {"shots": (5,)})  # fmt: skip
+    assert after.weights.startswith("random,") and after.suite is None

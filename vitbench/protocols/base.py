@@ -13,7 +13,7 @@ are recorded as provenance beside it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -85,6 +85,15 @@ class Request:
     tracker: tuple[str, ...] = ()  # every stored run also to these: tensorboard, wandb, mlflow
     config: str | None = None  # the resolved options as a config file (cli/config.py): stored with each run
 
+    def next_stage(self, **what: Any) -> Request:
+        """A request a session runs after this one (pre-training's transfer): what it evaluates is
+        `what` (the WHAT fields, the rest of them at their defaults); how and where it runs is this
+        request's, every other field of it, so that a field added later is carried too."""
+        unknown = set(what) - set(WHAT)
+        assert not unknown, f"next_stage({', '.join(sorted(unknown))}): not what a request evaluates"
+        unset = Request()
+        return replace(self, **{name: what.get(name, getattr(unset, name)) for name in WHAT})
+
     def __post_init__(self) -> None:
         """Values the store could not hold, or that would quietly mean something else, are refused
         here, before any work: the command line, a config file and the Python API all pass through
@@ -94,6 +103,11 @@ class Request:
         found = bounds.problems({name: getattr(self, name) for name in checked})
         if found:
             raise UserError(found[0])
+
+
+# the fields of a Request that say what it evaluates; every other one says how and where it runs,
+# which a session's next stage keeps (Request.next_stage)
+WHAT = ("model", "suite", "datasets", "protocol", "weights", "options", "res")
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -206,28 +206,11 @@ class Pretrain(Protocol):
             # none yet is a dry run, which plans them by name
             files = [f for f in files if Path(f).is_file()] or files
             res = next(g.res for g in groups if g.model.name == model)
-            follow.append(
-                replace(
-                    Request(),
-                    model=model,
-                    datasets=datasets,
-                    protocol="fewshot",
-                    weights=",".join([RANDOM, *files]),
-                    options={"shots": o.transfer_shots},
-                    res=res,
-                    results=req.results,
-                    data_dir=req.data_dir,
-                    device=req.device,
-                    workers=req.workers,
-                    extraction_batch=req.extraction_batch,
-                    skip_missing=req.skip_missing,
-                    skip_corrupt=req.skip_corrupt,
-                    input_pipeline=req.input_pipeline,
-                    config=req.config,
-                    tracker=req.tracker,  # the transfer runs go where the pre-training runs went
-                    tensorboard=req.tensorboard,
-                )  # fmt: skip
-            )
+            # where and how the pre-training ran (results, data, device, trackers, GELU, …) holds for its transfer
+            weights = ",".join([RANDOM, *files])
+            shots = {"shots": o.transfer_shots}
+            follow.append(req.next_stage(model=model, datasets=datasets, protocol="fewshot", weights=weights,
+                                         options=shots, res=res))  # fmt: skip
         return follow
 
     def planned_work(self, group: Group) -> dict[str, dict[str, float]]:
