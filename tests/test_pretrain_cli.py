@@ -191,15 +191,28 @@ def test_a_bit_resnet_pretrains_through_its_own_head(cli, results):
 
 
 def test_ctrl_c_during_pretraining_names_what_resumes(cli, results, monkeypatch):
-    """Before: Ctrl-C during pre-training said "a fine-tune continues from its last checkpoint"."""
-    from vitbench.engine import training
+    """Before: Ctrl-C during pre-training said "a fine-tune continues from its last checkpoint". The
+    hint is now said where the cut-off run left a checkpoint (not from a flag the protocol sets), and
+    only there: a run stopped before its first checkpoint starts again."""
+    from vitbench.engine import train_checkpoint, training
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(training, "_steps", interrupted)
-    code, _, err = cli("run", "--protocol", "pretrain", "--model", "vit-ti/16", "--smoke", "--steps", "4", *TINY,
-                       "--results", results)  # fmt: skip
+    run = ("run", "--protocol", "pretrain", "--model", "vit-ti/16", "--smoke", "--steps", "4", "--checkpoint-every",
+           "2", *TINY, "--results", results)  # fmt: skip
+    with monkeypatch.context() as patched:
+        patched.setattr(training, "_steps", interrupted)
+        code, _, err = cli(*run)
+    assert code == 130 and "interrupted: 0 of 1 runs stored; run the same command again to do the rest\n" in err
+    saved = train_checkpoint.save
+
+    def save_then_interrupt(*args, **kwargs):
+        saved(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_checkpoint, "save", save_then_interrupt)
+    code, _, err = cli(*run)
     assert code == 130
     assert (
         "interrupted: 0 of 1 runs stored; run the same command again to do the rest (the interrupted pretrain "

@@ -28,6 +28,7 @@ from vitbench.protocols.measures import progress_text
 from vitbench.protocols.registry import get_protocol
 from vitbench.protocols.requests import SHARED, make_request
 from vitbench.protocols.shared_options import TrainingOptions
+from vitbench.store.shards import checkpoint_path
 from vitbench.weights.names import RANDOM
 from vitbench.weights.resolved import ABSENT
 
@@ -224,9 +225,11 @@ def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | No
     try:
         summary = api.run(req, rerun=rerun, dry_run=dry_run, on_plan=progress.planned, on_result=progress)
     except KeyboardInterrupt:
-        running = progress.todo[progress.finished].protocol if progress.finished < len(progress.todo) else None
-        resumable = running is not None and get_protocol(running).resumable
-        hint = f" (the interrupted {running} run continues from its last checkpoint)" if resumable else ""
+        running = progress.todo[progress.finished] if progress.finished < len(progress.todo) else None
+        # the run that was cut off left a checkpoint (a training run past its first one): it goes on from there
+        hint = ""
+        if running is not None and checkpoint_path(req.results, running.run_key).is_file():
+            hint = f" (the interrupted {running.protocol} run continues from its last checkpoint)"
         err.print(
             f"interrupted: {progress.finished} of {len(progress.todo)} runs stored; "
             f"run the same command again to do the rest{hint}"

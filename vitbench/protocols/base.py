@@ -191,8 +191,6 @@ class Protocol:
     metrics: ClassVar[tuple[Metric, ...]] = (Metric("accuracy", "accuracy"),)
     axis: ClassVar[Axis | None] = None
     data_parallel: ClassVar[bool] = False  # it can run under torchrun (`--devices N`)
-    resumable: ClassVar[bool] = False  # an interrupted run continues from a checkpoint
-    trains: ClassVar[bool] = False  # it trains a network and stores its training curves
     from_random_init: ClassVar[bool] = False  # it makes weights: `--weights` defaults to random
     # the options only it (or a few protocols) reads: `vitbench run` flags, config keys, API keywords
     Options: ClassVar[type[ProtocolOptions]] = ProtocolOptions

@@ -33,7 +33,7 @@ from vitbench.protocols.recipes import (
     training_hparams,
 )
 from vitbench.protocols.shared_options import TrainingOptions
-from vitbench.store.shards import shard_dir
+from vitbench.store.shards import checkpoint_path
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
 # version (tables, `--help`) stays light.
@@ -119,9 +119,7 @@ class Finetune(Protocol):
         Metric("dev_accuracy", "dev accuracy"),
         Metric("lr", "LR", unit="", progress=False),
     )
-    trains = True
     data_parallel = True
-    resumable = True
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         """The dev sweep's (train on, score on), then the final runs' (train on, report on)."""
@@ -220,7 +218,7 @@ class Finetune(Protocol):
                 dropout=h["dropout"],
             )
             what = f"{group.model.name} · {group.dataset.name} {h['stage']} lr={lr:g} seed={spec.seed}"
-            checkpoint = shard_dir(req.results) / spec.run_key / "checkpoint.pt"
+            checkpoint = checkpoint_path(req.results, spec.run_key)
             train_split = group.splits[h["splits"][0]]
             outcome = training.train(
                 model, train_split, settings, group.preprocessing, runtime.device, world, checkpoint, spec.run_key,

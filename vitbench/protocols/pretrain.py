@@ -138,9 +138,7 @@ class Pretrain(Protocol):
         Metric("val_accuracy", "dev accuracy", view="pretrain"),
         Metric("best_step", "weights kept from step", unit="", view="pretrain"),
     )
-    trains = True
     data_parallel = True
-    resumable = True
     from_random_init = True
     Options = PretrainOptions
 

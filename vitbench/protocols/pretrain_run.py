@@ -29,7 +29,7 @@ from vitbench.protocols.base import Group, Recorder, Request, Result, RunSpec
 from vitbench.protocols.finetune import checkpoint_interval
 from vitbench.protocols.shared_options import TrainingOptions
 from vitbench.provenance import sha256_file
-from vitbench.store.shards import shard_dir
+from vitbench.store.shards import checkpoint_path
 from vitbench.weights import RANDOM, RANDOM_INIT_SEED, build_model, pretrained
 
 log = logging.getLogger("vitbench")
@@ -108,7 +108,7 @@ def pretrain(
     )  # fmt: skip
     objective = model.loss() if isinstance(model, MaskedPatchPrediction) else None
     what = f"{group.model.name} · {group.dataset.name} pretrain n={h['subset']} seed={spec.seed}"
-    checkpoint = shard_dir(req.results) / spec.run_key / "checkpoint.pt"
+    checkpoint = checkpoint_path(req.results, spec.run_key)
     started = datetime.now(UTC)
     outcome = training.train(
         model, train, settings, group.preprocessing, runtime.device, world, checkpoint, spec.run_key,

@@ -25,7 +25,7 @@ from vitbench.store.schema import (
     migrate,
     transaction,
 )
-from vitbench.store.shards import SHARD_SCHEMA, shard_dir, shard_keys, shard_metric_values
+from vitbench.store.shards import SHARD_SCHEMA, checkpoint_path, shard_dir, shard_keys, shard_metric_values
 
 __all__ = [
     "ATTENTION_COLUMNS",
@@ -57,6 +57,7 @@ __all__ = [
     "rebuild",
     "save_attention_distance",
     "save_bench",
+    "checkpoint_path",
     "shard_dir",
     "shard_keys",
     "shard_metric_values",

@@ -50,6 +50,12 @@ def shard_dir(results: Path) -> Path:
     return results / "runs"
 
 
+def checkpoint_path(results: Path, run_key: str) -> Path:
+    """Where a training run keeps its resumable checkpoint until its result is stored: a run that
+    has one continues from it when the same command runs again."""
+    return shard_dir(results) / run_key / "checkpoint.pt"
+
+
 _LISTED: dict[Path, tuple[int, frozenset[str]]] = {}  # folder -> (its mtime, the keys listed then)
 SETTLED_NS = 2_000_000_000  # a folder unchanged this long before it is listed keeps its listing until it changes
 

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 
 import pandas as pd
@@ -67,6 +67,11 @@ class Page:
     baseline: Sequence[str] = ()  # what each table's significance marks compare against (--baseline)
     ids: set[str] = field(default_factory=set)
 
+    @cached_property
+    def curves(self) -> pd.DataFrame:
+        """Every stored training curve, read once for the page's sections (each keeps its runs')."""
+        return store.read_curves(self.results)
+
     def table(self, name: str, data: TableData, filter_box: bool = True) -> str:
         """`name`-table, or `name`-table-2, … where a section has several (a link can point at it)."""
         anchor, n = f"{name}-table", 1
@@ -106,9 +111,8 @@ def _protocol_section(page: Page, name: str) -> Section:
                                                                               plots.PAGE)))  # fmt: skip
     if protocol is not None and protocol.axis is not None:
         out.parts.append(page.figure(name, partial(plots.axis_figure, df, name, page.figures, ("svg",), plots.PAGE, 2)))
-    trains = protocol is not None and protocol.trains
-    curves = store.read_curves(page.results, list(df["run_key"].unique())) if trains else None
-    if curves is not None and not curves.empty:
+    curves = page.curves[page.curves["run_key"].isin(df["run_key"].unique())]  # the runs that trained
+    if not curves.empty:
         out.parts.append(page.figure(f"curves-{out.anchor}", lambda: plots.curves_figure(
             df, curves, page.figures, ("svg",), None, plots.PAGE)))  # fmt: skip
     return out

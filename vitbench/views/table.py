@@ -155,7 +155,8 @@ def _common_footnotes(data: TableData, m: Measured, compare: Sequence[str], delt
     if compare:
         known = protocols()
         others = sorted(set(m.runs["protocol"]) - paper_comparable()) if not m.runs.empty else []
-        labels = " and ".join(known[p].label if p in known else p for p in others)
+        named = [known[p].label if p in known else p for p in others]
+        labels = " and ".join([", ".join(named[:-1]), named[-1]] if len(named) > 2 else named)
         data.footnotes.append("paper columns are fine-tuned results" + (f"; {labels} cells get no Δ" if others else ""))
     if deltas and delta_to:
         data.footnotes.append(f"Δ: measured − {delta_to} (paper), in percentage points")
