@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import FEWSHOT_PANEL, WHAT_PANEL, limits, option
 from vitbench.protocols.shared_options import SeededOptions
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
 # version (tables, `--help`) stays light.
@@ -188,3 +192,25 @@ def _metrics(accs: dict[float, float], l2_label: str) -> dict[str, float]:
 
 
 FEWSHOT = FewShot()
+
+
+def choose_sweep_l2(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
+    """Stored runs (a row per run and metric) with the runs of `--fewshot-l2 sweep` (a metric per λ,
+    `accuracy@l2=…`) reduced to one λ per shot count, chosen as the ViT-era code did — rank every λ
+    on each dataset (mean over seeds), average the ranks over datasets, take the best — stored as
+    `accuracy`; and the λ chosen per shot count. What the tables read, so few-shot keeps it."""
+    import pandas as pd
+
+    sweep = df[df["metric"].str.startswith("accuracy@l2=")].copy()
+    if sweep.empty:
+        return df, {}
+    sweep["l2"] = sweep["metric"].str.split("=").str[1].astype(float)
+    chosen: dict[int, float] = {}
+    for shots, part in sweep.groupby("shots"):
+        means = part.groupby(["dataset", "l2"])["value"].mean().unstack("l2")  # (dataset, λ)
+        ranks = means.rank(axis=1).mean(axis=0)
+        chosen[int(shots)] = float(ranks.idxmax())
+    picked = sweep[sweep["l2"] == sweep["shots"].astype(int).map(chosen)].copy()
+    picked["metric"] = "accuracy"
+    rest = df[~df["metric"].str.startswith("accuracy@l2=")]
+    return pd.concat([rest, picked.drop(columns="l2")], ignore_index=True), chosen

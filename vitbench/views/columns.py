@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from vitbench.datasets.vtab import group_means, group_tasks
+from vitbench.protocols.fewshot import choose_sweep_l2
 from vitbench.protocols.measures import Axis
 from vitbench.protocols.registry import protocols, with_metric
 from vitbench.provenance import canonical_json
@@ -34,24 +35,6 @@ def axis_values(df: pd.DataFrame, axis: Axis) -> pd.Series:
     if axis.name in df.columns:
         return df[axis.name]
     return per_distinct(df["hparams"], lambda h: json_field(h).get(axis.name))
-
-
-def select_sweep_l2(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
-    """For runs made with `--fewshot-l2 sweep`: one λ per shot count, chosen as the ViT-era code did —
-    rank every λ on each dataset (mean over seeds), average the ranks over datasets, take the best."""
-    sweep = df[df["metric"].str.startswith("accuracy@l2=")].copy()
-    if sweep.empty:
-        return df, {}
-    sweep["l2"] = sweep["metric"].str.split("=").str[1].astype(float)
-    chosen: dict[int, float] = {}
-    for shots, part in sweep.groupby("shots"):
-        means = part.groupby(["dataset", "l2"])["value"].mean().unstack("l2")  # (dataset, λ)
-        ranks = means.rank(axis=1).mean(axis=0)
-        chosen[int(shots)] = float(ranks.idxmax())
-    picked = sweep[sweep["l2"] == sweep["shots"].astype(int).map(chosen)].copy()
-    picked["metric"] = "accuracy"
-    rest = df[~df["metric"].str.startswith("accuracy@l2=")]
-    return pd.concat([rest, picked.drop(columns="l2")], ignore_index=True), chosen
 
 
 def _is_smoke(hparams) -> bool:
@@ -120,7 +103,7 @@ def measured_columns(
     """Label every run with its column. Default columns: (model, weights, protocol, shots, setting),
     where a setting splits a column only by the hparams that differ between runs of one dataset
     (e.g. `res=96` next to `res=384`, or smoke next to full); `group_by` replaces that key."""
-    df, chosen = select_sweep_l2(df)
+    df, chosen = choose_sweep_l2(df)  # few-shot's --fewshot-l2 sweep: one λ per shot count
     if protocol is None:  # runs that are not transfer results (pre-training) have views of their own
         df = df[df["protocol"].isin(with_metric(lambda m: m.transfer))]
     else:
