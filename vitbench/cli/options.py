@@ -100,10 +100,21 @@ Where = Annotated[
         "weights=deit*, data_source~cifar, 'date>=2026-11-01', hparams.res=384.",
     ),
 ]
+
+
+def _transfer_protocols() -> str:
+    """The built-in protocols whose runs the tables show side by side, named as the registry orders them
+    (a plugin's joins them once installed: help loads no plugin)."""
+    from vitbench.protocols.registry import BUILTIN
+
+    names = [p.name for p in BUILTIN if any(m.transfer for m in p.metrics)]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
 ViewProtocol = Annotated[
     str | None,
     option(
         "--protocol",
-        help="Only this protocol's runs: finetune, eval, fewshot, knn or linear (default: every one, side by side).",
+        help=f"Only this protocol's runs: {_transfer_protocols()} (default: every one, side by side).",
     ),
 ]

@@ -61,10 +61,7 @@ def table_cmd(
         str | None,
         option(
             "--view",
-            help="accuracy; robustness (ImageNet val, V2, R, A, Sketch, ObjectNet: --protocol eval runs); "
-            "calibration (ECE and NLL of eval runs); attention (mean attention distance per layer); or pretrain "
-            "(pre-training runs beside the few-shot accuracy of their weights and of random init). [default: "
-            "accuracy; with --protocol, that protocol's own view: pretrain for --protocol pretrain]",
+            help=f"{registry.views_help()}. [default: accuracy; with --protocol, that protocol's own view]",
         ),
     ] = None,
     bench: Annotated[
@@ -168,11 +165,7 @@ def export_cmd(
 def plot_cmd(
     figures: Annotated[
         list[str] | None,
-        argument(
-            help="vtab, cost, fewshot, knn (a protocol's accuracy against its shots or k), curves, datasize (Fig 4) "
-            "and compute (Fig 5) of pre-training runs (default: each of these the store has data for); confusion "
-            "(--run KEY); checkpoints."
-        ),
+        argument(help=registry.figures_help()),
     ] = None,
     out_dir: Annotated[Path, option("--out", "-o", help="Folder for the figures.")] = Path("plots"),
     formats: Annotated[str, option("--formats", help="Comma-separated: png, svg.")] = "png,svg",

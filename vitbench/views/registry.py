@@ -5,7 +5,7 @@ take with one line that names both."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -14,7 +14,8 @@ import pandas as pd
 
 from vitbench import store
 from vitbench.errors import UserError
-from vitbench.protocols.registry import protocols
+from vitbench.protocols.base import Protocol
+from vitbench.protocols.registry import BUILTIN, protocols
 from vitbench.store import query
 from vitbench.views import (
     attention,
@@ -91,6 +92,7 @@ class TableView:
     # the runs it shows, of those given (a protocol's view may show another's runs too: pre-training
     # beside its transfer); None: it is no protocol's view
     shows: Callable[[pd.DataFrame], set[str]] | None = None
+    summary: str = ""  # what `--view NAME` shows, in `vitbench table --help`
 
     def check(self, inputs: Inputs) -> None:
         given = [o for o in TABLE_OPTIONS if getattr(inputs, o) != getattr(_DEFAULTS, o) and o not in self.takes]
@@ -129,15 +131,25 @@ def _accuracy(i: Inputs) -> TableData:
 TABLES = {
     v.name: v
     for v in (
-        TableView("accuracy", _accuracy, frozenset(TABLE_OPTIONS)),
+        TableView("accuracy", _accuracy, frozenset(TABLE_OPTIONS), summary="the paper's layouts: --table 2, 5, 6 or 9"),
         TableView(
             "robustness",
             lambda i: robustness.robustness_view(i.df, i.compare, i.protocol, i.include_marked, i.delta_to),
             frozenset({"compare", "include_marked", "delta_to"}),
+            summary="ImageNet val, V2, R, A, Sketch, ObjectNet: --protocol eval runs",
         ),
-        TableView("calibration", lambda i: per_class.calibration_view(i.df)),
-        TableView("attention", lambda i: attention.attention_view(store.read_attention_distance(i.results))),
-        TableView("pretrain", lambda i: pretraining.pretrain_view(i.df), shows=pretraining.linked_runs),
+        TableView("calibration", lambda i: per_class.calibration_view(i.df), summary="ECE and NLL of eval runs"),
+        TableView(
+            "attention",
+            lambda i: attention.attention_view(store.read_attention_distance(i.results)),
+            summary="mean attention distance per layer",
+        ),
+        TableView(
+            "pretrain",
+            lambda i: pretraining.pretrain_view(i.df),
+            shows=pretraining.linked_runs,
+            summary="pre-training runs beside the few-shot accuracy of their weights and of random init",
+        ),
         TableView(
             "per-class",
             lambda i: per_class.per_class_view(i.df, i.per_class or "", i.results, i.protocol),
@@ -154,6 +166,12 @@ TABLES = {
 CHOSEN_BY_FLAG = ("per-class", "bench")  # --per-class DATASET, --bench: not names of --view
 
 
+def views_help() -> str:
+    """`--view`'s help, from the views themselves: each name with what it shows."""
+    named = [f"{v.name}: {v.summary}" for v in TABLES.values() if v.name not in CHOSEN_BY_FLAG]
+    return "; ".join(named[:-1]) + "; or " + named[-1]
+
+
 def table_view(name: str) -> TableView:
     names = [n for n in TABLES if n not in CHOSEN_BY_FLAG]
     if name not in names:
@@ -166,43 +184,86 @@ class FigureView:
     name: str
     draw: Callable[[Inputs], Figure]
     by_default: bool  # drawn by a bare `vitbench plot` (the others need asking for, by name)
+    summary: str = ""  # what it draws, in `vitbench plot --help`
 
 
 FIGURES = {
     v.name: v
     for v in (
-        FigureView("vtab", lambda i: plots.vtab_figure(i.df, i.out_dir, i.formats, i.protocol), True),
-        FigureView("cost", lambda i: plots.cost_figure(i.df, i.out_dir, i.formats, i.protocol, i.cost), True),
+        FigureView("vtab", lambda i: plots.vtab_figure(i.df, i.out_dir, i.formats, i.protocol), True, "VTAB groups"),
+        FigureView(
+            "cost",
+            lambda i: plots.cost_figure(i.df, i.out_dir, i.formats, i.protocol, i.cost),
+            True,
+            "accuracy against cost (--cost flops or days)",
+        ),
         FigureView(
             "curves",
             lambda i: plots.curves_figure(i.df, store.read_curves(i.results), i.out_dir, i.formats, i.run),
             True,
+            "training curves (--run KEY for one run)",
         ),
         FigureView(
-            "confusion", lambda i: per_class.confusion_figure(i.df, i.results, i.out_dir, i.formats, i.run), False
+            "confusion",
+            lambda i: per_class.confusion_figure(i.df, i.results, i.out_dir, i.formats, i.run),
+            False,
+            "one run's confusion matrix (--run KEY)",
         ),
-        FigureView("checkpoints", lambda i: series.checkpoints_figure(i.df, i.out_dir, i.formats, i.protocol), False),
-        FigureView("datasize", lambda i: pretraining.datasize_figure(i.df, i.out_dir, i.formats), True),
-        FigureView("compute", lambda i: pretraining.compute_figure(i.df, i.out_dir, i.formats), True),
+        FigureView(
+            "checkpoints",
+            lambda i: series.checkpoints_figure(i.df, i.out_dir, i.formats, i.protocol),
+            False,
+            "accuracy over a series of checkpoints",
+        ),
+        FigureView(
+            "datasize",
+            lambda i: pretraining.datasize_figure(i.df, i.out_dir, i.formats),
+            True,
+            "Fig 4: accuracy against pre-training images",
+        ),
+        FigureView(
+            "compute",
+            lambda i: pretraining.compute_figure(i.df, i.out_dir, i.formats),
+            True,
+            "Fig 5: accuracy against pre-training exaFLOPs",
+        ),
     )
 }
 
 
-def axis_figures() -> dict[str, FigureView]:
+def axis_figures(known: Iterable[Protocol] | None = None) -> dict[str, FigureView]:
     """A figure per protocol whose runs vary along an axis (few-shot: shots; k-NN: k; a plugin's),
-    named by the protocol: its accuracy against that axis."""
-    return {p.name: FigureView(p.name, _axis_drawing(p.name), True) for p in protocols().values() if p.axis is not None}
+    named by the protocol: its accuracy against that axis. `known`: these protocols (the built-ins
+    for `--help`, which loads no plugin), by default every one installed."""
+    found = protocols().values() if known is None else known
+    return {
+        p.name: FigureView(p.name, _axis_drawing(p.name), True, f"accuracy against {p.axis.label}")
+        for p in found
+        if p.axis is not None
+    }
 
 
 def _axis_drawing(protocol: str) -> Callable[[Inputs], Figure]:
     return lambda i: plots.axis_figure(i.df, protocol, i.out_dir, i.formats, values_needed=1 if i.named else 2)
 
 
-def all_figures() -> dict[str, FigureView]:
+def all_figures(known: Iterable[Protocol] | None = None) -> dict[str, FigureView]:
     """Every figure by name, in the order a bare `vitbench plot` draws them: the VTAB groups and the
     cost, each axis figure, then the training curves; those asked for by name only after."""
     fixed = list(FIGURES.values())
-    return {v.name: v for v in (*fixed[:2], *axis_figures().values(), *fixed[2:])}
+    return {v.name: v for v in (*fixed[:2], *axis_figures(known).values(), *fixed[2:])}
+
+
+def figures_help() -> str:
+    """`vitbench plot`'s help, from the figures themselves (a plugin protocol's axis figure joins
+    them once installed: `--help` loads no plugin)."""
+    figures = all_figures(BUILTIN).values()
+    named = "; ".join(f"{v.name}: {v.summary}" for v in figures if v.by_default)
+    asked = "; ".join(f"{v.name}: {v.summary}" for v in figures if not v.by_default)
+    return (
+        f"{named}; any protocol with an axis: its accuracy against it. A bare `vitbench plot` draws each one the "
+        f"store has data for; asked for by name only: {asked}."
+    )
 
 
 def default_figures() -> list[FigureView]:
