@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from vitbench.devices import PIPELINES, PRECISIONS
 from vitbench.errors import UserError
+from vitbench.protocols.registry import BUILTIN
 
 __all__ = ["PIPELINES", "PRECISIONS"]  # the choices commands check against: o.PIPELINES
 
@@ -105,8 +106,6 @@ Where = Annotated[
 def _transfer_protocols() -> str:
     """The built-in protocols whose runs the tables show side by side, named as the registry orders them
     (a plugin's joins them once installed: help loads no plugin)."""
-    from vitbench.protocols.registry import BUILTIN
-
     names = [p.name for p in BUILTIN if any(m.transfer for m in p.metrics)]
     return ", ".join(names[:-1]) + " or " + names[-1]
 
