@@ -25,7 +25,7 @@ from vitbench import registry, store
 from vitbench.devices import cpu_threads, device_name, resolve_device
 from vitbench.engine.bench_timm import check_timm_configs
 from vitbench.engine.distributed import broadcast, setup
-from vitbench.errors import UserError, one_line
+from vitbench.errors import UserError, listed, one_line
 from vitbench.execution import cluster, recorder, trackers
 from vitbench.execution.lease import lease_seconds
 from vitbench.execution.plan import plan as plan_groups
@@ -223,7 +223,7 @@ def _open_store(results: Path):
 def not_data_parallel(protocol: str) -> str:
     """The one-line reason `protocol` cannot run under torchrun, naming those that can."""
     names = [p.name for p in protocols().values() if p.data_parallel]
-    can = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+    can = listed(names, "and")
     return f"the {protocol} protocol runs on one process only ({can} run data-parallel)"
 
 

@@ -15,3 +15,9 @@ def one_line(error: BaseException, limit: int = 200) -> str:
     """A library's error message folded onto one line and cut to `limit` characters, for the
     `(...)` after a UserError's own words."""
     return " ".join(str(error).split())[:limit]
+
+
+def listed(items, joiner: str = "or") -> str:
+    """Items as a sentence names them: `a`, `a or b`, `a, b or c` (`joiner` "and" for `a, b and c`)."""
+    names = [str(item) for item in items]
+    return f"{', '.join(names[:-1])} {joiner} {names[-1]}" if len(names) > 1 else "".join(names)

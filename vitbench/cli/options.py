@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from vitbench.devices import PIPELINES, PRECISIONS
-from vitbench.errors import UserError
+from vitbench.errors import UserError, listed
 from vitbench.protocols.registry import BUILTIN
 
 __all__ = ["PIPELINES", "PRECISIONS"]  # the choices commands check against: o.PIPELINES
@@ -33,9 +33,8 @@ def check_choice(option: str, value: str, choices, joiner: str = "") -> str:
     """`value` if it is one of `choices`, else `OPTION VALUE: expected a, b or c` (joiner "or") or
     `expected a, b, c`."""
     if value not in choices:
-        names = list(choices)
-        listed = f"{', '.join(names[:-1])} {joiner} {names[-1]}" if joiner and len(names) > 1 else ", ".join(names)
-        raise UserError(f"{option} {value}: expected {listed}")
+        named = listed(choices, joiner) if joiner else ", ".join(choices)
+        raise UserError(f"{option} {value}: expected {named}")
     return value
 
 
@@ -107,7 +106,7 @@ def _transfer_protocols() -> str:
     """The built-in protocols whose runs the tables show side by side, named as the registry orders them
     (a plugin's joins them once installed: help loads no plugin)."""
     names = [p.name for p in BUILTIN if any(m.transfer for m in p.metrics)]
-    return ", ".join(names[:-1]) + " or " + names[-1]
+    return listed(names)
 
 
 ViewProtocol = Annotated[

@@ -236,12 +236,12 @@ def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | No
         )
         raise typer.Exit(130) from None
     if dry_run:
-        _print_plan(summary, req.results, here, rate, req.device)
+        _print_plan(summary, here, rate, req.device)
     elif world().is_main:  # the runs this command planned (stored before or now), not the whole folder
         print_summary_table(req.results, {s.run_key for s in summary.specs})
 
 
-def _print_plan(summary: api.Summary, results: Path, here: str, rate: estimate.Rate | None, device: str) -> None:
+def _print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, device: str) -> None:
     """Each planned run with its state and estimated device time, a row per dataset (images, time,
     whether its data is here and how to get it where not), then the total still to run. The rate:
     --assume-mfu's, what `vitbench bench` measured here, or a few seconds' micro-benchmark."""

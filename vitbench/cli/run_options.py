@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, get_args
 
 from vitbench.cli.options import DataDir, Device, Results, option
+from vitbench.errors import listed
 from vitbench.protocols.options import CLUSTER_PANEL as CLUSTER
 from vitbench.protocols.options import DATA_PANEL as DATA
 from vitbench.protocols.options import DEVICES_PANEL as DEVICES
@@ -52,18 +53,13 @@ Datasets = Annotated[
 ]
 
 
-def _either(names) -> str:
-    names = list(names)
-    return ", ".join(names[:-1]) + f" or {names[-1]}"
-
-
 RunProtocol = Annotated[
     str | None,
     option(
         "--protocol",
         panel=WHAT,
         # the names from the registry's built-ins (a plugin's protocol is in `vitbench ls protocols`)
-        help=f"{_either(p.name for p in BUILTIN)} (`vitbench ls protocols` says what each measures); default "
+        help=f"{listed(p.name for p in BUILTIN)} (`vitbench ls protocols` says what each measures); default "
         f"{BUILTIN[0].name} (the vtab and table2 suites: finetune); a comma list runs each.",
     ),
 ]

@@ -202,6 +202,15 @@ class DatasetSpec:
         derived = ("subtrain", "dev") if self.dev_fraction else ()
         return (*self.official_sizes, *derived)
 
+    def _derived(self, split: str) -> bool:
+        """Whether `split` is held out of train here (subtrain, dev), not a split on disk."""
+        return split in ("subtrain", "dev") and split not in self.official_sizes
+
+    def _held_out(self, train: Split, split: str) -> Split:
+        """subtrain or dev of `train`: the dev split is `dev_fraction` of a fixed permutation."""
+        subtrain, dev = dev_holdout(len(train), self.dev_fraction or 0.0)
+        return train.subset(split, subtrain if split == "subtrain" else dev)
+
     @property
     def official_sizes_known(self) -> bool:
         """Whether every split on disk has an official size: what a dry run plans it from without its files."""
@@ -211,10 +220,8 @@ class DatasetSpec:
         """A split of its official size and no files (a dry run's plan of data not fetched yet):
         labels spread evenly over the classes, so that what a protocol plans from them (shots per
         class, a per-class limit, a dev hold-out) is what the real split gives, near enough."""
-        if split in ("subtrain", "dev") and split not in self.official_sizes:
-            train = self.official_split("train")
-            subtrain, dev = dev_holdout(len(train), self.dev_fraction or 0.0)
-            return train.subset(split, subtrain if split == "subtrain" else dev)
+        if self._derived(split):
+            return self._held_out(self.official_split("train"), split)
         size = self.official_sizes[split] or 0
         labels = np.arange(size, dtype=np.int64) % self.num_classes
         return Split(self.name, split, labels, self.source, "absent", official_size=size)
@@ -229,7 +236,7 @@ class DatasetSpec:
             return list(self.key_files)
         names: list[str] = []
         for split in splits:
-            on_disk = "train" if split in ("subtrain", "dev") and split not in self.official_sizes else split
+            on_disk = "train" if self._derived(split) else split
             names += [n for n in self.split_files.get(on_disk, self.key_files) if n not in names]
         return names
 
@@ -258,10 +265,8 @@ class DatasetSpec:
             raise UserError(f"dataset {self.name} has no split '{split}' (it has: {', '.join(self.split_names)})")
         if source not in (None, self.source) and source not in self.other_sources:
             raise UserError(f"--data-source {source}: dataset {self.name} reads {' or '.join(self.sources)}")
-        if split in ("subtrain", "dev") and split not in self.official_sizes:
-            train = self.load_split(data_dir, "train", source, verify)
-            subtrain, dev = dev_holdout(len(train), self.dev_fraction or 0.0)
-            return train.subset(split, subtrain if split == "subtrain" else dev)
+        if self._derived(split):
+            return self._held_out(self.load_split(data_dir, "train", source, verify), split)
         if source in self.other_sources:
             result = self.other_sources[source](data_dir, split)
         else:

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from vitbench.devices import PIPELINES, PRECISIONS
+from vitbench.errors import listed
 
 INT32_MAX = 2**31 - 1  # seeds, shots and sizes are INTEGER columns in the store
 MAX_VALUES = 10_000  # values in one list option: more is a typo (10^6 seeds would plan for minutes)
@@ -73,7 +74,7 @@ def problems(values: dict[str, object]) -> list[str]:
     found = []
     for name, (option, choices) in CHOICES.items():
         if name in values and values[name] not in choices:
-            found.append(f"{option} {values[name]}: expected {', '.join(choices[:-1])} or {choices[-1]}")
+            found.append(f"{option} {values[name]}: expected {listed(choices)}")
     for name, bound in SCALARS.items():
         value = values.get(name)
         if value is not None and (why := problem(bound, value)):

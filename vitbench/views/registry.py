@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench import store
-from vitbench.errors import UserError
+from vitbench.errors import UserError, listed
 from vitbench.protocols.base import Protocol
 from vitbench.protocols.registry import BUILTIN, protocols
 from vitbench.store import query
@@ -175,7 +175,7 @@ def views_help() -> str:
 def table_view(name: str) -> TableView:
     names = [n for n in TABLES if n not in CHOSEN_BY_FLAG]
     if name not in names:
-        raise UserError(f"--view {name}: expected {', '.join(names[:-1])} or {names[-1]}")
+        raise UserError(f"--view {name}: expected {listed(names)}")
     return TABLES[name]
 
 

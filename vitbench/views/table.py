@@ -27,7 +27,7 @@ import pandas as pd
 from vitbench import paper, registry
 from vitbench.datasets import DATASETS
 from vitbench.datasets.vtab import GROUPS, TASKS, group_means
-from vitbench.errors import UserError
+from vitbench.errors import UserError, listed
 from vitbench.protocols.registry import protocols
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, Cell, TableData
 from vitbench.views.columns import (
@@ -155,8 +155,7 @@ def _common_footnotes(data: TableData, m: Measured, compare: Sequence[str], delt
     if compare:
         known = protocols()
         others = sorted(set(m.runs["protocol"]) - paper_comparable()) if not m.runs.empty else []
-        named = [known[p].label if p in known else p for p in others]
-        labels = " and ".join([", ".join(named[:-1]), named[-1]] if len(named) > 2 else named)
+        labels = listed((known[p].label if p in known else p for p in others), "and")
         data.footnotes.append("paper columns are fine-tuned results" + (f"; {labels} cells get no Δ" if others else ""))
     if deltas and delta_to:
         data.footnotes.append(f"Δ: measured − {delta_to} (paper), in percentage points")
