@@ -110,6 +110,8 @@ def test_marks_compare_each_cell_with_its_baseline_at_the_same_setting(cli, deit
 
     code, _, err = cli("table", "--baseline", "weights=random", "--results", results)
     assert code == 2 and "--baseline weights=random: names what --ci's marks compare against; add --ci" in err
+    code, _, err = cli("table", "--ci", "--baseline", "wieghts=random", "--results", results)  # a typo: named
+    assert code == 2 and err.startswith("error: --baseline wieghts: not a stored field") and len(err.splitlines()) == 1
 
     # the same marks in the report, each protocol's section against the baseline it names
     code, _, err = cli("report", "--baseline", "weights=random", "--out", tmp_path / "r.html", "--results", results)

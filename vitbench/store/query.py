@@ -67,11 +67,11 @@ def field_values(df: pd.DataFrame, name: str, option: str = "--where") -> pd.Ser
     raise UserError(f"{option} {name}: not a stored field; expected one of {fields}")
 
 
-def parse_clause(text: str) -> tuple[str, str, str]:
+def parse_clause(text: str, option: str = "--where") -> tuple[str, str, str]:
     match = _CLAUSE.match(text)
     if not match or not match.group(3):
         raise UserError(
-            f"--where {text!r}: expected FIELD OP VALUE with OP one of {' '.join(OPERATORS)} "
+            f"{option} {text!r}: expected FIELD OP VALUE with OP one of {' '.join(OPERATORS)} "
             "(e.g. model=vit-b/16, 'date>=2026-11-01', data_source~cifar)"
         )
     return match.group(1), match.group(2), match.group(3)
@@ -118,18 +118,19 @@ def _compare(values: pd.Series, op: str, value: str, name: str = "") -> pd.Serie
     return getattr(numbers, compare)(target_number).fillna(False).astype(bool)
 
 
-def apply_where(df: pd.DataFrame, clauses: list[str] | tuple[str, ...] | None) -> pd.DataFrame:
-    """Keep the rows every clause accepts (clauses are ANDed)."""
+def apply_where(df: pd.DataFrame, clauses: list[str] | tuple[str, ...] | None, option: str = "--where") -> pd.DataFrame:
+    """Keep the rows every clause accepts (clauses are ANDed); `option` is what a mistake names
+    (`--baseline`, `compare A`: they take --where's clauses)."""
     for text in clauses or ():
-        name, op, value = parse_clause(text)
+        name, op, value = parse_clause(text, option)
         if df.empty:  # nothing to keep; a field that does not exist is still named
-            field_values(df, name)
+            field_values(df, name, option)
             continue
         if name == "weights" and op in ("=", "!="):
             hit = _matches_weights(df, value)
             keep = hit if op == "=" else ~hit
         else:
-            keep = _compare(field_values(df, name), op, value, name)
+            keep = _compare(field_values(df, name, option), op, value, name)
         df = df[keep.to_numpy()]
     return df
 

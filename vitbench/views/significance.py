@@ -128,7 +128,8 @@ def baseline_columns(acc: pd.DataFrame, columns: Sequence[str], baseline: Sequen
             backbone[str(col)], condition[str(col)] = identities.pop(), str(settings.pop())
     ordered = [c for c in columns if c in backbone]
     if baseline:
-        chosen = set(apply_where(runs, list(baseline))["column"])  # none here: the legend says no cell is tested
+        # none selected here: the legend says no cell is tested
+        chosen = set(apply_where(runs, list(baseline), "--baseline")["column"])
         described = ",".join(baseline)
     elif ordered:
         first = runs[runs["column"] == ordered[0]].iloc[0]
