@@ -79,9 +79,6 @@ def test_finetune_option_errors_are_one_line(cli, results):
     assert "Traceback" not in err
     code, _, err = cli("run", *TINY, "--precision", "fp16", "--results", results)
     assert code == 2 and "--precision fp16: expected auto, bf16 or fp32" in err
-    eval_on_two = ("--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--protocol", "eval")
-    code, _, err = cli("run", *eval_on_two, "--devices", "2")
-    assert code == 2 and "--devices 2: the eval protocol runs on one process only (fewshot, " in err
 
 
 def test_devices_mistakes_stop_before_torchrun_starts(cli, results):

@@ -17,7 +17,7 @@ from conftest import install_wheel
 PACKAGE = '''
 """Nearest class mean: each test image takes the class whose mean L2-normalised train feature is
 closest in cosine similarity."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -28,7 +28,7 @@ from vitbench.datasets.digits import load_digits
 from vitbench.devices import Clock
 from vitbench.engine.features import group_model, outputs_over
 from vitbench.protocols.base import Protocol, Result
-from vitbench.protocols.measures import Axis
+from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import ProtocolOptions, option
 
 
@@ -50,10 +50,13 @@ class NearestClassMean(Protocol):
     summary = "nearest class mean on L2-normalised frozen features"
     label = "nearest-class-mean"
     Options = NcmOptions
-    axis = Axis("dims", "principal components kept", log=False)
+    metrics = (Metric("accuracy", "accuracy", axis=Axis("dims", "principal components kept", log=False)),)
 
     def splits(self, dataset):
         return dataset.fewshot_splits
+
+    def work(self, group):  # its clock counts one process's seconds: it runs on one
+        return replace(super().work(group), data_parallel=False)
 
     def plan(self, group, req, weights_sha, hparams):
         first = group.splits[self.splits(group.dataset)[0]]
@@ -141,6 +144,8 @@ def test_a_protocol_and_a_dataset_from_another_package_run_end_to_end(site, tmp_
 
     code, out, _ = vitbench(site, *run, "--protocol", "ncm", "--dataset", "low-digits")
     assert code == 0 and "1 already stored, 0 to run" in _
+    code, _, err = vitbench(site, *run, "--protocol", "ncm", "--dataset", "low-digits", "--devices", "2")
+    assert code == 2 and "--devices 2: the ncm protocol runs on one process only: run it without --devices" in err
     code, csv, err = vitbench(site, "table", "--protocol", "ncm", "--format", "csv", "--results", results)
     assert code == 0, err
     cells = [line for line in csv.splitlines() if line.startswith("Digits 0-4,")]

@@ -32,14 +32,15 @@ def stored_predictions(results) -> dict:
 
 
 def test_predictions_and_run_keys_do_not_depend_on_the_extraction_batch_threads_or_processes(cli, tmp_path):
-    """Few-shot, k-NN and the linear probe at extraction batches 64, 8 and 256, on 2 threads and
-    on 1 (torch's and the BLAS's), and on two processes (`--devices 2`: torchrun, gloo, each
-    extracting half of every split): every one of digits' 797 test predictions the same, each run
-    under the same key. Before linear/5 one linear-probe prediction moved with the BLAS's threads;
-    before these protocols ran data-parallel, `--devices 2` was refused."""
+    """Few-shot, k-NN, the linear probe and the checkpoint's own head (eval) at extraction batches
+    64, 8 and 256, on 2 threads and on 1 (torch's and the BLAS's), and on two processes
+    (`--devices 2`: torchrun, gloo, each extracting half of every split): every one of digits' 797
+    test predictions the same, each run under the same key. Before linear/5 one linear-probe
+    prediction moved with the BLAS's threads; before these protocols ran data-parallel, `--devices
+    2` was refused."""
     found = {}
     two = tmp_path / "two-processes"
-    command = [sys.executable, "-m", "vitbench", "run", *FAST, "--protocol", "fewshot,knn,linear", "--shots", "5"]
+    command = [sys.executable, "-m", "vitbench", "run", *FAST, "--protocol", "fewshot,knn,linear,eval", "--shots", "5"]
     command += ["--seeds", "0", "--knn-k", "5", "--devices", "2", "--results", str(two)]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -51,15 +52,16 @@ def test_predictions_and_run_keys_do_not_depend_on_the_extraction_batch_threads_
         try:
             with threadpool_limits(threads):
                 code, _, err = cli(
-                    "run", *FAST, "--protocol", "fewshot,knn,linear", "--shots", "5", "--seeds", "0", "--knn-k", "5",
-                    "--extraction-batch", batch, "--results", tmp_path / f"batch{batch}-threads{threads}",
+                    "run", *FAST, "--protocol", "fewshot,knn,linear,eval", "--shots", "5", "--seeds", "0",
+                    "--knn-k", "5", "--extraction-batch", batch,
+                    "--results", tmp_path / f"batch{batch}-threads{threads}",
                 )  # fmt: skip
         finally:
             torch.set_num_threads(before)
         assert code == 0, err
         found[(batch, threads)] = stored_predictions(tmp_path / f"batch{batch}-threads{threads}")
     reference = found[(64, 2)]
-    assert sorted(protocol for protocol, _ in reference.values()) == ["fewshot", "knn", "linear"]
+    assert sorted(protocol for protocol, _ in reference.values()) == ["eval", "fewshot", "knn", "linear"]
     for how, runs in found.items():
         assert runs.keys() == reference.keys(), how
         for key, (protocol, top1) in runs.items():

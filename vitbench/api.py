@@ -25,14 +25,14 @@ from vitbench import registry, store
 from vitbench.devices import cpu_threads, device_name, resolve_device
 from vitbench.engine.bench_timm import check_timm_configs
 from vitbench.engine.distributed import broadcast, setup
-from vitbench.errors import UserError, listed, one_line
+from vitbench.errors import UserError, one_line
 from vitbench.execution import cluster, recorder, trackers
 from vitbench.execution.lease import lease_seconds
 from vitbench.execution.plan import plan as plan_groups
 from vitbench.execution.plan import suite_of, with_suite_defaults
 from vitbench.execution.runner import execute
-from vitbench.protocols.base import Group, Request, RunSpec
-from vitbench.protocols.registry import get_protocol, protocols
+from vitbench.protocols.base import Group, Request, RunSpec, Trainer
+from vitbench.protocols.registry import get_protocol
 from vitbench.protocols.requests import make_request, options_doc
 from vitbench.store.query import apply_where, with_json_parsed
 from vitbench.views import inspection_plots
@@ -164,7 +164,7 @@ def _stage(req: Request, rerun: bool, dry_run: bool, on_plan, on_result, cluster
         writable_results(req.results)
         trackers.check(req.tracker, req.tensorboard)  # a tracker that cannot log: one line before any work
     groups = plan_groups(req, dry_run)
-    serial = [g.protocol for g in groups if not get_protocol(g.protocol).data_parallel]
+    serial = [g.protocol for g in groups if not get_protocol(g.protocol).work(g).data_parallel]
     if world.size > 1 and serial:
         raise UserError(f"--devices / torchrun: {not_data_parallel(serial[0])}")
     specs = [s for g in groups for s in g.specs]
@@ -206,7 +206,10 @@ def _next_stage(req: Request, groups: list[Group]) -> list[Request]:
     by_protocol: dict[str, list[Group]] = {}
     for group in groups:
         by_protocol.setdefault(group.protocol, []).append(group)
-    return [f for name, part in by_protocol.items() for f in get_protocol(name).followups(req, part)]
+    return [
+        f for name, part in by_protocol.items() if isinstance(trainer := get_protocol(name), Trainer)
+        for f in trainer.followups(req, part)
+    ]  # fmt: skip
 
 
 def _open_store(results: Path):
@@ -221,10 +224,8 @@ def _open_store(results: Path):
 
 
 def not_data_parallel(protocol: str) -> str:
-    """The one-line reason `protocol` cannot run under torchrun, naming those that can."""
-    names = [p.name for p in protocols().values() if p.data_parallel]
-    can = listed(names, "and")
-    return f"the {protocol} protocol runs on one process only ({can} run data-parallel)"
+    """The one-line reason `protocol`'s runs cannot run under torchrun, and what to do instead."""
+    return f"the {protocol} protocol runs on one process only: run it without --devices"
 
 
 def work(req: Request, run_keys: list[str]) -> dict:

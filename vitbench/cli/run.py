@@ -328,7 +328,7 @@ def _check_before_launch(req: Request, devices: int) -> None:
 
     device_type = resolve_device(req.device).type
     for group in api.plan(req):
-        if not get_protocol(group.protocol).data_parallel:
+        if not get_protocol(group.protocol).work(group).data_parallel:
             raise UserError(f"--devices {devices}: {api.not_data_parallel(group.protocol)}")
         for spec in (s for s in group.specs if "batch" in s.hparams):  # training's batch splits over the devices
             micro_batch_size(spec.hparams["batch"], devices, TrainingOptions.of(req).micro_batch, device_type)

@@ -61,8 +61,7 @@ def units(groups, todo_keys: set[str]) -> tuple[list[list[str]], list[list[str]]
     """(first wave, second wave) of jobs, each a list of run_keys, as each group's protocol splits them."""
     waves: tuple[list[list[str]], list[list[str]]] = ([], [])
     for group in groups:
-        todo = [s for s in group.specs if s.run_key in todo_keys]
-        for number, jobs in enumerate(get_protocol(group.protocol).jobs(todo)):
+        for number, jobs in enumerate(get_protocol(group.protocol).work(group).of(todo_keys)):
             waves[min(number, 1)].extend([s.run_key for s in job] for job in jobs if job)
     return waves
 

@@ -111,7 +111,7 @@ def planned_images(groups: list[Group]) -> dict[str, float]:
     return {
         key: sum(work.values())
         for group in groups
-        for key, work in get_protocol(group.protocol).planned_work(group).items()
+        for key, work in get_protocol(group.protocol).work(group).images.items()
     }
 
 
@@ -122,7 +122,7 @@ def estimate(groups: list[Group], rate: Rate) -> Estimate:
     for group in groups:
         assert group.model.backend is not None
         per_image = group.model.backend.flops_per_image(group.model, group.res)
-        for spec, work in get_protocol(group.protocol).planned_work(group).items():
+        for spec, work in get_protocol(group.protocol).work(group).images.items():
             seconds[spec] = _seconds(work, per_image, rate, group.model.name, group.res)
     return Estimate(seconds, rate.basis)
 

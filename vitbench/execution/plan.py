@@ -15,7 +15,7 @@ from vitbench import downloads
 from vitbench.backend import Preprocessing
 from vitbench.datasets import DatasetSpec
 from vitbench.errors import UserError
-from vitbench.protocols.base import Group, Request
+from vitbench.protocols.base import Group, Request, Trainer
 from vitbench.protocols.registry import get_protocol, option_table
 from vitbench.registry import get_dataset, get_model, get_suite
 from vitbench.suites import Suite
@@ -61,7 +61,7 @@ def resolve(req: Request) -> tuple[str, tuple[str, ...], str, str]:
     if not model:
         raise UserError("--model is required (see `vitbench ls models`)")
     names = _items(req.protocol or (suite.protocol if suite else "fewshot"), "--protocol")
-    makes_weights = all(get_protocol(name).from_random_init for name in names)  # pre-training starts from random
+    makes_weights = all(isinstance(get_protocol(name), Trainer) for name in names)  # pre-training starts from random
     weights = req.weights or defaults.get("weights") or (RANDOM if makes_weights else None)
     if not weights:
         raise UserError("--weights is required: a .safetensors/.pth file, or 'random' for random-init weights")
@@ -179,13 +179,14 @@ def _model_groups(
     model = get_model(model_name)
     assert model.backend is not None
     weights = resolve_weights(weights_arg, model, req.results / "cache", dry_run, fetch)
-    res = req.res or protocol.resolution(model, req)
+    inputs = protocol.inputs(model, req)
+    res = req.res or inputs.res or model.preprocessing.size
     model.backend.check_img_size(model, res)
     model.backend.timm_kwargs(res, req.gelu)  # an impossible --gelu fails before any work
     published = model.preprocessing.at(res)  # the weights' own recipe; the protocol takes what it needs
     if not weights.random:
         published = Preprocessing.from_weights_config(weights.path, published)
-    preprocessing = protocol.preprocessing(published)
+    preprocessing = inputs.recipe(published)
     datasets, absent = present_datasets(dataset_names, protocol.name, req, dry_run)
     if fetch:
         for dataset in datasets:

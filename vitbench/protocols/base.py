@@ -12,7 +12,7 @@ are recorded as provenance beside it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -178,6 +178,33 @@ class Recorder(TypingProtocol):
     def metric_values(self, run_keys: list[str], name: str) -> dict[str, float]: ...
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """What the model sees in a protocol's runs: the image size when `--res` is not given (None:
+    the weights' own), and the protocol's preprocessing made from the weights' published recipe at
+    the run's size (vitbench/preprocessing.py; by default big_vision's few-shot recipe in the
+    weights' value range)."""
+
+    res: int | None = None
+    recipe: Callable[[Preprocessing], Preprocessing] = Preprocessing.frozen_features
+
+
+@dataclass
+class Work:
+    """How a group's runs are done and divided: the images each passes through the model, by mode
+    ("train": a training image, three forward passes' FLOPs; "inference": one), for the dry run's
+    cost estimate; the cluster jobs they run in, as waves (each waits for the one before); and
+    whether torchrun's processes can share out the work (`--devices N`)."""
+
+    images: dict[str, dict[str, float]]  # run_key -> mode -> images
+    waves: list[list[list[RunSpec]]]
+    data_parallel: bool = True
+
+    def of(self, run_keys: set[str]) -> list[list[list[RunSpec]]]:
+        """The waves of jobs holding only the runs `run_keys` names (those still to do)."""
+        return [[kept for job in wave if (kept := [s for s in job if s.run_key in run_keys])] for wave in self.waves]
+
+
 class Protocol:
     """One evaluation protocol. Subclasses set the class attributes and implement `splits`, `plan`
     and `run`; the rest has defaults that suit a protocol scoring frozen features."""
@@ -186,12 +213,9 @@ class Protocol:
     version: ClassVar[str]  # bumped whenever a change alters the numbers: old and new never average
     summary: ClassVar[str]  # one line for `vitbench ls protocols` and `--protocol`'s help
     label: ClassVar[str]  # how tables and the report speak of its results, e.g. "few-shot"
-    # what its runs store and how each number is shown (views, progress lines); the axis its runs
-    # vary along within one (model, weights, dataset), if any: the views key on these, never on a name
+    # what its runs store, how each number is shown (views, progress lines) and the axis each
+    # varies along within one (model, weights, dataset): the views key on these, never on a name
     metrics: ClassVar[tuple[Metric, ...]] = (Metric("accuracy", "accuracy"),)
-    axis: ClassVar[Axis | None] = None
-    data_parallel: ClassVar[bool] = False  # it can run under torchrun (`--devices N`)
-    from_random_init: ClassVar[bool] = False  # it makes weights: `--weights` defaults to random
     # the options only it (or a few protocols) reads: `vitbench run` flags, config keys, API keywords
     Options: ClassVar[type[ProtocolOptions]] = ProtocolOptions
 
@@ -199,14 +223,10 @@ class Protocol:
         """The dataset's splits it reads, in the order it uses them (the last one is scored)."""
         raise NotImplementedError
 
-    def resolution(self, model: ModelSpec, req: Request) -> int:
-        """The input resolution when `--res` is not given."""
-        return model.preprocessing.size
-
-    def preprocessing(self, pre: Preprocessing) -> Preprocessing:
-        """The protocol's preprocessing, given the weights' published recipe at the run's resolution
-        (vitbench/preprocessing.py): by default big_vision's few-shot recipe in the weights' value range."""
-        return pre.frozen_features()
+    def inputs(self, model: ModelSpec, req: Request) -> Inputs:
+        """Its image size when `--res` is not given, and its preprocessing (default: the weights'
+        size, big_vision's few-shot recipe)."""
+        return Inputs()
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         """The runs of one (model, dataset): `hparams` holds what every protocol records (resolution,
@@ -222,24 +242,13 @@ class Protocol:
         an earlier one's metrics (`recorder.metric_values`: fine-tuning's final runs read the sweep's)."""
         raise NotImplementedError
 
-    def planned_work(self, group: Group) -> dict[str, dict[str, float]]:
-        """Images each planned run passes through the model, by mode ("train": a training image,
-        three forward passes' FLOPs; "inference": one forward pass), for `--dry-run`'s cost
-        estimate. Default: one extraction of the protocol's splits, shared by the group's runs."""
+    def work(self, group: Group) -> Work:
+        """How the group's runs are done and divided. Default: one extraction of the protocol's
+        splits, shared by the runs, in one cluster job; torchrun's processes share out the
+        extraction (engine/features.py)."""
         images = sum(len(group.splits[name]) for name in self.splits(group.dataset))
-        return {s.run_key: {"inference": images / len(group.specs)} for s in group.specs}
-
-    def followups(self, req: Request, groups: list[Group]) -> list[Request]:
-        """The session's next stage: what runs on what these groups made, once it exists
-        (pre-training: few-shot on the weights it wrote, whose sha256 keys those runs). The session
-        (api.run) plans and runs each request as a stage of its own, into the same store; a dry
-        run plans them by name."""
-        return []
-
-    def jobs(self, specs: list[RunSpec]) -> list[list[list[RunSpec]]]:
-        """How a cluster executor splits the runs: waves (each waits for the one before) of jobs
-        (each a list of runs). Default: one job, so that its runs share one feature extraction."""
-        return [[specs]] if specs else []
+        each = {s.run_key: {"inference": images / len(group.specs)} for s in group.specs}
+        return Work(each, [[group.specs]] if group.specs else [])
 
     def describe(self, spec: RunSpec) -> str:
         """A run's settings beyond its protocol and seed, for its progress line and `--dry-run`:
@@ -247,6 +256,11 @@ class Protocol:
         if self.axis is None:
             return ""
         return f"{self.axis.name}={self.axis.of(spec.shots, spec.hparams)}"
+
+    @property
+    def axis(self) -> Axis | None:
+        """The axis its runs vary along: the one its metrics declare (none where they declare none)."""
+        return next((m.axis for m in self.metrics if m.axis is not None), None)
 
     def base_spec(
         self, group: Group, first: Split, weights_sha: str, hparams: dict, seed: int, shots: int | None = None
@@ -264,3 +278,15 @@ class Protocol:
             seed,
             shots,
         )
+
+
+class Trainer(Protocol):
+    """A protocol that makes weights (pre-training): it starts from random init (`--weights`
+    defaults to random), and what it made is then evaluated. Once its runs are stored, the session
+    (api.run) plans and runs each request `followups` returns as a stage of its own, through the
+    same planner as any run and into the same store; a dry run plans them by name."""
+
+    def followups(self, req: Request, groups: list[Group]) -> list[Request]:
+        """The evaluations of what these groups made (pre-training: few-shot on the weights it
+        wrote, whose sha256 keys those runs), made with `req.next_stage(...)`."""
+        return []

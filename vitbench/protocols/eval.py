@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from vitbench.backend import Preprocessing
+from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import (
@@ -22,7 +22,7 @@ from vitbench.engine.scoring import (
     scores_over_the_head,
     with_other,
 )
-from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
+from vitbench.protocols.base import Group, Inputs, Protocol, Recorder, Request, Result, RunSpec
 from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import DATA_PANEL, ProtocolOptions, option
 
@@ -63,8 +63,8 @@ class Eval(Protocol):
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         return dataset.final_splits[1:]  # the final test split only
 
-    def preprocessing(self, pre: Preprocessing) -> Preprocessing:
-        return pre.published_eval()
+    def inputs(self, model: ModelSpec, req: Request) -> Inputs:
+        return Inputs(recipe=Preprocessing.published_eval)  # the checkpoint family's own eval recipe
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         first = group.splits[self.splits(group.dataset)[0]]
@@ -78,11 +78,12 @@ class Eval(Protocol):
     def run(
         self, group: Group, todo: list[RunSpec], req: Request, runtime: Runtime, recorder: Recorder
     ) -> Iterator[Result]:
+        from vitbench.engine.distributed import world
         from vitbench.engine.features import group_model, outputs_over
 
         spec = todo[0]
         started = datetime.now(UTC)
-        clock = Clock(runtime.device)
+        clock = Clock(runtime.device, world().size)  # device-seconds: under torchrun every process extracts a share
         split_name = self.splits(group.dataset)[0]
         split = group.splits[split_name]
         model = group_model(group, keep_head=True)

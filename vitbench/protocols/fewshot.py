@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -21,7 +21,7 @@ from vitbench.datasets.base import DEV_SEED
 from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.errors import UserError
-from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec, frozen_result
+from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec, Work, frozen_result
 from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import FEWSHOT_PANEL, WHAT_PANEL, limits, option
@@ -83,9 +83,7 @@ class FewShot(Protocol):
     summary = "closed-form linear few-shot on frozen features (1/5/10/25 shots x 3 seeds)"
     label = "few-shot"
     # a `--fewshot-l2 sweep` run stores `accuracy@l2=λ` per λ instead (views/columns.py picks one λ)
-    metrics = (Metric("accuracy", "accuracy"),)
-    axis = Axis("shots", "shots per class", headline=10, shown="{}-shot")
-    data_parallel = True  # under torchrun the processes share out the extraction (engine/features.py)
+    metrics = (Metric("accuracy", "accuracy", axis=Axis("shots", "shots per class", headline=10, shown="{}-shot")),)
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         return dataset.fewshot_splits  # shots from the first, scored on the second
@@ -150,12 +148,13 @@ class FewShot(Protocol):
                 spec, found, _metrics(accs, label), started, share, solve.seconds, notes, predictions, n_train
             )
 
-    def planned_work(self, group: Group) -> dict[str, dict[str, float]]:
+    def work(self, group: Group) -> Work:
         """Only the drawn train images are extracted (at most shots × classes per seed), then the test split."""
         train, test = (group.splits[name] for name in self.splits(group.dataset))
         shots, seeds = max(s.shots or 0 for s in group.specs), {s.seed for s in group.specs}
         drawn = min(len(train), shots * group.dataset.num_classes * len(seeds))
-        return {s.run_key: {"inference": (drawn + len(test)) / len(group.specs)} for s in group.specs}
+        each = {s.run_key: {"inference": (drawn + len(test)) / len(group.specs)} for s in group.specs}
+        return replace(super().work(group), images=each)
 
 
 def _fewshot_train(group: Group, name: str, choice: str) -> dict:

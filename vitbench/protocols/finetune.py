@@ -21,7 +21,7 @@ from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids, scores
 from vitbench.errors import UserError
-from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
+from vitbench.protocols.base import Group, Inputs, Protocol, Recorder, Request, Result, RunSpec, Work
 from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import FINETUNE_PANEL, limits, option
 from vitbench.protocols.recipes import (
@@ -119,18 +119,15 @@ class Finetune(Protocol):
         Metric("dev_accuracy", "dev accuracy"),
         Metric("lr", "LR", unit="", progress=False),
     )
-    data_parallel = True
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         """The dev sweep's (train on, score on), then the final runs' (train on, report on)."""
         return tuple(dict.fromkeys(dataset.sweep_splits + dataset.final_splits))
 
-    def resolution(self, model: ModelSpec, req: Request) -> int:
-        return smoke_res(model.input_multiple) if FinetuneOptions.of(req).smoke else RES
-
-    def preprocessing(self, pre: Preprocessing) -> Preprocessing:
+    def inputs(self, model: ModelSpec, req: Request) -> Inputs:
         # evaluated after vit_jax's plain resize, in the weights' value range (not their eval recipe)
-        return pre.plain_resize()
+        res = smoke_res(model.input_multiple) if FinetuneOptions.of(req).smoke else RES
+        return Inputs(res, Preprocessing.plain_resize)
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         """The dev sweep, then the final runs whose LR is the sweep's best. With --lr, or a
@@ -229,20 +226,17 @@ class Finetune(Protocol):
                 train_checkpoint.discard(checkpoint)  # (once the result is stored)
             barrier(world)
 
-    def planned_work(self, group: Group) -> dict[str, dict[str, float]]:
-        """steps × batch training images (the HyperRule's steps where a run uses its recipe), then its scored split."""
-        work = {}
+    def work(self, group: Group) -> Work:
+        """Each run trains on steps × batch images (the HyperRule's steps where it uses its recipe),
+        then scores its split; one cluster job per run, the final runs that take the sweep's LR
+        waiting for the sweep (a second wave); data-parallel training (engine/training.py)."""
+        images: dict[str, dict[str, float]] = {}
+        waves: list[list[list[RunSpec]]] = [[], []]
         for spec in group.specs:
             h = training_hparams(spec.hparams, spec.hparams.get("recipe"))
-            work[spec.run_key] = {"train": h["steps"] * h["batch"], "inference": len(group.splits[h["splits"][1]])}
-        return work
-
-    def jobs(self, specs: list[RunSpec]) -> list[list[list[RunSpec]]]:
-        """One job per run; the final runs that take the sweep's LR wait for the sweep (a second wave)."""
-        waves: list[list[list[RunSpec]]] = [[], []]
-        for spec in specs:
+            images[spec.run_key] = {"train": h["steps"] * h["batch"], "inference": len(group.splits[h["splits"][1]])}
             waves[1 if spec.hparams.get("lr") == "best-on-dev" else 0].append([spec])
-        return waves
+        return Work(images, waves)
 
     def describe(self, spec: RunSpec) -> str:
         h = training_hparams(spec.hparams, spec.hparams.get("recipe"))

@@ -18,6 +18,8 @@ from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, limits, option
 
+K = Axis("k", "neighbours (k)", headline=20)  # both metrics vary along k
+
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
 # version (tables, `--help`) stays light.
 if TYPE_CHECKING:
@@ -43,9 +45,7 @@ class KNearestNeighbours(Protocol):
     version = "knn/3"
     summary = "weighted k-NN on frozen features (DINO: cosine, k=20, T=0.07), top-1 and top-5"
     label = "k-NN"
-    metrics = (Metric("accuracy", "accuracy"), Metric("accuracy_top5", "top-5 accuracy"))
-    axis = Axis("k", "neighbours (k)", headline=20)
-    data_parallel = True  # under torchrun the processes share out the extraction (engine/features.py)
+    metrics = (Metric("accuracy", "accuracy", axis=K), Metric("accuracy_top5", "top-5 accuracy", axis=K))
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         return dataset.fewshot_splits  # the memory bank, then the scored split

@@ -56,7 +56,6 @@ class LinearProbe(Protocol):
         Metric("val_accuracy", "dev accuracy", progress=False),
         Metric("l2", "λ", unit="", higher_is_better=False),
     )
-    data_parallel = True  # under torchrun the processes share out the extraction (engine/features.py)
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         return dataset.fewshot_splits  # train (the validation split is carved from it), then test

@@ -3,8 +3,8 @@ along. The views, the progress lines and the report read these declarations; non
 which protocol produced a number (lm-evaluation-harness's metrics carry `higher_is_better` and
 their aggregation the same way, so that its `make_table` knows no task).
 
-    metrics = (Metric("accuracy", "top-1 accuracy"), Metric("accuracy_top5", "top-5 accuracy"))
-    axis = Axis("k", "neighbours (k)", headline=20)
+    K = Axis("k", "neighbours (k)", headline=20)
+    metrics = (Metric("accuracy", "top-1 accuracy", axis=K), Metric("accuracy_top5", "top-5 accuracy", axis=K))
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ class Metric:
     view: str = ACCURACY_VIEW
     paper: bool = False  # it stands beside the paper's fine-tuned Table 2 cells (a Δ is shown)
     progress: bool = True  # shown on the run's progress line, when the run stores it
+    # the setting its value varies along within one (model, weights, dataset), if any: a table
+    # column per value, the x of its figure; a protocol's runs vary along one (Protocol.axis)
+    axis: Axis | None = None
 
     @property
     def transfer(self) -> bool:

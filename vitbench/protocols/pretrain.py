@@ -24,7 +24,7 @@ from vitbench.datasets import DatasetSpec
 from vitbench.devices import Runtime
 from vitbench.errors import UserError
 from vitbench.protocols import pretrain_recipe as recipe
-from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec
+from vitbench.protocols.base import Group, Inputs, Recorder, Request, Result, RunSpec, Trainer, Work
 from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.fewshot import FEWSHOT
 from vitbench.protocols.measures import Metric
@@ -127,7 +127,7 @@ class PretrainOptions(TrainingOptions):
     )
 
 
-class Pretrain(Protocol):
+class Pretrain(Trainer):
     name = "pretrain"
     version = "pretrain/1"
     summary = "pre-train from random init (Table 3 recipe, --objective mpp, --pretrain-subset), then 5-shot transfer"
@@ -138,21 +138,16 @@ class Pretrain(Protocol):
         Metric("val_accuracy", "dev accuracy", view="pretrain"),
         Metric("best_step", "weights kept from step", unit="", view="pretrain"),
     )
-    data_parallel = True
-    from_random_init = True
     Options = PretrainOptions
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         """Learn from the part of train that fine-tuning's LR sweep learns from; stop early on its dev part."""
         return tuple(dataset.sweep_splits)
 
-    def resolution(self, model: ModelSpec, req: Request) -> int:
-        if not PretrainOptions.of(req).smoke:
-            return recipe.RES
-        return model.input_multiple * math.ceil(SMOKE_RES / model.input_multiple)
-
-    def preprocessing(self, pre: Preprocessing) -> Preprocessing:
-        return pre.plain_resize()  # the dev split is scored after a plain resize, as fine-tuning's
+    def inputs(self, model: ModelSpec, req: Request) -> Inputs:
+        # the dev split is scored after a plain resize, as fine-tuning's
+        smoke = model.input_multiple * math.ceil(SMOKE_RES / model.input_multiple)
+        return Inputs(smoke if PretrainOptions.of(req).smoke else recipe.RES, Preprocessing.plain_resize)
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         if not group.weights.random:
@@ -211,17 +206,16 @@ class Pretrain(Protocol):
                                          options=shots, res=res))  # fmt: skip
         return follow
 
-    def planned_work(self, group: Group) -> dict[str, dict[str, float]]:
-        """steps × batch training images (early stopping can end a run sooner), and the dev split at each validation."""
+    def work(self, group: Group) -> Work:
+        """Each run trains on steps × batch images (early stopping can end it sooner) and scores
+        the dev split at each validation; one cluster job per run (each is hours of accelerator
+        time at scale); data-parallel training (engine/training.py)."""
         dev = len(group.splits[group.dataset.sweep_splits[1]])
-        return {
+        images = {
             s.run_key: {"train": s.hparams["steps"] * s.hparams["batch"], "inference": recipe.VALIDATIONS * dev}
             for s in group.specs
         }
-
-    def jobs(self, specs: list[RunSpec]) -> list[list[list[RunSpec]]]:
-        """One cluster job per pre-training run (each is hours of accelerator time at scale)."""
-        return [[[spec] for spec in specs]] if specs else []
+        return Work(images, [[[spec] for spec in group.specs]] if group.specs else [])
 
     def describe(self, spec: RunSpec) -> str:
         h = spec.hparams
