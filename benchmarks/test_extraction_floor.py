@@ -20,6 +20,8 @@ def jpegs(tmp_path_factory):
 @pytest.mark.parametrize("model", ["deit-ti/16", "vit-b/16"])
 def test_extraction_against_the_bare_forward_and_the_matmul_peak(benchmark, jpegs, model, capsys):
     quick = benchmark.disabled  # CI: runs once, tiny, to keep working; its figures mean nothing
+    if quick and model != "deit-ti/16":
+        pytest.skip("CI runs each benchmark once: DeiT-Ti shows it works (ViT-B/16 is the same path, 20 s more)")
     opts = bench.with_defaults(
         Options(
             batch=4 if quick else 16,

@@ -125,12 +125,12 @@ def test_every_text_value_round_trips_through_the_printed_toml(text, suite):
     from vitbench.cli.config import to_toml
     from vitbench.suites import SUITES, Suite
 
-    SUITES[suite] = Suite(suite, (text, "digits"), "fewshot", f"defined in {text}", {"weights": text})
+    SUITES.register(Suite(suite, (text, "digits"), "fewshot", f"defined in {text}", {"weights": text}))
     try:
         printed = to_toml({"data_dir": text, "datasets": "a,b", "suite": suite, "lr": 0.5},
                           {"data_dir": "path", "datasets": "str", "suite": "str", "lr": "float"})  # fmt: skip
     finally:
-        del SUITES[suite]
+        SUITES.unregister(suite)
     loaded = tomllib.loads(printed)
     assert loaded["data_dir"] == text and loaded["datasets"] == ["a", "b"] and loaded["suite"] == suite
     mine = loaded["suites"][suite]

@@ -116,7 +116,7 @@ def test_pretrained_weights_serve_other_protocols_by_run_key(cli, results):
                        *TINY, "--results", results)  # fmt: skip
     assert code == 2 and "trains from random init" in err
     for args, message in (
-        (["--objective", "bert"], "--objective bert: expected one of supervised, mpp"),
+        (["--objective", "bert"], "--objective bert: expected supervised or mpp"),
         (["--pos-embed", "3-d"], "--pos-embed 3-d: expected one of"),
         (["--model", "bit-m-r50x1", "--objective", "mpp"], "masked patch prediction needs a ViT"),
         (["--pretrain-subset", "200%"], "--pretrain-subset 200%: expected 1 to 453 images"),

@@ -244,4 +244,4 @@ def test_a_protocol_registered_in_process_runs_through_the_python_api(tmp_path):
         with pytest.raises(UserError, match="--protocol nope: expected fewshot, finetune, .*, pretrain, ncm"):
             registry.get_protocol("nope")
     finally:
-        registry._registered.pop("ncm")
+        registry.protocols().unregister("ncm")

@@ -8,12 +8,16 @@ first use. `VITBENCH_DISABLE_PLUGIN_AUTOLOAD=1` keeps only vitbench's own built-
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from typing import TypeVar
+
+from vitbench.errors import UserError
 
 log = logging.getLogger("vitbench")
 
@@ -86,3 +90,78 @@ def load_group(
             continue
         found += [(name, item) for item in items]
     return found
+
+
+T = TypeVar("T")
+
+
+class Registry(Mapping[str, T]):
+    """Name -> T, the one registry every extension point uses (models, datasets, dataset formats,
+    protocols, table views): the built-ins in their order, then what other packages register
+    through an entry-point group (`plugins`: (plugin name, object) pairs, read once, on first use),
+    then what this process registers (`register`, for a notebook or a test). An entry may not
+    replace one already there: it is skipped with a warning. `find` is the lookup a user's word
+    goes through: a one-line error (`unknown`) where it names nothing."""
+
+    def __init__(
+        self,
+        kind: str,
+        key: Callable[[T], str],
+        builtins: Callable[[], Iterable[T]],
+        plugins: Callable[[], Iterable[tuple[str, object]]] = tuple,
+        of_type: type | tuple[type, ...] = object,
+        unknown: Callable[[str, list[str]], str] | None = None,
+        reserved: frozenset[str] = frozenset(),  # names no plugin may take
+    ):
+        self.kind, self.key, self._builtins, self._plugins = kind, key, builtins, plugins
+        self.of_type, self.reserved = of_type, reserved
+        self._unknown = unknown or self._suggest
+        self._registered: dict[str, T] = {}
+        self._found: dict[str, T] | None = None
+
+    def _all(self) -> dict[str, T]:
+        if self._found is None:
+            found = {self.key(item): item for item in self._builtins()}
+            later = [*self._plugins(), *(("register()", item) for item in self._registered.values())]
+            for source, item in later:
+                if not isinstance(item, self.of_type):
+                    continue  # (a group that gives two kinds: the datasets' gives datasets and formats)
+                name = self.key(item)  # type: ignore[arg-type]
+                if name in found or name in self.reserved:
+                    log.warning("plugin %s redefines %s %s; keeping the first definition", source, self.kind, name)
+                    continue
+                found[name] = item  # type: ignore[assignment]
+            self._found = found
+        return self._found
+
+    def __getitem__(self, name: str) -> T:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def register(self, item: T) -> T:
+        """Make `item` available by its name in this process."""
+        self._registered[self.key(item)] = item
+        self._found = None
+        return item
+
+    def unregister(self, name: str) -> None:
+        """Forget what `register` made available under `name` (a built-in or a plugin's stays)."""
+        self._registered.pop(name, None)
+        self._found = None
+
+    def find(self, name: str) -> T:
+        """The entry named `name`, or a one-line error (UserError) that says what was expected."""
+        found = self._all()
+        if name not in found:
+            raise UserError(self._unknown(name, list(found)))
+        return found[name]
+
+    def _suggest(self, name: str, known: list[str]) -> str:
+        close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; see `vitbench ls {self.kind}s`"
+        return f"unknown {self.kind} '{name}'{hint}"

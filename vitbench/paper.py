@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from vitbench.entry_points import Registry
 from vitbench.errors import UserError
-from vitbench.registry import lookup
 
 TABLES = {
     "1": "table1.csv",
@@ -60,7 +60,7 @@ def column(name: str) -> pd.DataFrame:
             out["source"] = rows["source"]
             return out.reset_index(drop=True)
 
-    lookup("paper column", name, {c: c for c in columns()})  # raises with suggestions
+    Registry("paper column", str, columns).find(name)  # raises with suggestions
     raise AssertionError
 
 

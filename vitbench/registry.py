@@ -5,7 +5,6 @@ registers exactly like a third-party package."""
 
 from __future__ import annotations
 
-import difflib
 import logging
 from functools import cache
 
@@ -14,7 +13,7 @@ from vitbench.backend import ModelSpec
 from vitbench.datasets import DATASETS, DatasetSpec
 from vitbench.datasets.base import DatasetFormat
 from vitbench.datasets.folder import FORMATS as FOLDER_FORMATS
-from vitbench.entry_points import BACKENDS, PluginInfo
+from vitbench.entry_points import BACKENDS, PluginInfo, Registry
 from vitbench.entry_points import DATASETS as DATASET_PLUGINS
 from vitbench.errors import UserError
 from vitbench.suites import SUITES, Suite
@@ -63,18 +62,11 @@ def plugins() -> list[PluginInfo]:
     return entry_points.plugins(BACKENDS)
 
 
-@cache
-def models() -> dict[str, ModelSpec]:
+def _models() -> list[tuple[str, ModelSpec]]:
+    """The backends' models: vitbench's own through the same entry-point group as a plugin's
+    (their modules directly where vitbench was never pip-installed: a source tree)."""
     builtins = [(m.rsplit(".", 1)[1], f"{m}:MODELS") for m in BUILTIN_MODULES]
-    found: dict[str, ModelSpec] = {}
-    for name, spec in entry_points.load_group(BACKENDS, "MODELS", ModelSpec, builtins):
-        if spec.name in found:
-            log.warning("plugin %s redefines model %s; keeping the first definition", name, spec.name)
-            continue
-        found[spec.name] = spec
-    for spec in REFERENCE_ONLY:
-        found.setdefault(spec.name, spec)
-    return found
+    return entry_points.load_group(BACKENDS, "MODELS", ModelSpec, builtins)
 
 
 @cache
@@ -83,48 +75,41 @@ def _dataset_plugins() -> list[tuple[str, DatasetSpec | DatasetFormat]]:
     return entry_points.load_group(DATASET_PLUGINS, "DATASETS", (DatasetSpec, DatasetFormat))
 
 
-@cache
-def datasets() -> dict[str, DatasetSpec]:
+def _by_name(spec: ModelSpec | DatasetSpec) -> str:
+    return spec.name
+
+
+# the paper's reference-only rows after every backend's models (a backend may not take their names)
+MODELS: Registry[ModelSpec] = Registry(
+    "model", _by_name, tuple, lambda: [*_models(), *(("vitbench", spec) for spec in REFERENCE_ONLY)], of_type=ModelSpec
+)
+DATASETS_BY_NAME: Registry[DatasetSpec] = Registry(
+    "dataset", _by_name, lambda: DATASETS.values(), _dataset_plugins, of_type=DatasetSpec
+)
+# parametric datasets by prefix: `folder:<path>`, then the plugins' (none may take `timm`, a model prefix)
+DATASET_FORMATS: Registry[DatasetFormat] = Registry(
+    "dataset format", lambda form: form.prefix, lambda: FOLDER_FORMATS, _dataset_plugins, of_type=DatasetFormat,
+    reserved=frozenset({TIMM_PREFIX.rstrip(":")}),
+)  # fmt: skip
+
+
+def models() -> Registry[ModelSpec]:
+    return MODELS
+
+
+def datasets() -> Registry[DatasetSpec]:
     """The built-in datasets, then those of `vitbench.datasets` plugins (which may not replace one)."""
-    found = dict(DATASETS)
-    for name, spec in _dataset_plugins():
-        if not isinstance(spec, DatasetSpec):
-            continue
-        if spec.name in found:
-            log.warning("plugin %s redefines dataset %s; keeping the first definition", name, spec.name)
-            continue
-        found[spec.name] = spec
-    return found
+    return DATASETS_BY_NAME
 
 
-@cache
-def dataset_formats() -> dict[str, DatasetFormat]:
-    """Parametric datasets by prefix: `folder:<path>`, then the plugins' (which may not replace one,
-    nor take `timm`, a model prefix)."""
-    found = {f.prefix: f for f in FOLDER_FORMATS}
-    for name, form in _dataset_plugins():
-        if not isinstance(form, DatasetFormat):
-            continue
-        if form.prefix in found or form.prefix == TIMM_PREFIX.rstrip(":"):
-            log.warning("plugin %s redefines dataset format %s:; keeping the first definition", name, form.prefix)
-            continue
-        found[form.prefix] = form
-    return found
-
-
-def lookup(kind: str, name: str, choices: dict):
-    """choices[name], or a one-line error that suggests the closest names."""
-    if name in choices:
-        return choices[name]
-    close = difflib.get_close_matches(name.lower(), list(choices), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else f"; see `vitbench ls {kind}s`"
-    raise UserError(f"unknown {kind} '{name}'{hint}")
+def dataset_formats() -> Registry[DatasetFormat]:
+    return DATASET_FORMATS
 
 
 def get_model(name: str, runnable: bool = True) -> ModelSpec:
     if name.startswith(TIMM_PREFIX):
         return timm_spec(name)
-    spec: ModelSpec = lookup("model", name, models())
+    spec = MODELS.find(name)
     if runnable and spec.reference_only:
         raise UserError(f"model {name} is a paper reference only and cannot be run: {spec.reference_only}")
     return spec
@@ -142,8 +127,8 @@ def get_dataset(name: str) -> DatasetSpec:
         if not argument:
             raise UserError(f"dataset '{name}': {prefix}: needs its argument ({form.summary})")
         return form.build(argument)
-    return lookup("dataset", name, datasets())
+    return DATASETS_BY_NAME.find(name)
 
 
 def get_suite(name: str) -> Suite:
-    return lookup("suite", name, SUITES)
+    return SUITES.find(name)

@@ -181,7 +181,7 @@ def _register_suites(path: Path, suites) -> None:
         _named(where, "protocol", lambda p=protocol: get_protocol(p))
         defaults = {k: spec[k] for k in ("model", "weights") if k in spec}
         description = str(spec.get("description", f"defined in {path.name}"))
-        SUITES[name] = Suite(name, tuple(str(d) for d in spec["datasets"]), protocol, description, defaults)
+        SUITES.register(Suite(name, tuple(str(d) for d in spec["datasets"]), protocol, description, defaults))
 
 
 def _named(where: str, key: str, check) -> None:

@@ -53,7 +53,10 @@ class PretrainOptions(TrainingOptions):
     """Pre-training's own options (None: Table 3's value for the dataset)."""
 
     objective: str = option(
-        "supervised", "pretrain: supervised (§3.1) or mpp (masked patch prediction, §4.6).", panel=PRETRAIN_PANEL
+        "supervised",
+        "pretrain: supervised (§3.1) or mpp (masked patch prediction, §4.6).",
+        panel=PRETRAIN_PANEL,
+        choices=OBJECTIVES,
     )
     mpp_target: str = option(
         "mean-colour",
@@ -154,8 +157,6 @@ class Pretrain(Trainer):
             raise UserError("--protocol pretrain: trains from random init; give --weights random (or leave it out)")
         o, backend = PretrainOptions.of(req), group.model.backend
         assert backend is not None  # (a paper-only name never reaches a plan)
-        if o.objective not in OBJECTIVES:
-            raise UserError(f"--objective {o.objective}: expected one of {', '.join(OBJECTIVES)}")
         from vitbench import position_embeddings
 
         if o.pos_embed not in position_embeddings.POS_EMBED:

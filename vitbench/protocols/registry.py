@@ -8,8 +8,7 @@ import logging
 from collections.abc import Callable
 from functools import cache
 
-from vitbench.entry_points import PROTOCOLS, load_group
-from vitbench.errors import UserError
+from vitbench.entry_points import PROTOCOLS, Registry, load_group
 from vitbench.protocols.base import Protocol
 from vitbench.protocols.eval import EVAL
 from vitbench.protocols.fewshot import FEWSHOT
@@ -26,37 +25,25 @@ log = logging.getLogger("vitbench")
 # then fine-tuned, the checkpoint's own head, the other frozen-feature probes (a plugin's after)
 BUILTIN: tuple[Protocol, ...] = (FEWSHOT, FINETUNE, EVAL, KNN, LINEAR, PRETRAIN)
 BUILTIN_NAMES = frozenset(p.name for p in BUILTIN)
-_registered: dict[str, Protocol] = {}
+# every known protocol by name, built-ins first, then the `vitbench.protocols` plugins' and those
+# registered in this process; none may replace one already there
+PROTOCOLS_BY_NAME: Registry[Protocol] = Registry(
+    "protocol", lambda p: p.name, lambda: BUILTIN, lambda: load_group(PROTOCOLS, "PROTOCOL", Protocol),
+    of_type=Protocol, unknown=lambda name, known: f"--protocol {name}: expected {', '.join(known)}",
+)  # fmt: skip
 
 
 def register(protocol: Protocol | type[Protocol]) -> Protocol:
     """Make a protocol available by its name in this process, e.g. `register(MyProtocol())`."""
-    instance = protocol() if isinstance(protocol, type) else protocol
-    _registered[instance.name] = instance
-    return instance
+    return PROTOCOLS_BY_NAME.register(protocol() if isinstance(protocol, type) else protocol)
 
 
-@cache
-def _plugins() -> tuple[Protocol, ...]:
-    return tuple(item for _, item in load_group(PROTOCOLS, "PROTOCOL", Protocol))
-
-
-def protocols() -> dict[str, Protocol]:
-    """Every known protocol by name, built-ins first; a plugin cannot replace a built-in."""
-    found = {p.name: p for p in BUILTIN}
-    for p in (*_plugins(), *_registered.values()):
-        if p.name in BUILTIN_NAMES:
-            log.warning("protocol %s: a plugin may not replace the built-in; keeping vitbench's", p.name)
-            continue
-        found[p.name] = p
-    return found
+def protocols() -> Registry[Protocol]:
+    return PROTOCOLS_BY_NAME
 
 
 def get_protocol(name: str) -> Protocol:
-    known = protocols()
-    if name not in known:
-        raise UserError(f"--protocol {name}: expected {', '.join(known)}")
-    return known[name]
+    return PROTOCOLS_BY_NAME.find(name)
 
 
 def with_metric(test: Callable[[Metric], bool]) -> set[str]:

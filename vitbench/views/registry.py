@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench import store
+from vitbench.entry_points import Registry
 from vitbench.errors import UserError, listed
 from vitbench.protocols.base import Protocol
 from vitbench.protocols.registry import BUILTIN, protocols
@@ -128,42 +129,46 @@ def _accuracy(i: Inputs) -> TableData:
     raise UserError(f"--table {i.layout}: expected 2, 5, 6 or 9")
 
 
-TABLES = {
-    v.name: v
-    for v in (
-        TableView("accuracy", _accuracy, frozenset(TABLE_OPTIONS), summary="the paper's layouts: --table 2, 5, 6 or 9"),
-        TableView(
-            "robustness",
-            lambda i: robustness.robustness_view(i.df, i.compare, i.protocol, i.include_marked, i.delta_to),
-            frozenset({"compare", "include_marked", "delta_to"}),
-            summary="ImageNet val, V2, R, A, Sketch, ObjectNet: --protocol eval runs",
-        ),
-        TableView("calibration", lambda i: per_class.calibration_view(i.df), summary="ECE and NLL of eval runs"),
-        TableView(
-            "attention",
-            lambda i: attention.attention_view(store.read_attention_distance(i.results)),
-            summary="mean attention distance per layer",
-        ),
-        TableView(
-            "pretrain",
-            lambda i: pretraining.pretrain_view(i.df),
-            shows=pretraining.linked_runs,
-            summary="pre-training runs beside the few-shot accuracy of their weights and of random init",
-        ),
-        TableView(
-            "per-class",
-            lambda i: per_class.per_class_view(i.df, i.per_class or "", i.results, i.protocol),
-            chosen_by="--per-class",
-        ),
-        TableView(
-            "bench",
-            lambda i: bench_table.bench_view(store.read_bench(i.results)),
-            empty="no throughput measurements in {db} yet; try `vitbench bench`",
-            chosen_by="--bench",
-        ),
-    )
-}
+_BUILTIN_TABLES = (
+    TableView("accuracy", _accuracy, frozenset(TABLE_OPTIONS), summary="the paper's layouts: --table 2, 5, 6 or 9"),
+    TableView(
+        "robustness",
+        lambda i: robustness.robustness_view(i.df, i.compare, i.protocol, i.include_marked, i.delta_to),
+        frozenset({"compare", "include_marked", "delta_to"}),
+        summary="ImageNet val, V2, R, A, Sketch, ObjectNet: --protocol eval runs",
+    ),
+    TableView("calibration", lambda i: per_class.calibration_view(i.df), summary="ECE and NLL of eval runs"),
+    TableView(
+        "attention",
+        lambda i: attention.attention_view(store.read_attention_distance(i.results)),
+        summary="mean attention distance per layer",
+    ),
+    TableView(
+        "pretrain",
+        lambda i: pretraining.pretrain_view(i.df),
+        shows=pretraining.linked_runs,
+        summary="pre-training runs beside the few-shot accuracy of their weights and of random init",
+    ),
+    TableView(
+        "per-class",
+        lambda i: per_class.per_class_view(i.df, i.per_class or "", i.results, i.protocol),
+        chosen_by="--per-class",
+    ),
+    TableView(
+        "bench",
+        lambda i: bench_table.bench_view(store.read_bench(i.results)),
+        empty="no throughput measurements in {db} yet; try `vitbench bench`",
+        chosen_by="--bench",
+    ),
+)
 CHOSEN_BY_FLAG = ("per-class", "bench")  # --per-class DATASET, --bench: not names of --view
+
+
+def _not_a_view(name: str, known: list[str]) -> str:
+    return f"--view {name}: expected {listed(n for n in known if n not in CHOSEN_BY_FLAG)}"
+
+
+TABLES: Registry[TableView] = Registry("table view", lambda v: v.name, lambda: _BUILTIN_TABLES, unknown=_not_a_view)
 
 
 def views_help() -> str:
@@ -173,10 +178,9 @@ def views_help() -> str:
 
 
 def table_view(name: str) -> TableView:
-    names = [n for n in TABLES if n not in CHOSEN_BY_FLAG]
-    if name not in names:
-        raise UserError(f"--view {name}: expected {listed(names)}")
-    return TABLES[name]
+    if name in CHOSEN_BY_FLAG:  # (by its flag, not by name)
+        raise UserError(_not_a_view(name, list(TABLES)))
+    return TABLES.find(name)
 
 
 @dataclass(frozen=True)
