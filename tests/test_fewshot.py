@@ -172,11 +172,12 @@ def test_shots_come_from_the_datasets_fewshot_part_of_train_unless_full(cli, res
     import dataclasses
 
     from vitbench import registry
+    from vitbench.entry_points import Registry
 
     known = registry.datasets()
     assert known["imagenet"].fewshot_train_limit == 65_000
-    with_part = {**known, "digits": dataclasses.replace(known["digits"], fewshot_train_limit=100)}
-    monkeypatch.setattr(registry, "datasets", lambda: with_part)
+    with_part = [dataclasses.replace(d, fewshot_train_limit=100) if d.name == "digits" else d for d in known.values()]
+    monkeypatch.setattr(registry, "DATASETS_BY_NAME", Registry("dataset", lambda d: d.name, lambda: with_part))
     run = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
            "--workers", "0", "--shots", "25", "--seeds", "0", "--results", results)  # fmt: skip
     shutil.copytree(one_run / "cache", results / "cache")
