@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from vitbench.cli.options import int_list, option, words
 from vitbench.errors import UserError
-from vitbench.protocols.options import PANELS, PROTOCOL_PANELS_END, Declared
+from vitbench.protocols.options import LEADING_PANELS, TRAILING_PANELS, Declared
 from vitbench.protocols.registry import option_table
 
 
@@ -29,9 +29,13 @@ def parameters() -> list[inspect.Parameter]:
 
 
 def panel_rank(panel: str | None) -> float:
-    """Where a panel shows in `run --help`: vitbench's in their order, a plugin's own after the
-    built-in protocols' panels."""
-    return PANELS.index(panel) if panel in PANELS else PROTOCOL_PANELS_END - 0.5
+    """Where a panel shows in `run --help`: what to run and the data, then the panels the
+    protocols' options name in the registry's order (a plugin's own after the built-ins'), then
+    devices, nodes, cluster jobs and output."""
+    fixed = (*LEADING_PANELS, *TRAILING_PANELS)
+    protocols = [p for p in dict.fromkeys(d.panel for d, _ in option_table().values()) if p not in fixed]
+    order = [*LEADING_PANELS, *protocols, *TRAILING_PANELS]
+    return order.index(panel) if panel in order else len(LEADING_PANELS) + len(protocols) - 0.5
 
 
 def values(given: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,9 @@ from typing import Any, Self
 from vitbench.errors import UserError
 from vitbench.protocols.bounds import MAX_VALUES, Bound, problem
 
-# `vitbench run --help`'s panels, in the order it shows them: the options a protocol declares name one
+# `vitbench run --help`'s panels: what to run and the data first, then the panels the protocols'
+# options name, in the protocol registry's order (cli/protocol_flags.panel_rank: a plugin's own
+# after the built-ins'), then how and where it runs
 WHAT_PANEL = "What to run"
 DATA_PANEL = "Data"
 FEWSHOT_PANEL = "Few-shot, k-NN, linear probe and eval"
@@ -35,18 +37,8 @@ DEVICES_PANEL = "Devices and precision"
 NODES_PANEL = "Several nodes (torchrun)"
 CLUSTER_PANEL = "Cluster jobs (submitit)"
 OUTPUT_PANEL = "Output"
-PANELS = (
-    WHAT_PANEL,
-    DATA_PANEL,
-    FEWSHOT_PANEL,
-    FINETUNE_PANEL,
-    PRETRAIN_PANEL,
-    DEVICES_PANEL,
-    NODES_PANEL,
-    CLUSTER_PANEL,
-    OUTPUT_PANEL,
-)
-PROTOCOL_PANELS_END = PANELS.index(DEVICES_PANEL)  # a plugin's own panel shows after the built-in protocols'
+LEADING_PANELS = (WHAT_PANEL, DATA_PANEL)
+TRAILING_PANELS = (DEVICES_PANEL, NODES_PANEL, CLUSTER_PANEL, OUTPUT_PANEL)
 
 _META = "vitbench.option"
 
