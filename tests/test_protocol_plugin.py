@@ -8,6 +8,7 @@ plot` and the report show it (issue 48)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -245,3 +246,19 @@ def test_a_protocol_registered_in_process_runs_through_the_python_api(tmp_path):
             registry.get_protocol("nope")
     finally:
         registry.protocols().unregister("ncm")
+
+
+@pytest.mark.parametrize(
+    "member, replaced_by",
+    [("resolution", "inputs().res"), ("preprocessing", "inputs().recipe"), ("planned_work", "work().images"),
+     ("jobs", "work().waves"), ("data_parallel", "work().data_parallel"), ("followups", "only a Trainer")],
+)  # fmt: skip
+def test_a_protocol_written_for_the_old_contract_is_refused_naming_what_replaced_the_member(member, replaced_by):
+    """Issue 48 folded six members into inputs(), work() and Trainer: a plugin that still sets one
+    would run with its size, preprocessing or cost silently ignored, so its class is refused with
+    one line (its entry point is then skipped with that line as the warning)."""
+    from vitbench.protocols.base import Protocol, Trainer
+
+    with pytest.raises(TypeError, match=rf"protocol Old: `{member}` is no longer read: .*{re.escape(replaced_by)}"):
+        type("Old", (Protocol,), {member: True})
+    assert issubclass(type("Pretraining", (Trainer,), {"followups": lambda self, req, groups: []}), Protocol)

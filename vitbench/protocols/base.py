@@ -205,9 +205,32 @@ class Work:
         return [[kept for job in wave if (kept := [s for s in job if s.run_key in run_keys])] for wave in self.waves]
 
 
+# members of the protocol contract before issue 48, and what replaced each: a plugin written
+# against the old contract is refused when its class is made (its entry point is then skipped with
+# that line), not run with its size, preprocessing or cost silently ignored
+RETIRED = {
+    "resolution": "the default image size is inputs().res",
+    "preprocessing": "the preprocessing is inputs().recipe",
+    "planned_work": "the images each run passes through the model are work().images",
+    "jobs": "the cluster jobs are work().waves",
+    "data_parallel": "whether torchrun's processes can share the work is work().data_parallel",
+    "from_random_init": "a protocol that makes weights subclasses Trainer",
+    "followups": "only a Trainer (a protocol that makes weights) has followups",
+}
+
+
 class Protocol:
     """One evaluation protocol. Subclasses set the class attributes and implement `splits`, `plan`
     and `run`; the rest has defaults that suit a protocol scoring frozen features."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        trainer = globals().get("Trainer")  # (None while Trainer itself is being made)
+        allowed = {"followups"} if trainer is None or issubclass(cls, trainer) else set()
+        retired = [name for name in RETIRED if name in vars(cls) and name not in allowed]
+        if retired:
+            raise TypeError(f"protocol {cls.__name__}: `{retired[0]}` is no longer read: {RETIRED[retired[0]]} "
+                            "(docs/architecture.md, the protocol interface)")  # fmt: skip
 
     name: ClassVar[str]  # `--protocol NAME`, stored with every run
     version: ClassVar[str]  # bumped whenever a change alters the numbers: old and new never average
