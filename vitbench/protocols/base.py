@@ -179,7 +179,7 @@ class Recorder(TypingProtocol):
 
 
 @dataclass(frozen=True)
-class Inputs:
+class ModelInputs:
     """What the model sees in a protocol's runs: the image size when `--res` is not given (None:
     the weights' own), and the protocol's preprocessing made from the weights' published recipe at
     the run's size (vitbench/preprocessing.py; by default big_vision's few-shot recipe in the
@@ -246,10 +246,10 @@ class Protocol:
         """The dataset's splits it reads, in the order it uses them (the last one is scored)."""
         raise NotImplementedError
 
-    def inputs(self, model: ModelSpec, req: Request) -> Inputs:
+    def inputs(self, model: ModelSpec, req: Request) -> ModelInputs:
         """Its image size when `--res` is not given, and its preprocessing (default: the weights'
         size, big_vision's few-shot recipe)."""
-        return Inputs()
+        return ModelInputs()
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         """The runs of one (model, dataset): `hparams` holds what every protocol records (resolution,

@@ -22,7 +22,7 @@ from vitbench.engine.scoring import (
     scores_over_the_head,
     with_other,
 )
-from vitbench.protocols.base import Group, Inputs, Protocol, Recorder, Request, Result, RunSpec
+from vitbench.protocols.base import Group, ModelInputs, Protocol, Recorder, Request, Result, RunSpec
 from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import DATA_PANEL, ProtocolOptions, option
 
@@ -63,8 +63,8 @@ class Eval(Protocol):
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         return dataset.final_splits[1:]  # the final test split only
 
-    def inputs(self, model: ModelSpec, req: Request) -> Inputs:
-        return Inputs(recipe=Preprocessing.published_eval)  # the checkpoint family's own eval recipe
+    def inputs(self, model: ModelSpec, req: Request) -> ModelInputs:
+        return ModelInputs(recipe=Preprocessing.published_eval)  # the checkpoint family's own eval recipe
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         first = group.splits[self.splits(group.dataset)[0]]

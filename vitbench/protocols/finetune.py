@@ -21,7 +21,7 @@ from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids, scores
 from vitbench.errors import UserError
-from vitbench.protocols.base import Group, Inputs, Protocol, Recorder, Request, Result, RunSpec, Work
+from vitbench.protocols.base import Group, ModelInputs, Protocol, Recorder, Request, Result, RunSpec, Work
 from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import FINETUNE_PANEL, limits, option
 from vitbench.protocols.recipes import (
@@ -124,10 +124,10 @@ class Finetune(Protocol):
         """The dev sweep's (train on, score on), then the final runs' (train on, report on)."""
         return tuple(dict.fromkeys(dataset.sweep_splits + dataset.final_splits))
 
-    def inputs(self, model: ModelSpec, req: Request) -> Inputs:
+    def inputs(self, model: ModelSpec, req: Request) -> ModelInputs:
         # evaluated after vit_jax's plain resize, in the weights' value range (not their eval recipe)
         res = smoke_res(model.input_multiple) if FinetuneOptions.of(req).smoke else RES
-        return Inputs(res, Preprocessing.plain_resize)
+        return ModelInputs(res, Preprocessing.plain_resize)
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         """The dev sweep, then the final runs whose LR is the sweep's best. With --lr, or a

@@ -24,7 +24,7 @@ from vitbench.datasets import DatasetSpec
 from vitbench.devices import Runtime
 from vitbench.errors import UserError
 from vitbench.protocols import pretrain_recipe as recipe
-from vitbench.protocols.base import Group, Inputs, Recorder, Request, Result, RunSpec, Trainer, Work
+from vitbench.protocols.base import Group, ModelInputs, Recorder, Request, Result, RunSpec, Trainer, Work
 from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.fewshot import FEWSHOT
 from vitbench.protocols.measures import Metric
@@ -147,10 +147,10 @@ class Pretrain(Trainer):
         """Learn from the part of train that fine-tuning's LR sweep learns from; stop early on its dev part."""
         return tuple(dataset.sweep_splits)
 
-    def inputs(self, model: ModelSpec, req: Request) -> Inputs:
+    def inputs(self, model: ModelSpec, req: Request) -> ModelInputs:
         # the dev split is scored after a plain resize, as fine-tuning's
         smoke = model.input_multiple * math.ceil(SMOKE_RES / model.input_multiple)
-        return Inputs(smoke if PretrainOptions.of(req).smoke else recipe.RES, Preprocessing.plain_resize)
+        return ModelInputs(smoke if PretrainOptions.of(req).smoke else recipe.RES, Preprocessing.plain_resize)
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         if not group.weights.random:
