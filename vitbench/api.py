@@ -164,9 +164,10 @@ def _stage(req: Request, rerun: bool, dry_run: bool, on_plan, on_result, cluster
         writable_results(req.results)
         trackers.check(req.tracker, req.tensorboard)  # a tracker that cannot log: one line before any work
     groups = plan_groups(req, dry_run)
-    serial = [g.protocol for g in groups if not get_protocol(g.protocol).work(g).data_parallel]
-    if world.size > 1 and serial:
-        raise UserError(f"--devices / torchrun: {not_data_parallel(serial[0])}")
+    if world.size > 1:  # (a protocol's work is asked only where processes would share it)
+        serial = [g.protocol for g in groups if not get_protocol(g.protocol).work(g).data_parallel]
+        if serial:
+            raise UserError(f"--devices / torchrun: {not_data_parallel(serial[0])}")
     specs = [s for g in groups for s in g.specs]
     # only rank 0 opens the store (DuckDB has one writer); it tells the others what is done
     con = None if dry_run or not world.is_main else _open_store(req.results)

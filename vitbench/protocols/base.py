@@ -223,10 +223,11 @@ class Protocol:
     """One evaluation protocol. Subclasses set the class attributes and implement `splits`, `plan`
     and `run`; the rest has defaults that suit a protocol scoring frozen features."""
 
+    _makes_weights = False  # a Trainer's: it has followups (not a member: the class says it)
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        trainer = globals().get("Trainer")  # (None while Trainer itself is being made)
-        allowed = {"followups"} if trainer is None or issubclass(cls, trainer) else set()
+        allowed = {"followups"} if cls._makes_weights else set()
         retired = [name for name in RETIRED if name in vars(cls) and name not in allowed]
         if retired:
             raise TypeError(f"protocol {cls.__name__}: `{retired[0]}` is no longer read: {RETIRED[retired[0]]} "
@@ -308,6 +309,8 @@ class Trainer(Protocol):
     defaults to random), and what it made is then evaluated. Once its runs are stored, the session
     (api.run) plans and runs each request `followups` returns as a stage of its own, through the
     same planner as any run and into the same store; a dry run plans them by name."""
+
+    _makes_weights = True
 
     def followups(self, req: Request, groups: list[Group]) -> list[Request]:
         """The evaluations of what these groups made (pre-training: few-shot on the weights it

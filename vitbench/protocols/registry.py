@@ -24,7 +24,6 @@ log = logging.getLogger("vitbench")
 # in the order the tables' columns and the report's sections show them: frozen-feature few-shot,
 # then fine-tuned, the checkpoint's own head, the other frozen-feature probes (a plugin's after)
 BUILTIN: tuple[Protocol, ...] = (FEWSHOT, FINETUNE, EVAL, KNN, LINEAR, PRETRAIN)
-BUILTIN_NAMES = frozenset(p.name for p in BUILTIN)
 # every known protocol by name, built-ins first, then the `vitbench.protocols` plugins' and those
 # registered in this process; none may replace one already there
 PROTOCOLS_BY_NAME: Registry[Protocol] = Registry(
