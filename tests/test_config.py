@@ -202,3 +202,42 @@ def test_a_submit_config_holds_the_jobs_options_and_reruns(cli, tmp_path):
     config.write_text(printed)
     code, again, err = cli("submit", "--config", config, "--print-config")
     assert code == 0 and again == printed, err
+
+
+def test_a_protocol_option_is_one_typed_object_from_the_command_line_a_config_and_the_api(tmp_path):
+    """`--knn-k 10,20`, `knn_k = [10, 20]` and `knn_k=(10, 20)` make the same `KnnOptions` object
+    (the config's array never becomes the text "10,20"); a class others extend reads the values
+    given to them (`TrainingOptions.of`: `--checkpoint-every` reached pre-training through it); a
+    Request field's default and check are its declaration's, which the command line takes."""
+    import typer
+
+    from vitbench.api import request
+    from vitbench.cli import run as run_cli
+    from vitbench.protocols.base import Request
+    from vitbench.protocols.knn import KnnOptions
+    from vitbench.protocols.pretrain import PretrainOptions
+    from vitbench.protocols.shared_options import TrainingOptions
+
+    command = typer.main.get_command(run_cli.app).commands["run"]  # type: ignore[attr-defined]
+    flag = next(p for p in command.params if p.name == "knn_k")
+    context = command.make_context("run", ["--knn-k", "10,20"])
+    from_flag = run_cli._request(context.params)
+    config = tmp_path / "knn.toml"
+    config.write_text("knn_k = [10, 20]\n")
+    from_file = flag.process_value(context, tomllib.loads(config.read_text())["knn_k"])
+    assert from_file == (10, 20) and context.params["knn_k"] == (10, 20)
+    from_api = request(knn_k=[10, 20])
+    assert KnnOptions.of(from_flag) == KnnOptions.of(from_api) == KnnOptions(knn_k=(10, 20))
+    assert KnnOptions.of(from_api) is KnnOptions.of(from_api)  # made once, when the request was
+    assert "knn_k" in from_api.options and "shots" not in from_api.options
+    assert KnnOptions.of(request()) == KnnOptions()  # nothing given: the declared defaults
+
+    trained = request(checkpoint_every=4, steps=7)
+    assert TrainingOptions.of(trained).checkpoint_every == 4 == PretrainOptions.of(trained).checkpoint_every
+    assert TrainingOptions.of(trained).steps == 7
+
+    defaults = {p.name: p.default for p in command.params}
+    assert defaults["extraction_batch"] == Request().extraction_batch == 64
+    assert defaults["workers"] == Request().workers  # the API and the command line: one default
+    with pytest.raises(Exception, match="--extraction-batch 0: expected an integer ≥ 1"):
+        request(extraction_batch=0)

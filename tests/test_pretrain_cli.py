@@ -281,6 +281,6 @@ def test_the_transfer_stage_runs_how_and_where_the_pre_training_ran():
     carried = [f.name for f in fields(req) if f.name not in WHAT]
     assert {name: getattr(after, name) for name in carried} == {name: getattr(req, name) for name in carried}
     assert after.gelu == "tanh" and after.verify_data and after.precision == "fp32"
-    assert (after.protocol, after.model, after.datasets, after.options) == ("fewshot", "vit-ti/16", ("digits5-9",),
-                                                                              {"shots": (5,)})  # fmt: skip
+    assert (after.protocol, after.model, after.datasets, after.options.values()) == (
+        "fewshot", "vit-ti/16", ("digits5-9",), {"shots": (5,)})  # fmt: skip
     assert after.weights.startswith("random,") and after.suite is None

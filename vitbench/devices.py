@@ -37,6 +37,8 @@ def resolve_device(name: str) -> torch.device:
 
 PRECISIONS = ("auto", "bf16", "fp32")
 # --input-pipeline: where images are decoded and augmented (engine/device_data.py chooses for auto)
+# DataLoader workers unless asked: half the cores (the other half feed the model), at most 4
+DEFAULT_WORKERS = min(4, (os.cpu_count() or 2) // 2)
 PIPELINES = ("auto", "workers", "device")
 
 

@@ -60,7 +60,8 @@ def option_kinds(command) -> dict[str, str]:
 
 
 def _check(where: str, key: str, value, kind: str):
-    """The value as the command line would give it, or a one-line error."""
+    """The value as the command line's parameter takes it (a protocol's list as the array), or a
+    one-line error."""
     if key in (listed := lists()):
         items = value if isinstance(value, list) else [value]
         if len(items) > MAX_VALUES:
@@ -69,7 +70,8 @@ def _check(where: str, key: str, value, kind: str):
         if not all(isinstance(v, want) and not isinstance(v, bool) for v in items):
             what = {int: "integers", float: "numbers"}.get(want, "strings")
             raise UserError(f"{where}: key '{key}': expected {what} or a list of them")
-        return ",".join(str(v) for v in items)
+        # a protocol's list goes to its flag's parser as the array it is; the shared lists are comma text
+        return ",".join(str(v) for v in items) if key in LISTS else items
     ok = {
         "bool": isinstance(value, bool),
         "int": isinstance(value, int) and not isinstance(value, bool),
@@ -221,8 +223,8 @@ def toml_string(text: str, strict: bool = True) -> str:
 
 def _toml_value(key: str, value, strict: bool) -> str:
     if key in (listed := lists()):
-        items = words(str(value))
-        return "[" + ", ".join(v if listed[key] in (int, float) else toml_string(v, strict) for v in items) + "]"
+        items = value if isinstance(value, tuple | list) else words(str(value))
+        return "[" + ", ".join(str(v) if listed[key] in (int, float) else toml_string(v, strict) for v in items) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):

@@ -43,18 +43,6 @@ def words(text: str | None) -> tuple[str, ...]:
     return tuple(w.strip() for w in (text or "").split(",") if w.strip())
 
 
-def int_list(option: str, text: str | None) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        values = ()
-    if not values or any(v < 0 for v in values):
-        raise UserError(f"{option} {text}: expected comma-separated non-negative integers, e.g. 0,1,2")
-    return values
-
-
 def check_data_dir(data_dir: Path | None) -> Path | None:
     if data_dir is None:
         return None

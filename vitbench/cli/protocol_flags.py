@@ -1,15 +1,15 @@
 """`vitbench run`'s flags for the options protocols declare (protocols/options.py), a plugin's
-among them: each a typer option in its declared `--help` panel, and their command-line values
-(comma lists as text) back as typed values for `Request.options`."""
+among them: each a typer option in its declared `--help` panel, a comma list parsed by its
+declaration into a tuple of its kind as click reads it (a `--config` file's array, through the
+same parameter, arrives as that tuple too)."""
 
 from __future__ import annotations
 
 import inspect
 from typing import Annotated, Any
 
-from vitbench.cli.options import int_list, option, words
-from vitbench.errors import UserError
-from vitbench.protocols.options import LEADING_PANELS, TRAILING_PANELS, Declared
+from vitbench.cli.options import option
+from vitbench.protocols.options import LEADING_PANELS, TRAILING_PANELS
 from vitbench.protocols.registry import option_table
 
 
@@ -20,8 +20,9 @@ def parameters() -> list[inspect.Parameter]:
     for name, (d, _) in option_table().items():
         shown = d.default_text()  # (in the help's words: typer would show a text default in parentheses)
         text = d.help if shown is None else f"{d.help} [default: {shown}]"
-        info = option(d.flag, panel=d.panel, help=text, show_default=False)
-        kind: Any = bool if d.kind is bool and not d.many else (str if d.many else d.kind) | None
+        parsed = {"parser": d.parse, "metavar": f"<{d.kind.__name__} list>"} if d.many else {}
+        info = option(d.flag, panel=d.panel, help=text, show_default=False, **parsed)
+        kind: Any = bool if d.kind is bool and not d.many else (Any if d.many else d.kind) | None
         default = False if kind is bool else None
         found.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                        annotation=Annotated[kind, info]))  # fmt: skip
@@ -36,26 +37,3 @@ def panel_rank(panel: str | None) -> float:
     protocols = [p for p in dict.fromkeys(d.panel for d, _ in option_table().values()) if p not in fixed]
     order = [*LEADING_PANELS, *protocols, *TRAILING_PANELS]
     return order.index(panel) if panel in order else len(LEADING_PANELS) + len(protocols) - 0.5
-
-
-def values(given: dict[str, Any]) -> dict[str, Any]:
-    """The protocol options given on the command line (or in a config), as typed values."""
-    found = {}
-    for name, (d, _) in option_table().items():
-        value = given.get(name)
-        if value is None or (value is False and d.kind is bool):
-            continue
-        found[name] = _typed(d, value) if d.many else value
-    return found
-
-
-def _typed(d: Declared, text: Any) -> tuple:
-    """A comma list as the declaration's type of value."""
-    if d.kind is int:
-        return int_list(d.flag, str(text)) or ()
-    if d.kind is float:
-        try:
-            return tuple(float(v) for v in str(text).split(",") if v.strip())
-        except ValueError:
-            raise UserError(f"{d.flag} {text}: expected comma-separated numbers") from None
-    return words(str(text))

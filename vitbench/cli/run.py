@@ -8,6 +8,7 @@ import logging
 import sys
 import typing
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from vitbench.errors import UserError
 from vitbench.execution import estimate
 from vitbench.protocols.base import Request, RunSpec
 from vitbench.protocols.measures import progress_text
-from vitbench.protocols.registry import get_protocol
+from vitbench.protocols.registry import get_protocol, option_table
 from vitbench.protocols.requests import SHARED, make_request
 from vitbench.protocols.shared_options import TrainingOptions
 from vitbench.store.shards import checkpoint_path
@@ -42,37 +43,39 @@ CLUSTERS = ("auto", "slurm", "local")
 
 
 def _shared_options(
-    model: ro.Model = None,
-    suite: ro.SuiteName = None,
+    *,
+    model: ro.Model,
+    suite: ro.SuiteName,
     datasets: ro.Datasets = None,
-    protocol: ro.RunProtocol = None,
-    weights: ro.Weights = None,
-    res: ro.Res = None,
-    gelu: ro.Gelu = "exact",
+    protocol: ro.RunProtocol,
+    weights: ro.Weights,
+    res: ro.Res,
+    gelu: ro.Gelu,
     rerun: ro.Rerun = False,
     dry_run: ro.DryRun = False,
     assume_mfu: ro.AssumeMfu = None,
     config: ro.Config = None,
     print_config: ro.PrintConfig = False,
-    data_dir: ro.RunDataDir = None,
-    data_source: ro.DataSource = None,
-    skip_missing: ro.SkipMissing = False,
-    skip_corrupt: ro.SkipCorrupt = False,
-    verify_data: ro.VerifyData = False,
-    download: ro.Download = False,
-    extraction_batch: ro.ExtractionBatch = 64,
-    device: ro.RunDevice = "auto",
+    data_dir: ro.RunDataDir,
+    data_source: ro.DataSource,
+    skip_missing: ro.SkipMissing,
+    skip_corrupt: ro.SkipCorrupt,
+    verify_data: ro.VerifyData,
+    download: ro.Download,
+    extraction_batch: ro.ExtractionBatch,
+    device: ro.RunDevice,
     devices: ro.Devices = 1,
-    precision: ro.Precision = "auto",
-    compile: ro.Compile = False,
-    workers: ro.RunWorkers = ro.RUN_WORKERS,
-    input_pipeline: ro.InputPipeline = "auto",
-    results: ro.RunResults = Path("results"),
-    tensorboard: ro.TensorBoard = None,
+    precision: ro.Precision,
+    compile: ro.Compile,
+    workers: ro.RunWorkers,
+    input_pipeline: ro.InputPipeline,
+    results: ro.RunResults,
+    tensorboard: ro.TensorBoard,
     tracker: ro.Tracker = None,
 ) -> None:
     """The options `vitbench run` and `vitbench submit` share that are not a protocol's (the
-    signatures of these three functions are read, never called)."""
+    signatures of these three functions are read, never called). One without a default here is a
+    Request field's, whose default (and check) the Request declares: `_signature` fills it in."""
 
 
 def _torchrun_options(
@@ -134,12 +137,19 @@ def _signature(*sources: Callable[..., None]) -> inspect.Signature:
     for source in sources:
         hints = typing.get_type_hints(source, include_extras=True)  # (the annotations, evaluated)
         shared += [
-            p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints[p.name])
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints[p.name], default=_default(p))
             for p in inspect.signature(source).parameters.values()
         ]
     ordered = sorted([*shared, *protocol_flags.parameters()], key=lambda p: protocol_flags.panel_rank(_panel(p)))
     context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
     return inspect.Signature([context, *ordered], return_annotation=None)
+
+
+def _default(parameter: inspect.Parameter) -> Any:
+    """The parameter's default; for one that has none, the Request field's of that name."""
+    if parameter.default is not inspect.Parameter.empty:
+        return parameter.default
+    return next(f.default for f in fields(Request) if f.name == parameter.name)
 
 
 def _panel(parameter: inspect.Parameter) -> str | None:
@@ -316,7 +326,12 @@ def _request(given: dict) -> Request:
         "data_dir": o.check_data_dir(given["data_dir"]),
         "tracker": o.words(given["tracker"]),
     }
-    return make_request("vitbench run", **shared, **protocol_flags.values(given))
+    # the protocols' options as their flags parsed them (a switch not given is False: not given)
+    table = option_table()
+    options = {
+        k: v for k, v in given.items() if k in table and v is not None and not (v is False and table[k][0].kind is bool)
+    }
+    return make_request("vitbench run", **shared, **options)
 
 
 def _check_before_launch(req: Request, devices: int) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 from typing import Annotated, Any, get_args
 
@@ -18,7 +17,6 @@ from vitbench.protocols.options import OUTPUT_PANEL as OUTPUT
 from vitbench.protocols.options import WHAT_PANEL as WHAT
 from vitbench.protocols.registry import BUILTIN
 
-RUN_WORKERS = min(4, (os.cpu_count() or 2) // 2)
 # `vitbench run --help` groups its options by what they are for (protocols/options.py has the
 # panels, in order); only the first matters to an ordinary few-shot run. The options a protocol
 # declares are its own flags: cli/protocol_flags.py.

@@ -14,9 +14,11 @@ from pathlib import Path
 from vitbench import downloads
 from vitbench.backend import Preprocessing
 from vitbench.datasets import DatasetSpec
+from vitbench.devices import Runtime
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Request, Trainer
-from vitbench.protocols.registry import get_protocol, option_table
+from vitbench.protocols.options import Given
+from vitbench.protocols.registry import get_protocol, option_classes, option_table
 from vitbench.registry import get_dataset, get_model, get_suite
 from vitbench.suites import Suite
 from vitbench.weights import RANDOM, RANDOM_INIT_SEED, pretrained
@@ -36,7 +38,7 @@ def with_suite_defaults(req: Request) -> Request:
     changes = {k: v for k, v in suite.defaults.items() if k not in table and getattr(req, k) == getattr(unset, k)}
     options = {k: v for k, v in suite.defaults.items() if k in table and k not in req.options}
     if options:
-        changes["options"] = {**options, **req.options}
+        changes["options"] = Given.made({**options, **req.options.values()}, option_classes())
     return replace(req, **changes) if changes else req
 
 
@@ -123,10 +125,11 @@ def plan(req: Request, dry_run: bool = False) -> list[Group]:
     groups = []
     # weights and TFDS builds not here yet are fetched while planning (with --download; a dry run never fetches)
     fetch = downloads.allowed(req.download) and not dry_run
+    runtime = Runtime.of(req)  # resolved once: the precision and input pipeline runs are keyed on
     for protocol in protocols:
         for model_name in _items(model_arg, "--model"):
             for weights in expand_weights(weights_arg, req.results):
-                groups += _model_groups(req, protocol, model_name, weights, dataset_names, dry_run, fetch)
+                groups += _model_groups(req, runtime, protocol, model_name, weights, dataset_names, dry_run, fetch)
     return groups
 
 
@@ -174,7 +177,14 @@ def expand_weights(text: str, results: Path = Path("results")) -> list[str]:
 
 
 def _model_groups(
-    req: Request, protocol, model_name: str, weights_arg: str, dataset_names, dry_run: bool, fetch: bool
+    req: Request,
+    runtime: Runtime,
+    protocol,
+    model_name: str,
+    weights_arg: str,
+    dataset_names,
+    dry_run: bool,
+    fetch: bool,
 ) -> list[Group]:
     model = get_model(model_name)
     assert model.backend is not None
@@ -192,13 +202,21 @@ def _model_groups(
         for dataset in datasets:
             dataset.fetch(req.data_dir, req.data_source)
     return [
-        _group(req, protocol, model, weights, res, preprocessing, dataset, absent.get(dataset.name))
+        _group(req, protocol, model, weights, res, preprocessing, runtime, dataset, absent.get(dataset.name))
         for dataset in datasets
     ]
 
 
 def _group(
-    req: Request, protocol, model, weights: Weights, res: int, preprocessing, dataset, absent: Path | None = None
+    req: Request,
+    protocol,
+    model,
+    weights: Weights,
+    res: int,
+    preprocessing,
+    runtime: Runtime,
+    dataset,
+    absent: Path | None = None,
 ) -> Group:
     """One (model, dataset) group: its splits listed and fingerprinted, and its runs planned; a dry
     run's dataset that is `absent` has splits of its official sizes instead."""
@@ -221,6 +239,6 @@ def _group(
         "splits": list(split_names),
         "test_fingerprint": splits[split_names[-1]].fingerprint,
     }
-    group = Group(model, weights, dataset, protocol.name, splits, res, preprocessing, absent=absent)
+    group = Group(model, weights, dataset, protocol.name, splits, res, preprocessing, runtime, absent=absent)
     group.specs = protocol.plan(group, req, weights.sha256, hparams)
     return group

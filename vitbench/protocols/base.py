@@ -21,11 +21,11 @@ from typing import Protocol as TypingProtocol
 
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec, Split
-from vitbench.devices import Runtime
+from vitbench.devices import DEFAULT_WORKERS, PIPELINES, PRECISIONS, Runtime
 from vitbench.errors import UserError
 from vitbench.protocols import bounds
 from vitbench.protocols.measures import Axis, Metric
-from vitbench.protocols.options import ProtocolOptions
+from vitbench.protocols.options import Given, ProtocolOptions
 from vitbench.provenance import canonical_json, sha256_text
 from vitbench.store.predictions import Predictions
 
@@ -56,17 +56,18 @@ class RunSpec:
 @dataclass
 class Request:
     """What the user asked for, after parsing (see `vitbench run -h`): what every run shares. The
-    options only some protocols read are in `options`, by name, as given (each protocol declares
-    its own, with defaults and checks: protocols/options.py). `extraction_batch` is images per
-    forward pass when extracting features; fine-tuning's `batch` (an option) is images per step."""
+    options only some protocols read are in `options`: each protocol's options object, made from
+    the values given (each protocol declares its own, with defaults and checks:
+    protocols/options.py). `extraction_batch` is images per forward pass when extracting
+    features; fine-tuning's `batch` (an option) is images per step."""
 
     model: str | None = None
     suite: str | None = None
     datasets: tuple[str, ...] = ()
     protocol: str | None = None
     weights: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)  # protocol options given: name -> value
-    res: int | None = None
+    options: Given = field(default_factory=Given)  # the protocols' options objects, as given
+    res: int | None = bounds.checked(None, bounds.Bound("--res", int, 1, bounds.INT32_MAX))
     gelu: str = "exact"
     data_dir: Path | None = None
     data_source: str | None = None  # None: each dataset's own (folder) source; "tfds" for VTAB from TFDS
@@ -76,10 +77,12 @@ class Request:
     download: bool = False  # fetch named weights (paper:, timm:, hf-hub:) and TFDS builds not here yet
     results: Path = Path("results")
     device: str = "auto"
-    extraction_batch: int = 64
-    workers: int = 1
-    input_pipeline: str = "auto"  # devices.PIPELINES: where images are decoded and augmented
-    precision: str = "auto"  # bf16 on CUDA, fp32 on CPU
+    extraction_batch: int = bounds.checked(64, bounds.Bound("--extraction-batch", int, 1))
+    workers: int = bounds.checked(DEFAULT_WORKERS, bounds.Bound("--workers", int, 0))
+    input_pipeline: str = bounds.checked(
+        "auto", bounds.Choices("--input-pipeline", PIPELINES)
+    )  # where images are decoded
+    precision: str = bounds.checked("auto", bounds.Choices("--precision", PRECISIONS))  # auto: bf16 on CUDA
     compile: bool = False
     tensorboard: Path | None = None  # TensorBoard event files here (the tensorboard tracker's folder)
     tracker: tuple[str, ...] = ()  # every stored run also to these: tensorboard, wandb, mlflow
@@ -97,10 +100,9 @@ class Request:
     def __post_init__(self) -> None:
         """Values the store could not hold, or that would quietly mean something else, are refused
         here, before any work: the command line, a config file and the Python API all pass through
-        (protocols/bounds.py holds the shared numeric options' ranges; each protocol's options
-        dataclass checks its own when the request is made: protocols/requests.py)."""
-        checked = (*bounds.CHOICES, *bounds.SCALARS)
-        found = bounds.problems({name: getattr(self, name) for name in checked})
+        (each field declares its check beside its default, `bounds.checked`; each protocol's
+        options dataclass checks its own when the request is made: protocols/requests.py)."""
+        found = bounds.problems(self)
         if found:
             raise UserError(found[0])
 
@@ -121,6 +123,7 @@ class Group:
     splits: dict[str, Split]
     res: int
     preprocessing: Preprocessing
+    runtime: Runtime  # how this process computes (precision, input pipeline), resolved once per plan
     specs: list[RunSpec] = field(default_factory=list)
     # a dry run's group whose data is not here: the first file it lacks (its splits are the official
     # sizes, its run keys stand for no files, so they are not the keys the real runs will have)
@@ -185,7 +188,7 @@ class ModelInputs:
     the run's size (vitbench/preprocessing.py; by default big_vision's few-shot recipe in the
     weights' value range)."""
 
-    res: int | None = None
+    res: int | None = bounds.checked(None, bounds.Bound("--res", int, 1, bounds.INT32_MAX))
     recipe: Callable[[Preprocessing], Preprocessing] = Preprocessing.frozen_features
 
 

@@ -1,8 +1,9 @@
 """Numeric options, checked once: type, finiteness and range (and the choices of the device
 options, which a word would otherwise pass until used).
 
-The command line, a `--config` file and the Python API all build a `Request`, which checks its
-shared values here before any work, and each protocol's options dataclass checks its own with a
+The command line, a `--config` file and the Python API all build a `Request`, whose fields
+declare their checks beside their defaults (`checked(64, Bound("--extraction-batch", int, 1))`)
+and are checked here before any work; each protocol's options dataclass checks its own with a
 `Bound` from its declaration (a `--lr nan` would train for minutes and store nothing, a
 `--polyak 2` would store a number that means nothing). The command line's own options carry no
 second copy of these ranges.
@@ -11,9 +12,9 @@ second copy of these ranges.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from typing import Any
 
-from vitbench.devices import PIPELINES, PRECISIONS
 from vitbench.errors import listed
 
 INT32_MAX = 2**31 - 1  # seeds, shots and sizes are INTEGER columns in the store
@@ -42,18 +43,21 @@ class Bound:
         return above and below
 
 
-# Request field -> its bound (None values mean "the protocol's default" and are not checked); each
-# protocol's own options carry theirs in their declarations (protocols/options.py)
-SCALARS = {
-    "res": Bound("--res", int, 1, INT32_MAX),
-    "extraction_batch": Bound("--extraction-batch", int, 1),
-    "workers": Bound("--workers", int, 0),
-}
-# Request field -> (option, its values): where a misspelt word would otherwise pass until it is used
-CHOICES = {
-    "precision": ("--precision", PRECISIONS),
-    "input_pipeline": ("--input-pipeline", PIPELINES),
-}
+@dataclass(frozen=True)
+class Choices:
+    """The words an option takes (a misspelt one would otherwise pass until it is used)."""
+
+    option: str
+    values: tuple[str, ...]
+
+
+_CHECK = "vitbench.check"
+
+
+def checked(default: Any, check: Bound | Choices) -> Any:
+    """A Request field with its default and the check its values pass: the field's one declaration
+    of both (None values mean "the protocol's default" and are not checked)."""
+    return field(default=default, metadata={_CHECK: check})
 
 
 def problem(bound: Bound, value: object) -> str | None:
@@ -69,14 +73,16 @@ def problem(bound: Bound, value: object) -> str | None:
     return None
 
 
-def problems(values: dict[str, object]) -> list[str]:
-    """What is wrong with a Request's numeric fields (given as field -> value), in field order."""
+def problems(values: Any) -> list[str]:
+    """What is wrong with a dataclass's `checked` fields (a Request's), in field order."""
     found = []
-    for name, (option, choices) in CHOICES.items():
-        if name in values and values[name] not in choices:
-            found.append(f"{option} {values[name]}: expected {listed(choices)}")
-    for name, bound in SCALARS.items():
-        value = values.get(name)
-        if value is not None and (why := problem(bound, value)):
+    for f in fields(values):
+        check, value = f.metadata.get(_CHECK), getattr(values, f.name)
+        if check is None or value is None:
+            continue
+        if isinstance(check, Choices):
+            if value not in check.values:
+                found.append(f"{check.option} {value}: expected {listed(check.values)}")
+        elif why := problem(check, value):
             found.append(why)
     return found

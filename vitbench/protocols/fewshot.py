@@ -93,7 +93,7 @@ class FewShot(Protocol):
 
         o = FewshotOptions.of(req)
         label, _ = parse_l2(o.fewshot_l2)
-        hparams = {**hparams, "l2": label, **representation_hparams(group, Runtime.of(req))}
+        hparams = {**hparams, "l2": label, **representation_hparams(group, group.runtime)}
         hparams |= _fewshot_train(group, self.splits(group.dataset)[0], o.fewshot_train)
         first = group.splits[self.splits(group.dataset)[0]]
         fewest = fewest_per_class(first.labels)

@@ -153,7 +153,7 @@ class Finetune(Protocol):
             "head": "zero-init linear (pre-training head and pre_logits dropped)",
             "train_aug": describe_train_aug(dataset.train_crop, hparams["res"])
             + ("|flip_lr" if dataset.train_flip else ""),
-            "precision": Runtime.of(req).precision,
+            "precision": group.runtime.precision,
             "polyak": o.polyak,
             "dropout": model.dropout,
             "smoke": o.smoke,

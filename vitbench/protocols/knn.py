@@ -55,7 +55,7 @@ class KNearestNeighbours(Protocol):
         from vitbench.engine.knn import TEMPERATURE
 
         first = group.splits[self.splits(group.dataset)[0]]
-        hparams = {**hparams, "temperature": TEMPERATURE, **representation_hparams(group, Runtime.of(req))}
+        hparams = {**hparams, "temperature": TEMPERATURE, **representation_hparams(group, group.runtime)}
         return [
             self.base_spec(group, first, weights_sha, {**hparams, "k": k}, seed=0) for k in KnnOptions.of(req).knn_k
         ]

@@ -66,7 +66,7 @@ class LinearProbe(Protocol):
         first = group.splits[self.splits(group.dataset)[0]]
         hparams = {
             **hparams,
-            **representation_hparams(group, Runtime.of(req)),
+            **representation_hparams(group, group.runtime),
             "validation": f"{_validation_fraction(group.dataset):g} of train (dev split)",
             "l2_grid": "1e-6..1e6 per decade, refined x/÷ 10^(1/2), 10^(1/4), 10^(1/8) around the best",
             "objective": "sum CE + l2/2 |W|^2 (scikit-learn's C = 1/l2), L-BFGS, at most 1000 iterations",

@@ -7,18 +7,19 @@ from those declarations.
         knn_k: tuple[int, ...] = option((20,), "knn: neighbour counts", kind=int, many=True,
                                         bound=limits(int, 1, INT32_MAX), panel=FEWSHOT_PANEL)
 
-`vitbench run` grows a `--knn-k` flag in that panel (cli/protocol_flags.py), a `--config` file takes
-`knn_k` (at its top level or in a `[protocols.knn]` table), the Python API takes `knn_k=...`, and
-the protocol reads its typed values with `KnnOptions.of(req)`. A `Request` carries the values the
-user gave (`req.options`, by name); the dataclass supplies the defaults and checks every value
-once, before any work. One name means one option across protocols (fine-tuning's and
-pre-training's `steps` are one `--steps`), so two declarations of a name must agree on its type.
+`vitbench run` grows a `--knn-k` flag in that panel whose comma list arrives as a tuple of ints
+(cli/protocol_flags.py, with `Declared.parse`), a `--config` file takes `knn_k` as an array (at
+its top level or in a `[protocols.knn]` table), the Python API takes `knn_k=...`. All three make
+one `KnnOptions` object, checked when it is made (`__post_init__`, the only check), carried in the
+Request (`Request.options`, a `Given`), and the protocol reads it as `KnnOptions.of(req).knn_k`.
+One name means one option across protocols (fine-tuning's and pre-training's `steps` are one
+`--steps`), so two declarations of a name must agree on its type.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Self
 
@@ -65,6 +66,33 @@ class Declared:
         if self.default is None or self.default is False or "[default" in self.help:
             return None
         return ",".join(map(str, self.default)) if self.many else str(self.default)
+
+    def parse(self, given: Any) -> Any:
+        """A list option's value from the command line's comma list (a config's array passes
+        through, its items' types checked by the config): a tuple of the declared kind. Ranges
+        are the options dataclass's to check, when the object is made."""
+        if not self.many or given is None:
+            return given
+        if isinstance(given, list | tuple):
+            return tuple(given)
+        if not isinstance(given, str):
+            return given  # a range: refused by its count, never expanded, if too long
+        text = str(given)
+        items = [v.strip() for v in text.split(",") if v.strip()]
+        if self.kind is int:
+            try:
+                values = tuple(int(v) for v in items)
+            except ValueError:
+                values = ()
+            if not values or any(v < 0 for v in values):
+                raise UserError(f"{self.flag} {text}: expected comma-separated non-negative integers, e.g. 0,1,2")
+            return values
+        if self.kind is float:
+            try:
+                return tuple(float(v) for v in items)
+            except ValueError:
+                raise UserError(f"{self.flag} {text}: expected comma-separated numbers") from None
+        return tuple(items)
 
     def problem(self, value: Any) -> str | None:
         """Why `value` cannot be this option's value, or None."""
@@ -150,18 +178,51 @@ class ProtocolOptions:
     def __post_init__(self) -> None:
         for d in declared(type(self)):
             value = getattr(self, d.name)
-            if d.many and isinstance(value, list | range):
-                object.__setattr__(self, d.name, tuple(value))
             if why := d.problem(value):
                 raise UserError(why)
+            if d.many and isinstance(value, list | range):
+                object.__setattr__(self, d.name, tuple(value))
 
     @classmethod
-    def of(cls, given: Mapping[str, Any] | Any) -> Self:
-        """This protocol's options from a Request (or its `options` mapping): the values given,
-        the declared defaults for the rest."""
-        values = getattr(given, "options", given)
-        return cls(**{d.name: values[d.name] for d in declared(cls) if d.name in values})
+    def of(cls, given: Any) -> Self:
+        """This protocol's options in a Request (or its `Given`): the object made when the request
+        was, or the declared defaults where none of its options was given."""
+        return getattr(given, "options", given).of(cls)
 
     @classmethod
     def names(cls) -> frozenset[str]:
         return frozenset(d.name for d in declared(cls))
+
+
+@dataclass(frozen=True)
+class Given:
+    """The protocol options a request was given: one options object per class that declares a
+    given name (the given values, its declared defaults for the rest), each checked once, when it
+    was made; and the names given (a suite's defaults fill only the others; a name no protocol of
+    the run reads is said to be ignored)."""
+
+    objects: tuple[ProtocolOptions, ...] = ()
+    names: frozenset[str] = frozenset()
+
+    @classmethod
+    def made(cls, values: Mapping[str, Any], classes: Iterable[type[ProtocolOptions]]) -> Given:
+        """The options objects of `classes` that declare a name in `values`."""
+        objects = []
+        for options in dict.fromkeys(classes):
+            mine = {name: values[name] for name in options.names() if name in values}
+            if mine:
+                objects.append(options(**mine))
+        return cls(tuple(objects), frozenset(values))
+
+    def of(self, options: type[ProtocolOptions]) -> Any:
+        """The object of class `options`; for a class others extend (`TrainingOptions`, the fields
+        fine-tuning and pre-training share), one of theirs, which holds the same given values."""
+        exact = next((o for o in self.objects if type(o) is options), None)
+        return exact or next((o for o in self.objects if isinstance(o, options)), None) or options()
+
+    def values(self) -> dict[str, Any]:
+        """The given values by name (as a config file or a next request takes them)."""
+        return {name: getattr(o, name) for o in self.objects for name in type(o).names() if name in self.names}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names

@@ -26,9 +26,9 @@ from vitbench.errors import UserError
 from vitbench.protocols import pretrain_recipe as recipe
 from vitbench.protocols.base import Group, ModelInputs, Recorder, Request, Result, RunSpec, Trainer, Work
 from vitbench.protocols.bounds import INT32_MAX
-from vitbench.protocols.fewshot import FEWSHOT
+from vitbench.protocols.fewshot import FEWSHOT, FewshotOptions
 from vitbench.protocols.measures import Metric
-from vitbench.protocols.options import PRETRAIN_PANEL, limits, option
+from vitbench.protocols.options import PRETRAIN_PANEL, Given, limits, option
 from vitbench.protocols.shared_options import SEEDS, TrainingOptions
 from vitbench.registry import get_dataset
 from vitbench.weights import RANDOM
@@ -202,8 +202,8 @@ class Pretrain(Trainer):
             res = next(g.res for g in groups if g.model.name == model)
             # where and how the pre-training ran (results, data, device, trackers, GELU, …) holds for its transfer
             weights = ",".join([RANDOM, *files])
-            shots = {"shots": o.transfer_shots}
-            follow.append(req.next_stage(model=model, datasets=datasets, protocol="fewshot", weights=weights,
+            shots = Given.made({"shots": o.transfer_shots}, [FewshotOptions])
+            follow.append(req.next_stage(model=model, datasets=datasets, protocol=FEWSHOT.name, weights=weights,
                                          options=shots, res=res))  # fmt: skip
         return follow
 
@@ -311,7 +311,7 @@ def settings_for(group: Group, req: Request, n_train: int) -> dict:
         + ("|flip_lr" if group.dataset.train_flip else ""),
         "early_stopping": recipe.MPP_STOPPING if mpp else f"best dev accuracy of {recipe.VALIDATIONS} evaluations",
         "subset_seed": recipe.SUBSET_SEED,
-        "precision": Runtime.of(req).precision,
+        "precision": group.runtime.precision,
         "smoke": o.smoke,
     }
 

@@ -16,7 +16,7 @@ from vitbench.protocols.finetune import FINETUNE
 from vitbench.protocols.knn import KNN
 from vitbench.protocols.linear import LINEAR
 from vitbench.protocols.measures import Metric
-from vitbench.protocols.options import Declared, declared
+from vitbench.protocols.options import Declared, ProtocolOptions, declared
 from vitbench.protocols.pretrain import PRETRAIN
 
 log = logging.getLogger("vitbench")
@@ -64,6 +64,11 @@ def declared_metric(name: str) -> Metric | None:
 def along(axis: str) -> set[str]:
     """The protocols whose runs vary along `axis` ("shots": the few-shot figure and columns)."""
     return {p.name for p in protocols().values() if p.axis is not None and p.axis.name == axis}
+
+
+def option_classes() -> tuple[type[ProtocolOptions], ...]:
+    """The options dataclass of every known protocol, once each (built-ins' first)."""
+    return tuple(dict.fromkeys(p.Options for p in protocols().values()))
 
 
 def option_table() -> dict[str, tuple[Declared, tuple[str, ...]]]:

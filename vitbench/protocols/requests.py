@@ -1,6 +1,6 @@
 """A Request from keyword options, as the Python API, the command line and a config file give
-them: the fields every run shares go to the Request, the options a protocol declares to
-`Request.options`, each checked against its declaration before any work."""
+them: the fields every run shares go to the Request, the options a protocol declares to its
+options object (`Request.options`), made and so checked before any work."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 from vitbench.errors import UserError
 from vitbench.protocols.base import Request
 from vitbench.protocols.bounds import MAX_VALUES
-from vitbench.protocols.options import declared
-from vitbench.protocols.registry import BUILTIN, option_table
+from vitbench.protocols.options import Given, declared
+from vitbench.protocols.registry import BUILTIN, option_classes, option_table
 
 SHARED = tuple(f.name for f in fields(Request) if f.name != "options")
 SHARED_LISTS = ("datasets", "tracker")
@@ -67,16 +67,10 @@ def make_request(where: str = "vitbench.run", **given: Any) -> Request:
             if key == "results" and not str(given[key]).strip():
                 raise UserError(f"{where}: results is empty; expected a folder for the results (default: results)")
             given[key] = Path(given[key])
-    options = {}
-    for name, value in given.items():
-        if name not in table or value is None:
-            continue
-        declaration = table[name][0]
-        if declaration.many:
-            value = _as_tuple(value)
-        if why := declaration.problem(value):
-            raise UserError(why)
-        options[name] = value
+    # each protocol's options object, made (and so checked) here, once
+    given_options = {name: table[name][0].parse(_as_tuple(value) if table[name][0].many else value)
+                     for name, value in given.items() if name in table and value is not None}  # fmt: skip
+    options = Given.made(given_options, option_classes())
     return Request(**{k: v for k, v in given.items() if k in SHARED}, options=options)
 
 
