@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,9 +99,13 @@ class _TrackedArchive:
 
 
 @contextlib.contextmanager
-def _tracking() -> Iterator[list[_TrackedArchive]]:
+def _tracking(model: torch.nn.Module) -> Iterator[list[_TrackedArchive]]:
+    """Every archive the model's timm module opens while it loads a .npz (the module that defines
+    its class: vision_transformer for ViT and the R50 hybrid, resnetv2 for BiT, a plugin's own),
+    with the keys it read."""
     opened: list[_TrackedArchive] = []
-    modules = [timm.models.vision_transformer, timm.models.resnetv2]
+    module = sys.modules[type(model).__module__]
+    modules = [module] if hasattr(module, "_load_npz_checkpoint") else []
     originals = [m._load_npz_checkpoint for m in modules]
 
     def wrapper(original):
@@ -159,7 +164,7 @@ def read_npz(path: Path, spec: ModelSpec) -> dict[str, torch.Tensor]:
             if tensor.is_floating_point():
                 tensor.fill_(float("nan"))
     loader: Any = model  # timm's VisionTransformer / ResNetV2 .load_pretrained(path, prefix)
-    with _tracking() as opened, torch.no_grad():
+    with _tracking(model) as opened, torch.no_grad():
         try:
             loader.load_pretrained(str(path), prefix=prefix) if prefix == "resnet/" else loader.load_pretrained(
                 str(path)
