@@ -6,6 +6,7 @@ import pytest
 from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data
 from PIL import Image
 
+import vitbench
 from vitbench import store
 from vitbench.datasets import Split
 from vitbench.engine import ridge
@@ -186,6 +187,10 @@ def test_shots_come_from_the_datasets_fewshot_part_of_train_unless_full(cli, res
     part = store.read_results(results).iloc[0]
     assert json.loads(part["hparams"])["fewshot_train"].startswith("10 per class (100 images")
     assert part["n_train"] == 100 and json.loads(part["notes"])["effective_shots"] == 10
+    # planning leaves the group's train split whole (it replaced it by the part); the runs draw from the part
+    (group,) = vitbench.plan(model="vit-ti/16", weights="random", datasets="digits", res=32, shots=[25], seeds=[0],
+                             results=results)  # fmt: skip
+    assert len(group.splits["train"]) > 100 and group.specs[0].run_key == part["run_key"]
     code, _, err = cli(*run, "--fewshot-train", "full")
     assert code == 0 and "1 to run" in err
     full = store.read_results(results).drop_duplicates("run_key").set_index("run_key")

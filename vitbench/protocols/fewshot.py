@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vitbench.datasets import DatasetSpec
+from vitbench.datasets import DatasetSpec, Split
 from vitbench.datasets.base import DEV_SEED
 from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
@@ -94,8 +94,8 @@ class FewShot(Protocol):
         o = FewshotOptions.of(req)
         label, _ = parse_l2(o.fewshot_l2)
         hparams = {**hparams, "l2": label, **representation_hparams(group, group.runtime)}
-        hparams |= _fewshot_train(group, self.splits(group.dataset)[0], o.fewshot_train)
-        first = group.splits[self.splits(group.dataset)[0]]
+        first, drawn_from = _shots_split(group, self.splits(group.dataset)[0], o.fewshot_train)
+        hparams |= drawn_from
         fewest = fewest_per_class(first.labels)
         beyond = sorted(k for k in o.shots if k > fewest)
         if beyond:
@@ -116,6 +116,7 @@ class FewShot(Protocol):
         from vitbench.engine.features import frozen_features
         from vitbench.engine.ridge import fewshot_accuracies, sample_indices
 
+        group = self._as_planned(group, todo[0])
         split_labels = group.splits[self.splits(group.dataset)[0]].labels
         classes = group.dataset.num_classes
 
@@ -150,27 +151,36 @@ class FewShot(Protocol):
 
     def work(self, group: Group) -> Work:
         """Only the drawn train images are extracted (at most shots × classes per seed), then the test split."""
-        train, test = (group.splits[name] for name in self.splits(group.dataset))
+        train, test = (self._as_planned(group, group.specs[0]).splits[name] for name in self.splits(group.dataset))
         shots, seeds = max(s.shots or 0 for s in group.specs), {s.seed for s in group.specs}
         drawn = min(len(train), shots * group.dataset.num_classes * len(seeds))
         each = {s.run_key: {"inference": (drawn + len(test)) / len(group.specs)} for s in group.specs}
         return replace(super().work(group), images=each)
 
+    def _as_planned(self, group: Group, spec: RunSpec) -> Group:
+        """The group as its runs draw from it: the train split the part the shots come from, as
+        `plan` chose it (recorded in the runs' hparams); the planned group itself is left as it is."""
+        name = self.splits(group.dataset)[0]
+        split, _ = _shots_split(group, name, "default" if "fewshot_train" in spec.hparams else "full")
+        return replace(group, splits={**group.splits, name: split})
 
-def _fewshot_train(group: Group, name: str, choice: str) -> dict:
-    """Where a dataset draws its shots from a part of train (ImageNet: big_vision's 65,000 images),
-    replace the group's train split by that part, the same number per class from a fixed
-    permutation (a folder's order is sorted by class, TFDS's is shuffled: its first 65,000 hold
-    at least 30 of every class), and record it. `full` (--fewshot-train full): the whole split."""
+
+def _shots_split(group: Group, name: str, choice: str) -> tuple[Split, dict]:
+    """The split the shots are drawn from, and what the runs record of it: where a dataset draws
+    its shots from a part of train (ImageNet: big_vision's 65,000 images), that part, the same
+    number per class from a fixed permutation (a folder's order is sorted by class, TFDS's is
+    shuffled: its first 65,000 hold at least 30 of every class). `full` (--fewshot-train full):
+    the whole split."""
     limit, split = group.dataset.fewshot_train_limit, group.splits[name]
     if choice == "full" or limit is None or len(split) <= limit:
-        return {}
+        return split, {}
     per_class = limit // group.dataset.num_classes
     order = np.random.default_rng(DEV_SEED).permutation(len(split))
     labels = split.labels[order]
     keep = np.concatenate([order[labels == c][:per_class] for c in range(group.dataset.num_classes)])
-    group.splits[name] = split.subset(name, keep)
-    return {"fewshot_train": f"{per_class} per class ({len(keep)} images; big_vision: train[:{limit}])"}
+    return split.subset(name, keep), {
+        "fewshot_train": f"{per_class} per class ({len(keep)} images; big_vision: train[:{limit}])"
+    }
 
 
 def fewest_per_class(labels: np.ndarray) -> int:
