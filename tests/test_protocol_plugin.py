@@ -4,7 +4,7 @@ here, installed as a real wheel that registers through the `vitbench.protocols` 
 `vitbench table`, without any change to vitbench's own modules. The protocol declares options of
 its own (`--ncm-norm`, `--ncm-dims`), which `vitbench run --help`, a config file and the Python API
 all take, and an axis of its own (the principal components kept), along which the table, `vitbench
-plot` and the report show it (issue 48)."""
+plot` and the report show it; the package's own table view comes through `vitbench.views` (issue 48)."""
 
 import json
 import os
@@ -107,12 +107,39 @@ DATASETS = [
 ]
 '''
 
-ENTRY_POINTS = "[vitbench.protocols]\nncm = acme_ncm:PROTOCOL\n[vitbench.datasets]\nlow = acme_ncm:DATASETS\n"
+# a table view of the package's own, in a module of its own: only `vitbench table` imports it
+VIEW_MODULE = '''"""acme's view of its ncm runs: accuracy by normalisation, the mean over the dims."""
+import json
+
+from vitbench.views.cells import Cell, TableData
+from vitbench.views.registry import TableView
+
+
+def by_normalisation(inputs):
+    df = inputs.df
+    runs = df[(df["protocol"] == "ncm") & (df["metric"] == "accuracy")].drop_duplicates("run_key")
+    norms = runs["hparams"].map(lambda h: json.loads(h)["normalise"])
+    data = TableData(title="ncm: accuracy (%) by normalisation, the mean over the dims")
+    for (dataset, norm), part in runs.groupby([runs["dataset"], norms]):
+        data.add_row(dataset)
+        data.add_column(norm)
+        data.cells[(dataset, norm)] = Cell(mean=100 * part["value"].mean(), n=len(part))
+    return data
+
+
+VIEWS = [TableView("ncm-norms", by_normalisation, summary="ncm accuracy by normalisation (acme's view)")]
+'''
+
+ENTRY_POINTS = (
+    "[vitbench.protocols]\nncm = acme_ncm:PROTOCOL\n[vitbench.datasets]\nlow = acme_ncm:DATASETS\n"
+    "[vitbench.views]\nnorms = acme_ncm_views:VIEWS\n"
+)
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    return install_wheel(tmp_path_factory.mktemp("ncm"), "acme-ncm", {"acme_ncm.py": PACKAGE}, ENTRY_POINTS)
+    modules = {"acme_ncm.py": PACKAGE, "acme_ncm_views.py": VIEW_MODULE}
+    return install_wheel(tmp_path_factory.mktemp("ncm"), "acme-ncm", modules, ENTRY_POINTS)
 
 
 def vitbench(site, *args):
@@ -174,6 +201,22 @@ def test_the_plugins_own_axis_shows_in_the_table_the_plot_and_the_report(site, t
     page = (tmp_path / "r.html").read_text()
     assert code == 0 and '<section id="ncm">' in page and 'id="figure-ncm"' in page, err
     assert "<th>nearest-class-mean</th>" in page  # its column in the summary
+    # a view from the same package (the `vitbench.views` group): `table --view NAME` and its help
+    code, csv, err = vitbench(site, "table", "--view", "ncm-norms", "--format", "csv", "--results", results)
+    mean = 100 * sum(_accuracies(results)) / 3
+    assert code == 0 and f"low-digits,l2,{mean:.4f},,3," in csv, (csv, err)
+    code, shown, _ = vitbench(site, "table", "--help")
+    assert code == 0 and "ncm-norms: ncm accuracy by normalisation (acme's view)" in " ".join(shown.split())
+
+
+def _accuracies(results) -> list[float]:
+    import duckdb
+
+    con = duckdb.connect(str(results / "vitbench.duckdb"), read_only=True)
+    rows = con.execute("SELECT value FROM metrics JOIN runs USING (run_key) WHERE protocol = 'ncm' "
+                       "AND name = 'accuracy'").fetchall()  # fmt: skip
+    con.close()
+    return [v for (v,) in rows]
 
 
 def _hparams(results) -> list[dict]:

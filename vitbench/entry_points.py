@@ -1,8 +1,9 @@
 """Plugins from other packages: the entry-point groups vitbench reads from installed metadata.
 
-`vitbench.backends` (lists of ModelSpec), `vitbench.protocols` (Protocol instances or classes) and
+`vitbench.backends` (lists of ModelSpec), `vitbench.protocols` (Protocol instances or classes),
 `vitbench.datasets` (lists of DatasetSpec, or of DatasetFormat: a parametric
-`PREFIX:<argument>` dataset). Listing reads metadata only; a target is imported on
+`PREFIX:<argument>` dataset) and `vitbench.views` (lists of views.registry.TableView: `vitbench
+table --view NAME`). Listing reads metadata only; a target is imported on
 first use. `VITBENCH_DISABLE_PLUGIN_AUTOLOAD=1` keeps only vitbench's own built-ins (hermetic tests).
 """
 
@@ -22,7 +23,8 @@ from vitbench.errors import UserError
 log = logging.getLogger("vitbench")
 
 BACKENDS, PROTOCOLS, DATASETS = "vitbench.backends", "vitbench.protocols", "vitbench.datasets"
-GROUPS = (BACKENDS, PROTOCOLS, DATASETS)
+VIEWS = "vitbench.views"
+GROUPS = (BACKENDS, PROTOCOLS, DATASETS, VIEWS)
 AUTOLOAD_ENV = "VITBENCH_DISABLE_PLUGIN_AUTOLOAD"
 BUILTIN_DIST = "vitbench"
 

@@ -1,7 +1,8 @@
-"""Every view by name: the tables `vitbench table --view NAME` shows and the figures `vitbench plot
-NAME` draws. A view says what it reads and which of the command's options apply to it; the
-commands look a name up here instead of branching on it, and refuse an option a view does not
-take with one line that names both."""
+"""Every view by name: the tables `vitbench table --view NAME` shows (a plugin's too, through the
+`vitbench.views` entry-point group) and the figures `vitbench plot NAME` draws. A view says what
+it reads and which of the command's options apply to it; the commands look a name up here
+instead of branching on it, and refuse an option a view does not take with one line that names
+both."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench import store
-from vitbench.entry_points import Registry
+from vitbench.entry_points import VIEWS, Registry, load_group
 from vitbench.errors import UserError, listed
 from vitbench.protocols.base import Protocol
 from vitbench.protocols.registry import BUILTIN, protocols
@@ -168,7 +169,11 @@ def _not_a_view(name: str, known: list[str]) -> str:
     return f"--view {name}: expected {listed(n for n in known if n not in CHOSEN_BY_FLAG)}"
 
 
-TABLES: Registry[TableView] = Registry("table view", lambda v: v.name, lambda: _BUILTIN_TABLES, unknown=_not_a_view)
+# the built-ins, then the views other packages give through the `vitbench.views` entry-point group
+TABLES: Registry[TableView] = Registry(
+    "table view", lambda v: v.name, lambda: _BUILTIN_TABLES, lambda: load_group(VIEWS, "VIEWS", TableView),
+    of_type=TableView, unknown=_not_a_view,
+)  # fmt: skip
 
 
 def views_help() -> str:
