@@ -13,7 +13,7 @@ import difflib
 import importlib
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TypeVar
@@ -66,17 +66,12 @@ def load_target(target: str, default_attr: str) -> object:
     return obj() if callable(obj) and not isinstance(obj, type) else obj
 
 
-def load_group(
-    group: str, default_attr: str, kind: type | tuple[type, ...], builtin_targets: Sequence[tuple[str, str]] = ()
-) -> list:
+def load_group(group: str, default_attr: str, kind: type | tuple[type, ...]) -> list:
     """Every `kind` object the group's plugins define (a plugin may give one or a list), in
-    order: `builtin_targets` first where vitbench itself was never pip-installed (a source tree),
-    then the entry points. A plugin that fails to load is skipped with a warning: it must not take
-    the built-ins down."""
-    infos = plugins(group)
-    targets = [(p.name, p.target) for p in infos]
-    if not any(p.builtin for p in infos):
-        targets = list(builtin_targets) + targets
+    order: vitbench's own first (its built-in backends register through the same group,
+    pyproject.toml's `[project.entry-points]`), then the others'. A plugin that fails to load is
+    skipped with a warning: it must not take the built-ins down."""
+    targets = [(p.name, p.target) for p in plugins(group)]
     found = []
     for name, target in targets:
         try:

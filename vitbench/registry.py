@@ -22,8 +22,6 @@ from vitbench.timm_models import timm_spec
 
 log = logging.getLogger("vitbench")
 
-BUILTIN_MODULES = ("vitbench_plugins.vit", "vitbench_plugins.hybrid", "vitbench_plugins.bit")
-
 # Models that exist only as paper rows: their weights were never released.
 REFERENCE_ONLY = [
     ModelSpec(
@@ -64,9 +62,8 @@ def plugins() -> list[PluginInfo]:
 
 def _models() -> list[tuple[str, ModelSpec]]:
     """The backends' models: vitbench's own through the same entry-point group as a plugin's
-    (their modules directly where vitbench was never pip-installed: a source tree)."""
-    builtins = [(m.rsplit(".", 1)[1], f"{m}:MODELS") for m in BUILTIN_MODULES]
-    return entry_points.load_group(BACKENDS, "MODELS", ModelSpec, builtins)
+    (pyproject.toml names them; `plugins/` is importable as `vitbench_plugins` once installed)."""
+    return entry_points.load_group(BACKENDS, "MODELS", ModelSpec)
 
 
 @cache
