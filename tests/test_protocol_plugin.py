@@ -108,26 +108,50 @@ DATASETS = [
 '''
 
 # a table view of the package's own, in a module of its own: only `vitbench table` imports it
-VIEW_MODULE = '''"""acme's view of its ncm runs: accuracy by normalisation, the mean over the dims."""
+VIEW_MODULE = '''"""acme's views of its ncm runs: accuracy by normalisation (the mean over the dims),
+as a table and as a figure."""
 import json
 
+import matplotlib.pyplot as plt
+
 from vitbench.views.cells import Cell, TableData
-from vitbench.views.registry import TableView
+from vitbench.views.plots import Figure
+from vitbench.views.registry import FigureView, TableView
 
 
-def by_normalisation(inputs):
+def _means(inputs):
     df = inputs.df
     runs = df[(df["protocol"] == "ncm") & (df["metric"] == "accuracy")].drop_duplicates("run_key")
     norms = runs["hparams"].map(lambda h: json.loads(h)["normalise"])
+    return runs.groupby([runs["dataset"], norms])["value"].agg(["mean", "count"])
+
+
+def by_normalisation(inputs):
     data = TableData(title="ncm: accuracy (%) by normalisation, the mean over the dims")
-    for (dataset, norm), part in runs.groupby([runs["dataset"], norms]):
+    for (dataset, norm), row in _means(inputs).iterrows():
         data.add_row(dataset)
         data.add_column(norm)
-        data.cells[(dataset, norm)] = Cell(mean=100 * part["value"].mean(), n=len(part))
+        data.cells[(dataset, norm)] = Cell(mean=100 * row["mean"], n=int(row["count"]))
     return data
 
 
-VIEWS = [TableView("ncm-norms", by_normalisation, summary="ncm accuracy by normalisation (acme's view)")]
+def norms_figure(inputs):
+    means = _means(inputs)
+    fig, ax = plt.subplots()
+    ax.bar([" ".join(k) for k in means.index], 100 * means["mean"])
+    ax.set_ylabel("acme ncm accuracy (%)")
+    inputs.out_dir.mkdir(parents=True, exist_ok=True)
+    files = [inputs.out_dir / f"ncm_norms.{fmt}" for fmt in inputs.formats]
+    for path in files:
+        fig.savefig(path)
+    plt.close(fig)
+    return Figure("ncm-norms", "ncm accuracy by normalisation", files)
+
+
+VIEWS = [
+    TableView("ncm-norms", by_normalisation, summary="ncm accuracy by normalisation (acme's view)"),
+    FigureView("ncm-norms", norms_figure, False, "ncm accuracy by normalisation (acme's figure)"),
+]
 '''
 
 ENTRY_POINTS = (
@@ -207,6 +231,10 @@ def test_the_plugins_own_axis_shows_in_the_table_the_plot_and_the_report(site, t
     assert code == 0 and f"low-digits,l2,{mean:.4f},,3," in csv, (csv, err)
     code, shown, _ = vitbench(site, "table", "--help")
     assert code == 0 and "ncm-norms: ncm accuracy by normalisation (acme's view)" in " ".join(shown.split())
+    code, out, err = vitbench(site, "plot", "ncm-norms", "--results", results, "--out", plots, "--formats", "svg")
+    assert code == 0 and "acme ncm accuracy (%)" in (plots / "ncm_norms.svg").read_text(), err
+    code, shown, _ = vitbench(site, "plot", "--help")
+    assert code == 0 and "ncm-norms: ncm accuracy by normalisation (acme's figure)" in " ".join(shown.split())
 
 
 def _accuracies(results) -> list[float]:

@@ -2,8 +2,8 @@
 
 `vitbench.backends` (lists of ModelSpec), `vitbench.protocols` (Protocol instances or classes),
 `vitbench.datasets` (lists of DatasetSpec, or of DatasetFormat: a parametric
-`PREFIX:<argument>` dataset) and `vitbench.views` (lists of views.registry.TableView: `vitbench
-table --view NAME`). Listing reads metadata only; a target is imported on
+`PREFIX:<argument>` dataset) and `vitbench.views` (lists of views.registry.TableView and
+FigureView: `vitbench table --view NAME`, `vitbench plot NAME`). Listing reads metadata only; a target is imported on
 first use. `VITBENCH_DISABLE_PLUGIN_AUTOLOAD=1` keeps only vitbench's own built-ins (hermetic tests).
 """
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 
 import pandas as pd
@@ -169,11 +169,16 @@ def _not_a_view(name: str, known: list[str]) -> str:
     return f"--view {name}: expected {listed(n for n in known if n not in CHOSEN_BY_FLAG)}"
 
 
+@cache
+def _plugin_views() -> list[tuple[str, object]]:
+    """What the `vitbench.views` plugins give (read once): table views and figures alike."""
+    return load_group(VIEWS, "VIEWS", (TableView, FigureView))
+
+
 # the built-ins, then the views other packages give through the `vitbench.views` entry-point group
 TABLES: Registry[TableView] = Registry(
-    "table view", lambda v: v.name, lambda: _BUILTIN_TABLES, lambda: load_group(VIEWS, "VIEWS", TableView),
-    of_type=TableView, unknown=_not_a_view,
-)  # fmt: skip
+    "table view", lambda v: v.name, lambda: _BUILTIN_TABLES, _plugin_views, of_type=TableView, unknown=_not_a_view
+)
 
 
 def views_help() -> str:
@@ -196,48 +201,49 @@ class FigureView:
     summary: str = ""  # what it draws, in `vitbench plot --help`
 
 
-FIGURES = {
-    v.name: v
-    for v in (
-        FigureView("vtab", lambda i: plots.vtab_figure(i.df, i.out_dir, i.formats, i.protocol), True, "VTAB groups"),
-        FigureView(
-            "cost",
-            lambda i: plots.cost_figure(i.df, i.out_dir, i.formats, i.protocol, i.cost),
-            True,
-            "accuracy against cost (--cost flops or days)",
-        ),
-        FigureView(
-            "curves",
-            lambda i: plots.curves_figure(i.df, store.read_curves(i.results), i.out_dir, i.formats, i.run),
-            True,
-            "training curves (--run KEY for one run)",
-        ),
-        FigureView(
-            "confusion",
-            lambda i: per_class.confusion_figure(i.df, i.results, i.out_dir, i.formats, i.run),
-            False,
-            "one run's confusion matrix (--run KEY)",
-        ),
-        FigureView(
-            "checkpoints",
-            lambda i: series.checkpoints_figure(i.df, i.out_dir, i.formats, i.protocol),
-            False,
-            "accuracy over a series of checkpoints",
-        ),
-        FigureView(
-            "datasize",
-            lambda i: pretraining.datasize_figure(i.df, i.out_dir, i.formats),
-            True,
-            "Fig 4: accuracy against pre-training images",
-        ),
-        FigureView(
-            "compute",
-            lambda i: pretraining.compute_figure(i.df, i.out_dir, i.formats),
-            True,
-            "Fig 5: accuracy against pre-training exaFLOPs",
-        ),
-    )
-}
+_BUILTIN_FIGURES = (
+    FigureView("vtab", lambda i: plots.vtab_figure(i.df, i.out_dir, i.formats, i.protocol), True, "VTAB groups"),
+    FigureView(
+        "cost",
+        lambda i: plots.cost_figure(i.df, i.out_dir, i.formats, i.protocol, i.cost),
+        True,
+        "accuracy against cost (--cost flops or days)",
+    ),
+    FigureView(
+        "curves",
+        lambda i: plots.curves_figure(i.df, store.read_curves(i.results), i.out_dir, i.formats, i.run),
+        True,
+        "training curves (--run KEY for one run)",
+    ),
+    FigureView(
+        "confusion",
+        lambda i: per_class.confusion_figure(i.df, i.results, i.out_dir, i.formats, i.run),
+        False,
+        "one run's confusion matrix (--run KEY)",
+    ),
+    FigureView(
+        "checkpoints",
+        lambda i: series.checkpoints_figure(i.df, i.out_dir, i.formats, i.protocol),
+        False,
+        "accuracy over a series of checkpoints",
+    ),
+    FigureView(
+        "datasize",
+        lambda i: pretraining.datasize_figure(i.df, i.out_dir, i.formats),
+        True,
+        "Fig 4: accuracy against pre-training images",
+    ),
+    FigureView(
+        "compute",
+        lambda i: pretraining.compute_figure(i.df, i.out_dir, i.formats),
+        True,
+        "Fig 5: accuracy against pre-training exaFLOPs",
+    ),
+)
+# the built-ins, then a plugin's (`vitbench.views`, as the table views); the axis figures are made
+# from the protocols (axis_figures)
+FIGURES: Registry[FigureView] = Registry("figure", lambda v: v.name, lambda: _BUILTIN_FIGURES, _plugin_views,
+                                         of_type=FigureView)  # fmt: skip
 
 
 def axis_figures(known: Iterable[Protocol] | None = None) -> dict[str, FigureView]:
@@ -264,8 +270,8 @@ def all_figures(known: Iterable[Protocol] | None = None) -> dict[str, FigureView
 
 
 def figures_help() -> str:
-    """`vitbench plot`'s help, from the figures themselves (a plugin protocol's axis figure joins
-    them once installed: `--help` loads no plugin)."""
+    """`vitbench plot`'s help, from the figures themselves (a plugin's figures too; a plugin
+    protocol's axis figure joins them once installed: `--help` loads no protocol plugin)."""
     figures = all_figures(BUILTIN).values()
     named = "; ".join(f"{v.name}: {v.summary}" for v in figures if v.by_default)
     asked = "; ".join(f"{v.name}: {v.summary}" for v in figures if not v.by_default)
