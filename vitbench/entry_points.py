@@ -1,10 +1,10 @@
 """Plugins from other packages: the entry-point groups vitbench reads from installed metadata.
 
 `vitbench.backends` (lists of ModelSpec), `vitbench.protocols` (Protocol instances or classes),
-`vitbench.datasets` (lists of DatasetSpec, or of DatasetFormat: a parametric
-`PREFIX:<argument>` dataset) and `vitbench.views` (lists of views.registry.TableView and
-FigureView: `vitbench table --view NAME`, `vitbench plot NAME`). Listing reads metadata only; a target is imported on
-first use. `VITBENCH_DISABLE_PLUGIN_AUTOLOAD=1` keeps only vitbench's own built-ins (hermetic tests).
+`vitbench.datasets` (lists of DatasetSpec, or of DatasetFormat: a parametric `PREFIX:<argument>`
+dataset) and `vitbench.views` (lists of views.registry.TableView and FigureView: `vitbench table
+--view NAME`, `vitbench plot NAME`). Listing reads metadata only; a target is imported on first
+use. `VITBENCH_DISABLE_PLUGIN_AUTOLOAD=1` keeps only vitbench's own built-ins (hermetic tests).
 """
 
 from __future__ import annotations

@@ -79,10 +79,9 @@ class Request:
     device: str = "auto"
     extraction_batch: int = bounds.checked(64, bounds.Bound("--extraction-batch", int, 1))
     workers: int = bounds.checked(DEFAULT_WORKERS, bounds.Bound("--workers", int, 0))
-    input_pipeline: str = bounds.checked(
-        "auto", bounds.Choices("--input-pipeline", PIPELINES)
-    )  # where images are decoded
-    precision: str = bounds.checked("auto", bounds.Choices("--precision", PRECISIONS))  # auto: bf16 on CUDA
+    # where images are decoded, resized and augmented; auto precision: bf16 on CUDA, fp32 on CPU
+    input_pipeline: str = bounds.checked("auto", bounds.Choices("--input-pipeline", PIPELINES))
+    precision: str = bounds.checked("auto", bounds.Choices("--precision", PRECISIONS))
     compile: bool = False
     tensorboard: Path | None = None  # TensorBoard event files here (the tensorboard tracker's folder)
     tracker: tuple[str, ...] = ()  # every stored run also to these: tensorboard, wandb, mlflow
@@ -188,7 +187,7 @@ class ModelInputs:
     the run's size (vitbench/preprocessing.py; by default big_vision's few-shot recipe in the
     weights' value range)."""
 
-    res: int | None = bounds.checked(None, bounds.Bound("--res", int, 1, bounds.INT32_MAX))
+    res: int | None = None
     recipe: Callable[[Preprocessing], Preprocessing] = Preprocessing.frozen_features
 
 

@@ -158,8 +158,8 @@ class FewShot(Protocol):
         return replace(super().work(group), images=each)
 
     def _as_planned(self, group: Group, spec: RunSpec) -> Group:
-        """The group as its runs draw from it: the train split the part the shots come from, as
-        `plan` chose it (recorded in the runs' hparams); the planned group itself is left as it is."""
+        """A copy of the group whose train split is the part the shots are drawn from, as `plan`
+        chose it (recorded in the runs' hparams); the planned group keeps its whole split."""
         name = self.splits(group.dataset)[0]
         split, _ = _shots_split(group, name, "default" if "fewshot_train" in spec.hparams else "full")
         return replace(group, splits={**group.splits, name: split})
