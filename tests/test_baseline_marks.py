@@ -60,7 +60,7 @@ def _expected_marks(results: Path) -> dict[str, bool]:
     runs = store.read_results(results)
     runs = runs[runs["metric"] == "accuracy"]
     setting = [f"{r.protocol} {r.shots if r.protocol == 'fewshot' else k}" for r in runs.itertuples()
-               for k in [json_field(r.hparams).get("k")]]  # fmt: skip
+               for k in [json_field(r.hparams).get("knn_k")]]  # fmt: skip
     outcomes = {}
     for run, name in zip(runs.itertuples(), setting, strict=True):
         kept = read_predictions(results, run.run_key, json_field(run.notes)["predictions"])

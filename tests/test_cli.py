@@ -191,7 +191,7 @@ def test_unwritable_results_and_newer_store(cli, tmp_path):
     results = tmp_path / "r"
     store.connect(results).close()
     con = duckdb.connect(str(results / store.DB_NAME))
-    con.execute("INSERT INTO schema_version VALUES (7, now(), '9')")
+    con.execute("INSERT INTO schema_version VALUES (?, now(), '9')", [store.SCHEMA_VERSION + 1])
     con.close()
     code, _, err = cli("run", "--results", results, *FAST)
     assert code == 2 and "newer vitbench" in err

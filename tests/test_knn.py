@@ -67,7 +67,7 @@ def test_knn_runs_on_the_fewshot_feature_cache_and_tables_by_k(cli, results):
     assert code == 0, err
     df = store.read_results(results)
     runs = df[df["metric"] == "accuracy"]
-    assert sorted(json.loads(h)["k"] for h in runs["hparams"]) == [5, 20]
+    assert sorted(json.loads(h)["knn_k"] for h in runs["hparams"]) == [5, 20]
     assert set(df["metric"]) == {"accuracy", "accuracy_top5"} and set(runs["protocol_version"]) == {"knn/3"}
     assert not any(json.loads(n)["features_from_cache"] for n in runs["notes"])
     # few-shot on the same model and data extracts nothing: the k-NN run's features are in the cache

@@ -1,11 +1,17 @@
 """A results folder written by the vitbench before the protocol redesign is read and tabled by
 today's: the tables are the same, and runs of protocols bumped since plan anew beside the old ones."""
 
+import json
 import re
 import shutil
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
+
+from vitbench import store
+from vitbench.protocols.base import RunSpec
+from vitbench.store.shards import read_shards
 
 LEGACY = Path(__file__).parent / "data" / "store_v0_1"
 COMMON = ("--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32", "--workers", "0")
@@ -43,7 +49,7 @@ def test_old_runs_are_kept_and_bumped_protocols_plan_anew(cli, legacy):
     code, md, _ = cli("table", "--protocol", "fewshot", "--shots", "5", "--format", "md", "--results", legacy)
     header = md.splitlines()[2]
     # two columns, never averaged
-    assert "| 5-shot · fewshot-lsr/2 · l2=1024† |" in header and "| 5-shot · fewshot-lsr/3† |" in header
+    assert "| 5-shot · fewshot-lsr/2 · fewshot_l2=1024† |" in header and "| 5-shot · fewshot-lsr/3† |" in header
     assert {p.stem[:12] for p in (legacy / "runs").glob("*.json")} > stored  # nothing old was replaced
 
 
@@ -52,3 +58,32 @@ def test_old_results_render_the_same_tables(cli, legacy, args, golden):
     code, out, _ = cli("table", *args, "--format", "md", "--results", legacy)
     assert code == 0
     assert out == (LEGACY / golden).read_text()
+
+
+def test_settings_are_read_under_their_own_names_and_keep_their_run_keys(legacy):
+    """Shard schema 2 stores few-shot's λ as `fewshot_l2` (k-NN's k as `knn_k`, the linear probe's
+    features as `linear_features`): an older shard's `l2` reads under that name, and its run key,
+    made again from what it stores, is still its own (run keys hash the first names)."""
+    records = read_shards(sorted((legacy / "runs").glob("*.json"))).records
+    fewshot = [(path, rec["run"]) for path, rec in records if rec["run"]["protocol"] == "fewshot"]
+    assert len(fewshot) == 3
+    for path, run in fewshot:
+        assert "l2" not in run["hparams"] and run["hparams"]["fewshot_l2"] in ("1024", "sweep")
+        spec = RunSpec(**{f.name: run[f.name] for f in fields(RunSpec)})
+        assert spec.run_key == path.stem
+
+
+def test_a_database_from_before_the_rename_is_migrated_in_place(legacy):
+    """A database at schema 6 holds the old names; opening it for writing renames them in its rows,
+    keys and every other column untouched."""
+    con = store.connect(legacy)
+    store.ingest_pending(con, legacy)
+    before = con.execute("SELECT run_key, hparams FROM runs ORDER BY run_key").fetchall()
+    con.execute("UPDATE runs SET hparams = replace(hparams, '\"fewshot_l2\"', '\"l2\"')")
+    con.execute("DELETE FROM schema_version WHERE version = 7")
+    assert "fewshot_l2" not in str(con.execute("SELECT hparams FROM runs").fetchall())
+    con.close()
+    con = store.connect(legacy)
+    after = con.execute("SELECT run_key, hparams FROM runs ORDER BY run_key").fetchall()
+    assert [(k, json.loads(h)) for k, h in after] == [(k, json.loads(h)) for k, h in before]
+    con.close()

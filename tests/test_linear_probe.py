@@ -137,7 +137,7 @@ def test_linear_and_knn_on_shared_cifar10_with_one_extraction(cli, results, deit
     metrics = dict(zip(df["metric"], df["value"], strict=True))
     sweep = json.loads(run["notes"])["l2_sweep"]
     assert len(sweep) == 19 and metrics["val_accuracy"] == max(sweep.values())
-    assert json.loads(run["hparams"])["features"] == "raw"  # CLIP's A.3: no standardisation
+    assert json.loads(run["hparams"])["linear_features"] == "raw"  # CLIP's A.3: no standardisation
     assert metrics["accuracy"] > 0.5  # DeiT-Ti's features separate CIFAR-10 well
     code, _, err = cli("run", *run_on, "--protocol", "knn", "--results", results)
     assert code == 0, err

@@ -82,7 +82,7 @@ def build_report_store(root: Path) -> Path:
     (data and weights in folders under `root`, as on a user's disk)."""
     results = add_pretraining(build_store(root / "results"))
     weights = str(root / "weights" / "ViT-B_16.npz")
-    for protocol, acc, hparams in (("knn", 0.912, {"k": 20, "res": 224}), ("linear", 0.955, {"res": 224})):
+    for protocol, acc, hparams in (("knn", 0.912, {"knn_k": 20, "res": 224}), ("linear", 0.955, {"res": 224})):
         write_run(results, f"{protocol}-0", {"accuracy": acc}, protocol=protocol, protocol_version=f"{protocol}/3",
                   hparams=hparams, weights=weights, data_dir=str(root / "data"), device_seconds=30.0)  # fmt: skip
     con = store.connect(results)
@@ -141,7 +141,7 @@ def test_a_summary_of_one_protocol_is_a_row_per_model_and_a_column_per_dataset(t
             for seed in (0, 1):
                 write_run(results, f"{model[-4:-3]}-{dataset}-{seed}", {"accuracy": base + extra + seed / 100},
                           model=model, weights_sha256=sha, dataset=dataset, seed=seed, shots=10, protocol="fewshot",
-                          protocol_version="fewshot-lsr/3", hparams={"l2": "1024", "res": 224})  # fmt: skip
+                          protocol_version="fewshot-lsr/3", hparams={"fewshot_l2": "1024", "res": 224})  # fmt: skip
     store.ingest_pending(store.connect(results), results)
     headline = summary.summarise(store.read_results(results)).headline
     assert headline.title == "Headline numbers: few-shot, 10-shot top-1 accuracy (%)"

@@ -87,7 +87,7 @@ def build_store(results: Path) -> Path:
     for seed in (0, 1):
         write_run(results, f"fs-{seed}", {"accuracy": 0.30 + seed / 10}, seed=seed, model="vit-ti/16",
                   weights="random", weights_sha256="random", random_init=True, protocol="fewshot",
-                  protocol_version="fewshot-lsr/2", shots=10, hparams={"l2": "1024", "res": 224},
+                  protocol_version="fewshot-lsr/2", shots=10, hparams={"fewshot_l2": "1024", "res": 224},
                   device_seconds=10.0)  # fmt: skip
     con = store.connect(results)
     store.ingest_pending(con, results)
@@ -394,7 +394,7 @@ def add_pretraining(results: Path) -> Path:
             write_run(results, f"pre-fs{shots}-{seed}", {"accuracy": 0.5 + shots / 100 + seed / 100}, seed=seed,
                       model="vit-ti/16", weights=str(results / "weights" / "vit-ti16-digits.safetensors"),
                       weights_sha256=PRETRAINED_SHA, protocol="fewshot", protocol_version="fewshot-lsr/3",
-                      shots=shots, hparams={"l2": "1024", "res": 32}, device_seconds=5.0)  # fmt: skip
+                      shots=shots, hparams={"fewshot_l2": "1024", "res": 32}, device_seconds=5.0)  # fmt: skip
     con = store.connect(results)
     store.ingest_pending(con, results)
     con.close()

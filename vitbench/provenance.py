@@ -24,6 +24,21 @@ def canonical_json(obj: object) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
+# Settings stored under a new name since run keys were first made from them: {protocol: {stored
+# name: the name its run keys hash}}. A key is a run's identity (its shard, predictions, checkpoint
+# and weights file are named by it), so a rename must not change it: every store keeps its keys,
+# and shards written before a rename are read under today's names (store/shards.py, schema 2).
+KEYED_AS = {"knn": {"knn_k": "k"}, "fewshot": {"fewshot_l2": "l2"}, "linear": {"linear_features": "features"}}
+
+
+def run_key_of(spec: dict) -> str:
+    """The run key of a spec's fields (protocols/base.RunSpec), with its hparams under the names
+    they were first keyed by."""
+    renamed = KEYED_AS.get(spec["protocol"], {})
+    keyed = {**spec, "hparams": {renamed.get(name, name): value for name, value in spec["hparams"].items()}}
+    return sha256_text(canonical_json(keyed))
+
+
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 

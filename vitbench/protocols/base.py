@@ -26,7 +26,7 @@ from vitbench.errors import UserError
 from vitbench.protocols import bounds
 from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import Given, ProtocolOptions
-from vitbench.provenance import canonical_json, sha256_text
+from vitbench.provenance import run_key_of
 from vitbench.store.predictions import Predictions
 
 if TYPE_CHECKING:  # the engine (and torch) load when a protocol runs, not when its name or label is read
@@ -50,7 +50,7 @@ class RunSpec:
 
     @property
     def run_key(self) -> str:
-        return sha256_text(canonical_json(asdict(self)))
+        return run_key_of(asdict(self))
 
 
 @dataclass
@@ -281,7 +281,7 @@ class Protocol:
         by default its value on the axis (`shots=5`, `k=20`)."""
         if self.axis is None:
             return ""
-        return f"{self.axis.name}={self.axis.of(spec.shots, spec.hparams)}"
+        return self.axis.setting(self.axis.of(spec.shots, spec.hparams))
 
     @property
     def axis(self) -> Axis | None:

@@ -93,7 +93,7 @@ class FewShot(Protocol):
 
         o = FewshotOptions.of(req)
         label, _ = parse_l2(o.fewshot_l2)
-        hparams = {**hparams, "l2": label, **representation_hparams(group, group.runtime)}
+        hparams = {**hparams, "fewshot_l2": label, **representation_hparams(group, group.runtime)}
         first, drawn_from = _shots_split(group, self.splits(group.dataset)[0], o.fewshot_train)
         hparams |= drawn_from
         fewest = fewest_per_class(first.labels)
@@ -133,7 +133,7 @@ class FewShot(Protocol):
         train_pair = (torch.from_numpy(train.values).to(device), train.labels)
         test_pair = (torch.from_numpy(test.values).to(device), torch.from_numpy(test.labels).to(device))
         for spec in todo:
-            label, l2s = parse_l2(spec.hparams["l2"])
+            label, l2s = parse_l2(spec.hparams["fewshot_l2"])
             started = datetime.now(UTC)
             solve = Clock(device)
             kept: list = [] if len(l2s) == 1 else None  # type: ignore[assignment]  # a λ sweep keeps none

@@ -18,7 +18,7 @@ from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, limits, option
 
-K = Axis("k", "neighbours (k)", headline=20)  # both metrics vary along k
+K = Axis("knn_k", "neighbours (k)", headline=20, symbol="k")  # both metrics vary along k
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
 # version (tables, `--help`) stays light.
@@ -57,7 +57,7 @@ class KNearestNeighbours(Protocol):
         first = group.splits[self.splits(group.dataset)[0]]
         hparams = {**hparams, "temperature": TEMPERATURE, **representation_hparams(group, group.runtime)}
         return [
-            self.base_spec(group, first, weights_sha, {**hparams, "k": k}, seed=0) for k in KnnOptions.of(req).knn_k
+            self.base_spec(group, first, weights_sha, {**hparams, "knn_k": k}, seed=0) for k in KnnOptions.of(req).knn_k
         ]
 
     def run(
@@ -79,15 +79,15 @@ class KNearestNeighbours(Protocol):
                 torch.from_numpy(test.values).to(device),
                 torch.from_numpy(test.labels).to(device),
                 group.dataset.num_classes,
-                tuple(s.hparams["k"] for s in todo),
+                tuple(s.hparams["knn_k"] for s in todo),
                 todo[0].hparams["temperature"],
                 rankings=rankings,
             )
         ids = image_ids(group.splits[self.splits(group.dataset)[1]], test.indices)
         share = 1 / len(todo)  # one extraction and one similarity pass serve every k
         for spec in todo:
-            top1, top5 = accuracies[spec.hparams["k"]]
-            predictions = Predictions(ids, test.labels, torch.cat(rankings[spec.hparams["k"]]).numpy())
+            top1, top5 = accuracies[spec.hparams["knn_k"]]
+            predictions = Predictions(ids, test.labels, torch.cat(rankings[spec.hparams["knn_k"]]).numpy())
             metrics = {"accuracy": top1, "accuracy_top5": top5}
             yield frozen_result(spec, found, metrics, started, share, search.seconds * share, predictions=predictions)
 

@@ -71,7 +71,7 @@ class LinearProbe(Protocol):
             "l2_grid": "1e-6..1e6 per decade, refined x/÷ 10^(1/2), 10^(1/4), 10^(1/8) around the best",
             "objective": "sum CE + l2/2 |W|^2 (scikit-learn's C = 1/l2), L-BFGS, at most 1000 iterations",
             "solver": "scikit-learn lbfgs, tol 1e-4 (CPU); torch L-BFGS to the same stopping rule (GPU)",
-            "features": LinearOptions.of(req).linear_features,
+            "linear_features": LinearOptions.of(req).linear_features,
         }
         return [self.base_spec(group, first, weights_sha, hparams, seed=0)]
 
@@ -88,7 +88,7 @@ class LinearProbe(Protocol):
         train_split = group.splits[self.splits(group.dataset)[0]]
         fit_idx, val_idx = _validation(found.train, len(train_split), _validation_fraction(group.dataset))
         with solve:
-            features = todo[0].hparams["features"]
+            features = todo[0].hparams["linear_features"]
             best, scores = logistic.sweep(
                 (train[0][fit_idx], train[1][fit_idx]), (train[0][val_idx], train[1][val_idx]), classes, features
             )

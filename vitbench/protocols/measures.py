@@ -3,7 +3,7 @@ along. The views, the progress lines and the report read these declarations; non
 which protocol produced a number (lm-evaluation-harness's metrics carry `higher_is_better` and
 their aggregation the same way, so that its `make_table` knows no task).
 
-    K = Axis("k", "neighbours (k)", headline=20)
+    K = Axis("knn_k", "neighbours (k)", headline=20, symbol="k")
     metrics = (Metric("accuracy", "top-1 accuracy", axis=K), Metric("accuracy_top5", "top-5 accuracy", axis=K))
 """
 
@@ -47,19 +47,27 @@ class Axis:
     """The setting a protocol's runs vary along within one (model, weights, dataset): a column of
     tables per value, the x of its figure (`vitbench plot NAME`, and in the report)."""
 
-    name: str  # a RunSpec field ("shots") or an hparam ("k", "subset")
+    name: str  # a RunSpec field ("shots") or an hparam ("knn_k", "subset")
     label: str  # the figure's x label: "shots per class"
     headline: float | None = None  # the value the report's summary shows, where stored (else the most)
     log: bool = True  # drawn on a log scale
-    shown: str = ""  # how a value is written ("{}-shot"); default `name=value`
+    shown: str = ""  # how a value is written in a table's column ("{}-shot"); default `symbol=value`
+    symbol: str = ""  # how a setting names it ("k" in `k=20`); default its name
 
     def text(self, value: Any) -> str:
-        value = int(value) if isinstance(value, float) and value.is_integer() else value
-        return self.shown.format(value) if self.shown else f"{self.name}={value}"
+        return self.shown.format(_plain(value)) if self.shown else self.setting(value)
+
+    def setting(self, value: Any) -> str:
+        """`k=20`: the run's value as its progress line and `--dry-run` write it."""
+        return f"{self.symbol or self.name}={_plain(value)}"
 
     def of(self, shots: int | None, hparams: Mapping[str, Any]) -> Any:
         """A run's value on this axis (its `shots`, or one of its hparams)."""
         return shots if self.name == "shots" else hparams.get(self.name)
+
+
+def _plain(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def progress_text(metrics: tuple[Metric, ...], values: Mapping[str, float]) -> str:

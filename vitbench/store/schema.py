@@ -91,6 +91,17 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (audit_key, test_index, duplicate_index)
         )""",
     ],
+    [  # 7: settings stored under their own names (shard schema 2); run keys unchanged (provenance.KEYED_AS)
+        *(
+            f"UPDATE runs SET hparams = json_merge_patch(hparams, json_object('{new}', hparams->'$.{old}', '{old}', "
+            f"NULL)) WHERE protocol = '{protocol}' AND json_exists(hparams, '$.{old}')"
+            for protocol, old, new in (
+                ("knn", "k", "knn_k"),
+                ("fewshot", "l2", "fewshot_l2"),
+                ("linear", "features", "linear_features"),
+            )
+        ),
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 # provenance.environment()'s fields: which code, libraries, host and command produced a number

@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vitbench.atomic import read_regular
+from vitbench.provenance import KEYED_AS
 
 log = logging.getLogger("vitbench")
 
-SHARD_SCHEMA = 1  # 1: the `schema` field itself; a shard without one (written before it) reads as 0
+# 1: the `schema` field itself; a shard without one (written before it) reads as 0. 2: settings
+# stored under their own names (provenance.KEYED_AS: knn's `k` is `knn_k`); keys unchanged
+SHARD_SCHEMA = 2
 QUARANTINE = "quarantine"
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
@@ -163,7 +166,16 @@ def read_shard(path: Path) -> dict:
     _check_curves(record.get("curves"))
     if run.get("run_key") != path.stem:
         raise BadShard(f"its run_key {str(run.get('run_key'))[:16]}… is not its file name (a copy?)")
+    if schema < 2:
+        record = {**record, "run": {**run, "hparams": _named_as_today(run["protocol"], run["hparams"])}}
     return {**record, "schema": SHARD_SCHEMA}  # 0 -> 1: the shape is the same, the field is new
+
+
+def _named_as_today(protocol: str, hparams: dict) -> dict:
+    """A schema-1 shard's hparams under today's names (its run key hashes the old ones, as today's
+    keys do: provenance.run_key_of)."""
+    today = {keyed: name for name, keyed in KEYED_AS.get(protocol, {}).items()}
+    return {today.get(name, name): value for name, value in hparams.items()}
 
 
 def quarantine(path: Path, reason: str, results: Path | None = None) -> None:

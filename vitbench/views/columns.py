@@ -242,7 +242,7 @@ def _default_columns(df: pd.DataFrame, finals: pd.Series) -> tuple[pd.Series, pd
             label += f" · {version}"
         keys = sorted(splitting.get(base, set()) - {"smoke"})
         if keys:
-            label += " · " + ", ".join(f"{k}={_short(setting.get(k))}" for k in keys)
+            label += " · " + ", ".join(_setting_text(protocol, k, _short(setting.get(k))) for k in keys)
         label += (RANDOM_MARK if random_init else "") + (SMOKE_MARK if _is_smoke(texts[code]) else "")
         labels.append(label)
         conditions.append(_condition(protocol, shots, version, {k: setting.get(k) for k in keys}, texts[code]))
@@ -255,8 +255,17 @@ def _condition(protocol: str, shots: int | None, version: str, named: dict, hpar
     """What a column measured apart from its backbone, in words (`fewshot · 10-shot · fewshot-lsr/3 ·
     res=96`): equal for two columns that differ in model or weights alone."""
     parts = [protocol, *([f"{shots}-shot"] if shots is not None else []), version]
-    parts += [f"{k}={json.dumps(v, sort_keys=True) if isinstance(v, list | dict) else v}" for k, v in named.items()]
+    parts += [
+        _setting_text(protocol, k, json.dumps(v, sort_keys=True) if isinstance(v, list | dict) else v)
+        for k, v in named.items()
+    ]
     return " · ".join(parts + (["smoke"] if _is_smoke(hparams) else []))
+
+
+def _setting_text(protocol: str, name: str, value) -> str:
+    """`name=value`, or as the protocol's axis writes it when it is that axis (k-NN's `knn_k`: `k=20`)."""
+    axis = getattr(protocols().get(protocol), "axis", None)
+    return axis.setting(value) if axis is not None and axis.name == name else f"{name}={value}"
 
 
 def _told_apart(labels: list[str], identities: list[tuple]) -> list[str]:

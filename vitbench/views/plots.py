@@ -319,7 +319,7 @@ def axis_figure(
         used += list(part["run_key"])
     if axis.log:
         ax.set_xscale("log")
-    ax.set_xticks(values, [axis.text(v).removeprefix(f"{axis.name}=") for v in values])
+    ax.set_xticks(values, [axis.text(v).removeprefix(axis.setting("")) for v in values])
     ax.set_xlabel(axis.label + (" (log)" if axis.log else ""))
     ax.set_ylabel("top-1 accuracy (%)")
     ax.set_title(f"{known.label} accuracy against {axis.label}")
