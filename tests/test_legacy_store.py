@@ -7,6 +7,7 @@ import shutil
 from dataclasses import fields
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from vitbench import store
@@ -74,8 +75,8 @@ def test_settings_are_read_under_their_own_names_and_keep_their_run_keys(legacy)
 
 
 def test_a_database_from_before_the_rename_is_migrated_in_place(legacy):
-    """A database at schema 6 holds the old names; opening it for writing renames them in its rows,
-    keys and every other column untouched."""
+    """A database at schema 6 holds the old names; the first command that reads it renames them in
+    its rows, keys and every other column untouched."""
     con = store.connect(legacy)
     store.ingest_pending(con, legacy)
     before = con.execute("SELECT run_key, hparams FROM runs ORDER BY run_key").fetchall()
@@ -83,7 +84,10 @@ def test_a_database_from_before_the_rename_is_migrated_in_place(legacy):
     con.execute("DELETE FROM schema_version WHERE version = 7")
     assert "fewshot_l2" not in str(con.execute("SELECT hparams FROM runs").fetchall())
     con.close()
-    con = store.connect(legacy)
-    after = con.execute("SELECT run_key, hparams FROM runs ORDER BY run_key").fetchall()
-    assert [(k, json.loads(h)) for k, h in after] == [(k, json.loads(h)) for k, h in before]
+    read = store.read_results(legacy).drop_duplicates("run_key").sort_values("run_key")
+    assert [(k, json.loads(h)) for k, h in zip(read["run_key"], read["hparams"], strict=True)] == [
+        (k, json.loads(h)) for k, h in before
+    ]
+    con = duckdb.connect(str(legacy / store.DB_NAME), read_only=True)
+    assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == store.SCHEMA_VERSION  # in the file
     con.close()
