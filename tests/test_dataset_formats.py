@@ -149,7 +149,7 @@ def test_vtab_folder_layout_reads_every_split(vtab_dir):
     assert sizes == {"train800": 4, "val200": 2, "train800val200": 6, "test": 3}
     split = spec.load_split(vtab_dir, "train800")
     assert split.labels.tolist() == [0, 1, 46, 3] and split.source == "vtab-folder"
-    assert spec.sweep_splits == ("train800", "val200") and spec.final_splits == ("train800val200", "test")
+    assert spec.sweep_splits == ("train800", "val200") and spec.transfer_splits == ("train800val200", "test")
 
 
 @pytest.mark.parametrize(
@@ -243,7 +243,7 @@ def test_dev_split_of_a_loaded_dataset(cifar10_dir):
     sub, dev = spec.load_split(cifar10_dir, "subtrain"), spec.load_split(cifar10_dir, "dev")
     assert len(sub) + len(dev) == 60 and len(dev) == 1  # round(60 × 2 %) = 1
     assert sub.fingerprint != dev.fingerprint and sub.images.shape[1:] == (32, 32, 3)
-    assert spec.sweep_splits == ("subtrain", "dev") and spec.final_splits == ("train", "test")
+    assert spec.sweep_splits == ("subtrain", "dev") and spec.transfer_splits == ("train", "test")
 
 
 # --- doctor's counts ---------------------------------------------------------------------------------------

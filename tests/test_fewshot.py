@@ -176,8 +176,11 @@ def test_shots_come_from_the_datasets_fewshot_part_of_train_unless_full(cli, res
     from vitbench.entry_points import Registry
 
     known = registry.datasets()
-    assert known["imagenet"].fewshot_train_limit == 65_000
-    with_part = [dataclasses.replace(d, fewshot_train_limit=100) if d.name == "digits" else d for d in known.values()]
+    assert known["imagenet"].per_protocol == {"fewshot": {"train_limit": 65_000}}
+    with_part = [
+        dataclasses.replace(d, per_protocol={"fewshot": {"train_limit": 100}}) if d.name == "digits" else d
+        for d in known.values()
+    ]
     monkeypatch.setattr(registry, "DATASETS_BY_NAME", Registry("dataset", lambda d: d.name, lambda: with_part))
     run = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
            "--workers", "0", "--shots", "25", "--seeds", "0", "--results", results)  # fmt: skip

@@ -54,7 +54,7 @@ class NearestClassMean(Protocol):
     metrics = (Metric("accuracy", "accuracy", axis=Axis("dims", "principal components kept", log=False)),)
 
     def splits(self, dataset):
-        return dataset.fewshot_splits
+        return dataset.transfer_splits
 
     def work(self, group):  # its clock counts one process's seconds: it runs on one
         return replace(super().work(group), data_parallel=False)

@@ -144,9 +144,11 @@ class DatasetSpec:
     folder: str | None  # directory under --data-dir; None for an embedded dataset
     official_sizes: dict[str, int | None]  # split on disk -> official image count (None: no official size)
     load: Loader
-    fewshot_splits: tuple[str, str] = ("train", "test")  # shots are drawn from the first, scored on the second
-    sweep_splits: tuple[str, str] = ("subtrain", "dev")  # LR selection: train on the first, score on the second
-    final_splits: tuple[str, str] = ("train", "test")  # the final runs: train, then report on
+    # what a transfer learns from, then is scored on: fine-tuning's final runs, few-shot's shots
+    # and test images, k-NN's memory bank and queries, the linear probe's fit and test
+    transfer_splits: tuple[str, str] = ("train", "test")
+    # choosing a setting (fine-tuning's LR, pre-training's kept step): learn on the first, score on the second
+    sweep_splits: tuple[str, str] = ("subtrain", "dev")
     dev_fraction: float | None = None  # held out of "train" as "dev" (None: the dataset has its own)
     group: str | None = None  # VTAB group: natural, specialized or structured
     train_flip: bool = True  # BiT's random horizontal flip at train time (off for some structured tasks)
@@ -167,9 +169,9 @@ class DatasetSpec:
     # what the set is for, in `vitbench ls datasets` (e.g. "eval only: ImageNet-1k head, 200 classes")
     note: str = ""
     location: Path | None = None  # where a dataset outside --data-dir lives (folder:<path>): its data_dir
-    # few-shot draws its shots from this many train images (big_vision: ImageNet's train[:65000]),
-    # the same number per class; None: the whole split
-    fewshot_train_limit: int | None = None
+    # settings one protocol reads for this dataset, by the protocol's name, passed through untouched:
+    # ImageNet's {"fewshot": {"train_limit": 65_000}} (big_vision draws its shots from train[:65000])
+    per_protocol: dict[str, dict[str, Any]] = field(default_factory=dict)
     # the classes' names in label order where the data names them (folder:<path>: its class folders);
     # kept with each run's predictions, so per-class tables name classes without reading the data
     class_names: tuple[str, ...] | None = None
@@ -195,7 +197,7 @@ class DatasetSpec:
     @property
     def test_split(self) -> str:
         """The split its transfer results are scored on (the final runs' test split)."""
-        return self.final_splits[1]
+        return self.transfer_splits[1]
 
     @property
     def split_names(self) -> tuple[str, ...]:

@@ -268,7 +268,7 @@ def inference_bare(spec: ModelSpec, cfg: Config, opts: Options) -> Row:
 def real_split(opts: Options, mode: str) -> Split:
 
     dataset = get_dataset(opts.dataset)
-    name = dataset.final_splits[0] if mode == "train" else dataset.final_splits[1]
+    name = dataset.transfer_splits[0] if mode == "train" else dataset.transfer_splits[1]
     return dataset.load_split(opts.data_dir, name)
 
 

@@ -337,7 +337,7 @@ def frozen_features(group, runtime: Runtime, split_names: tuple[str, ...], wante
 
     clock = Clock(device, world().size)  # device-seconds: every process of a torchrun world extracts
     model = group_model(group, keep_head=False, compile=runtime.compile)
-    train_split, test_split = split_names  # (the protocols' fewshot_splits: shots from, scored on)
+    train_split, test_split = split_names  # (a DatasetSpec's transfer_splits: learned from, scored on)
 
     def train_outputs(distrust: str | None = None):
         if wanted is None:

@@ -145,7 +145,7 @@ def collect_images(images_dir, dataset: str | None, data_dir, limit: int):
                 raise UserError(f"{f}: not a readable image ({e})") from None
         return [f.stem for f in files], images, str(root.resolve()), fingerprint_files(root, files, content=False)
     spec = get_dataset(str(dataset))
-    split = spec.load_split(data_dir, spec.fewshot_splits[1])
+    split = spec.load_split(data_dir, spec.transfer_splits[1])
     count = min(limit, len(split))
     names = [f"{spec.name}_{split.name}_{i:05d}" for i in range(count)]
     return names, [split.image(i) for i in range(count)], f"{spec.name}:{split.name}[:{count}]", split.fingerprint

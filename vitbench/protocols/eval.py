@@ -61,7 +61,7 @@ class Eval(Protocol):
     )
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
-        return dataset.final_splits[1:]  # the final test split only
+        return dataset.transfer_splits[1:]  # the final test split only
 
     def inputs(self, model: ModelSpec, req: Request) -> ModelInputs:
         return ModelInputs(recipe=Preprocessing.published_eval)  # the checkpoint family's own eval recipe

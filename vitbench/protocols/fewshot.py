@@ -86,7 +86,7 @@ class FewShot(Protocol):
     metrics = (Metric("accuracy", "accuracy", axis=Axis("shots", "shots per class", headline=10, shown="{}-shot")),)
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
-        return dataset.fewshot_splits  # shots from the first, scored on the second
+        return dataset.transfer_splits  # shots from the first, scored on the second
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         from vitbench.engine.features import representation_hparams
@@ -171,7 +171,7 @@ def _shots_split(group: Group, name: str, choice: str) -> tuple[Split, dict]:
     number per class from a fixed permutation (a folder's order is sorted by class, TFDS's is
     shuffled: its first 65,000 hold at least 30 of every class). `full` (--fewshot-train full):
     the whole split."""
-    limit, split = group.dataset.fewshot_train_limit, group.splits[name]
+    limit, split = group.dataset.per_protocol.get(FEWSHOT.name, {}).get("train_limit"), group.splits[name]
     if choice == "full" or limit is None or len(split) <= limit:
         return split, {}
     per_class = limit // group.dataset.num_classes

@@ -122,7 +122,7 @@ class Finetune(Protocol):
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         """The dev sweep's (train on, score on), then the final runs' (train on, report on)."""
-        return tuple(dict.fromkeys(dataset.sweep_splits + dataset.final_splits))
+        return tuple(dict.fromkeys(dataset.sweep_splits + dataset.transfer_splits))
 
     def inputs(self, model: ModelSpec, req: Request) -> ModelInputs:
         # evaluated after vit_jax's plain resize, in the weights' value range (not their eval recipe)
@@ -136,7 +136,7 @@ class Finetune(Protocol):
         from vitbench.engine.train_data import describe_train_aug
 
         dataset, splits, model, o = group.dataset, group.splits, group.model, FinetuneOptions.of(req)
-        steps, grid = table4(dataset, len(splits[dataset.final_splits[0]]))
+        steps, grid = table4(dataset, len(splits[dataset.transfer_splits[0]]))
         if o.smoke:
             steps = SMOKE_STEPS
         steps = o.steps or steps
@@ -177,10 +177,10 @@ class Finetune(Protocol):
                 h = {**hparams, "stage": "sweep", "lr": recipe["lr"], "splits": list(dataset.sweep_splits)}
                 specs.append(self.base_spec(group, train_on, weights_sha, {**h, "recipe": recipe}, seed=0))
         final_lr: float | str = o.lr if o.lr is not None else ("best-on-dev" if sweep else grid[0])
-        train_on = splits[dataset.final_splits[0]]
+        train_on = splits[dataset.transfer_splits[0]]
         for seed in o.seeds:
             h = {**hparams, "stage": "final", "lr": final_lr, "lr_grid": list(grid) if sweep else None}
-            h["splits"] = list(dataset.final_splits)
+            h["splits"] = list(dataset.transfer_splits)
             specs.append(self.base_spec(group, train_on, weights_sha, h, seed))
         return specs
 

@@ -48,7 +48,7 @@ class KNearestNeighbours(Protocol):
     metrics = (Metric("accuracy", "accuracy", axis=K), Metric("accuracy_top5", "top-5 accuracy", axis=K))
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
-        return dataset.fewshot_splits  # the memory bank, then the scored split
+        return dataset.transfer_splits  # the memory bank, then the scored split
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         from vitbench.engine.features import representation_hparams

@@ -58,7 +58,7 @@ class LinearProbe(Protocol):
     )
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
-        return dataset.fewshot_splits  # train (the validation split is carved from it), then test
+        return dataset.transfer_splits  # train (the validation split is carved from it), then test
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
         from vitbench.engine.features import representation_hparams

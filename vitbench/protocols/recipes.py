@@ -26,7 +26,7 @@ def hyperrule_hparams(group: Group, o: TrainingOptions, res: int, steps: int) ->
     --smoke its resolution too, keeping their ratios."""
     from vitbench.engine import bit_hyperrule  # timm's scheduler: only where a plan is made
 
-    train = group.splits[group.dataset.final_splits[0]]
+    train = group.splits[group.dataset.transfer_splits[0]]
     first = train.image(0)
     found = bit_hyperrule.recipe(len(train), (first.height, first.width))
     if o.smoke or o.steps:
