@@ -64,7 +64,7 @@ def test_the_api_is_discoverable_without_loading_it():
     probe = "import sys, vitbench; print(dir(vitbench)); print('vitbench.api' in sys.modules, 'torch' in sys.modules)"
     shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     listed, loaded = shown.splitlines()
-    assert listed == "['Summary', '__version__', 'plan', 'results', 'run']"
+    assert listed == "['Summary', '__version__', 'plan', 'request', 'results', 'run']"
     assert loaded == "False False"
     assert "keyword arguments" in vitbench.__doc__ and callable(vitbench.run) and vitbench.Summary.__doc__
 
@@ -76,12 +76,12 @@ def test_the_demo_has_a_folder_of_its_own_and_pins_its_cpu_threads():
     import torch
 
     from vitbench.devices import cpu_threads
-    from vitbench.execution.plan import suite_of, with_suite_defaults
+    from vitbench.execution.plan import suite_of
     from vitbench.protocols.base import Request
 
-    assert with_suite_defaults(Request()).results == Path("results") / "demo"
-    assert with_suite_defaults(Request(results=Path("mine"))).results == Path("mine")  # --results wins
-    assert with_suite_defaults(Request(datasets=("digits",))).results == Path("results")  # not the demo
+    assert vitbench.request().results == Path("results") / "demo"  # made with its suite's defaults
+    assert vitbench.request(results="mine").results == Path("mine")  # --results wins
+    assert vitbench.request(datasets="digits").results == Path("results")  # not the demo
     assert suite_of(Request()).cpu_threads == 2 and suite_of(Request(suite="cifar")).cpu_threads is None
     before = torch.get_num_threads()
     with cpu_threads(1, "cpu"):

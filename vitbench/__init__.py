@@ -5,6 +5,8 @@ The Python API (vitbench/api.py), loaded on first use so that `import vitbench` 
 - `vitbench.run(model=..., datasets=..., ...)`: what `vitbench run` does, with its options as
   keyword arguments; returns a `Summary` (planned specs, runs done now, runs already stored).
 - `vitbench.plan(...)`: the planned groups of runs, nothing run.
+- `vitbench.request(...)`: the typed `Request` those options make (checked, with its suite's
+  defaults), to read or to pass to `run(req)` / `plan(req)`.
 - `vitbench.results("results", where=[...])`: every stored run x metric with its provenance, as a
   pandas DataFrame.
 """
@@ -17,7 +19,7 @@ _os.environ["HF_HUB_OFFLINE"] = "1"
 
 from vitbench.version import __version__  # noqa: E402
 
-API = ("plan", "results", "run", "Summary")
+API = ("plan", "request", "results", "run", "Summary")
 __all__ = ["__version__", *API]
 
 

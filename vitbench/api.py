@@ -29,7 +29,7 @@ from vitbench.errors import UserError, one_line
 from vitbench.execution import cluster, recorder, trackers
 from vitbench.execution.lease import lease_seconds
 from vitbench.execution.plan import plan as plan_groups
-from vitbench.execution.plan import suite_of, with_suite_defaults
+from vitbench.execution.plan import suite_of
 from vitbench.execution.runner import execute
 from vitbench.protocols.base import Group, Request, RunSpec, Trainer
 from vitbench.protocols.registry import get_protocol
@@ -82,7 +82,9 @@ class Summary:
 
 def request(**options) -> Request:
     """A Request from keyword options: the names of `vitbench run`'s options, each protocol's own
-    among them (`knn_k=(10, 20)`, a plugin's too); lists as tuples, lists or ranges."""
+    among them (`knn_k=(10, 20)`, a plugin's too); lists as tuples, lists or ranges. It carries its
+    suite's defaults (the demo's model, weights and results folder) where an option is left out;
+    a `Request(...)` made by hand is taken as it is."""
     return make_request("vitbench.run", **options)
 
 
@@ -129,7 +131,7 @@ def run(
     (pre-training: few-shot transfer of the weights each run wrote, beside random init), planned
     once that exists (a dry run plans them by name), into the same store. A stage that did not
     finish here (cluster jobs still waiting or failed; a torchrun world) plans no next stage."""
-    req = with_suite_defaults(req or request(**options))  # the next stages read them too
+    req = req or request(**options)
     summary = Summary([], set(), req.results)
     suite = suite_of(req)  # its pinned CPU threads hold for every stage (the demo's few-shot)
     threads = None if dry_run or cluster_options is not None or suite is None else suite.cpu_threads

@@ -166,13 +166,12 @@ def _dispatch(ctx: typer.Context, given: dict, command: Callable[..., None]) -> 
     """The command's work: print the config, or run here, under torchrun or on a cluster."""
     from vitbench import api
     from vitbench.execution import launch
-    from vitbench.execution.plan import with_suite_defaults
 
     g, resolved = _with_config(ctx, given, command)
     if g["print_config"]:
         sys.stdout.write(resolved)
         return
-    req = with_suite_defaults(_request({**g, "config": resolved}))  # e.g. the demo's own results folder
+    req = _request({**g, "config": resolved})  # with its suite's defaults: e.g. the demo's own results folder
     if req.results != g["results"] and not g["dry_run"]:
         log.info("the %s suite keeps its runs in %s (--results names another folder)", req.suite or "demo", req.results)
     if command is submit and not g["dry_run"]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import glob
 import logging
 import re
-from dataclasses import replace
 from pathlib import Path
 
 from vitbench import downloads
@@ -17,8 +16,7 @@ from vitbench.datasets import DatasetSpec
 from vitbench.devices import Runtime
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Request, Trainer
-from vitbench.protocols.options import Given
-from vitbench.protocols.registry import get_protocol, option_classes, option_table
+from vitbench.protocols.registry import get_protocol, option_table
 from vitbench.registry import get_dataset, get_model, get_suite
 from vitbench.suites import Suite
 from vitbench.weights import RANDOM, RANDOM_INIT_SEED, pretrained
@@ -29,19 +27,6 @@ from vitbench.weights.resolved import resolve as resolve_weights
 log = logging.getLogger("vitbench")
 
 
-def with_suite_defaults(req: Request) -> Request:
-    """The request with its suite's defaults wherever the user left an option at its default (the
-    demo's model, weights, steps and transfer datasets); explicit datasets run without a suite."""
-    if req.datasets:
-        return req
-    suite, unset, table = get_suite(req.suite or "demo"), Request(), option_table()
-    changes = {k: v for k, v in suite.defaults.items() if k not in table and getattr(req, k) == getattr(unset, k)}
-    options = {k: v for k, v in suite.defaults.items() if k in table and k not in req.options}
-    if options:
-        changes["options"] = Given.made({**options, **req.options.values()}, option_classes())
-    return replace(req, **changes) if changes else req
-
-
 def suite_of(req: Request) -> Suite | None:
     """The suite a request runs: the named one, the embedded demo when nothing is named, none for
     explicit datasets."""
@@ -49,7 +34,8 @@ def suite_of(req: Request) -> Suite | None:
 
 
 def resolve(req: Request) -> tuple[str, tuple[str, ...], str, str]:
-    """(model, datasets, protocol, weights) from the request and its suite's defaults."""
+    """(model, datasets, protocol, weights) from the request (made with its suite's defaults:
+    protocols/requests.py)."""
     if req.suite and req.datasets:
         raise UserError("give --suite or --dataset, not both")
     # explicit datasets run on their own; otherwise the named suite, or the embedded demo
@@ -58,13 +44,12 @@ def resolve(req: Request) -> tuple[str, tuple[str, ...], str, str]:
     if len(datasets) < len(req.datasets):
         repeated = sorted({d for d in req.datasets if req.datasets.count(d) > 1})
         log.warning("--dataset names %s more than once; each runs once", ", ".join(repeated))
-    defaults = suite.defaults if suite else {}
-    model = req.model or defaults.get("model")
+    model = req.model
     if not model:
         raise UserError("--model is required (see `vitbench ls models`)")
     names = _items(req.protocol or (suite.protocol if suite else "fewshot"), "--protocol")
     makes_weights = all(isinstance(get_protocol(name), Trainer) for name in names)  # pre-training starts from random
-    weights = req.weights or defaults.get("weights") or (RANDOM if makes_weights else None)
+    weights = req.weights or (RANDOM if makes_weights else None)
     if not weights:
         raise UserError("--weights is required: a .safetensors/.pth file, or 'random' for random-init weights")
     protocol = ",".join(get_protocol(name).name for name in names)  # a comma list: each protocol in turn
@@ -112,7 +97,6 @@ def plan(req: Request, dry_run: bool = False) -> list[Group]:
     `--model` may be comma lists, `--weights` a comma list, a directory of checkpoints (each file, in
     step order: one series) or a glob; the plan is their cross product. A dry run plans weights that
     are not here yet (a config written before the download) by name, and fetches nothing."""
-    req = with_suite_defaults(req)
     model_arg, dataset_names, protocol_names, weights_arg = resolve(req)
     protocols = [get_protocol(name) for name in protocol_names.split(",")]
     read = frozenset().union(*(p.Options.names() for p in protocols))

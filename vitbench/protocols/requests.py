@@ -4,7 +4,7 @@ options object (`Request.options`), made and so checked before any work."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from vitbench.protocols.base import Request
 from vitbench.protocols.bounds import MAX_VALUES
 from vitbench.protocols.options import Given, declared
 from vitbench.protocols.registry import BUILTIN, option_classes, option_table
+from vitbench.registry import get_suite
 
 SHARED = tuple(f.name for f in fields(Request) if f.name != "options")
 SHARED_LISTS = ("datasets", "tracker")
@@ -71,7 +72,22 @@ def make_request(where: str = "vitbench.run", **given: Any) -> Request:
     given_options = {name: table[name][0].parse(_as_tuple(value) if table[name][0].many else value)
                      for name, value in given.items() if name in table and value is not None}  # fmt: skip
     options = Given.made(given_options, option_classes())
-    return Request(**{k: v for k, v in given.items() if k in SHARED}, options=options)
+    return _with_suite_defaults(Request(**{k: v for k, v in given.items() if k in SHARED}, options=options))
+
+
+def _with_suite_defaults(req: Request) -> Request:
+    """The request with its suite's defaults wherever the user left an option at its default (the
+    demo's model, weights, steps, transfer datasets and results folder); explicit datasets run
+    without a suite. Applied here, where every Request made from options is made (the command
+    line, a config file, `vitbench.run(**options)`), and nowhere else."""
+    if req.datasets:
+        return req
+    suite, unset, table = get_suite(req.suite or "demo"), Request(), option_table()
+    changes = {k: v for k, v in suite.defaults.items() if k not in table and getattr(req, k) == getattr(unset, k)}
+    options = {k: v for k, v in suite.defaults.items() if k in table and k not in req.options}
+    if options:
+        changes["options"] = Given.made({**options, **req.options.values()}, option_classes())
+    return replace(req, **changes) if changes else req
 
 
 def _as_tuple(value: Any) -> Any:
