@@ -40,7 +40,7 @@ def test_list_options_take_a_range_and_a_long_one_is_refused_by_its_count(tmp_pa
     """Before: `seeds=range(2)` was refused ("expected a list of integers, got range(0, 2)")."""
     (group,) = vitbench.plan(model="vit-ti/16", weights="random", datasets="digits", shots=range(1, 3),
                              seeds=range(2), res=32, results=tmp_path)  # fmt: skip
-    assert sorted((s.seed, s.shots) for s in group.specs) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    assert sorted((s.seed, s.hparams["shots"]) for s in group.specs) == [(0, 1), (0, 2), (1, 1), (1, 2)]
     with pytest.raises(UserError, match="--seeds: 1,000,000,000,000 values; expected at most 10,000"):
         vitbench.plan(seeds=range(10**12), results=tmp_path)  # never expanded
 

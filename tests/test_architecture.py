@@ -250,3 +250,22 @@ def test_every_measurement_is_written_through_the_recorder():
         if isinstance(node, ast.Call) and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) in writes
     )
     assert found == []
+
+
+def test_the_core_knows_a_runs_axes_not_one_protocols_settings():
+    """Issue 48: few-shot's shots was a field of every run spec and a column of the store, export
+    and trackers, and DatasetSpec had few-shot's own splits and train limit. A run's value on its
+    protocol's axis is one of its hparams; a dataset passes a protocol's own settings through
+    `per_protocol` without naming them."""
+    from dataclasses import fields
+
+    from vitbench.datasets.base import DatasetSpec
+    from vitbench.protocols.base import RunSpec
+    from vitbench.protocols.registry import protocols
+    from vitbench.store import RUN_COLUMNS
+
+    known = protocols().values()
+    axes = {p.axis.name for p in known if p.axis is not None}
+    assert {"shots", "knn_k"} <= axes
+    assert not axes & {f.name for f in fields(RunSpec)} and not axes & set(RUN_COLUMNS)
+    assert not [f.name for f in fields(DatasetSpec) if any(p.name in f.name for p in known)]

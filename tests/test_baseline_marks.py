@@ -18,6 +18,7 @@ from PIL import Image
 from vitbench import stats, store
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import json_field
+from vitbench.views.columns import with_axes
 from vitbench.views.significance import ALPHA, SIGNIFICANT_MARK
 
 CLASSES = (0, 1, 2)  # airplane, automobile, bird
@@ -57,7 +58,7 @@ def deit_and_random(tmp_path_factory) -> Path:
 def _expected_marks(results: Path) -> dict[str, bool]:
     """Worked out here from the stored predictions, apart from the views: each DeiT-Ti run against the
     random-init run of the same protocol, shots and k, Holm over those pairs. Key: its setting."""
-    runs = store.read_results(results)
+    runs = with_axes(store.read_results(results))
     runs = runs[runs["metric"] == "accuracy"]
     setting = [f"{r.protocol} {r.shots if r.protocol == 'fewshot' else k}" for r in runs.itertuples()
                for k in [json_field(r.hparams).get("knn_k")]]  # fmt: skip

@@ -10,6 +10,7 @@ from safetensors.torch import save_file
 from vitbench import store
 from vitbench.engine import ridge
 from vitbench.protocols import fewshot
+from vitbench.views.columns import with_axes
 
 FAST = ("--res", "32", "--workers", "0", "--extraction-batch", "256")
 
@@ -26,7 +27,7 @@ def test_demo_runs_stores_and_renders(cli, results, caplog):
     code, out, _ = run_demo(cli, results)
     assert code == 0, out
     assert "Digits (8x8, scikit-learn)" in out and "5-shot†" in out and "· vit-ti/16 (random init)" in out
-    df = store.read_results(results)
+    df = with_axes(store.read_results(results))
     assert len(df) == 4 and set(df["shots"]) == {1, 5} and set(df["seed"]) == {0, 1}
     row = df.iloc[0]
     assert (

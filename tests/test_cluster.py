@@ -17,6 +17,7 @@ from vitbench.api import request, work
 from vitbench.execution import cluster, launch
 from vitbench.execution.lease import Lease
 from vitbench.execution.plan import plan
+from vitbench.views.columns import with_axes
 
 pytestmark = pytest.mark.slow
 FEWSHOT = (
@@ -90,7 +91,7 @@ def test_a_run_leased_elsewhere_is_skipped_then_run_when_free(cli, results):
 def test_submitit_local_jobs_write_shards_that_are_merged(cli, results):
     code, out, err = cli("submit", *LOCAL, *FEWSHOT, "--results", results)
     assert code == 0, err
-    df = store.read_results(results)
+    df = with_axes(store.read_results(results))
     assert len(df) == 2 and set(df["shots"]) == {1, 5}
     assert "wave 1: 1 job(s) submitted" in err  # one few-shot group: one job (one extraction)
     # the runs were executed by the job's own process: submitit pickled its return value there

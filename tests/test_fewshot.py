@@ -14,6 +14,7 @@ from vitbench.engine.features import FeatureCache
 from vitbench.engine.inference import Outputs
 from vitbench.errors import UserError
 from vitbench.protocols import fewshot as fewshot_protocol
+from vitbench.views.columns import with_axes
 
 
 def dense_ridge_accuracy(x, y, x_test, y_test, num_classes, l2):
@@ -206,7 +207,7 @@ def test_shots_come_from_the_datasets_fewshot_part_of_train_unless_full(cli, res
 
 
 def _fewshot_values(results):
-    df = store.read_results(results).query("protocol == 'fewshot' and metric == 'accuracy'")
+    df = with_axes(store.read_results(results)).query("protocol == 'fewshot' and metric == 'accuracy'")
     return {(int(r.shots), int(r.seed)): (r.value, int(r.n_train)) for r in df.itertuples()}
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from vitbench import store
 from vitbench.protocols.base import RunSpec
+from vitbench.store.schema import MIGRATIONS
 from vitbench.store.shards import read_shards
 
 LEGACY = Path(__file__).parent / "data" / "store_v0_1"
@@ -75,19 +76,30 @@ def test_settings_are_read_under_their_own_names_and_keep_their_run_keys(legacy)
 
 
 def test_a_database_from_before_the_rename_is_migrated_in_place(legacy):
-    """A database at schema 6 holds the old names; the first command that reads it renames them in
-    its rows, keys and every other column untouched."""
-    con = store.connect(legacy)
-    store.ingest_pending(con, legacy)
-    before = con.execute("SELECT run_key, hparams FROM runs ORDER BY run_key").fetchall()
-    con.execute("UPDATE runs SET hparams = replace(hparams, '\"fewshot_l2\"', '\"l2\"')")
-    con.execute("DELETE FROM schema_version WHERE version = 7")
-    assert "fewshot_l2" not in str(con.execute("SELECT hparams FROM runs").fetchall())
+    """A database at schema 6 (made here from the old shards as they are, `shots` a column of its
+    own, λ under `l2`): the first command that reads it moves them into the hparams under today's
+    names, in the file, once; keys and every other value untouched."""
+    con = duckdb.connect(str(legacy / store.DB_NAME))
+    con.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP, vitbench_version VARCHAR)")
+    for number, steps in enumerate(MIGRATIONS[:6], start=1):
+        for sql in steps:
+            con.execute(sql)
+        con.execute("INSERT INTO schema_version VALUES (?, now(), '0.1.0')", [number])
+    columns = {row[0] for row in con.execute("DESCRIBE runs").fetchall()}
+    old = [json.loads(path.read_text()) for path in sorted((legacy / "runs").glob("*.json"))]
+    for record in old:
+        run = {k: json.dumps(v) if k in ("hparams", "notes") else v for k, v in record["run"].items() if k in columns}
+        con.execute(f"INSERT INTO runs ({', '.join(run)}) VALUES ({', '.join('?' * len(run))})", list(run.values()))
+        for name, value in record["metrics"].items():
+            con.execute("INSERT INTO metrics VALUES (?, ?, ?)", [run["run_key"], name, value])
     con.close()
-    read = store.read_results(legacy).drop_duplicates("run_key").sort_values("run_key")
-    assert [(k, json.loads(h)) for k, h in zip(read["run_key"], read["hparams"], strict=True)] == [
-        (k, json.loads(h)) for k, h in before
-    ]
+    read = store.read_results(legacy).drop_duplicates("run_key").set_index("run_key")
+    for record in old:
+        run = record["run"]
+        hparams = {"fewshot_l2" if k == "l2" else k: v for k, v in run["hparams"].items()}
+        hparams |= {"shots": run["shots"]} if run["shots"] is not None else {}
+        assert json.loads(read.loc[run["run_key"], "hparams"]) == hparams
+        assert read.loc[run["run_key"], "seed"] == run["seed"] and "shots" not in read.columns
     con = duckdb.connect(str(legacy / store.DB_NAME), read_only=True)
     assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == store.SCHEMA_VERSION  # in the file
     con.close()

@@ -14,6 +14,7 @@ from conftest import SHARED_DATA
 from readme_walk import Step, mismatch, parse, run_step
 
 from vitbench import store
+from vitbench.views.columns import with_axes
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 STEPS, SKIPPED = parse(README)
@@ -78,7 +79,7 @@ def test_the_demo_pretrains_apart_and_beats_random_init_on_10_shot(readme_walk):
     person's own tables), on 2 CPU threads. Pre-training must buy a clear margin at 10 shots."""
     checkout, _ = readme_walk
     demo = checkout / "results" / "demo"
-    df = store.read_results(demo)
+    df = with_axes(store.read_results(demo))
     pre = df[df["protocol"] == "pretrain"].drop_duplicates("run_key")
     assert len(pre) == 1
     h = json.loads(pre["hparams"].iloc[0])

@@ -87,7 +87,7 @@ def build_store(results: Path) -> Path:
     for seed in (0, 1):
         write_run(results, f"fs-{seed}", {"accuracy": 0.30 + seed / 10}, seed=seed, model="vit-ti/16",
                   weights="random", weights_sha256="random", random_init=True, protocol="fewshot",
-                  protocol_version="fewshot-lsr/2", shots=10, hparams={"fewshot_l2": "1024", "res": 224},
+                  protocol_version="fewshot-lsr/2", hparams={"fewshot_l2": "1024", "res": 224, "shots": 10},
                   device_seconds=10.0)  # fmt: skip
     con = store.connect(results)
     store.ingest_pending(con, results)
@@ -364,13 +364,13 @@ def test_json_export_is_one_document_per_run_that_its_schema_describes(cli, stor
     path = tmp_path / "runs.json"  # the hand-made store: known values in every field
     code, out, err = cli("export", "--results", stored, "--format", "json", "--out", path)
     assert code == 0, err
-    assert f"wrote 14 run(s) (one document each, schema vitbench.run/1) to {path}" in " ".join(out.split())
+    assert f"wrote 14 run(s) (one document each, schema vitbench.run/2) to {path}" in " ".join(out.split())
     documents = json.loads(path.read_text())
     by_key = {d["run_key"]: d for d in documents}
     assert len(by_key) == 14 and by_key["c10-0"]["metrics"] == {"accuracy": 0.99, "lr": 0.01}
     assert by_key["c10-0"]["hparams"]["res"] == 384 and by_key["inet"]["metrics"]["accuracy_real"] == 0.8891
-    assert by_key["c10-0"]["started_at"] == "2026-11-20T10:00:00+00:00" and by_key["fs-0"]["shots"] == 10
-    assert by_key["inet"]["shots"] is None and by_key["fs-0"]["random_init"] is True
+    assert by_key["c10-0"]["started_at"] == "2026-11-20T10:00:00+00:00" and by_key["fs-0"]["hparams"]["shots"] == 10
+    assert "shots" not in {*by_key["inet"], *by_key["inet"]["hparams"]} and by_key["fs-0"]["random_init"] is True
     (document,) = json.loads(real.read_text())
     broken = [{**document, "hparams": json.dumps(document["hparams"])}]  # the old form: JSON text inside JSON
     with pytest.raises(jsonschema.ValidationError, match="is not of type 'object'"):
@@ -394,7 +394,7 @@ def add_pretraining(results: Path) -> Path:
             write_run(results, f"pre-fs{shots}-{seed}", {"accuracy": 0.5 + shots / 100 + seed / 100}, seed=seed,
                       model="vit-ti/16", weights=str(results / "weights" / "vit-ti16-digits.safetensors"),
                       weights_sha256=PRETRAINED_SHA, protocol="fewshot", protocol_version="fewshot-lsr/3",
-                      shots=shots, hparams={"fewshot_l2": "1024", "res": 32}, device_seconds=5.0)  # fmt: skip
+                      hparams={"fewshot_l2": "1024", "res": 32, "shots": shots}, device_seconds=5.0)  # fmt: skip
     con = store.connect(results)
     store.ingest_pending(con, results)
     con.close()

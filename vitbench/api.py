@@ -36,6 +36,7 @@ from vitbench.protocols.registry import get_protocol
 from vitbench.protocols.requests import make_request, options_doc
 from vitbench.store.query import apply_where, with_json_parsed
 from vitbench.views import inspection_plots
+from vitbench.views.columns import with_axes
 
 log = logging.getLogger("vitbench")
 
@@ -76,7 +77,7 @@ class Summary:
 
     def table(self) -> pd.DataFrame:
         """The stored results of this session's runs (run x metric)."""
-        frame = store.read_results(self.results)
+        frame = with_axes(store.read_results(self.results))
         return frame[frame["run_key"].isin({s.run_key for s in self.specs})]
 
 
@@ -278,7 +279,8 @@ def results(results: str | Path = "results", where: str | list[str] | tuple[str,
     `notes` come back as dicts (`frame["hparams"].str["res"]`)."""
     path = Path(results)
     store.sync(path)
-    return with_json_parsed(apply_where(store.read_results(path), [where] if isinstance(where, str) else where))
+    stored = with_axes(store.read_results(path))
+    return with_json_parsed(apply_where(stored, [where] if isinstance(where, str) else where))
 
 
 def inspect(

@@ -24,18 +24,20 @@ def canonical_json(obj: object) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-# Settings stored under a new name since run keys were first made from them: {protocol: {stored
-# name: the name its run keys hash}}. A key is a run's identity (its shard, predictions, checkpoint
-# and weights file are named by it), so a rename must not change it: every store keeps its keys,
-# and shards written before a rename are read under today's names (store/shards.py, schema 2).
+# A key is a run's identity (its shard, predictions, checkpoint and weights file are named by it),
+# so storing a setting otherwise must not change it: a key hashes a spec in the form keys were
+# first made in, and shards and databases written before are read in today's (store/shards.py,
+# schema 2; store/schema.py, migration 7). KEYED_AS: {protocol: {stored name: the name hashed}};
+# KEYED_APART: the hparam that was a field of the spec of its own (few-shot's shots), hashed there.
 KEYED_AS = {"knn": {"knn_k": "k"}, "fewshot": {"fewshot_l2": "l2"}, "linear": {"linear_features": "features"}}
+KEYED_APART = {"fewshot": "shots"}
 
 
 def run_key_of(spec: dict) -> str:
-    """The run key of a spec's fields (protocols/base.RunSpec), with its hparams under the names
-    they were first keyed by."""
-    renamed = KEYED_AS.get(spec["protocol"], {})
-    keyed = {**spec, "hparams": {renamed.get(name, name): value for name, value in spec["hparams"].items()}}
+    """The run key of a spec's fields (protocols/base.RunSpec), in the form keys were first made in."""
+    renamed, apart = KEYED_AS.get(spec["protocol"], {}), KEYED_APART.get(spec["protocol"])
+    hparams = {renamed.get(name, name): value for name, value in spec["hparams"].items() if name != apart}
+    keyed = {**spec, "hparams": hparams, "shots": spec["hparams"].get(apart) if apart else None}
     return sha256_text(canonical_json(keyed))
 
 

@@ -10,6 +10,7 @@ from vitbench.cli.app import app
 from vitbench.cli.options import Results, Where, argument, option, words
 from vitbench.cli.output import show
 from vitbench.store import query
+from vitbench.views.columns import with_axes
 from vitbench.views.significance import compare_view
 
 
@@ -31,6 +32,6 @@ def compare_cmd(
 ) -> None:
     """B − A per dataset on the same test images: Δ, its 95 % interval and a paired p-value."""
     store.sync(results)
-    df = query.apply_where(store.read_results(results), where)
+    df = query.apply_where(with_axes(store.read_results(results)), where)
     clauses = [list(words(side)) for side in (a, b)]
     show(compare_view(df, clauses[0], clauses[1], results, every_setting), fmt, results)

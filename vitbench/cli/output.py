@@ -14,13 +14,14 @@ from vitbench.errors import UserError
 from vitbench.protocols.registry import own_view, protocols
 from vitbench.views import registry, render, table
 from vitbench.views.cells import TableData
+from vitbench.views.columns import with_axes
 
 
 def print_summary_table(results: Path, run_keys: set[str] | None = None) -> None:
     """The summary after `vitbench run`: each protocol's own view of its runs where it declares one
     (pre-training: beside its transfer results), then the accuracy view of every other run, only
     the rows that have results. `run_keys`: only these runs (the ones the command planned)."""
-    df = store.read_results(results)
+    df = with_axes(store.read_results(results))
     if run_keys is not None:
         df = df[df["run_key"].isin(run_keys)]
     known = protocols()

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from vitbench.errors import UserError, one_line
+from vitbench.protocols.registry import protocols
 
 log = logging.getLogger("vitbench")
 
@@ -52,10 +53,13 @@ def check(names: tuple[str, ...], tensorboard_dir: Path | None = None) -> None:
 
 
 def run_name(run: dict) -> str:
-    """<key prefix>-<model>-<dataset>-<stage or protocol>[-<k>shot]-seed<seed>, readable in every UI."""
+    """<key prefix>-<model>-<dataset>-<stage or protocol>[-<its value on the protocol's axis: 5-shot,
+    k=20>]-seed<seed>, readable in every UI."""
     stage = run["hparams"].get("stage") or run["protocol"]
-    shots = f"-{run['shots']}shot" if run.get("shots") else ""
-    parts = (run["run_key"][:12], run["model"], run["dataset"], f"{stage}{shots}", f"seed{run['seed']}")
+    axis = getattr(protocols().get(run["protocol"]), "axis", None)
+    value = run["hparams"].get(axis.name) if axis is not None else None
+    setting = f"-{axis.text(value)}" if axis is not None and value is not None else ""
+    parts = (run["run_key"][:12], run["model"], run["dataset"], f"{stage}{setting}", f"seed{run['seed']}")
     return "-".join(p.replace("/", "_") for p in parts)
 
 
@@ -170,4 +174,4 @@ class Trackers:
 
 # the provenance fields that become MLflow params (the whole record is the run's provenance.json)
 PARAMS = ("model", "arch", "weights_sha256", "dataset", "data_source", "data_fingerprint", "protocol",
-          "protocol_version", "seed", "shots", "device_name", "git_sha")  # fmt: skip
+          "protocol_version", "seed", "device_name", "git_sha")  # fmt: skip

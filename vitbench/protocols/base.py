@@ -44,9 +44,8 @@ class RunSpec:
     data_fingerprint: str
     protocol: str
     protocol_version: str
-    hparams: dict
+    hparams: dict  # everything else that changes its numbers, its value on its protocol's axis among them
     seed: int
-    shots: int | None = None
 
     @property
     def run_key(self) -> str:
@@ -281,29 +280,19 @@ class Protocol:
         by default its value on the axis (`shots=5`, `k=20`)."""
         if self.axis is None:
             return ""
-        return self.axis.setting(self.axis.of(spec.shots, spec.hparams))
+        return self.axis.setting(spec.hparams.get(self.axis.name))
 
     @property
     def axis(self) -> Axis | None:
         """The axis its runs vary along: the one its metrics declare (none where they declare none)."""
         return next((m.axis for m in self.metrics if m.axis is not None), None)
 
-    def base_spec(
-        self, group: Group, first: Split, weights_sha: str, hparams: dict, seed: int, shots: int | None = None
-    ) -> RunSpec:
+    def base_spec(self, group: Group, first: Split, weights_sha: str, hparams: dict, seed: int) -> RunSpec:
         """A RunSpec of this protocol: the data identity is that of the split it learns from."""
         return RunSpec(
-            group.model.name,
-            weights_sha,
-            group.dataset.name,
-            first.source,
-            first.fingerprint,
-            self.name,
-            self.version,
-            hparams,
-            seed,
-            shots,
-        )
+            group.model.name, weights_sha, group.dataset.name, first.source, first.fingerprint, self.name,
+            self.version, hparams, seed,
+        )  # fmt: skip
 
 
 class Trainer(Protocol):

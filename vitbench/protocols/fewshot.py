@@ -105,7 +105,9 @@ class FewShot(Protocol):
                 ",".join(map(str, beyond)), group.dataset.name, first.name, fewest,
             )  # fmt: skip
         return [
-            self.base_spec(group, first, weights_sha, hparams, seed, shots) for seed in o.seeds for shots in o.shots
+            self.base_spec(group, first, weights_sha, {**hparams, "shots": shots}, seed)
+            for seed in o.seeds
+            for shots in o.shots
         ]
 
     def run(
@@ -121,7 +123,7 @@ class FewShot(Protocol):
         classes = group.dataset.num_classes
 
         def wanted(present: np.ndarray | None) -> np.ndarray:  # only the images the runs draw are extracted
-            draws = [sample_indices(split_labels, classes, s.shots or 0, s.seed, present) for s in todo]
+            draws = [sample_indices(split_labels, classes, s.hparams["shots"], s.seed, present) for s in todo]
             return np.unique(np.concatenate(draws))
 
         found, device = frozen_features(group, runtime, self.splits(group.dataset), wanted), runtime.device
@@ -133,15 +135,16 @@ class FewShot(Protocol):
         train_pair = (torch.from_numpy(train.values).to(device), train.labels)
         test_pair = (torch.from_numpy(test.values).to(device), torch.from_numpy(test.labels).to(device))
         for spec in todo:
+            shots = spec.hparams["shots"]
             label, l2s = parse_l2(spec.hparams["fewshot_l2"])
             started = datetime.now(UTC)
             solve = Clock(device)
             kept: list = [] if len(l2s) == 1 else None  # type: ignore[assignment]  # a λ sweep keeps none
             with solve:
                 accs, n_train = fewshot_accuracies(
-                    train_pair, test_pair, classes, spec.shots or 0, spec.seed, l2s, train.indices, split_labels, kept
+                    train_pair, test_pair, classes, shots, spec.seed, l2s, train.indices, split_labels, kept
                 )
-            drawn = sample_indices(split_labels, classes, spec.shots or 0, spec.seed, present)
+            drawn = sample_indices(split_labels, classes, shots, spec.seed, present)
             share = 1 / len(todo)  # the one extraction is shared by the runs that needed it
             notes = {"extraction_seconds": found.seconds, "effective_shots": fewest_per_class(split_labels[drawn])}
             predictions = Predictions.from_scores(kept[0], test.labels, test_ids) if kept else None
@@ -152,7 +155,7 @@ class FewShot(Protocol):
     def work(self, group: Group) -> Work:
         """Only the drawn train images are extracted (at most shots × classes per seed), then the test split."""
         train, test = (self._as_planned(group, group.specs[0]).splits[name] for name in self.splits(group.dataset))
-        shots, seeds = max(s.shots or 0 for s in group.specs), {s.seed for s in group.specs}
+        shots, seeds = max(s.hparams["shots"] for s in group.specs), {s.seed for s in group.specs}
         drawn = min(len(train), shots * group.dataset.num_classes * len(seeds))
         each = {s.run_key: {"inference": (drawn + len(test)) / len(group.specs)} for s in group.specs}
         return replace(super().work(group), images=each)

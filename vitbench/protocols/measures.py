@@ -47,7 +47,7 @@ class Axis:
     """The setting a protocol's runs vary along within one (model, weights, dataset): a column of
     tables per value, the x of its figure (`vitbench plot NAME`, and in the report)."""
 
-    name: str  # a RunSpec field ("shots") or an hparam ("knn_k", "subset")
+    name: str  # the hparam its runs store it under ("shots", "knn_k", "subset")
     label: str  # the figure's x label: "shots per class"
     headline: float | None = None  # the value the report's summary shows, where stored (else the most)
     log: bool = True  # drawn on a log scale
@@ -60,10 +60,6 @@ class Axis:
     def setting(self, value: Any) -> str:
         """`k=20`: the run's value as its progress line and `--dry-run` write it."""
         return f"{self.symbol or self.name}={_plain(value)}"
-
-    def of(self, shots: int | None, hparams: Mapping[str, Any]) -> Any:
-        """A run's value on this axis (its `shots`, or one of its hparams)."""
-        return shots if self.name == "shots" else hparams.get(self.name)
 
 
 def _plain(value: Any) -> Any:

@@ -281,6 +281,6 @@ def read_results(results: Path) -> pd.DataFrame:
         results,
         1,
         "SELECT r.*, m.name AS metric, m.value FROM runs r JOIN metrics m USING (run_key) "
-        "WHERE r.status = 'done' ORDER BY r.model, r.dataset, r.shots, r.seed",
+        "WHERE r.status = 'done' ORDER BY r.model, r.dataset, r.seed",
         [*RUN_COLUMNS, "metric", "value"],
     )

@@ -24,7 +24,9 @@ from vitbench.store.predictions import read_predictions
 from vitbench.store.query import apply_where, json_field
 
 FORMATS = {"parquet": "(FORMAT parquet)", "csv": "(FORMAT csv, HEADER true)", "json": "(FORMAT json, ARRAY true)"}
-RUN_DOCUMENT = "vitbench.run/1"  # the JSON export's per-run document (docs/results-schema.json): bump on change
+# the JSON export's per-run document (docs/results-schema.json): bump on change. 2: `shots` is among
+# the hparams, no longer a field of its own
+RUN_DOCUMENT = "vitbench.run/2"
 
 
 def export(results: Path, fmt: str, out: Path, where: list[str] | None = None) -> int:
@@ -41,7 +43,6 @@ def export(results: Path, fmt: str, out: Path, where: list[str] | None = None) -
     frame = df.reset_index(drop=True)
     for column in ("hparams", "notes"):  # JSON text, identical in every format
         frame[column] = frame[column].astype(str)
-    frame["shots"] = pd.to_numeric(frame["shots"], errors="coerce").astype("Int64")
     _write(frame, fmt, out)
     return len(frame)
 
@@ -91,7 +92,8 @@ def _quote(path: Path) -> str:
     return str(path).replace("'", "''")
 
 
-RUN_FIELDS = ["run_key", "model", "weights_sha256", "dataset", "protocol", "protocol_version", "seed", "shots"]
+# each prediction's run: its identity, and its hparams (JSON text) for what it varied (few-shot's shots)
+RUN_FIELDS = ["run_key", "model", "weights_sha256", "dataset", "protocol", "protocol_version", "seed", "hparams"]
 
 
 def export_predictions(results: Path, fmt: str, out: Path, where: list[str] | None = None) -> tuple[int, int]:
@@ -111,6 +113,6 @@ def export_predictions(results: Path, fmt: str, out: Path, where: list[str] | No
             f"no stored run in {results} kept per-image predictions" + (" matching --where" if where else "")
         )
     frame = pd.concat(parts, ignore_index=True)[[*RUN_FIELDS, "id", "label", "top1", "topk", "correct"]]
-    frame["shots"] = pd.to_numeric(frame["shots"], errors="coerce").astype("Int64")
+    frame["hparams"] = frame["hparams"].astype(str)
     _write(frame, fmt, out)
     return len(frame), len(parts)

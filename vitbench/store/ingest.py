@@ -41,7 +41,7 @@ def ingest(con: duckdb.DuckDBPyConnection, shards: Iterable[Path]) -> int:
 # pandas dtypes of the runs table's typed columns (text, timestamps and JSON go in as strings: DuckDB
 # casts them on insert, as it cast the parameters of row-by-row inserts before)
 RUN_DTYPES = {
-    **dict.fromkeys(("n_train", "n_test", "skipped_images", "seed", "shots", "device_count"), "Int32"),
+    **dict.fromkeys(("n_train", "n_test", "skipped_images", "seed", "device_count"), "Int32"),
     "flops_per_image": "Int64",
     **dict.fromkeys(("device_seconds", "flops"), "Float64"),
     **dict.fromkeys(("random_init", "data_subset"), "boolean"),

@@ -1,6 +1,7 @@
 """Selecting and grouping stored runs by any stored field: `--where` and `--group-by`.
 
-A field is a `runs` column (`model`, `data_source`, `device_name`, …), `date` (the day a run
+A field is a `runs` column (`model`, `data_source`, `device_name`, …), a protocol's axis where the
+runs were read with them (`shots`, `knn_k`: views/columns.with_axes), `date` (the day a run
 finished, YYYY-MM-DD), or a key inside the JSON columns (`hparams.res`, `notes.restarts`).
 Shared by `vitbench table`, `export` and `plot`, so one filter means the same thing everywhere.
 """
@@ -61,9 +62,10 @@ def field_values(df: pd.DataFrame, name: str, option: str = "--where") -> pd.Ser
     head, _, key = name.partition(".")
     if key and head in JSON_FIELDS:
         return df[head].map(lambda v: json_field(v).get(key))
-    if name in df.columns and name in (*RUN_COLUMNS, *METRIC_COLUMNS):
+    if name in df.columns and not name.startswith("_"):
         return df[name]
-    fields = ", ".join(["date", *RUN_COLUMNS, *METRIC_COLUMNS, "hparams.<key>", "notes.<key>"])
+    extra = [c for c in df.columns if c not in (*RUN_COLUMNS, *METRIC_COLUMNS) and not c.startswith("_")]
+    fields = ", ".join(["date", *RUN_COLUMNS, *extra, *METRIC_COLUMNS, "hparams.<key>", "notes.<key>"])
     raise UserError(f"{option} {name}: not a stored field; expected one of {fields}")
 
 

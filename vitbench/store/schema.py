@@ -91,7 +91,10 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (audit_key, test_index, duplicate_index)
         )""",
     ],
-    [  # 7: settings stored under their own names (shard schema 2); run keys unchanged (provenance.KEYED_AS)
+    [  # 7: settings stored under their own names, few-shot's shots among the hparams (shard schema 2); run
+        # keys unchanged (provenance.KEYED_AS, KEYED_APART)
+        "UPDATE runs SET hparams = json_merge_patch(hparams, json_object('shots', shots)) WHERE shots IS NOT NULL",
+        "ALTER TABLE runs DROP COLUMN shots",
         *(
             f"UPDATE runs SET hparams = json_merge_patch(hparams, json_object('{new}', hparams->'$.{old}', '{old}', "
             f"NULL)) WHERE protocol = '{protocol}' AND json_exists(hparams, '$.{old}')"
@@ -134,7 +137,6 @@ RUN_COLUMNS = [
     "protocol_version",
     "hparams",
     "seed",
-    "shots",
     "status",
     "started_at",
     "finished_at",

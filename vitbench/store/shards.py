@@ -23,7 +23,8 @@ from vitbench.provenance import KEYED_AS
 log = logging.getLogger("vitbench")
 
 # 1: the `schema` field itself; a shard without one (written before it) reads as 0. 2: settings
-# stored under their own names (provenance.KEYED_AS: knn's `k` is `knn_k`); keys unchanged
+# stored under their own names (provenance.KEYED_AS: knn's `k` is `knn_k`), and few-shot's `shots`
+# among its hparams (it was a field of the run); keys unchanged
 SHARD_SCHEMA = 2
 QUARANTINE = "quarantine"
 INT32 = (-(2**31), 2**31 - 1)
@@ -36,7 +37,7 @@ OPTIONAL_TEXT = (
     *("arch", "backend", "data_dir", "started_at", "finished_at", "device", "device_name", "git_sha"),
     *("vitbench_version", "torch_version", "timm_version", "python_version", "hostname", "command"),
 )
-INTEGERS = {"seed": INT32, "shots": INT32, "n_train": INT32, "n_test": INT32, "skipped_images": INT32}
+INTEGERS = {"seed": INT32, "n_train": INT32, "n_test": INT32, "skipped_images": INT32}
 INTEGERS |= {"device_count": INT32, "flops_per_image": INT64}
 NUMBERS = ("device_seconds", "flops")
 
@@ -167,15 +168,22 @@ def read_shard(path: Path) -> dict:
     if run.get("run_key") != path.stem:
         raise BadShard(f"its run_key {str(run.get('run_key'))[:16]}… is not its file name (a copy?)")
     if schema < 2:
-        record = {**record, "run": {**run, "hparams": _named_as_today(run["protocol"], run["hparams"])}}
+        record = {**record, "run": _as_today(run)}
     return {**record, "schema": SHARD_SCHEMA}  # 0 -> 1: the shape is the same, the field is new
 
 
-def _named_as_today(protocol: str, hparams: dict) -> dict:
-    """A schema-1 shard's hparams under today's names (its run key hashes the old ones, as today's
-    keys do: provenance.run_key_of)."""
-    today = {keyed: name for name, keyed in KEYED_AS.get(protocol, {}).items()}
-    return {today.get(name, name): value for name, value in hparams.items()}
+def _as_today(run: dict) -> dict:
+    """A schema-1 run in today's shape: its hparams under today's names, its `shots` among them (its
+    run key hashes the old form, as today's keys do: provenance.run_key_of)."""
+    today = {keyed: name for name, keyed in KEYED_AS.get(run["protocol"], {}).items()}
+    hparams = {today.get(name, name): value for name, value in run["hparams"].items()}
+    shots = run.get("shots")
+    if shots is not None:
+        low, high = INT32
+        if isinstance(shots, bool) or not isinstance(shots, int) or not low <= shots <= high:
+            raise BadShard(f"run.shots = {shots!r} is not an integer from {low} to {high}")
+        hparams["shots"] = shots
+    return {**{k: v for k, v in run.items() if k != "shots"}, "hparams": hparams}
 
 
 def quarantine(path: Path, reason: str, results: Path | None = None) -> None:

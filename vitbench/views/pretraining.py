@@ -20,6 +20,7 @@ from vitbench.errors import UserError
 from vitbench.protocols.registry import along, with_metric
 from vitbench.store.query import json_field, written_weights_sha
 from vitbench.views.cells import SMOKE_MARK, Cell, TableData
+from vitbench.views.columns import with_axes
 from vitbench.views.plots import FILE, Figure, Look, legend, new_figure, runs_text, save
 from vitbench.views.table import title
 
@@ -49,6 +50,7 @@ def linked_runs(df: pd.DataFrame) -> set[str]:
 
 
 def link(df: pd.DataFrame) -> Linked:
+    df = with_axes(df)
     pre = df[df["protocol"].isin(pretraining_protocols())]
     if pre.empty:
         raise UserError("no pre-training runs are stored; run `vitbench run --protocol pretrain`")

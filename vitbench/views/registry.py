@@ -31,6 +31,7 @@ from vitbench.views import (
     table,
 )
 from vitbench.views.cells import TableData
+from vitbench.views.columns import with_axes
 from vitbench.views.plots import Figure
 
 
@@ -65,7 +66,7 @@ class Inputs:
             return self.runs
         store.sync(self.results)  # shards that cluster workers wrote since the last merge
         return contamination.with_test_duplicates(
-            query.apply_where(store.read_results(self.results), self.where), self.results
+            query.apply_where(with_axes(store.read_results(self.results)), self.where), self.results
         )
 
 

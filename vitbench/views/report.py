@@ -39,7 +39,7 @@ from vitbench.views import (
     table,
 )
 from vitbench.views.cells import TableData
-from vitbench.views.columns import accelerator_days, measured_columns
+from vitbench.views.columns import accelerator_days, measured_columns, with_axes
 from vitbench.views.footnotes import short_fingerprint
 from vitbench.views.private_paths import explanation, private_roots, redact
 
@@ -252,7 +252,9 @@ def report_html(
     baseline: Sequence[str] = (),
 ) -> str:
     now = now or datetime.now(UTC)
-    df = contamination.with_test_duplicates(apply_where(store.read_results(results), list(where or ())), results)
+    df = contamination.with_test_duplicates(
+        apply_where(with_axes(store.read_results(results)), list(where or ())), results
+    )
     if protocol is not None and not df.empty:
         df = df[df["protocol"] == protocol]
     roots = [] if show_paths else private_roots(df, results)

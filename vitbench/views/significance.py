@@ -20,7 +20,7 @@ from vitbench.errors import UserError
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import apply_where, json_field
 from vitbench.views.cells import SUBSET_MARK, Cell, TableData
-from vitbench.views.columns import measured_columns, natural_order, weights_label
+from vitbench.views.columns import measured_columns, natural_order, weights_label, with_axes
 from vitbench.views.shot_counts import cell_effective_shots
 
 SIGNIFICANT_MARK = "*"
@@ -185,6 +185,7 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path, ev
     p-value after Holm's correction over the rows compared. `every_setting` (`--all`): a row per
     dataset and setting (protocol, shots, version, the settings a table column names) that both
     select, so "A vs B at every shared setting" is one call."""
+    df = with_axes(df)
     runs = df[df["metric"] == "accuracy"] if not df.empty else df
     clauses = {"A": a, "B": b}
     sides = {name: apply_where(runs, side) for name, side in clauses.items()}

@@ -214,7 +214,7 @@ def _at_headline(acc: pd.DataFrame) -> pd.DataFrame:
         axis = known[name].axis if name in known else None
         if axis is None or axis.headline is None:
             continue
-        values = pd.to_numeric(axis_values(part, axis), errors="coerce")
+        values = pd.to_numeric(axis_values(part, axis), errors="coerce").astype("float64")  # missing: NaN
         acc.loc[part.index, "_axis"] = values
         headline = axis.headline
         chosen = values.groupby(part["identity"]).agg(lambda v, h=headline: h if (v == h).any() else v.max())
