@@ -14,7 +14,7 @@ from conftest import SHARED_DATA
 from readme_walk import Step, mismatch, parse, run_step
 
 from vitbench import store
-from vitbench.views.columns import with_axes
+from vitbench.views.axes import with_axes
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 STEPS, SKIPPED = parse(README)

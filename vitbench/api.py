@@ -36,7 +36,7 @@ from vitbench.protocols.registry import get_protocol
 from vitbench.protocols.requests import make_request, options_doc
 from vitbench.store.query import apply_where, with_json_parsed
 from vitbench.views import inspection_plots
-from vitbench.views.columns import with_axes
+from vitbench.views.axes import with_axes
 
 log = logging.getLogger("vitbench")
 

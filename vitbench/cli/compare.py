@@ -10,7 +10,7 @@ from vitbench.cli.app import app
 from vitbench.cli.options import Results, Where, argument, option, words
 from vitbench.cli.output import show
 from vitbench.store import query
-from vitbench.views.columns import with_axes
+from vitbench.views.axes import with_axes
 from vitbench.views.significance import compare_view
 
 

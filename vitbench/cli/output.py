@@ -13,8 +13,8 @@ from vitbench.cli.options import check_choice
 from vitbench.errors import UserError
 from vitbench.protocols.registry import own_view, protocols
 from vitbench.views import registry, render, table
+from vitbench.views.axes import with_axes
 from vitbench.views.cells import TableData
-from vitbench.views.columns import with_axes
 
 
 def print_summary_table(results: Path, run_keys: set[str] | None = None) -> None:

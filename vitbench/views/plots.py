@@ -26,6 +26,7 @@ from vitbench.errors import UserError
 from vitbench.protocols.registry import protocols, with_metric
 from vitbench.store.query import json_field, written_weights_sha
 from vitbench.views import cells, columns, table
+from vitbench.views.axes import axis_values
 
 DPI = 100
 SIZE = (9.0, 6.0)  # inches: every PNG is 900 x 600 pixels
@@ -296,7 +297,7 @@ def axis_figure(
     m = columns.measured_columns(df, protocol)
     if m.acc.empty:
         raise UserError(f"no {known.label} runs are stored; run `vitbench run --protocol {protocol}`")
-    acc = m.acc.assign(_x=pd.to_numeric(columns.axis_values(m.acc, axis), errors="coerce"))
+    acc = m.acc.assign(_x=pd.to_numeric(axis_values(m.acc, axis), errors="coerce"))
     values = sorted(set(acc["_x"].dropna()))
     if len(values) < values_needed:
         found = ", ".join(axis.text(v) for v in values) or f"no value of {axis.name}"

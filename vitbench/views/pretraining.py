@@ -19,8 +19,8 @@ from vitbench import paper
 from vitbench.errors import UserError
 from vitbench.protocols.registry import along, with_metric
 from vitbench.store.query import json_field, written_weights_sha
+from vitbench.views.axes import with_axes
 from vitbench.views.cells import SMOKE_MARK, Cell, TableData
-from vitbench.views.columns import with_axes
 from vitbench.views.plots import FILE, Figure, Look, legend, new_figure, runs_text, save
 from vitbench.views.table import title
 

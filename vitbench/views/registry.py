@@ -30,8 +30,8 @@ from vitbench.views import (
     series,
     table,
 )
+from vitbench.views.axes import with_axes
 from vitbench.views.cells import TableData
-from vitbench.views.columns import with_axes
 from vitbench.views.plots import Figure
 
 

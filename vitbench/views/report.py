@@ -38,8 +38,9 @@ from vitbench.views import (
     summary,
     table,
 )
+from vitbench.views.axes import with_axes
 from vitbench.views.cells import TableData
-from vitbench.views.columns import accelerator_days, measured_columns, with_axes
+from vitbench.views.columns import accelerator_days, measured_columns
 from vitbench.views.footnotes import short_fingerprint
 from vitbench.views.private_paths import explanation, private_roots, redact
 

@@ -19,8 +19,9 @@ from vitbench import stats
 from vitbench.errors import UserError
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import apply_where, json_field
+from vitbench.views.axes import with_axes
 from vitbench.views.cells import SUBSET_MARK, Cell, TableData
-from vitbench.views.columns import measured_columns, natural_order, weights_label, with_axes
+from vitbench.views.columns import measured_columns, natural_order, weights_label
 from vitbench.views.shot_counts import cell_effective_shots
 
 SIGNIFICANT_MARK = "*"

@@ -20,10 +20,10 @@ import pandas as pd
 from vitbench import paper
 from vitbench.protocols.base import Protocol
 from vitbench.protocols.registry import protocols
+from vitbench.views.axes import axis_values
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, Cell, TableData
 from vitbench.views.columns import (
     accelerator_days,
-    axis_values,
     measured_columns,
     meta_by_column,
     paper_comparable,
