@@ -46,3 +46,13 @@ def test_a_value_the_field_cannot_hold_is_one_line(runs, clause, message):
 
 def test_numbers_and_text_still_compare_as_before(runs):
     assert keys(apply_where(runs, ["shots>=10"])) == {"b", "c"} and keys(apply_where(runs, ["model>x"])) == {"b", "c"}
+
+
+def test_a_stored_setting_is_a_field_by_its_bare_name():
+    """Few-shot's shots is one of its runs' hparams (issue 48): `shots=10` selects as it did when it
+    was a column of its own, in every command that takes --where (export reads no axis columns)."""
+    runs = pd.DataFrame({"run_key": ["a", "b", "c"], "hparams": ['{"shots": 10}', '{"shots": 25}', '{"res": 32}']})
+    assert list(apply_where(runs, ["shots=10"])["run_key"]) == ["a"]
+    assert list(apply_where(runs, ["shots>5"])["run_key"]) == ["a", "b"]
+    with pytest.raises(UserError, match="--where colour: not a stored field"):
+        apply_where(runs, ["colour=red"])

@@ -2,7 +2,8 @@
 
 A field is a `runs` column (`model`, `data_source`, `device_name`, …), a protocol's axis where the
 runs were read with them (`shots`, `knn_k`: views/axes.with_axes), `date` (the day a run
-finished, YYYY-MM-DD), or a key inside the JSON columns (`hparams.res`, `notes.restarts`).
+finished, YYYY-MM-DD), a key inside the JSON columns (`hparams.res`, `notes.restarts`), or a
+setting the runs store, by its bare name (`shots=10` is `hparams.shots=10`).
 Shared by `vitbench table`, `export` and `plot`, so one filter means the same thing everywhere.
 """
 
@@ -64,6 +65,10 @@ def field_values(df: pd.DataFrame, name: str, option: str = "--where") -> pd.Ser
         return df[head].map(lambda v: json_field(v).get(key))
     if name in df.columns and not name.startswith("_"):
         return df[name]
+    if not key and "hparams" in df.columns:  # a setting the runs store: `shots` is `hparams.shots`
+        found = pd.Series([json_field(v).get(name) for v in df["hparams"]], index=df.index, dtype=object)
+        if found.notna().any():
+            return found
     extra = [c for c in df.columns if c not in (*RUN_COLUMNS, *METRIC_COLUMNS) and not c.startswith("_")]
     fields = ", ".join(["date", *RUN_COLUMNS, *extra, *METRIC_COLUMNS, "hparams.<key>", "notes.<key>"])
     raise UserError(f"{option} {name}: not a stored field; expected one of {fields}")
