@@ -30,7 +30,7 @@ def test_the_import_contract_is_kept():
 
 
 HEAVY = {"torch", "timm", "torchvision", "matplotlib", "scipy", "sklearn", "safetensors", "tensorflow",
-         "tensorflow_datasets", "submitit", "tensorboard"}  # fmt: skip
+         "tensorflow_datasets", "submitit", "tensorboard", "pandas", "duckdb"}  # fmt: skip
 
 
 def test_a_vitbench_module_is_imported_late_only_to_keep_a_heavy_package_out():
@@ -269,3 +269,15 @@ def test_the_core_knows_a_runs_axes_not_one_protocols_settings():
     assert {"shots", "knn_k"} <= axes
     assert not axes & {f.name for f in fields(RunSpec)} and not axes & set(RUN_COLUMNS)
     assert not [f.name for f in fields(DatasetSpec) if any(p.name in f.name for p in known)]
+
+
+def test_the_stores_public_names_are_not_its_modules_names():
+    """`vitbench.store` loads its modules on first use (`vitbench --help` never pays for DuckDB and
+    pandas): a module named as one of its functions (ingest.py, `store.ingest`) would replace the
+    function with the module once anything imported it."""
+    import pkgutil
+
+    import vitbench.store
+
+    modules = {m.name for m in pkgutil.iter_modules(vitbench.store.__path__)}
+    assert modules and not modules & set(vitbench.store.__all__)

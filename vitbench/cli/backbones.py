@@ -12,7 +12,6 @@ from rich.table import Table
 from vitbench import store
 from vitbench.cli.app import app, err, out, print_table
 from vitbench.cli.options import DataDir, Device, Results, argument, check_data_dir, option
-from vitbench.views import attention, render
 
 # Each command loads the model code (torch, timm) when it runs: `--help` never pays for it.
 
@@ -33,6 +32,7 @@ def inspect_cmd(
 ) -> None:
     """Paper §4.5 views of a backbone: embedding filters, position similarity, attention distance, rollout."""
     from vitbench import api
+    from vitbench.views import attention, render
 
     found = api.inspect(
         model, weights, res=res, images=images, dataset=dataset, data_dir=check_data_dir(data_dir), out_dir=out_dir,

@@ -13,7 +13,6 @@ from vitbench.cli.options import option
 from vitbench.devices import resolve_device
 from vitbench.engine.bench_types import MODES, Config, Options  # light: the measuring engine loads in the command
 from vitbench.errors import UserError
-from vitbench.views import bench_table, render
 
 BENCH_WORKERS = min(8, (os.cpu_count() or 2) // 2)
 BenchConfigs = Annotated[
@@ -85,6 +84,7 @@ def bench_cmd(
     loops and timm's benchmark.py; images/s, MFU and peak memory into the store (`table --bench`)."""
     from vitbench import api
     from vitbench.engine import bench as engine_bench
+    from vitbench.views import bench_table, render
 
     opts = _options(
         mode=mode, batch=batch, micro_batch=micro_batch, steps=steps, warmup=warmup, rounds=rounds,

@@ -9,9 +9,6 @@ from vitbench import store
 from vitbench.cli.app import app
 from vitbench.cli.options import Results, Where, argument, option, words
 from vitbench.cli.output import show
-from vitbench.store import query
-from vitbench.views.axes import with_axes
-from vitbench.views.significance import compare_view
 
 
 @app.command("compare")
@@ -31,6 +28,10 @@ def compare_cmd(
     results: Results = Path("results"),
 ) -> None:
     """B − A per dataset on the same test images: Δ, its 95 % interval and a paired p-value."""
+    from vitbench.store import query
+    from vitbench.views.axes import with_axes
+    from vitbench.views.significance import compare_view
+
     store.sync(results)
     df = query.apply_where(with_axes(store.read_results(results)), where)
     clauses = [list(words(side)) for side in (a, b)]

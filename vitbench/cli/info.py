@@ -9,7 +9,7 @@ from typing import Annotated
 
 from rich.table import Column, Table
 
-from vitbench import paper, registry
+from vitbench import registry
 from vitbench.cli.app import app, out, print_table
 from vitbench.cli.options import DataDir, argument, check_data_dir, option
 from vitbench.datasets import dataset_status
@@ -47,6 +47,8 @@ def ls(
             )
         t.add_row("timm:<architecture>", "timm", "any of timm.list_models()", "timm:<architecture>.<tag>",
                   "any timm backbone, no plugin needed: e.g. --model timm:convnext_tiny")  # fmt: skip
+        from vitbench import paper  # (its tables load pandas: only this listing reads them)
+
         t.caption = "paper columns for --compare: " + ", ".join(paper.columns())
     elif what == "datasets":
         t = Table("dataset", "title", "classes", "folder under --data-dir", "official splits", "LR dev split", "notes")

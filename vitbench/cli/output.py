@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vitbench import store
 from vitbench.atomic import write_atomic
@@ -12,15 +13,18 @@ from vitbench.cli.app import err, print_table
 from vitbench.cli.options import check_choice
 from vitbench.errors import UserError
 from vitbench.protocols.registry import own_view, protocols
-from vitbench.views import registry, render, table
-from vitbench.views.axes import with_axes
-from vitbench.views.cells import TableData
+
+if TYPE_CHECKING:  # the views (pandas, DuckDB) load when something is shown, not for `--help`
+    from vitbench.views.cells import TableData
 
 
 def print_summary_table(results: Path, run_keys: set[str] | None = None) -> None:
     """The summary after `vitbench run`: each protocol's own view of its runs where it declares one
     (pre-training: beside its transfer results), then the accuracy view of every other run, only
     the rows that have results. `run_keys`: only these runs (the ones the command planned)."""
+    from vitbench.views import registry, render, table
+    from vitbench.views.axes import with_axes
+
     df = with_axes(store.read_results(results))
     if run_keys is not None:
         df = df[df["run_key"].isin(run_keys)]
@@ -74,6 +78,8 @@ def emit(text: str, out_file: Path | None) -> None:
 
 def show(data: TableData, fmt: str, results: Path, out_file: Path | None = None) -> None:
     """`data` in `fmt` on the terminal (rich) or as text to stdout or `out_file`."""
+    from vitbench.views import render
+
     check_choice("--format", fmt, render.FORMATS)
     if not data.rows:
         err.print(_nothing_shown(results), markup=False, soft_wrap=True)

@@ -9,7 +9,6 @@ from vitbench.cli.app import app, out
 from vitbench.cli.options import Results, ViewProtocol, Where, check_choice, option, words
 from vitbench.cli.output import emit
 from vitbench.protocols.registry import protocols
-from vitbench.views.report import report_html
 
 
 @app.command("report")
@@ -43,6 +42,8 @@ def report_cmd(
     file (no server, no network). Open it in any browser; forward it as it is."""
     if protocol is not None:
         check_choice("--protocol", protocol, list(protocols()), "or")
+    from vitbench.views.report import report_html
+
     page = report_html(results, where, compare or (), protocol, show_paths=show_paths, baseline=words(baseline))
     emit(page, out_file)
     out.print(f"{len(page.encode()) / 1e6:.2f} MB, open it in any browser (it needs no network)")

@@ -13,8 +13,6 @@ from vitbench.cli.output import show
 from vitbench.errors import UserError
 from vitbench.protocols.measures import ACCURACY_VIEW
 from vitbench.protocols.registry import along, get_protocol, own_view, protocols
-from vitbench.store import query
-from vitbench.store.export import RUN_DOCUMENT, export, export_predictions
 from vitbench.views import registry
 
 
@@ -89,6 +87,8 @@ def table_cmd(
     results: Results = Path("results"),
 ) -> None:
     """Stored results in the paper's layouts, beside the paper's own numbers."""
+    from vitbench.store import query
+
     if names and not compare:
         raise UserError(f"unexpected argument {names[0]!r}: paper columns follow --compare (--compare {names[0]})")
     chosen = registry.TABLES["bench"] if bench else registry.TABLES["per-class"] if per_class_of else None
@@ -148,6 +148,8 @@ def export_cmd(
 ) -> None:
     """Every stored run × metric with its provenance, as Parquet or CSV (for pandas), or as JSON: one
     document per run, its fields, hparams and metrics nested (docs/results-schema.md)."""
+    from vitbench.store.export import RUN_DOCUMENT, export, export_predictions
+
     if predictions:
         path = out_file or Path(f"vitbench-predictions.{fmt}")
         rows, runs = export_predictions(results, fmt, path, where)

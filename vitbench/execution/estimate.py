@@ -11,14 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pandas as pd
-
 from vitbench.devices import PEAK_BF16_FLOPS, peak_flops
 from vitbench.engine.bench_types import MODES
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group
 from vitbench.protocols.registry import get_protocol
-from vitbench.store.bench import read_bench_quietly
 
 if TYPE_CHECKING:
     import torch
@@ -67,6 +64,10 @@ def parse_assume_mfu(text: str, device_name: str) -> Rate:
 def measured_rate(results: Path, device_name: str) -> Rate | None:
     """The FLOP/s `vitbench bench` stored for this device: vitbench's own loop, on real data where
     it was measured (else on the synthetic batch); per mode, the median over configurations."""
+    import pandas as pd  # (with the store: `vitbench run --help` reads neither)
+
+    from vitbench.store.bench import read_bench_quietly
+
     rows = read_bench_quietly(results)
     if rows is None or rows.empty:
         return None

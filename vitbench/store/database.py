@@ -18,7 +18,7 @@ import duckdb
 import pandas as pd
 
 from vitbench.errors import UserError, one_line
-from vitbench.store.ingest import done_keys, ingest, ingest_pending
+from vitbench.store.merge import done_keys, ingest, ingest_pending
 from vitbench.store.schema import (
     CURVE_COLUMNS,
     DB_NAME,

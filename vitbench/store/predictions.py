@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
 import numpy as np
-import pandas as pd
 
 from vitbench.atomic import write_atomic
 from vitbench.errors import UserError
 from vitbench.provenance import sha256_file
 from vitbench.store.shards import shard_dir
+
+if TYPE_CHECKING:  # DuckDB and pandas load where a file is written or read, not where a protocol is declared
+    import pandas as pd
 
 SUFFIX = ".predictions.parquet"
 
@@ -51,6 +53,9 @@ def _quote(path: Path) -> str:
 
 def write_predictions(results: Path, run_key: str, predictions: Predictions) -> dict:
     """Write the file; returns what the shard's notes record about it."""
+    import duckdb
+    import pandas as pd
+
     frame = pd.DataFrame(
         {
             "id": predictions.ids,
@@ -73,6 +78,8 @@ def write_predictions(results: Path, run_key: str, predictions: Predictions) -> 
 def read_predictions(results: Path, run_key: str, recorded: dict | None) -> pd.DataFrame | None:
     """The run's predictions (columns id, label, top1, topk, correct), or None where the run kept
     none (`recorded`: its `notes.predictions`). A missing or changed file is a one-line error."""
+    import duckdb
+
     if not recorded:
         return None
     path = shard_dir(results) / str(recorded.get("file", ""))

@@ -9,30 +9,48 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache, cached_property
+from importlib import import_module
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from vitbench import store
 from vitbench.entry_points import VIEWS, Registry, load_group
 from vitbench.errors import UserError, listed
 from vitbench.protocols.base import Protocol
 from vitbench.protocols.registry import BUILTIN, protocols
-from vitbench.store import query
-from vitbench.views import (
-    attention,
-    bench_table,
-    contamination,
-    per_class,
-    plots,
-    pretraining,
-    robustness,
-    series,
-    table,
-)
-from vitbench.views.axes import with_axes
 from vitbench.views.cells import TableData
-from vitbench.views.plots import Figure
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from vitbench.views import (
+        attention,
+        bench_table,
+        contamination,
+        per_class,
+        plots,
+        pretraining,
+        robustness,
+        series,
+        table,
+    )
+    from vitbench.views.plots import Figure
+else:  # the views (pandas, DuckDB, matplotlib) load when one is built: `--help` lists them by name only
+
+    class _OnUse:
+        def __init__(self, name: str) -> None:
+            self._name = name
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(import_module(f"vitbench.views.{self._name}"), attr)
+
+    attention, bench_table, contamination, per_class, plots, pretraining, robustness, series, table = (
+        _OnUse(name)
+        for name in (
+            "attention", "bench_table", "contamination", "per_class", "plots", "pretraining", "robustness",
+            "series", "table",
+        )
+    )  # fmt: skip
 
 
 @dataclass
@@ -64,6 +82,9 @@ class Inputs:
     def df(self) -> pd.DataFrame:
         if self.runs is not None:
             return self.runs
+        from vitbench.store import query
+        from vitbench.views.axes import with_axes
+
         store.sync(self.results)  # shards that cluster workers wrote since the last merge
         return contamination.with_test_duplicates(
             query.apply_where(with_axes(store.read_results(self.results)), self.where), self.results
@@ -148,7 +169,7 @@ _BUILTIN_TABLES = (
     TableView(
         "pretrain",
         lambda i: pretraining.pretrain_view(i.df),
-        shows=pretraining.linked_runs,
+        shows=lambda df: pretraining.linked_runs(df),
         summary="pre-training runs beside the few-shot accuracy of their weights and of random init",
     ),
     TableView(
