@@ -29,10 +29,9 @@ def compare_cmd(
 ) -> None:
     """B − A per dataset on the same test images: Δ, its 95 % interval and a paired p-value."""
     from vitbench.store import query
-    from vitbench.views.axes import with_axes
     from vitbench.views.significance import compare_view
 
     store.sync(results)
-    df = query.apply_where(with_axes(store.read_results(results)), where)
+    df = query.apply_where(store.read_results(results), where)
     clauses = [list(words(side)) for side in (a, b)]
     show(compare_view(df, clauses[0], clauses[1], results, every_setting), fmt, results)

@@ -23,9 +23,8 @@ def print_summary_table(results: Path, run_keys: set[str] | None = None) -> None
     (pre-training: beside its transfer results), then the accuracy view of every other run, only
     the rows that have results. `run_keys`: only these runs (the ones the command planned)."""
     from vitbench.views import registry, render, table
-    from vitbench.views.axes import with_axes
 
-    df = with_axes(store.read_results(results))
+    df = store.read_results(results)
     if run_keys is not None:
         df = df[df["run_key"].isin(run_keys)]
     known = protocols()

@@ -77,7 +77,7 @@ class Declared:
             return tuple(given)
         if not isinstance(given, str):
             return given  # a range: refused by its count, never expanded, if too long
-        text = str(given)
+        text = given
         items = [v.strip() for v in text.split(",") if v.strip()]
         if self.kind is int:
             try:

@@ -1,6 +1,7 @@
 """A protocol's axis as a column of the stored runs: each run's value on it (few-shot's `shots`,
-k-NN's `knn_k`, a plugin's) read from its hparams, where the store keeps it. What tables, figures,
-`--where shots=10` and `vitbench.results` select and group by."""
+k-NN's `knn_k`, a plugin's) read from its hparams, where the store keeps it. The views that read
+an axis apply it (once: it adds only what is missing), and `vitbench.results` returns it; `--where
+shots=10` reads the same hparam by its bare name (store/query.py)."""
 
 from __future__ import annotations
 

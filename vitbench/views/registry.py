@@ -83,11 +83,10 @@ class Inputs:
         if self.runs is not None:
             return self.runs
         from vitbench.store import query
-        from vitbench.views.axes import with_axes
 
         store.sync(self.results)  # shards that cluster workers wrote since the last merge
         return contamination.with_test_duplicates(
-            query.apply_where(with_axes(store.read_results(self.results)), self.where), self.results
+            query.apply_where(store.read_results(self.results), self.where), self.results
         )
 
 

@@ -38,7 +38,6 @@ from vitbench.views import (
     summary,
     table,
 )
-from vitbench.views.axes import with_axes
 from vitbench.views.cells import TableData
 from vitbench.views.columns import accelerator_days, measured_columns
 from vitbench.views.footnotes import short_fingerprint
@@ -253,9 +252,7 @@ def report_html(
     baseline: Sequence[str] = (),
 ) -> str:
     now = now or datetime.now(UTC)
-    df = contamination.with_test_duplicates(
-        apply_where(with_axes(store.read_results(results)), list(where or ())), results
-    )
+    df = contamination.with_test_duplicates(apply_where(store.read_results(results), list(where or ())), results)
     if protocol is not None and not df.empty:
         df = df[df["protocol"] == protocol]
     roots = [] if show_paths else private_roots(df, results)
