@@ -10,6 +10,13 @@ or table elsewhere). A step that fails is recorded as failed and the next one ru
 Steps (`--steps` picks; the default runs all that their inputs allow):
   env       the device, driver, versions, a bf16 matrix product's TFLOP/s (the measured ceiling)
   tests     the GPU-marked tests (tests/test_finetune_gpu.py)
+  eval      `vitbench run --protocol eval` with every default, DeiT-Ti on the 500 shared ImageNet
+            val images (--data-dir): the reference's 353/500 (70.60 %, ReaL 76.63 %) is expected
+  conformance  tests/conformance.py --device cuda: eval, few-shot, k-NN and the linear probe through
+            every input pipeline and precision, per-image predictions against the CPU's (--data-dir)
+  pipelines `vitbench bench --mode inference` from camera-sized JPEGs through the device pipeline
+            (PIL decodes, the GPU resizes with PIL's arithmetic), the workers and nvjpeg, DeiT-Ti and
+            ViT-B/16 at 224 px: what the exact resize costs
   bench     ViT-B/16 at 224 and 384 px, bf16: vitbench's train step and extraction on a
             synthetic batch, through the real input pipeline (JPEGs written to disk here), a
             bare loop and timm's benchmark.py (--timm-benchmark)
@@ -17,7 +24,7 @@ Steps (`--steps` picks; the default runs all that their inputs allow):
             `vitbench bench --mode inference` end to end from JPEG files beside a bare forward on
             random tensors and the device's measured matrix-product peak, eager and compiled
             (files decoded by PIL in the workers, resized on the GPU: auto); then nvjpeg
-            (--input-pipeline device) and the workers' own resize (--input-pipeline workers)
+            (--input-pipeline nvjpeg) and the workers' own resize (--input-pipeline workers)
   probe     the linear probe's λ sweep on GPU features against scikit-learn's LogisticRegression
             on the CPU over the same λ, at three data sizes (issue 46, goal 1)
   fewshot   `vitbench run` few-shot, ViT-B/16, 1/5/10/25 shots x 3 seeds on a generated CIFAR-10-
@@ -52,7 +59,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("env", "tests", "bench", "floor", "probe", "fewshot", "cifar", "big", "frozen", "finetune")
+STEPS = (
+    "env", "tests", "eval", "conformance", "pipelines", "bench", "floor", "probe", "fewshot", "cifar", "big", "frozen",
+    "finetune",
+)  # fmt: skip
 
 
 class Suite:
@@ -186,7 +196,7 @@ def env_step(s: Suite) -> dict:
         "torch": torch.__version__,
         "cuda_available": torch.cuda.is_available(),
     }
-    for name in ("timm", "torchvision", "duckdb", "pandas", "numpy", "sklearn"):
+    for name in ("timm", "torchvision", "duckdb", "pandas", "numpy", "sklearn", "PIL"):
         try:
             figures[name] = __import__(name).__version__
         except ImportError as e:
@@ -251,9 +261,45 @@ def floor_step(s: Suite, timm_script: Path | None) -> dict:
     others = [
         s.vitbench(*args, *sizes, "--input-pipeline", pipeline, "--workers", "2" if s.quick else "8",
                    "--rounds", "1", limit=300)
-        for pipeline in ("device", "workers")
+        for pipeline in ("nvjpeg", "workers")
     ]  # fmt: skip
     return {"commands": [s.vitbench(*eager, limit=300), compiled, *others]}
+
+
+def eval_step(s: Suite, weights: Path, data_dir: Path) -> dict:
+    """The README's eval with every default (auto pipeline, auto precision) on the GPU, tabled."""
+    results = s.work / "eval-defaults"
+    run = s.vitbench(
+        "run", "--model", "deit-ti/16", "--weights", str(weights), "--dataset", "imagenet", "--data-dir", str(data_dir),
+        "--protocol", "eval", "--results", str(results), limit=300,
+    )  # fmt: skip
+    table = s.vitbench("table", "--protocol", "eval", "--results", str(results), "--format", "md", limit=60)
+    return {"commands": [run, table]}
+
+
+def conformance_step(s: Suite, data_dir: Path) -> dict:
+    out = s.work / "conformance"
+    env = {"VITBENCH_SHARED_DATA": str(data_dir)}
+    run = s.sh([sys.executable, "tests/conformance.py", str(out), "--device", "cuda", "--workers", "8"], 420, env)
+    for name in ("conformance.json", "conformance.md"):
+        if (out / name).exists():
+            shutil.copy(out / name, s.out / name)
+    return {"commands": [run]}
+
+
+def pipelines_step(s: Suite) -> dict:
+    """Extraction from camera-sized JPEGs through each pipeline, one round each (the floor step's
+    figures, fewer of them): the device pipeline's exact resize against the workers' and nvjpeg."""
+    jpegs = write_jpeg_folder(s.work / "jpegs", *((64, 32) if s.quick else (1500, 500)))
+    args = ["bench", "--mode", "inference", "--dataset", f"folder:{jpegs}", "--results", str(s.results)]
+    configs = ["-c", "vit-ti/16@64"] if s.quick else ["-c", "deit-ti/16@224", "-c", "vit-b/16@224"]
+    sizes = ["--batch", "16", "--steps", "2", "--warmup", "1"] if s.quick else [
+        "--batch", "256", "--steps", "10", "--warmup", "3"]  # fmt: skip
+    return {"commands": [
+        s.vitbench(*args, *configs, *sizes, "--input-pipeline", pipeline, "--workers", "2" if s.quick else "16",
+                   "--rounds", "1", limit=240)
+        for pipeline in ("device", "workers", "nvjpeg")
+    ]}  # fmt: skip
 
 
 def probe_step(s: Suite) -> dict:
@@ -462,8 +508,8 @@ def main() -> None:
     parser.add_argument("--steps", default=",".join(STEPS), help=f"comma list of {', '.join(STEPS)}")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script on a CPU")
     parser.add_argument("--timm-benchmark", type=Path, help="timm's benchmark.py (its repository's)")
-    parser.add_argument("--weights", type=Path, help="finetune: the checkpoint (DeiT-Ti)")
-    parser.add_argument("--data-dir", type=Path, help="finetune: the datasets' root")
+    parser.add_argument("--weights", type=Path, help="finetune, eval: the checkpoint (DeiT-Ti)")
+    parser.add_argument("--data-dir", type=Path, help="finetune, eval, conformance: the data root (../shared/data)")
     parser.add_argument("--finetune-datasets", default="pets,flowers102")
     parser.add_argument(
         "--deadline", type=float, default=3600, help="seconds for the whole suite; commands stop in time"
@@ -480,6 +526,9 @@ def main() -> None:
     runners = {
         "env": lambda: env_step(s),
         "tests": lambda: tests_step(s),
+        "eval": lambda: eval_step(s, args.weights, args.data_dir),
+        "conformance": lambda: conformance_step(s, args.data_dir),
+        "pipelines": lambda: pipelines_step(s),
         "bench": lambda: bench_step(s, args.timm_benchmark),
         "floor": lambda: floor_step(s, args.timm_benchmark),
         "probe": lambda: probe_step(s),
@@ -490,7 +539,7 @@ def main() -> None:
         "finetune": lambda: finetune_step(s, args.weights, args.data_dir, args.finetune_datasets),
     }
     for name in chosen:
-        if name == "finetune" and not (args.weights and args.data_dir):
+        if name in ("finetune", "eval", "conformance") and not (args.weights and args.data_dir):
             s.summary["steps"][name] = {"ok": False, "error": "needs --weights and --data-dir"}
             continue
         s.step(name, runners[name])

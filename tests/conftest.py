@@ -33,6 +33,7 @@ SHARED_FIXTURE_GROUPS = {
     "test_data_cli.py": "deit-imagenet",  # deit_imagenet_eval
     "test_npz.py": "deit-imagenet",
     "test_robustness.py": "deit-imagenet",
+    "test_conformance.py": "deit-imagenet",
 }
 FIRST = "test_readme.py"
 

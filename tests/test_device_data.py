@@ -1,6 +1,7 @@
 """The on-device input pipeline (device_data.py), run here on the CPU device: the same code, the
-same draws and the same tensor ops. In-memory images must come out bit-identical to the worker
-pipeline; decoded JPEGs within one grey level (PIL's decoder, or resampler, against torchvision's)."""
+same draws and the same tensor ops. Images decoded by PIL (in memory, or by the workers) must come
+out bit-identical to the worker pipeline; JPEGs decoded by torchvision (nvjpeg's stand-in here)
+within one grey level."""
 
 from pathlib import Path
 
@@ -111,11 +112,10 @@ def test_streamed_jpegs_equal_preloaded_ones(tmp_path, monkeypatch, on_device):
 @pytest.mark.parametrize("on_device", [False, True])
 @pytest.mark.parametrize("crop_mode,antialias", [("squash", True), ("center", True), ("squash", False)])
 def test_eval_resize_matches_the_workers_transform(digits, tmp_path, crop_mode, antialias, on_device):
-    """In memory, or decoded by the workers' PIL, exactly the workers' pixels for TensorFlow's resize
-    and within a grey level for the antialiased one (torchvision's on tensors, PIL's there);
-    decoded on the device, within a grey level."""
+    """In memory, or decoded by the workers' PIL, exactly the workers' pixels, for TensorFlow's
+    resize and PIL's (pil_resample.py) alike; decoded on the device, within a grey level."""
     pre = Preprocessing(size=28, crop_pct=0.875, crop_mode=crop_mode, antialias=antialias)
-    jpeg_tolerance = 1 if on_device or antialias else 0
+    jpeg_tolerance = 1 if on_device else 0
     for split, tolerance in ((digits, 0), (jpeg_split(tmp_path), jpeg_tolerance)):
         ours = list(device_eval.eval_batches(split, pre, 16, CPU, 0, False, on_device))
         workers = list(loader(split, pre.transform(uint8=True), 16, 0, CPU))
@@ -178,19 +178,23 @@ def test_auto_uses_the_device_on_a_gpu_and_workers_on_a_cpu(tmp_path):
     cuda = torch.device("cuda")
     assert device_data.choose("auto", CPU) == "workers"
     assert device_data.choose("auto", cuda) == "device"
-    assert device_data.choose("device", cuda, Preprocessing(crop_mode="border")) == "workers"
-    # image files are decoded by the workers' libjpeg under auto (nvjpeg repeats 4:2:0 colour
-    # planes), on the device only when asked; a run that asks records the decoder
-    assert not device_data.decodes_on_device("auto") and device_data.decodes_on_device("device")
+    assert device_data.choose("nvjpeg", cuda) == "device" and device_data.choose("device", CPU) == "device"
+    # what the device cannot resize as the workers do stays with them
+    for pre in (Preprocessing(crop_mode="border"), Preprocessing(interpolation="nearest"), Preprocessing(crop_pct=1.2)):
+        assert device_data.choose("device", cuda, pre) == "workers"
+    # image files are decoded by the workers' libjpeg under auto and device (nvjpeg repeats 4:2:0
+    # colour planes), on the GPU only when asked; a run that asks records the decoder
+    assert not any(device_data.decodes_on_device(p) for p in ("auto", "workers", "device"))
+    assert device_data.decodes_on_device("nvjpeg")
     files, in_memory = (
         jpeg_split(tmp_path, n=2),
         Split("mem", "test", np.zeros(2, np.int64), "mem", "f", images=np.zeros((2, 8, 8, 3), np.uint8)),
     )
     pre = Preprocessing()
     assert device_data.decoder_note("auto", cuda, pre, [files, in_memory]) is None
-    assert device_data.decoder_note("device", cuda, pre, [files]) == device_data.NVJPEG_DECODER
-    assert device_data.decoder_note("device", cuda, pre, [in_memory]) is None
-    assert device_data.decoder_note("device", CPU, pre, [files]) is None
+    assert device_data.decoder_note("device", cuda, pre, [files]) is None
+    assert device_data.decoder_note("nvjpeg", cuda, pre, [files]) == device_data.NVJPEG_DECODER
+    assert device_data.decoder_note("nvjpeg", cuda, pre, [in_memory]) is None
 
 
 @pytest.mark.parametrize("antialias", [True, False])

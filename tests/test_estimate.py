@@ -4,13 +4,16 @@ device or at an assumed MFU of a named accelerator's peak."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
+import torch
 
 import vitbench
 from vitbench import store
 from vitbench.devices import cpu_name, peak_flops
+from vitbench.engine import bench
 from vitbench.execution import estimate
 from vitbench.store.bench import BENCH_COLUMNS
 
@@ -46,13 +49,19 @@ def test_assume_mfu_takes_a_fraction_of_a_named_peak_and_refuses_what_is_not_one
             estimate.parse_assume_mfu(bad, "CPU")
 
 
-def test_dry_run_prints_each_runs_estimate_and_the_total(cli, results):
+def test_dry_run_prints_each_runs_estimate_and_the_total(cli, results, monkeypatch):
     args = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
             "--shots", "1,5", "--seeds", "0", "--results", results, "--dry-run")  # fmt: skip
     code, out, _ = cli(*args)
-    # a CPU `vitbench bench` never measured: a few seconds' micro-benchmark gives the rate, and says so
+    # a CPU `vitbench bench` never measured: a few seconds' micro-benchmark gives the rate, and says
+    # so, with its range and what it counts and leaves out
     assert code == 0 and out.count("≈") == 2 and "2 run(s) to do, estimated device time" in out
-    assert "micro-benchmark on CPU" in out and "`vitbench bench` measures properly" in out
+    assert "micro-benchmark on CPU" in out and "`vitbench bench` measures the whole loop" in out
+    assert re.search(r"estimated device time [^(]+ \([^)]+ to [^)]+\) \(an estimate", out), out
+    assert "not decoding and resizing images, loading weights, start-up" in out
+    # kept for the next dry run: the same command prints the same estimate, however busy the machine
+    monkeypatch.setattr(bench, "forward_rate", lambda *a: pytest.fail("measured again"))
+    assert cli(*args)[1] == out
     code, out, _ = cli(*args, "--assume-mfu", "0.4@H100")
     assert code == 0 and out.count("≈") == 2 and "2 run(s) to do, estimated device time" in out
     assert "an estimate" in out and "40% MFU of H100" in out
@@ -118,3 +127,31 @@ def test_a_dry_run_plans_imagenet_few_shot_from_its_official_sizes(cli, tmp_path
     assert (name, runs, images, time) == ("imagenet", "12", "115,000", "10 s")  # 35 GFLOPs an image at 40 % of 989T
     assert data == "missing: no imagenet (planned from the official split sizes)"
     assert "to get imagenet: https://image-net.org/download" in out and "40% MFU of H100" in out
+
+
+def test_the_micro_benchmark_is_kept_per_configuration_and_measured_again_when_damaged(results, monkeypatch):
+    """A dry run's rate comes from several timed passes (their median; slowest and fastest its
+    range), kept in <results>/cache/micro-rates.json: read back by the next dry run, measured again
+    for another model or resolution, or when the file is damaged."""
+    calls = []
+    monkeypatch.setattr(bench, "forward_rate", lambda spec, res, device: calls.append(res) or ([1e9, 2e9, 4e9], 0.1))
+    groups = vitbench.plan(**DIGITS)
+    cpu = torch.device("cpu")
+    rate = estimate.micro_rate(groups, cpu, cpu_name(), results / "cache")
+    assert rate.of("vit-ti/16", 32, "inference") == 2e9 and rate.spread[("vit-ti/16", 32)] == (1e9, 4e9)
+    found = estimate.estimate(groups, rate)
+    keys = list(found.seconds)
+    low, high = found.range(keys)
+    assert low == pytest.approx(found.total(keys) / 2) and high == pytest.approx(found.total(keys) * 2)
+    assert estimate.micro_rate(groups, cpu, cpu_name(), results / "cache") == rate and calls == [32]
+    estimate.micro_rate(vitbench.plan(**{**DIGITS, "res": 48}), cpu, cpu_name(), results / "cache")
+    assert calls == [32, 48]  # another resolution is measured once, beside the first
+    (results / "cache" / estimate.MICRO_RATES).write_text("{not json")
+    estimate.micro_rate(groups, cpu, cpu_name(), results / "cache")
+    assert calls == [32, 48, 32]
+
+
+def test_the_forward_rate_times_several_passes():
+    (group,) = vitbench.plan(**DIGITS)
+    rates, seconds = bench.forward_rate(group.model, 32, torch.device("cpu"))
+    assert len(rates) >= bench.RATE_PASSES and all(r > 0 for r in rates) and seconds > 0

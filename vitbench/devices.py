@@ -32,6 +32,11 @@ def resolve_device(name: str) -> torch.device:
         raise UserError(f"--device {name}: no CUDA device is visible to torch")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise UserError(f"--device {name}: torch sees {torch.cuda.device_count()} CUDA device(s)")
+    if device.type == "cuda":
+        # fp32 means fp32: cuDNN runs fp32 convolutions (ViT's patch embedding, every BiT layer) in
+        # TF32 unless told not to, 10 bits of mantissa where the CPU keeps 23 (torch's matmuls are
+        # fp32 already). bf16 runs are autocast and never reach these kernels in fp32.
+        torch.backends.cudnn.allow_tf32 = False
     return device
 
 
@@ -39,7 +44,9 @@ PRECISIONS = ("auto", "bf16", "fp32")
 # --input-pipeline: where images are decoded and augmented (engine/device_data.py chooses for auto)
 # DataLoader workers unless asked: half the cores (the other half feed the model), at most 4
 DEFAULT_WORKERS = min(4, (os.cpu_count() or 2) // 2)
-PIPELINES = ("auto", "workers", "device")
+# workers: PIL decodes and resizes in DataLoader processes; device: PIL decodes there, the device
+# resizes with the same arithmetic (the same pixels); nvjpeg: the GPU decodes too (other pixels, keyed)
+PIPELINES = ("auto", "workers", "device", "nvjpeg")
 
 
 def resolve_precision(precision: str, device_type: str) -> str:
@@ -164,7 +171,7 @@ class Runtime:
 
     device: torch.device
     precision: str  # resolved: bf16 or fp32
-    input_pipeline: str  # as asked (auto, workers, device): engine/device_data.choose picks per split
+    input_pipeline: str  # as asked (PIPELINES): engine/device_data.choose picks per split
     workers: int
     extraction_batch: int  # images per forward pass when extracting features
     compile: bool
@@ -175,6 +182,8 @@ class Runtime:
     def of(cls, req: Any, device: torch.device | None = None) -> Runtime:
         """From a Request (protocols/base.py; read by its field names, this module being below it)."""
         found = device if device is not None else resolve_device(req.device)
+        if req.input_pipeline == "nvjpeg" and found.type != "cuda":
+            raise UserError(f"--input-pipeline nvjpeg: decodes on a CUDA GPU, and this run's device is {found.type}")
         return cls(
             found,
             resolve_precision(req.precision, found.type),

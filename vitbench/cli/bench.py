@@ -47,7 +47,7 @@ BenchInputPipeline = Annotated[
     str,
     option(
         "--input-pipeline",
-        help="auto (the device on a GPU, files decoded by the workers; else workers), workers or device (nvjpeg).",
+        help="auto (the device on a GPU, files decoded by the workers; else workers), workers, device or nvjpeg.",
     ),
 ]
 BenchWorkers = Annotated[int, option("--workers", min=0, help="DataLoader worker processes.")]

@@ -245,18 +245,19 @@ def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | No
         )
         raise typer.Exit(130) from None
     if dry_run:
-        _print_plan(summary, here, rate, req.device)
+        _print_plan(summary, here, rate, req.device, req.results)
     elif world().is_main:  # the runs this command planned (stored before or now), not the whole folder
         print_summary_table(req.results, {s.run_key for s in summary.specs})
 
 
-def _print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, device: str) -> None:
+def _print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, device: str, results: Path) -> None:
     """Each planned run with its state and estimated device time, a row per dataset (images, time,
     whether its data is here and how to get it where not), then the total still to run. The rate:
-    --assume-mfu's, what `vitbench bench` measured here, or a few seconds' micro-benchmark."""
+    --assume-mfu's, what `vitbench bench` measured here, or a few seconds' micro-benchmark (kept
+    in the results folder's cache for the next dry run)."""
     groups = summary.groups
     if rate is None and groups:
-        rate = estimate.micro_rate(groups, resolve_device(device), here)
+        rate = estimate.micro_rate(groups, resolve_device(device), here, Path(results) / "cache")
     found = estimate.estimate(groups, rate) if rate else None
     absent = {s.run_key for g in groups if g.absent is not None for s in g.specs}
     for s in summary.specs:
@@ -277,9 +278,11 @@ def _print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, dev
     if found is None:
         out.print(f"{len(todo)} run(s) to do", markup=False, soft_wrap=True)
         return
+    span = found.range(todo)
+    between = f" ({estimate.duration(span[0])} to {estimate.duration(span[1])})" if span else ""
     out.print(
-        f"{len(todo)} run(s) to do, estimated device time {estimate.duration(found.total(todo))} "
-        f"(an estimate: counted FLOPs at the rate of {found.basis})",
+        f"{len(todo)} run(s) to do, estimated device time {estimate.duration(found.total(todo))}{between} "
+        f"(an estimate: counted FLOPs at the rate of {found.basis}. {estimate.COUNTED})",
         markup=False,
         soft_wrap=True,
     )

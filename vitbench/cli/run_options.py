@@ -216,7 +216,8 @@ InputPipeline = Annotated[
     option(
         "--input-pipeline",
         panel=DEVICES,
-        help="Where images are resized and augmented: auto (the device on a GPU, image files decoded"
-        " by the workers' libjpeg; workers on a CPU), workers, or device (image files decoded there too: nvjpeg).",
+        help="Where images are resized and augmented: auto (the device on a GPU, workers on a CPU), workers"
+        " (PIL), device (image files decoded by the workers' PIL, resized on the device to PIL's or TensorFlow's"
+        " pixels), or nvjpeg (decoded on the GPU too: other pixels, so other run keys).",
     ),
 ]

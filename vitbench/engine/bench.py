@@ -72,25 +72,34 @@ def _fresh_model(spec: ModelSpec, res: int, num_classes: int) -> nn.Module:
     return build_model(spec, num_classes, res, RANDOM)  # speed does not depend on the weights
 
 
-def forward_rate(spec: ModelSpec, res: int, device: torch.device, images: int = 1) -> tuple[float, float]:
-    """A few seconds' micro-benchmark: the FLOP/s of a forward pass of `images` random images through
-    the model at random init, fp32 on a CPU, bf16 autocast on an accelerator; and the seconds it all
-    took, the model's making included. What a dry run estimates with where `vitbench bench` has
-    measured nothing on this device. A pass of over a second is taken as it is (its warm-up is
-    small beside it: a ViT-L at 384 px on a CPU); a shorter one warms up, then the fastest of up to
-    three more counts (a busy moment is not the rate)."""
+# the forward rate a dry run estimates with: batches of this many images (extraction runs 64; one
+# image left a CPU's threads half idle), one untimed, then timed until both counts below are reached
+RATE_IMAGES, RATE_PASSES, RATE_SECONDS, RATE_MAX_PASSES = 8, 5, 2.0, 12
+
+
+def forward_rate(spec: ModelSpec, res: int, device: torch.device) -> tuple[list[float], float]:
+    """A few seconds' micro-benchmark: the FLOP/s of each timed forward pass of random images
+    through the model at random init, fp32 on a CPU, bf16 autocast on an accelerator, and the
+    seconds it all took, the model's making included. What a dry run estimates with where `vitbench
+    bench` has measured nothing on this device. At least RATE_PASSES passes and RATE_SECONDS
+    seconds after an untimed one, so that their median holds still and their spread says how
+    steady this machine is now (one timed image, as before, swung 60-fold on a loaded 2-core
+    machine). A model whose untimed pass of RATE_IMAGES takes over 2 s (a ViT-H on a CPU) is timed
+    an image a pass."""
     assert spec.backend is not None
     start = time.perf_counter()
     model = _fresh_model(spec, res, 1000).to(device).eval()
-    batch = torch.randn(images, 3, res, res, device=device)
     precision = "bf16" if device.type != "cpu" else "fp32"
+    images = RATE_IMAGES
     with torch.inference_mode(), autocast(device, precision):
-        first = _timed(lambda: model(batch), device)
-        times = [first] if first > 1.0 else []
-        while not times or (len(times) < 3 and sum(times) < 1.0):
+        batch = torch.randn(images, 3, res, res, device=device)
+        if _timed(lambda: model(batch), device) > 2.0:
+            images, batch = 1, batch[:1]
+        times: list[float] = []
+        while len(times) < RATE_MAX_PASSES and (len(times) < RATE_PASSES or sum(times) < RATE_SECONDS):
             times.append(_timed(lambda: model(batch), device))
     flops = images * spec.backend.flops_per_image(spec, res)
-    return flops / max(min(times), 1e-9), time.perf_counter() - start
+    return [flops / max(t, 1e-9) for t in times], time.perf_counter() - start
 
 
 def _repeat(split: Split, n: int, name: str) -> Split:

@@ -5,11 +5,12 @@ resized there, so that a GPU step is never waiting on CPU workers' resizing.
 It reproduces the worker pipeline exactly: each image's crop and flip are drawn on the CPU from the
 same (seed, stream position) generator that `train_data.AugmentedSplit` seeds, and the same
 tensor ops (train_data.apply_box, TensorFlow-style resizing) run on the device; an antialiased
-eval recipe (timm's) resizes with torchvision's antialiased bilinear on tensors, which follows
-PIL's to within a grey level (tests/test_device_data.py checks both). Choosing it changes speed,
-not the protocol, so it is recorded in a run's notes and not in its key; decoding files on the
-device (nvjpeg) changes pixels, and a frozen-feature run records it in its key (decoder_note). The eval side (the eval
-transform, batches in split order) is device_eval.py.
+eval recipe (timm's) resizes with PIL's own fixed-point arithmetic as two matrix products
+(pil_resample.py), so its pixels are PIL's to the grey level (tests/test_device_data.py and
+tests/test_conformance.py check both, the latter on the 500 shared ImageNet JPEGs). Choosing it
+changes speed, not pixels, so it is recorded in a run's notes and not in its key; decoding files on
+the device (`--input-pipeline nvjpeg`) changes pixels, and a run records it in its key
+(decoder_note). The eval side (the eval transform, batches in split order) is device_eval.py.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 
+from vitbench import pil_resample
 from vitbench.backend import Preprocessing
 from vitbench.datasets import CorruptImage, Split
 from vitbench.datasets.base import decode
@@ -42,33 +44,52 @@ NVJPEG_DECODER = "nvjpeg (4:2:0 colour planes repeated, not interpolated as libj
 
 
 def choose(pipeline: str, device: torch.device, pre: Preprocessing | None = None) -> str:
-    """`auto`: on the device for a GPU (it frees the CPU cores), DataLoader workers on a CPU. An
-    eval crop mode other than timm's squash / center stays with the workers' exact transform."""
-    if pre is not None and pre.crop_mode not in ("squash", "center"):
+    """`auto`: on the device for a GPU (it frees the CPU cores), DataLoader workers on a CPU;
+    `nvjpeg` is the device pipeline decoding on the device too. A recipe the device cannot resize
+    as the workers do stays with the workers: a crop mode other than squash / center, a filter
+    that is not one of PIL's resampling filters (nearest), a crop larger than the resize (padded)."""
+    if pre is not None and not device_can_resize(pre):
         return "workers"
     if pipeline == "auto":
         return "device" if device.type == "cuda" else "workers"
-    return pipeline
+    return "device" if pipeline == "nvjpeg" else pipeline
+
+
+def device_can_resize(pre: Preprocessing) -> bool:
+    """Whether `device_eval.eval_resize` gives this recipe's pixels (the workers' transform's)."""
+    if pre.crop_mode not in ("squash", "center") or int(pre.size / pre.crop_pct) < pre.size:
+        return False
+    if not pre.antialias:  # TensorFlow's resize: bilinear squash (Preprocessing.resize_crop)
+        return pre.crop_mode == "squash" and pre.interpolation == "bilinear"
+    return pil_resample.supports(pre.interpolation)
 
 
 def decodes_on_device(pipeline: str) -> bool:
     """Whether the device pipeline decodes image files on the device (nvjpeg on a GPU): only when
-    `--input-pipeline device` asks for it. Under `auto` DataLoader workers decode them with PIL's
-    libjpeg and the device does the rest (resize, crop, augmentation). nvjpeg, as torchvision calls
+    `--input-pipeline nvjpeg` asks for it. Under `auto` and `device` DataLoader workers decode them
+    with PIL's libjpeg and the device does the rest (resize, crop, augmentation). nvjpeg, as torchvision calls
     it, repeats the colour planes of a chroma-subsampled (4:2:0) JPEG where libjpeg (PIL,
     TensorFlow's decode_jpeg, big_vision) interpolates them: on CIFAR-sized 4:2:0 JPEGs that put a
     random-init ViT-B/16's few-shot and k-NN accuracies 3.2 and 3.5 points below the same weights
     through PIL on an H200 (docs/performance.md; sgl-project/sglang#34163 traced the same loss to
     the same flags). Decoded in the workers, the accuracies agree within 0.03 point."""
-    return pipeline == "device"
+    return pipeline == "nvjpeg"
 
 
-def decoder_note(pipeline: str, device: torch.device, pre: Preprocessing, splits: list[Split]) -> str | None:
-    """NVJPEG_DECODER where image files of `splits` would be decoded by nvjpeg, else None."""
+def decoder_note(pipeline: str, device: torch.device, pre: Preprocessing | None, splits: list[Split]) -> str | None:
+    """NVJPEG_DECODER where image files of `splits` would be decoded by nvjpeg, else None.
+    `pre`: the eval recipe (None for training's augmentation, which the device always does)."""
     files = [s for s in splits if s.images is None and not s.border]  # a bordered split stays with the workers
     if device.type == "cuda" and decodes_on_device(pipeline) and files and choose(pipeline, device, pre) == "device":
         return NVJPEG_DECODER
     return None
+
+
+def decoder_hparams(pipeline: str, device: torch.device, pre: Preprocessing | None, splits: list[Split]) -> dict:
+    """What a run records (and is keyed on) about how its image files were decoded: nothing for
+    PIL's libjpeg (the references' decoder, whichever pipeline resizes), `decoder` for nvjpeg."""
+    note = decoder_note(pipeline, device, pre, splits)
+    return {"decoder": note} if note else {}
 
 
 def _decode_bytes(data: torch.Tensor, device: torch.device, where: str) -> torch.Tensor:

@@ -8,9 +8,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch
-from torchvision.transforms import v2
-from torchvision.transforms.v2 import functional as TF
 
+from vitbench import pil_resample
 from vitbench.backend import Preprocessing
 from vitbench.datasets import CorruptImage, Split
 from vitbench.engine.device_data import DeviceImages, decode_many, file_loader, pinned, unpack
@@ -20,17 +19,24 @@ from vitbench.preprocessing import per_size
 def eval_resize(images: torch.Tensor | list[torch.Tensor], pre: Preprocessing) -> torch.Tensor:
     """The eval transform (resize to floor(size / crop_pct), squash or shorter side, then centre
     crop) on uint8 images on the device: one call for a same-sized batch, else one per image.
-    TensorFlow's resize for the Google recipes, torchvision's antialiased one for timm's."""
-    scale = int(pre.size / pre.crop_pct)
-    size = [scale, scale] if pre.crop_mode == "squash" else [scale]
-    mode = v2.InterpolationMode(pre.interpolation)
+    TensorFlow's resize for the Google recipes; for timm's, PIL's resize with PIL's arithmetic
+    (pil_resample.py): the pixels timm's `create_transform` gives, on any device."""
 
     def one(x: torch.Tensor) -> torch.Tensor:
-        if not pre.antialias:
-            return pre.resize_crop(x)
-        return TF.center_crop(TF.resize(x, size, interpolation=mode, antialias=True), [pre.size, pre.size])
+        return pre.resize_crop(x) if not pre.antialias else resize_like_pil(x, pre)
 
     return one(images) if isinstance(images, torch.Tensor) else per_size(images, one)
+
+
+def resize_like_pil(images: torch.Tensor, pre: Preprocessing) -> torch.Tensor:
+    """timm's eval transform of uint8 (..., 3, H, W) images of one size: torchvision's `Resize`
+    (both sides to floor(size / crop_pct) for squash, else the shorter one) and `CenterCrop` of a
+    PIL image, the crop folded into the resize (only the kept pixels are computed)."""
+    scale = int(pre.size / pre.crop_pct)
+    height, width = images.shape[-2:]
+    resized = (scale, scale) if pre.crop_mode == "squash" else pil_resample.resized_size(height, width, scale)
+    box = pil_resample.center_box(*resized, pre.size)
+    return pil_resample.resize_crop(images, resized, pre.interpolation, box)
 
 
 def eval_batches(

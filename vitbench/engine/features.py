@@ -292,12 +292,10 @@ def representation_hparams(group, runtime: Runtime) -> dict:
         log.warning("%s: %s", group.weights, IN21K_WITHOUT_PRE_LOGITS)
     if runtime.precision == "bf16":
         found["precision"] = "bf16"
-    decoder = device_data.decoder_note(
+    # nvjpeg's pixels are not the reference's: their own runs, and their own cache entries
+    return found | device_data.decoder_hparams(
         runtime.input_pipeline, runtime.device, group.preprocessing, [*group.splits.values()]
     )
-    if decoder:  # not the reference's pixels: its own runs, and its own cache entries
-        found["decoder"] = decoder
-    return found
 
 
 @dataclass

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vitbench.atomic import write_atomic
 from vitbench.devices import PEAK_BF16_FLOPS, peak_flops
 from vitbench.engine.bench_types import MODES
 from vitbench.errors import UserError
@@ -29,6 +30,8 @@ class Rate:
     basis: str
     # (model, res, mode) -> FLOP/s measured for exactly that configuration, preferred where it exists
     measured: dict[tuple[str, int, str], float] = field(default_factory=dict)
+    # (model, res) -> (slowest, fastest) FLOP/s of the timed passes behind `measured`: the estimate's range
+    spread: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
 
     def of(self, model: str, res: int, mode: str) -> float | None:
         return self.measured.get((model, res, mode)) or self.flops_per_second.get(mode)
@@ -38,9 +41,18 @@ class Rate:
 class Estimate:
     seconds: dict[str, float]  # run_key -> estimated device-seconds
     basis: str
+    # run_key -> (fewest, most) device-seconds, where the rate was measured with a spread
+    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def total(self, keys: Iterable[str]) -> float:
         return sum(self.seconds.get(k, 0.0) for k in keys)
+
+    def range(self, keys: Iterable[str]) -> tuple[float, float] | None:
+        """(fewest, most) device-seconds of `keys`, or None where the rate came with no spread."""
+        keys = [k for k in keys if k in self.seconds]
+        if not keys or not all(k in self.bounds for k in keys):
+            return None
+        return sum(self.bounds[k][0] for k in keys), sum(self.bounds[k][1] for k in keys)
 
 
 def parse_assume_mfu(text: str, device_name: str) -> Rate:
@@ -87,24 +99,79 @@ def measured_rate(results: Path, device_name: str) -> Rate | None:
     return Rate(per_mode, f"`vitbench bench` on {device_name} ({len(latest)} measurement(s))", measured)
 
 
-def micro_rate(groups: list[Group], device: torch.device, name: str) -> Rate:
-    """A rate from a few seconds' micro-benchmark here (engine/bench.py `forward_rate`): one timed
-    forward pass per (model, resolution) planned, the training rate taken as the forward one (a
-    training step runs below it: the estimate is a lower bound there). For a dry run on a device
-    `vitbench bench` has not measured."""
+# what every estimate counts, and what it leaves out (said with it)
+COUNTED = (
+    "It counts the model's passes over the planned images (a few-shot plan's drawn train images and "
+    "its test split; a fine-tune's training steps and scored split); not decoding and resizing "
+    "images, loading weights, start-up, or the few-shot, k-NN and linear-probe solves"
+)
+MICRO_RATES = "micro-rates.json"  # in <results>/cache: what a dry run measured, for the next one
+
+
+def micro_rate(groups: list[Group], device: torch.device, name: str, cache: Path | None = None) -> Rate:
+    """A rate from a few seconds' micro-benchmark here (engine/bench.py `forward_rate`: the median of
+    several timed forward passes per (model, resolution) planned, their slowest and fastest the
+    estimate's range), the training rate taken as the forward one (a training step runs below it:
+    the estimate is a lower bound there). For a dry run on a device `vitbench bench` has not
+    measured. What it measures is kept in `cache/micro-rates.json` under the results folder, per
+    device, model, resolution, thread count and torch version: the next dry run reads it, so two
+    identical dry runs print the same estimate (a new measurement swung with the machine's load)."""
+    import statistics
+    from datetime import UTC, datetime
+
+    import torch
+
     from vitbench.engine.bench import forward_rate
 
+    path = cache / MICRO_RATES if cache is not None else None
+    kept = _read_json(path)
     measured: dict[tuple[str, int, str], float] = {}
-    took = 0.0
+    spread: dict[tuple[str, int], tuple[float, float]] = {}
+    passes, dates, changed = 0, set(), False
     for model, res in dict.fromkeys((g.model, g.res) for g in groups):
-        flops, seconds = forward_rate(model, res, device)
-        measured |= {(model.name, res, mode): flops for mode in MODES}
-        took += seconds
+        key = f"{name}|{model.name}|{res}|{torch.get_num_threads()} threads|torch {torch.__version__}"
+        if key not in kept:
+            rates, _ = forward_rate(model, res, device)
+            when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+            kept[key] = {"median": statistics.median(rates), "slowest": min(rates), "fastest": max(rates),
+                         "passes": len(rates), "measured": when}  # fmt: skip
+            changed = True
+        entry = kept[key]
+        measured |= {(model.name, res, mode): float(entry["median"]) for mode in MODES}
+        spread[(model.name, res)] = (float(entry["slowest"]), float(entry["fastest"]))
+        passes, dates = passes + int(entry["passes"]), dates | {entry["measured"]}
+    if changed and path is not None:
+        _write_json(path, kept)
     basis = (
-        f"a {took:.0f} s micro-benchmark on {name} (one forward pass per model, at random init; training "
-        "taken at the forward rate; `vitbench bench` measures properly)"
+        f"a micro-benchmark on {name}: the median of {passes} timed forward passes of random images at random "
+        f"init (their slowest and fastest give the range), measured {', '.join(sorted(dates))}"
+        + (f" and kept in {path}" if path is not None else "")
+        + "; training taken at the forward rate; `vitbench bench` measures the whole loop"
     )
-    return Rate({}, basis, measured)
+    return Rate({}, basis, measured, spread)
+
+
+def _read_json(path: Path | None) -> dict:
+    import json
+
+    if path is None:
+        return {}
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # absent or damaged: measured again
+    return found if isinstance(found, dict) else {}
+
+
+def _write_json(path: Path, value: dict) -> None:
+    """Kept where it can be; a results folder that cannot be written only means measuring again."""
+    import json
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(value, indent=1, sort_keys=True))
+    except OSError:
+        pass
 
 
 def planned_images(groups: list[Group]) -> dict[str, float]:
@@ -120,12 +187,18 @@ def estimate(groups: list[Group], rate: Rate) -> Estimate:
     """Every planned run's device-seconds: its protocol's planned images × the model's counted
     FLOPs per image (3 forward passes for a training image) ÷ the rate for that mode."""
     seconds: dict[str, float] = {}
+    bounds: dict[str, tuple[float, float]] = {}
     for group in groups:
         assert group.model.backend is not None
         per_image = group.model.backend.flops_per_image(group.model, group.res)
+        name, res = group.model.name, group.res
         for spec, work in get_protocol(group.protocol).work(group).images.items():
-            seconds[spec] = _seconds(work, per_image, rate, group.model.name, group.res)
-    return Estimate(seconds, rate.basis)
+            seconds[spec] = _seconds(work, per_image, rate, name, res)
+            if (name, res) in rate.spread and seconds[spec]:
+                slowest, fastest = rate.spread[(name, res)]
+                median = rate.of(name, res, "inference") or 0.0
+                bounds[spec] = (seconds[spec] * median / fastest, seconds[spec] * median / slowest)
+    return Estimate(seconds, rate.basis, bounds)
 
 
 def _seconds(work: dict[str, float], per_image: int, rate: Rate, model: str, res: int) -> float:

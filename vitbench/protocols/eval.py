@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec
-from vitbench.devices import Clock, Runtime
+from vitbench.devices import Clock, Runtime, autocast
 from vitbench.engine.scoring import (
     Predictions,
     calibration,
@@ -67,8 +67,18 @@ class Eval(Protocol):
         return ModelInputs(recipe=Preprocessing.published_eval)  # the checkpoint family's own eval recipe
 
     def plan(self, group: Group, req: Request, weights_sha: str, hparams: dict) -> list[RunSpec]:
+        from vitbench.engine.device_data import decoder_hparams
+
         first = group.splits[self.splits(group.dataset)[0]]
-        hparams = {**hparams, "eval_recipe": group.preprocessing.family}
+        runtime = group.runtime
+        hparams = {
+            **hparams,
+            "eval_recipe": group.preprocessing.family,
+            # what moves its numbers beside the recipe: bf16 only when asked for (auto scores a
+            # checkpoint in fp32, the arithmetic of the figures it is compared with), nvjpeg's pixels
+            **({"precision": "bf16"} if req.precision == "bf16" else {}),
+            **decoder_hparams(runtime.input_pipeline, runtime.device, group.preprocessing, [first]),
+        }
         if first.class_map is not None:  # recorded (and keyed) only where a class map applies
             hparams = {**hparams, "head_classes": group.dataset.head_size, "class_pooling": "max"}
         if group.dataset.name == "objectnet":  # whose convention scored it (docs/protocols.md, "ObjectNet")
@@ -87,8 +97,15 @@ class Eval(Protocol):
         split_name = self.splits(group.dataset)[0]
         split = group.splits[split_name]
         model = group_model(group, keep_head=True)
+        precision = spec.hparams.get("precision", "fp32")
+
+        def classify(m, x):
+            with autocast(runtime.device, precision):
+                return m(x)
+
+        keyed = {k: spec.hparams[k] for k in ("precision", "decoder") if k in spec.hparams}  # fp32, PIL: none
         logits, computed = outputs_over(
-            group, split_name, runtime, clock, {"outputs": "logits"}, lambda m, x: m(x), model,
+            group, split_name, runtime, clock, {"outputs": "logits", **keyed}, classify, model,
             distrust=group.dataset.head_size,
         )  # fmt: skip
         real = [split.real_labels[i] for i in logits.indices] if split.real_labels is not None else None

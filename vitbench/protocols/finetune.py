@@ -133,6 +133,7 @@ class Finetune(Protocol):
         """The dev sweep, then the final runs whose LR is the sweep's best. With --lr, or a
         one-value grid (VTAB), there is nothing to choose: no sweep."""
         from vitbench.engine import training
+        from vitbench.engine.device_data import decoder_hparams
         from vitbench.engine.train_data import describe_train_aug
 
         dataset, splits, model, o = group.dataset, group.splits, group.model, FinetuneOptions.of(req)
@@ -154,6 +155,7 @@ class Finetune(Protocol):
             "train_aug": describe_train_aug(dataset.train_crop, hparams["res"])
             + ("|flip_lr" if dataset.train_flip else ""),
             "precision": group.runtime.precision,
+            **decoder_hparams(group.runtime.input_pipeline, group.runtime.device, None, [*splits.values()]),
             "polyak": o.polyak,
             "dropout": model.dropout,
             "smoke": o.smoke,

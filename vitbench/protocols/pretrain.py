@@ -271,6 +271,7 @@ def _dedup_settings(group: Group, req: Request) -> dict:
 
 def settings_for(group: Group, req: Request, n_train: int) -> dict:
     """Every setting that changes a pre-training run's numbers: Table 3's row, then the options."""
+    from vitbench.engine.device_data import decoder_hparams
     from vitbench.engine.train_data import describe_train_aug
 
     o, backend = PretrainOptions.of(req), group.model.backend  # (ranges checked where the request was made)
@@ -312,6 +313,7 @@ def settings_for(group: Group, req: Request, n_train: int) -> dict:
         "early_stopping": recipe.MPP_STOPPING if mpp else f"best dev accuracy of {recipe.VALIDATIONS} evaluations",
         "subset_seed": recipe.SUBSET_SEED,
         "precision": group.runtime.precision,
+        **decoder_hparams(group.runtime.input_pipeline, group.runtime.device, None, [*group.splits.values()]),
         "smoke": o.smoke,
     }
 
