@@ -72,6 +72,25 @@ def gpu(session: nox.Session) -> None:
     session.run("python", "benchmarks/gpu.py", *(session.posargs or ["gpu-results"]))
 
 
+@nox.session(venv_backend="none")
+def conformance(session: nox.Session) -> None:
+    """The cross-device conformance suite (tests/conformance.py): eval, few-shot, k-NN and the linear
+    probe through every input pipeline and precision this machine offers, each image's prediction
+    against the CPU reference, a Markdown table printed and written: `nox -s conformance -- OUT
+    [--device cuda]`. Like `gpu`, it runs in the Python nox runs under (a GPU machine has no package
+    index); CI checks its CPU half in `nox -s tests` (tests/test_conformance.py)."""
+    device = [] if any(a.startswith("--device") for a in session.posargs) else ["--device", _default_device()]
+    session.run("python", "tests/conformance.py", *(session.posargs or ["conformance-results"]), *device)
+
+
+def _default_device() -> str:
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 @nox.session
 def demo(session: nox.Session) -> None:
     """The embedded default, end to end: pre-training on digits, few-shot beside random init, stored and tabled."""

@@ -58,7 +58,7 @@ def test_dry_run_prints_each_runs_estimate_and_the_total(cli, results, monkeypat
     assert code == 0 and out.count("≈") == 2 and "2 run(s) to do, estimated device time" in out
     assert "micro-benchmark on CPU" in out and "`vitbench bench` measures the whole loop" in out
     assert re.search(r"estimated device time [^(]+ \([^)]+ to [^)]+\) \(an estimate", out), out
-    assert "not decoding and resizing images, loading weights, start-up" in out
+    assert "not decoding and resizing them, loading weights, start-up" in out
     # kept for the next dry run: the same command prints the same estimate, however busy the machine
     monkeypatch.setattr(bench, "forward_rate", lambda *a: pytest.fail("measured again"))
     assert cli(*args)[1] == out

@@ -252,7 +252,7 @@ BAD_NUMBERS = [
     ("--polyak", "polyak", 2.0, "--polyak 2.0: expected a number from 0 to below 1"),
     ("--mpp-rate", "mpp_rate", 0.0, "--mpp-rate 0.0: expected a number above 0 to 1"),
     ("--label-smoothing", "label_smoothing", 1.0, "--label-smoothing 1.0: expected a number from 0 to below 1"),
-    ("--input-pipeline", "input_pipeline", "gpu", "--input-pipeline gpu: expected auto, workers or device"),
+    ("--input-pipeline", "input_pipeline", "gpu", "--input-pipeline gpu: expected auto, workers, device or nvjpeg"),
 ]
 
 

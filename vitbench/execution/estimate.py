@@ -101,9 +101,8 @@ def measured_rate(results: Path, device_name: str) -> Rate | None:
 
 # what every estimate counts, and what it leaves out (said with it)
 COUNTED = (
-    "It counts the model's passes over the planned images (a few-shot plan's drawn train images and "
-    "its test split; a fine-tune's training steps and scored split); not decoding and resizing "
-    "images, loading weights, start-up, or the few-shot, k-NN and linear-probe solves"
+    "It counts the model's passes over the planned images, not decoding and resizing them, loading "
+    "weights, start-up or the solves of few-shot, k-NN and the linear probe"
 )
 MICRO_RATES = "micro-rates.json"  # in <results>/cache: what a dry run measured, for the next one
 
