@@ -89,7 +89,7 @@ def stored_runs(results: Path) -> dict[tuple, dict]:
     import vitbench
     from vitbench.store.predictions import read_predictions
 
-    frame = vitbench.results(results, where="metric=accuracy")
+    frame = vitbench.results(results, where="metric=accuracy", long=True)
     found = {}
     for row in frame.itertuples():
         axis = row.hparams.get("shots", row.hparams.get("knn_k"))

@@ -20,13 +20,17 @@ def test_the_readme_python_example_runs_as_written(tmp_path, monkeypatch, capsys
     exec(compile(code, "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert "4 runs planned, 4 run now" in out
-    frame = vitbench.results(tmp_path / "results")
-    assert sorted(frame["shots"]) == [1, 1, 5, 5] and frame["value"].between(0, 1).all()
-    # `where` on any column it returns, as one clause or a list (issue 45: `metric` was "not a stored field")
-    accuracy = vitbench.results(tmp_path / "results", where="metric=accuracy")
+    frame = vitbench.results(tmp_path / "results")  # a row per run: a column per metric and per setting
+    assert sorted(frame["shots"]) == [1, 1, 5, 5] and frame["accuracy"].between(0, 1).all()
+    assert set(frame["res"]) == {32} and "value" not in frame and frame["run_key"].is_unique
+    # `where` on any stored field, as one clause or a list (issue 45: `metric` was "not a stored field")
+    accuracy = vitbench.results(tmp_path / "results", where="metric=accuracy", long=True)
     assert len(accuracy) == 4 and set(accuracy["metric"]) == {"accuracy"}
     assert len(vitbench.results(tmp_path / "results", where=["metric=accuracy", "value>1"])) == 0
     assert set(accuracy["hparams"].str["res"]) == {32}  # hparams as dicts, not JSON text
+    assert len(vitbench.results(tmp_path / "results", where="res=32")) == 4  # a setting by its bare name
+    with pytest.raises(UserError, match=r"vitbench.results\(123\): expected a results folder"):
+        vitbench.results(123)
     # the same call again: everything is stored, nothing runs
     summary = vitbench.run(model="vit-ti/16", weights="random", datasets="digits", shots=(1, 5), seeds=(0, 1),
                            res=32, workers=0, results=tmp_path / "results")  # fmt: skip

@@ -74,7 +74,7 @@ def test_the_device_path_scores_353_of_500_with_the_cpus_key_and_predictions(dei
     assert row.accuracy == pytest.approx(70.6)
     import vitbench
 
-    real = vitbench.results(results, where="metric=accuracy_real")["value"]
+    real = vitbench.results(results)["accuracy_real"]
     assert list(real.round(4)) == [0.7663]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import numpy as np
 import pytest
@@ -189,6 +190,15 @@ def test_a_cell_whose_test_images_have_copies_in_its_train_split_says_how_many(c
     code, _, err = cli("report", "--out", report, "--results", results)
     assert code == 0, err
     assert f"¶{flagged}" in report.read_text()
+    # issue 63: an audit at another threshold, and the test split against itself, add nothing to the
+    # mark (they were added up: ¶47 became ¶742); it comes from the one audit of the cell's train and
+    # test splits at the default method
+    code, _, err = cli("dedup", *common, "--workers", "0", "--threshold", "0.05")
+    assert code == 0, err
+    code, _, err = cli("dedup", *common, "--workers", "0", "--against", f"folder:{root}")  # test vs test too
+    assert len(store.read_audits(results)) >= 2
+    code, out, _ = cli("table", "--format", "md", "--results", results)
+    assert code == 0 and re.findall(r"¶(\d+)", out) == [str(flagged)], out
 
 
 def test_an_interrupted_audit_continues_from_its_last_block(planted, tmp_path, monkeypatch):

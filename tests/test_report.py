@@ -55,7 +55,8 @@ class Outline(HTMLParser):
             self.lines.append(f"<{tag}{' #' + a['id'] if a.get('id') else ''}{' src' if 'src' in a else ''}>")
         if tag == "tr":
             self.rows += 1
-        self.text = ""
+        if tag != "span":  # a header's parts (render._wrapping) are one header's text
+            self.text = ""
 
     def handle_endtag(self, tag):
         if tag in ("h1", "h2", "summary") or (tag == "th" and "thead" in self.stack):

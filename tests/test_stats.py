@@ -113,7 +113,7 @@ def test_compare_names_the_field_to_add_and_keeps_the_marks(cli, tmp_path):
                 with_predictions(results, f"{weights[-6:]}-{shots}-{seed}", outcomes, data_subset=True, **fields)
     code, _, err = cli("compare", "shots=10", "shots=25", "--results", results)
     assert code == 2 and "compare A: selects 4 runs on flowers102; they differ in weights" in err
-    assert "narrow it, e.g. shots=10,weights=/w/mine.safetensors (or --where for both sides)" in err
+    assert "narrow it, e.g. shots=10,weights=/w/mine.safetensors (or --where for both sides" in err
     # the clauses it suggests work, and the cells keep their ‡ mark with its footnote
     code, out, err = cli("compare", "shots=10,weights=random", "shots=25,weights=random", "--format", "md",
                          "--results", results)  # fmt: skip

@@ -7,8 +7,9 @@ The Python API (vitbench/api.py), loaded on first use so that `import vitbench` 
 - `vitbench.plan(...)`: the planned groups of runs, nothing run.
 - `vitbench.request(...)`: the typed `Request` those options make (checked, with its suite's
   defaults), to read or to pass to `run(req)` / `plan(req)`.
-- `vitbench.results("results", where=[...])`: every stored run x metric with its provenance, as a
-  pandas DataFrame.
+- `vitbench.results("results", where=[...])`: every stored run with its provenance, as a pandas
+  DataFrame: a row per run, a column per metric and per stored setting (`long=True`: a row per
+  run x metric).
 """
 
 import os as _os

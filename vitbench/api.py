@@ -34,7 +34,7 @@ from vitbench.execution.runner import execute
 from vitbench.protocols.base import Group, Request, RunSpec, Trainer
 from vitbench.protocols.registry import get_protocol
 from vitbench.protocols.requests import make_request, options_doc
-from vitbench.store.query import apply_where, with_json_parsed
+from vitbench.store.query import apply_where, per_run, with_json_parsed
 from vitbench.views import inspection_plots
 from vitbench.views.axes import with_axes
 
@@ -272,15 +272,26 @@ def _run_on_cluster(req: Request, opts: cluster.ClusterOptions, rerun: bool) -> 
     return summary
 
 
-def results(results: str | Path = "results", where: str | list[str] | tuple[str, ...] | None = None) -> pd.DataFrame:
-    """Every stored run x metric with its provenance (shards not yet merged included), filtered
-    by `where` clauses as `vitbench table --where` takes them: one (`"metric=accuracy"`) or a
-    list, on any column it returns (`hparams.<key>`, `notes.<key>` and `date` too). `hparams` and
-    `notes` come back as dicts (`frame["hparams"].str["res"]`)."""
+def results(
+    results: str | Path = "results", where: str | list[str] | tuple[str, ...] | None = None, long: bool = False
+) -> pd.DataFrame:
+    """Every stored run with its provenance (shards not yet merged included): one row per run, a
+    column per metric it stored (`accuracy`, `accuracy_top5`, `accuracy_real`, the linear probe's
+    `l2`, …) and a column per setting it stored (`res`, `shots`, `knn_k`, `preprocessing`, …; a
+    setting named like a run field or a metric is `hparams.NAME`), `hparams` and `notes` as dicts.
+    So `frame.groupby(["model", "weights", "res", "shots"])["accuracy"].mean()` averages seeds of
+    one setting and never λ with accuracy. `where`: clauses as `vitbench table --where` takes
+    them, one (`"metric=accuracy"`: only that metric's column) or a list, on any stored field
+    (`res=224`, `hparams.res=224`, `notes.<key>`, `date`), applied to the stored rows (one per run
+    and metric) before they become a row per run. `long=True`: those rows as stored, one per run
+    and metric (`metric`, `value`)."""
+    if not isinstance(results, str | os.PathLike):
+        raise UserError(f"vitbench.results({results!r}): expected a results folder (a str or Path)")
     path = Path(results)
     store.sync(path)
     stored = with_axes(store.read_results(path))
-    return with_json_parsed(apply_where(stored, [where] if isinstance(where, str) else where))
+    selected = with_json_parsed(apply_where(stored, [where] if isinstance(where, str) else where))
+    return selected if long else per_run(selected)
 
 
 def inspect(

@@ -14,8 +14,9 @@ from vitbench.cli import options as o
 from vitbench.cli.app import app, out, print_table
 from vitbench.cli.options import option
 from vitbench.cli.run_options import DataSource
+from vitbench.dedup_method import Method
 
-DEFAULT_THRESHOLD = 0.77  # engine/dedup.Method's default, here without importing torch for --help
+DEFAULT_THRESHOLD = Method.threshold  # (dedup_method.py loads no torch: --help stays light)
 
 DedupDataset = Annotated[
     str,

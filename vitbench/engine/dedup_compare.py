@@ -10,7 +10,8 @@ import functools
 import torch
 import torch.nn.functional as F
 
-THUMB = 32  # the thumbnail every image is compared at
+from vitbench.dedup_method import THUMB
+
 CENTRE = 26  # the test thumbnail's centre window, compared at every shift up to (THUMB - CENTRE) / 2
 GRID = 8  # the candidate descriptor's resolution
 LUMA = torch.tensor([0.299, 0.587, 0.114])  # ITU-R 601, as PIL's convert("L")

@@ -62,7 +62,8 @@ class FeatureCache:
         try:
             with np.load(path, allow_pickle=False) as f:
                 skipped = [str(s) for s in f["skipped"]]
-                found = Outputs(f["features"], f["labels"], f["indices"], skipped, f["unreadable"])
+                seconds = f["seconds"] if "seconds" in f.files else np.empty(0, np.float64)
+                found = Outputs(f["features"], f["labels"], f["indices"], skipped, f["unreadable"], seconds)
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
@@ -92,7 +93,7 @@ class FeatureCache:
             with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a name
                 np.savez(
                     f, features=found.values, labels=found.labels, indices=found.indices, skipped=skipped,
-                    unreadable=found.unreadable,
+                    unreadable=found.unreadable, seconds=found.seconds,
                 )  # fmt: skip
 
         write_atomic(self.path(key), write)
@@ -113,6 +114,8 @@ def _mismatch(found: Outputs, split: Split, width: int | None) -> str | None:
         return "labelled unlike the split"
     if not np.isfinite(values).all():
         return "not finite"
+    if len(found.seconds) not in (0, len(indices)):
+        return f"with {len(found.seconds)} extraction times for {len(indices)} rows"
     return None
 
 
@@ -172,8 +175,9 @@ def _compute(group, split_name: str, runtime: Runtime, clock: Clock, fn, model: 
 def _pass(group, part: Split, split_name: str, runtime: Runtime, clock: Clock, fn, model) -> Outputs:
     if not len(part):  # a process whose share is empty (more processes than images)
         return _nothing(part)
+    before = clock.seconds
     with clock:
-        return run_over(
+        found = run_over(
             fn,
             model(),
             part,
@@ -186,6 +190,9 @@ def _pass(group, part: Split, split_name: str, runtime: Runtime, clock: Clock, f
             runtime.input_pipeline,
             allow_empty=True,  # a part holding only unreadable images (--skip-corrupt)
         )
+    # each row's share of the pass's device-seconds: what a run that reads it later is charged
+    found.seconds = np.full(len(found.indices), (clock.seconds - before) / max(len(found.indices), 1))
+    return found
 
 
 def _nothing(split: Split) -> Outputs:
@@ -259,14 +266,16 @@ def _merge(a: Outputs, b: Outputs) -> Outputs:
     unreadable = np.union1d(a.unreadable, b.unreadable).astype(np.int64)
     if not len(a.indices) or not len(b.indices):
         kept = b if len(b.indices) else a
-        return Outputs(kept.values, kept.labels, kept.indices, a.skipped + b.skipped, unreadable)
+        return Outputs(kept.values, kept.labels, kept.indices, a.skipped + b.skipped, unreadable, kept.seconds)
     order = np.argsort(np.concatenate([a.indices, b.indices]), kind="stable")
+    timed = len(a.seconds) == len(a.indices) and len(b.seconds) == len(b.indices)  # else unknown for all
     return Outputs(
         np.concatenate([a.values, b.values])[order],
         np.concatenate([a.labels, b.labels])[order],
         np.concatenate([a.indices, b.indices])[order],
         a.skipped + b.skipped,
         unreadable,
+        np.concatenate([a.seconds, b.seconds])[order] if timed else np.empty(0, np.float64),
     )
 
 
@@ -317,6 +326,17 @@ class FrozenFeatures:
     @property
     def skipped(self) -> list[str]:
         return self.train.skipped + self.test.skipped
+
+    def cost(self, train_rows: np.ndarray | None = None) -> tuple[float, int] | None:
+        """(device-seconds, images) of extracting what a run reads — the train rows it uses (all
+        where None) and the test split — at the rate their passes ran, whether this command
+        extracted them or read them from the cache: a run's cost that does not depend on which run
+        sharing the extraction came first. None where a cache entry kept no times (written before)."""
+        train, test = self.train.seconds, self.test.seconds
+        if len(train) != len(self.train.indices) or len(test) != len(self.test.indices):
+            return None
+        used = train if train_rows is None else train[train_rows]
+        return float(used.sum() + test.sum()), len(used) + len(test)
 
 
 def frozen_features(group, runtime: Runtime, split_names: tuple[str, ...], wanted=None) -> FrozenFeatures:

@@ -34,6 +34,9 @@ class Outputs:
     indices: np.ndarray  # (N,) int64
     skipped: list[str] = field(default_factory=list)
     unreadable: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    # (N,) device-seconds each row's pass took, its share of it (features.py fills it; empty where unknown:
+    # a cache entry written before it was kept)
+    seconds: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
 
 
 def loader(split: Split, transform: Callable, batch_size: int, workers: int, device: torch.device):

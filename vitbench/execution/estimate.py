@@ -126,7 +126,7 @@ def micro_rate(groups: list[Group], device: torch.device, name: str, cache: Path
     kept = _read_json(path)
     measured: dict[tuple[str, int, str], float] = {}
     spread: dict[tuple[str, int], tuple[float, float]] = {}
-    passes, dates, changed = 0, set(), False
+    passes, dates, changed = 0, set[str](), False
     for model, res in dict.fromkeys((g.model, g.res) for g in groups):
         key = f"{name}|{model.name}|{res}|{torch.get_num_threads()} threads|torch {torch.__version__}"
         if key not in kept:

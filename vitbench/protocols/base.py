@@ -149,11 +149,16 @@ class Result:
 def frozen_result(
     spec: RunSpec, found: FrozenFeatures, metrics: dict[str, float], started: datetime, share: float,
     solve_seconds: float, notes: dict | None = None, predictions: Predictions | None = None,
-    n_train: int | None = None,
+    n_train: int | None = None, train_rows=None,
 ) -> Result:  # fmt: skip
     """A frozen-feature run's Result: its `share` of the extraction it shared (device-seconds and
     images extracted now: 0 from the cache), its own solve, and the split sizes (`n_train`: the
-    images its solve used, where fewer than the features held)."""
+    images its solve used, where fewer than the features held). Its notes also carry its cost
+    (`cost_seconds`, `cost_images`): the extraction of every image it read, whoever extracted it,
+    and its solve; the tables' cost rows read that, so a cell's cost does not depend on which run
+    of a shared extraction ran first (`train_rows`: the train feature rows its solve read)."""
+    charged = found.cost(train_rows)
+    cost = {} if charged is None else {"cost_seconds": charged[0] + solve_seconds, "cost_images": charged[1]}
     return Result(
         spec,
         metrics,
@@ -163,7 +168,7 @@ def frozen_result(
         n_train=len(found.train.labels) if n_train is None else n_train,
         n_test=len(found.test.labels),
         skipped=found.skipped,
-        notes={"features_from_cache": not found.extracted, **(notes or {})},
+        notes={"features_from_cache": not found.extracted, **cost, **(notes or {})},
         predictions=predictions,
     )
 

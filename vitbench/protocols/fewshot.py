@@ -149,8 +149,9 @@ class FewShot(Protocol):
             notes = {"extraction_seconds": found.seconds, "effective_shots": fewest_per_class(split_labels[drawn])}
             predictions = Predictions.from_scores(kept[0], test.labels, test_ids) if kept else None
             yield frozen_result(
-                spec, found, _metrics(accs, label), started, share, solve.seconds, notes, predictions, n_train
-            )
+                spec, found, _metrics(accs, label), started, share, solve.seconds, notes, predictions, n_train,
+                train_rows=np.searchsorted(train.indices, drawn),  # its cost: the images it drew, and the test split
+            )  # fmt: skip
 
     def work(self, group: Group) -> Work:
         """Only the drawn train images are extracted (at most shots × classes per seed), then the test split."""

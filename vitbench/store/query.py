@@ -56,6 +56,26 @@ def with_json_parsed(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def per_run(df: pd.DataFrame) -> pd.DataFrame:
+    """Stored rows (one per run x metric, JSON columns parsed) as one row per run: a column per
+    metric (`accuracy`, `accuracy_top5`, the linear probe's `l2`, …), never one `value` column
+    that holds accuracies beside λ, and a column per stored setting (`res`, `shots`, `knn_k`,
+    `preprocessing`, …; one that shares a name with a run field or a metric is `hparams.NAME`);
+    `hparams` and `notes` stay as dicts. A run lacks a metric (NaN) or a setting (None) its
+    protocol does not record. Runs in stored order."""
+    if df.empty:
+        return df.drop(columns=[c for c in METRIC_COLUMNS if c in df])
+    runs = df.drop_duplicates("run_key").drop(columns=list(METRIC_COLUMNS)).set_index("run_key", drop=False)
+    metrics = df.pivot_table(index="run_key", columns="metric", values="value", aggfunc="first", sort=False)
+    taken = set(runs.columns) | set(metrics.columns)
+    settings = pd.DataFrame([json_field(h) for h in runs["hparams"]], index=runs.index)
+    settings = settings[[k for k in settings.columns if k not in runs.columns or k in JSON_FIELDS]]
+    settings.columns = [f"hparams.{k}" if k in taken else k for k in settings.columns]
+    settings = settings.astype(object).where(settings.notna(), None)
+    out = pd.concat([runs, metrics.reindex(runs.index), settings], axis=1)
+    return out.reset_index(drop=True)
+
+
 def field_values(df: pd.DataFrame, name: str, option: str = "--where") -> pd.Series:
     """The values of one field for every row, as strings where the field is text or JSON."""
     if name == "date":

@@ -1,9 +1,9 @@
-"""Stored runs become labelled columns: one per (model, weights, protocol, shots, setting), or per
-`--group-by` fields, with the cells' mean ± std over seeds and the markers that withhold a Δ."""
+"""Stored runs become labelled columns: one per (model, weights, protocol, shots, setting), named
+as views/settings.py names what differs, or per `--group-by` fields, with the cells' mean ± std
+over seeds and the markers that withhold a Δ."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,10 +19,8 @@ from vitbench.store.query import field_values, json_field
 from vitbench.views import contamination
 from vitbench.views.axes import with_axes
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, SUBSET_MARK, Cell, TableData
+from vitbench.views.settings import default_columns
 from vitbench.views.shot_counts import cell_effective_shots, effective_shots, fewest_shots
-
-# hparams that differ between the runs of one setting (seeds, the LR sweep's stages)
-PER_RUN_HPARAMS = {"stage", "splits", "lr_grid", "test_fingerprint", "seed", "recipe"}
 
 
 def paper_comparable() -> set[str]:
@@ -41,20 +39,6 @@ def per_distinct(values: pd.Series, fn) -> pd.Series:
     mapped = np.empty(len(uniques), dtype=object)
     mapped[:] = [fn(u) for u in uniques]
     return pd.Series(mapped[codes], index=values.index, dtype=object)
-
-
-def _setting(hparams) -> dict:
-    """A run's hparams without what differs between the runs of one setting; a sweep run belongs
-    to the setting whose final runs chose their LR on the dev split."""
-    h = dict(json_field(hparams))
-    if h.get("stage") == "sweep":
-        h["lr"] = "best-on-dev"
-    return {k: v for k, v in h.items() if k not in PER_RUN_HPARAMS}
-
-
-def _short(value) -> str:
-    text = json.dumps(value) if isinstance(value, list | dict) else str(value)
-    return text if len(text) <= 28 else text[:27] + "…"
 
 
 def weights_label(model: str, weights: str, sha: str, random_init: bool) -> str:
@@ -128,10 +112,11 @@ def measured_columns(
     else:
         scored = set(df.loc[df["metric"].isin(["accuracy", "accuracy_real"]), "run_key"])
         runs = df.drop_duplicates("run_key")
-        labels, conditions = _default_columns(runs, runs["run_key"].isin(scored))
+        labels, conditions, series = default_columns(runs, runs["run_key"].isin(scored))
         keys = runs["run_key"].to_numpy(object)
         df["column"] = df["run_key"].map(pd.Series(labels.to_numpy(), index=keys))
         df["condition"] = df["run_key"].map(pd.Series(conditions.to_numpy(), index=keys))
+        df["series"] = df["run_key"].map(pd.Series(series.to_numpy(), index=keys))
         df = in_column_order(df, by_label=True)
 
     df, superseded = _latest_data_only(df)
@@ -196,83 +181,6 @@ def _latest_data_only(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     latest = order.sort_values("finished_at", na_position="first").drop_duplicates(key, keep="last")
     left_out = len(runs) - len(latest)
     return (df[df["run_key"].isin(latest["run_key"])], left_out) if left_out else (df, 0)
-
-
-def _default_columns(df: pd.DataFrame, finals: pd.Series) -> tuple[pd.Series, pd.Series]:
-    """One label per run (row of `df`), and its condition: what the column measured apart from the
-    backbone (protocol, shots, version and the settings its label names), the same for two columns
-    that differ in model or weights alone (what `--ci`'s marks compare). `finals` marks the runs with a
-    scored accuracy. The work is done once per distinct (column identity, hparams text), then
-    mapped back to the runs."""
-    codes, texts = pd.factorize(df["hparams"], use_na_sentinel=False)
-    settings = [_setting(t) for t in texts]
-    work = pd.DataFrame({"base": df["base"].to_numpy(), "dataset": df["dataset"].to_numpy(), "code": codes})
-    splitting: dict[tuple, set[str]] = {}  # base key → hparams that differ within one dataset
-    distinct_finals = work[finals.to_numpy()].drop_duplicates(["base", "dataset", "code"])
-    for (base, _dataset), part in distinct_finals.groupby(["base", "dataset"], sort=False):
-        seen: dict[str, set[str]] = {}
-        for code in part["code"]:
-            for k, v in settings[code].items():
-                seen.setdefault(k, set()).add(json.dumps(v, sort_keys=True, default=str))
-        splitting.setdefault(base, set()).update(k for k, vs in seen.items() if len(vs) > 1)
-    bases = list(dict.fromkeys(work["base"]))
-    several_protocols = len({b[3] for b in bases}) > 1
-    versions: dict[tuple, set[str]] = {}
-    for base in bases:
-        versions.setdefault(base[:-1], set()).add(base[-1])
-    pairs = list(dict.fromkeys(zip(work["base"], work["code"], strict=True)))  # in order of first appearance
-    labels, identities, conditions = [], [], []
-    for base, code in pairs:
-        model, sha, random_init, protocol, shots, version = base
-        setting = settings[code]
-        label = model  # the weights are in the provenance footnote (and a mark where two columns look alike)
-        identities.append((model, sha, random_init))
-        if shots is not None:
-            label += f" · {shots}-shot"
-        elif several_protocols:
-            label += f" · {protocol}"
-        if len(versions[base[:-1]]) > 1:
-            label += f" · {version}"
-        keys = sorted(splitting.get(base, set()) - {"smoke"})
-        if keys:
-            label += " · " + ", ".join(_setting_text(protocol, k, _short(setting.get(k))) for k in keys)
-        label += (RANDOM_MARK if random_init else "") + (SMOKE_MARK if _is_smoke(texts[code]) else "")
-        labels.append(label)
-        conditions.append(_condition(protocol, shots, version, {k: setting.get(k) for k in keys}, texts[code]))
-    by_pair = dict(zip(pairs, zip(_told_apart(labels, identities), conditions, strict=True), strict=True))
-    found = [by_pair[p] for p in zip(work["base"], work["code"], strict=True)]
-    return pd.Series([f[0] for f in found], index=df.index), pd.Series([f[1] for f in found], index=df.index)
-
-
-def _condition(protocol: str, shots: int | None, version: str, named: dict, hparams) -> str:
-    """What a column measured apart from its backbone, in words (`fewshot · 10-shot · fewshot-lsr/3 ·
-    res=96`): equal for two columns that differ in model or weights alone."""
-    parts = [protocol, *([f"{shots}-shot"] if shots is not None else []), version]
-    parts += [
-        _setting_text(protocol, k, json.dumps(v, sort_keys=True) if isinstance(v, list | dict) else v)
-        for k, v in named.items()
-    ]
-    return " · ".join(parts + (["smoke"] if _is_smoke(hparams) else []))
-
-
-def _setting_text(protocol: str, name: str, value) -> str:
-    """`name=value`, or as the protocol's axis writes it when it is that axis (k-NN's `knn_k`: `k=20`)."""
-    axis = getattr(protocols().get(protocol), "axis", None)
-    return axis.setting(value) if axis is not None and axis.name == name else f"{name}={value}"
-
-
-def _told_apart(labels: list[str], identities: list[tuple]) -> list[str]:
-    """Labels that two weights (or random and trained) would share get a mark each, (a), (b), …,
-    in order of appearance; the provenance footnote says which weights a mark stands for."""
-    owners: dict[str, list[tuple]] = {}
-    for label, identity in zip(labels, identities, strict=True):
-        if identity not in owners.setdefault(label, []):
-            owners[label].append(identity)
-    marks: dict[tuple, str] = {}
-    for label, identity in zip(labels, identities, strict=True):
-        if len(owners[label]) > 1:
-            marks.setdefault(identity, f" ({'abcdefghijklmnopqrstuvwxyz'[len(marks) % 26]})")
-    return [label + marks.get(identity, "") for label, identity in zip(labels, identities, strict=True)]
 
 
 def vtab_rollups(acc: pd.DataFrame) -> pd.DataFrame:
@@ -379,9 +287,16 @@ def measured_cells(
     return meta
 
 
-def accelerator_days(runs: pd.DataFrame) -> float | None:
-    """Device-seconds × devices summed over `runs`, in days; None when no run recorded device time."""
+def accelerator_days(runs: pd.DataFrame, charged: bool = True) -> float | None:
+    """Device-seconds × devices summed over `runs`, in days; None when no run recorded device time.
+    `charged` (a table's cost row): each run's own cost where it recorded one (`notes.cost_seconds`:
+    the extraction of every image it read, whoever ran it, and its solve: the same whichever run of a
+    shared extraction came first), else the device time it spent; without, the device time the runs
+    spent (a store's total, where a shared extraction counts once)."""
     seconds = pd.to_numeric(runs["device_seconds"], errors="coerce")
+    if charged and "notes" in runs:
+        cost = pd.to_numeric(per_distinct(runs["notes"], lambda n: json_field(n).get("cost_seconds")), errors="coerce")
+        seconds = cost.where(cost.notna(), seconds)
     if not seconds.notna().any():
         return None
     return float((seconds * pd.to_numeric(runs["device_count"], errors="coerce").fillna(1)).sum()) / 86400

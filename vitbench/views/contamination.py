@@ -8,27 +8,52 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench import store
+from vitbench.dedup_method import Method
+from vitbench.store.query import json_field
 
 DUPLICATE_MARK = "¶"
 COLUMN = "test_duplicates"  # per run: test images with a near-duplicate in the dataset's own train (NaN: no audit)
 
 
 def with_test_duplicates(df: pd.DataFrame, results: Path) -> pd.DataFrame:
-    """`df` (stored runs) with COLUMN: for a run on dataset D scored on a test split of fingerprint F,
-    the test images of every stored audit of D's (F) against D's own other splits that have a
-    near-duplicate there, counted once each; NaN where no such audit is stored."""
+    """`df` (stored runs) with COLUMN: the test images that have a near-duplicate in the split the
+    run learned from, by the one audit that matches the run — its dataset's test split of the run's
+    test fingerprint against the split of the run's data fingerprint (the train split it learned
+    from; for eval, which learns nothing, any other split of the dataset), at the default method
+    and threshold, the latest such audit where several are stored; NaN where none is. An audit at
+    another threshold, of a test split against itself, or of an earlier state of the files never
+    adds to a mark (before, every audit whose test fingerprint matched was added up)."""
     audits = store.read_audits(results)
     if df.empty or audits.empty:
         return df.assign(**{COLUMN: float("nan")}) if not df.empty else df
-    own = audits[audits["test_dataset"] == audits["audited_dataset"]]
-    pairs = store.read_pairs(results, list(own["audit_key"]))
-    flagged = pairs.merge(own[["audit_key", "test_dataset", "test_fingerprint"]], on="audit_key")
-    counts = flagged.groupby(["test_dataset", "test_fingerprint"])["test_index"].nunique()
-    audited = {(d, f): 0 for d, f in zip(own["test_dataset"], own["test_fingerprint"], strict=True)}
-    audited.update({key: int(n) for key, n in counts.items()})
-    fingerprints = df["hparams"].astype(str).str.extract(r'"test_fingerprint":\s*"([^"]+)"', expand=False)
-    keys = list(zip(df["dataset"], fingerprints, strict=True))
-    return df.assign(**{COLUMN: [float(audited[k]) if k in audited else float("nan") for k in keys]})
+    default = Method().describe()
+    at_default = audits["method"].map(lambda m: json_field(m) == default)
+    own = audits[
+        (audits["test_dataset"] == audits["audited_dataset"])
+        & (audits["audited_fingerprint"] != audits["test_fingerprint"])  # a split against itself is no train
+        & at_default
+    ].sort_values("created_at")
+    latest = own.drop_duplicates(["test_dataset", "test_fingerprint", "audited_fingerprint"], keep="last")
+    exact = {
+        (d, t, a): float(n)
+        for d, t, a, n in latest[["test_dataset", "test_fingerprint", "audited_fingerprint", "n_test_flagged"]]
+        .itertuples(index=False)
+    }  # fmt: skip
+    any_other = {
+        (d, t): float(n)
+        for d, t, n in latest[["test_dataset", "test_fingerprint", "n_test_flagged"]].itertuples(index=False)
+    }  # fmt: skip  (the latest of them, last in created order)
+    tests = df["hparams"].map(lambda h: json_field(h).get("test_fingerprint"))
+    found = []
+    for dataset, test, learned in zip(df["dataset"], tests, df["data_fingerprint"], strict=True):
+        test = test or learned  # eval's data identity is the split it scores
+        if (dataset, test, learned) in exact:
+            found.append(exact[(dataset, test, learned)])
+        elif learned == test:
+            found.append(any_other.get((dataset, test), float("nan")))
+        else:
+            found.append(float("nan"))
+    return df.assign(**{COLUMN: found})
 
 
 def mark(duplicates: float | None) -> str:

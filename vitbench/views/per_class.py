@@ -18,7 +18,7 @@ from vitbench.errors import UserError
 from vitbench.protocols.registry import declared_metric
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import json_field
-from vitbench.views import plots
+from vitbench.views import figure_kit, plots
 from vitbench.views.cells import Cell, TableData
 from vitbench.views.columns import measured_columns
 from vitbench.views.footnotes import provenance_footnotes
@@ -120,7 +120,7 @@ def confusion_figure(df: pd.DataFrame, results: Path, out_dir: Path, formats: tu
     counts = np.zeros((k, k))
     np.add.at(counts, (table["label"].to_numpy(), table["top1"].to_numpy()), 1)
     share = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
-    fig, ax = plots.pyplot().subplots(figsize=plots.SIZE)
+    fig, ax = plots.pyplot().subplots(figsize=figure_kit.SIZE)
     fig.subplots_adjust(bottom=0.2, top=0.92)
     image = ax.imshow(share, cmap="Blues", vmin=0, vmax=1)
     fig.colorbar(image, ax=ax, label="share of the true class")

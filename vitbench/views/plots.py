@@ -13,8 +13,6 @@ which runs; figure sizes are fixed, so every PNG has a known pixel size.
 
 from __future__ import annotations
 
-import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,100 +21,17 @@ import pandas as pd
 from vitbench import paper
 from vitbench.datasets.vtab import GROUPS, TASKS, group_means
 from vitbench.errors import UserError
-from vitbench.protocols.registry import protocols, with_metric
+from vitbench.protocols.registry import with_metric
 from vitbench.store.query import json_field, written_weights_sha
-from vitbench.views import cells, columns, table
-from vitbench.views.axes import axis_values
+from vitbench.views import cells, columns
+from vitbench.views.axis_plot import axis_figure
+from vitbench.views.figure_kit import FILE, PAGE, Figure, Look, legend, new_figure, pyplot, runs_text, save
 
-DPI = 100
-SIZE = (9.0, 6.0)  # inches: every PNG is 900 x 600 pixels
-FILE_NAMES = {
-    "vtab": "vtab_groups",
-    "cost": "accuracy_vs_cost",
-    "curves": "finetune_curves",
-    "confusion": "confusion_matrix",  # views/per_class.py; asked for by name only (it needs --run)
-    "checkpoints": "accuracy_vs_checkpoint",  # views/series.py; asked for by name only
-    "datasize": "accuracy_vs_pretraining_images",  # views/pretraining.py
-    "compute": "accuracy_vs_pretraining_exaflops",  # views/pretraining.py
-}
+# the kit, as the figure modules beside this one have always imported it from here
+__all__ = ["FILE", "PAGE", "Figure", "Look", "axis_figure", "legend", "new_figure", "pyplot", "runs_text", "save"]
+
 AVERAGE5 = ("imagenet", "cifar10", "cifar100", "pets", "flowers102")  # Figure 5's "Average-5"
 COSTS = ("flops", "days")
-
-
-def pyplot():
-    """matplotlib's pyplot on the Agg backend (files only, never a window), loaded when a figure is
-    drawn: `vitbench table` and the rest of this module's importers never pay for it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-@dataclass
-class Figure:
-    name: str
-    caption: str
-    files: list[Path]
-
-
-def runs_text(keys) -> str:
-    keys = sorted({str(k) for k in keys if k is not None})
-    shown = ", ".join(k[:8] for k in keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
-    return f"{len(keys)} run(s): {shown}" if keys else "no measured runs"
-
-
-@dataclass(frozen=True)
-class Look:
-    """How a figure is laid out. FILE, for `vitbench plot`: a fixed pixel size, the caption printed
-    under the axes (a PNG travels without its page), the legend beside. PAGE, for `vitbench report`:
-    the page says the caption once, in HTML; the legend sits under the axes in type a person reads;
-    the canvas is cropped to what is drawn (no blank margin)."""
-
-    size: tuple[float, float]
-    caption_in_image: bool
-    legend_size: float
-    legend_below: bool
-    max_lines: int | None = None  # lines past it are left out, and the caption says how many (the tables have them)
-
-
-FILE = Look(SIZE, caption_in_image=True, legend_size=6, legend_below=False)
-PAGE = Look((7.5, 4.2), caption_in_image=False, legend_size=9, legend_below=True, max_lines=12)
-
-
-def save(fig, caption: str, out_dir: Path, name: str, formats: tuple[str, ...], look: Look = FILE) -> list[Path]:
-    if look.caption_in_image:
-        fig.text(0.01, 0.01, "\n".join(textwrap.wrap(caption, 150)), fontsize=7, va="bottom", ha="left", wrap=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files = []
-    for ext in formats:
-        path = out_dir / f"{FILE_NAMES.get(name, name)}.{ext}"
-        fig.savefig(
-            path, dpi=DPI, metadata={"Title": caption[:200]} if ext in ("png", "svg") else None,
-            bbox_inches=None if look.caption_in_image else "tight",
-        )  # fmt: skip
-        files.append(path)
-    pyplot().close(fig)
-    return files
-
-
-def new_figure(look: Look = FILE):
-    fig, ax = pyplot().subplots(figsize=look.size)
-    if not look.legend_below:
-        fig.subplots_adjust(bottom=0.25, top=0.92, left=0.08, right=0.58)
-    return fig, ax
-
-
-def legend(ax, look: Look = FILE) -> None:
-    """Long labels wrapped (they carry the weights' name and fingerprint): beside the axes in a
-    file, under them on a page."""
-    handles, labels = ax.get_legend_handles_labels()
-    if not handles:
-        return
-    wrapped = ["\n".join(textwrap.wrap(label, 100 if look.legend_below else 62)) for label in labels]
-    where = {"loc": "upper left", "bbox_to_anchor": (0.0, -0.16) if look.legend_below else (1.01, 1.0)}
-    ax.legend(handles, wrapped, fontsize=look.legend_size, frameon=False, **where)
 
 
 def _seed_stats(values: pd.Series) -> tuple[float, float]:
@@ -281,57 +196,6 @@ def cost_figure(
     if left_out:
         caption += " Not plotted: " + "; ".join(left_out) + "."
     return Figure("cost", caption, save(fig, caption, out_dir, "cost", formats))
-
-
-def axis_figure(
-    df: pd.DataFrame, protocol: str, out_dir: Path, formats: tuple[str, ...], look: Look = FILE, values_needed: int = 1
-) -> Figure:
-    """A protocol's accuracy against the axis its runs vary along (few-shot: shots; k-NN: k), per
-    (model, weights) and dataset, ± std over seeds: `vitbench plot NAME` for any such protocol.
-    `values_needed`: 2 where the figure is drawn unasked (a bare `vitbench plot`, the report), so
-    that one value is not drawn as a "line"; asked for by name, one value is drawn."""
-    known = protocols().get(protocol)
-    if known is None or known.axis is None:
-        raise UserError(f"vitbench plot {protocol}: its runs vary along no axis (protocols/measures.py)")
-    axis = known.axis
-    m = columns.measured_columns(df, protocol)
-    if m.acc.empty:
-        raise UserError(f"no {known.label} runs are stored; run `vitbench run --protocol {protocol}`")
-    acc = m.acc.assign(_x=pd.to_numeric(axis_values(m.acc, axis), errors="coerce"))
-    values = sorted(set(acc["_x"].dropna()))
-    if len(values) < values_needed:
-        found = ", ".join(axis.text(v) for v in values) or f"no value of {axis.name}"
-        raise UserError(f"every stored {known.label} run has {found}: a line against {axis.label} needs two values")
-    fig, ax = new_figure(look)
-    used: list[str] = []
-    kinds = acc[["model", "weights", "weights_sha256", "random_init", "dataset", "data_subset"]].drop_duplicates()
-    kinds["line"] = [
-        columns.weights_label(model, weights, sha, bool(random)) + (cells.RANDOM_MARK if random else "")
-        + f" · {table.title(dataset)}" + (cells.SUBSET_MARK if subset else "")
-        for model, weights, sha, random, dataset, subset in kinds.itertuples(index=False)
-    ]  # fmt: skip
-    acc = acc.merge(kinds, on=list(kinds.columns[:-1]), how="left")
-    lines = list(dict.fromkeys(acc["line"]))
-    shown = lines[: look.max_lines] if look.max_lines else lines
-    for line, part in acc[acc["line"].isin(shown)].groupby("line", sort=False):
-        stats = part.groupby("_x")["value"].agg(["mean", "std", "count"]).sort_index()
-        ax.errorbar(stats.index, stats["mean"] * 100, yerr=stats["std"].fillna(0) * 100, marker="o", capsize=3,
-                    label=f"{line} (n={int(stats['count'].min())})")  # fmt: skip
-        used += list(part["run_key"])
-    if axis.log:
-        ax.set_xscale("log")
-    ax.set_xticks(values, [axis.text(v).removeprefix(axis.setting("")) for v in values])
-    ax.set_xlabel(axis.label + (" (log)" if axis.log else ""))
-    ax.set_ylabel("top-1 accuracy (%)")
-    ax.set_title(f"{known.label} accuracy against {axis.label}")
-    legend(ax, look)
-    caption = (
-        f"{known.summary} ({known.version}): mean ± std over seeds per value of {axis.label}, "
-        f"from {runs_text(used)}. ‡: a subset of the official splits; †: random-init weights."
-    )
-    if len(shown) < len(lines):
-        caption += f" The first {len(shown)} of {len(lines)} lines (model, weights, dataset); the tables have all."
-    return Figure(protocol, caption, save(fig, caption, out_dir, f"{protocol}_{axis.name}", formats, look))
 
 
 def curves_figure(

@@ -178,6 +178,7 @@ table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 caption { font-weight: 600; text-align: left; padding-bottom: .5em; }
 th, td { padding: .3em .8em; border-bottom: 1px solid #ddd; text-align: right; white-space: nowrap; }
 th:first-child, td:first-child { text-align: left; }
+span.part { white-space: nowrap; }
 thead th { border-bottom: 2px solid #444; }
 td.paper, th.paper { color: #0b5394; }
 .pos { color: #1a7f37; } .neg { color: #cf222e; }
@@ -211,7 +212,7 @@ def table_fragment(t: TableData, table_id: str = "", notes: list[str] | None = N
         return f"<td{klass}{number}{whole}>{value}</td>"
 
     paper_th = ' class="paper"'
-    head = "".join(f"<th{paper_th if c in t.paper_columns else ''}>{esc(c)}</th>" for c in t.columns)
+    head = "".join(f"<th{paper_th if c in t.paper_columns else ''}>{_wrapping(c)}</th>" for c in t.columns)
     body = "\n".join(f"<tr><th>{esc(r)}</th>" + "".join(cell_html(r, c) for c in t.columns) + "</tr>" for r in t.rows)
     notes_html = "".join(f"<li>{esc(n)}</li>" for n in (t.footnotes if notes is None else notes))
     ident = f' id="{esc(table_id)}"' if table_id else ""
@@ -229,6 +230,13 @@ def to_html(t: TableData) -> str:
         f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8"/>\n<title>{title}</title>\n'
         f"<style>{STYLE}</style>\n</head>\n<body>\n{table_fragment(t)}\n</body>\n</html>\n"
     )
+
+
+def _wrapping(label: str) -> str:
+    """A column label that a narrow column wraps between its parts (`deit-ti/16 · 1-shot · res=64`)
+    and between words, never inside one: no break at a part's hyphen (`1-shot`) or slash."""
+    parts = [f'<span class="part">{html.escape(part)}</span>' for part in label.split(" · ")]
+    return " · ".join(parts)
 
 
 def to_rich(t: TableData):

@@ -62,6 +62,9 @@ ul.notes { font-size: .85em; color: #555; max-width: 70em; }
 .ci { display: none; color: #555; font-size: .85em; }
 body:has(#show-intervals:checked) .ci { display: inline; }
 thead th { cursor: pointer; } input.filter { margin: .5em 0; }
+/* a column's label wraps between words, never inside one: 8 columns fit the page without scrolling */
+div.scroll thead th { white-space: normal; overflow-wrap: normal; word-break: normal; vertical-align: bottom;
+                      min-width: 5em; max-width: 11em; }
 details { margin: .3em 0; } details table td { text-align: left; white-space: normal; overflow-wrap: anywhere; }
 figure { margin: 1em 0; max-width: 900px; } figure svg { max-width: 100%; height: auto; }
 figcaption { font-size: .9em; color: #333; }

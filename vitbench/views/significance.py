@@ -21,7 +21,8 @@ from vitbench.store.predictions import read_predictions
 from vitbench.store.query import apply_where, json_field
 from vitbench.views.axes import with_axes
 from vitbench.views.cells import SUBSET_MARK, Cell, TableData
-from vitbench.views.columns import measured_columns, natural_order, weights_label
+from vitbench.views.columns import natural_order, weights_label
+from vitbench.views.settings import differing, explaining, run_setting, setting_text, value_text
 from vitbench.views.shot_counts import cell_effective_shots
 
 SIGNIFICANT_MARK = "*"
@@ -193,7 +194,11 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path, ev
     for name, part in sides.items():
         if part.empty:
             raise UserError(f"compare {name} ({', '.join(a if name == 'A' else b)}): selects no stored accuracy")
-    sides = _with_settings(sides) if every_setting else {n: p.assign(unit=p["dataset"]) for n, p in sides.items()}
+    alone: list[str] = []
+    if every_setting:
+        sides, alone = _with_settings(sides)
+    else:
+        sides = {n: p.assign(unit=p["dataset"]) for n, p in sides.items()}
     kept = outcomes(results, pd.concat(sides.values()))
     rows, notes = [], []
     for unit in sorted(set(sides["A"]["unit"]) & set(sides["B"]["unit"]), key=natural_order):
@@ -225,7 +230,7 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path, ev
         ]
         for col, (value, text) in zip(data.columns, cells, strict=True):
             data.cells[(unit, col)] = Cell(mean=value, text=text)
-    data.footnotes += notes
+    data.footnotes += notes + alone
     shown = " ".join(data.cells[(r, c)].text or "" for r in data.rows for c in data.columns[:2])
     if SUBSET_MARK in shown:
         data.footnotes.append(f"{SUBSET_MARK} measured on a subset of the official splits")
@@ -237,16 +242,36 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path, ev
     return data
 
 
-def _with_settings(sides: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """Each side's runs with their unit: `dataset · setting`, the setting as a table column names it
-    apart from the backbone (views/columns.py), worked out over both sides at once."""
-    both = pd.concat(sides.values(), ignore_index=True).drop_duplicates("run_key")
-    measured = measured_columns(both).acc.drop_duplicates("run_key")
-    setting = pd.Series(measured["condition"].to_numpy(), index=measured["run_key"].to_numpy(object))
-    return {
-        name: part.assign(unit=part["dataset"] + " · " + part["run_key"].map(setting).fillna(part["protocol"]))
-        for name, part in sides.items()
-    }
+def _with_settings(sides: dict[str, pd.DataFrame]) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """Each side's runs with their unit, `dataset · protocol · shots · version · settings`: the
+    settings any side's runs differ in on that dataset and protocol (views/settings.py names them:
+    `res=224`, `k=20`), each run's own value. A setting only the two backbones differ in (their
+    preprocessing's mean and std) is no part of it, so DeiT-Ti at 224 px pairs with ResNet-18 at
+    224 px. Also the units a side has with no partner on the other, for a footnote."""
+    named: dict[tuple, set[str]] = {}
+    for part in sides.values():
+        runs = part.drop_duplicates("run_key")
+        settings = runs["hparams"].map(run_setting)
+        for key, group in runs.groupby(["dataset", "protocol"], sort=False):
+            found = list(settings[group.index])
+            named.setdefault(key, set()).update(explaining(differing(found) - {"smoke", "shots"}, found))  # `1-shot`
+
+    def unit(run) -> str:
+        setting = run_setting(run.hparams)
+        parts = [str(run.dataset), str(run.protocol)]
+        parts += [f"{int(run.shots)}-shot"] if "shots" in run._fields and not pd.isna(run.shots) else []
+        parts += [str(run.protocol_version)]
+        keys = sorted(named.get((run.dataset, run.protocol), ()))
+        parts += [setting_text(str(run.protocol), k, value_text(setting.get(k), k)) for k in keys]
+        return " · ".join(parts)
+
+    out = {name: part.assign(unit=[unit(r) for r in part.itertuples()]) for name, part in sides.items()}
+    alone = []
+    for name, other in (("A", "B"), ("B", "A")):
+        missing = sorted(set(out[name]["unit"]) - set(out[other]["unit"]), key=natural_order)
+        if missing:
+            alone.append(f"{name} alone (no {other} run at the same setting, so no row): " + "; ".join(missing))
+    return out, alone
 
 
 def _different_test_sets(unit: str, parts: dict, found: dict, paired: int) -> list[str]:
@@ -282,15 +307,24 @@ DISTINGUISHING = ("model", "weights", "protocol", "shots", "protocol_version", "
 
 
 def _narrowing(part: pd.DataFrame, clauses: list[str]) -> str:
-    """What to add to a side that selects several runs per seed: the first field whose values differ
-    among them, and the side's clauses with one that picks one of its values."""
+    """What to add to a side that selects several runs per seed: the fields, else the settings
+    (views/settings.py: `res`, `knn_k`, `precision`, …), whose values differ among them, and the
+    side's clauses with one that picks one of the values of the first (`res=224`)."""
+    apart: dict[str, list[str]] = {}
     for field in DISTINGUISHING:
-        values = sorted(part[field].dropna().astype(str).unique())
+        values = sorted(part[field].dropna().astype(str).unique(), key=natural_order)
         if len(values) > 1:
-            listed = ", ".join(values[:4]) + (", …" if len(values) > 4 else "")
-            narrowed = ",".join([*clauses, f"{field}={values[0]}"])
-            return f"they differ in {field} ({listed}): narrow it, e.g. {narrowed} (or --where for both sides)"
-    return "several runs share a seed: narrow it (e.g. model=…, shots=…, protocol=…)"
+            apart[field] = values
+    if not apart:
+        settings = list(part.drop_duplicates("run_key")["hparams"].map(run_setting))
+        for key in explaining(differing(settings), settings):
+            apart[key] = sorted({value_text(s.get(key), key) for s in settings}, key=natural_order)
+    if not apart:
+        return "several runs share a seed: narrow it (e.g. model=…, shots=…, protocol=…)"
+    said = "; ".join(f"{k} ({', '.join(v[:4])}{', …' if len(v) > 4 else ''})" for k, v in apart.items())
+    field, values = next(iter(apart.items()))
+    narrowed = ",".join([*clauses, f"{field}={values[0]}"])
+    return f"they differ in {said}: narrow it, e.g. {narrowed} (or --where for both sides, or --all for a row each)"
 
 
 def _side(part: pd.DataFrame, name: str, dataset: str, kept: dict[str, pd.Series], clauses: list[str]) -> pd.DataFrame:

@@ -4,9 +4,11 @@ transfer protocol, and beside them the paper's cell measured in the same setting
 `--compare` column is of the same model.
 
 A protocol whose runs vary along an axis shows the axis' headline value (few-shot at 10 shots,
-k-NN at k = 20: protocols/measures.Axis), or the most it has; one that ran in several other
-settings for one row (fine-tuning at two resolutions) shows its first setting in the views' column
-order here; its own section shows all.
+k-NN at k = 20: protocols/measures.Axis), or the most it has. A cell is one setting, never a mean
+over several: where a model ran a protocol in several other settings on a dataset (DeiT-Ti at 64
+and 224 px), the cell shows the one at the weights' native resolution, else the resolution nearest
+it, then the one with the most runs (`headline_setting`), and names it (`(res=224)`); the
+protocol's own section shows every setting.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ import numpy as np
 import pandas as pd
 
 from vitbench import paper
+from vitbench.errors import UserError
 from vitbench.protocols.base import Protocol
 from vitbench.protocols.registry import protocols
+from vitbench.registry import get_model
+from vitbench.store.query import json_field
 from vitbench.views.axes import axis_values
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, Cell, TableData
 from vitbench.views.columns import (
@@ -27,6 +32,7 @@ from vitbench.views.columns import (
     measured_columns,
     meta_by_column,
     paper_comparable,
+    per_distinct,
     seed_cell,
 )
 from vitbench.views.columns import weights_label as _weights_label
@@ -96,7 +102,7 @@ def _facts(df: pd.DataFrame) -> list[tuple[str, str]]:
     code = sorted(
         {f"vitbench {v} (git {str(g)[:8]}), torch {t}, timm {m}" for v, g, t, m in versions.itertuples(index=False)}
     )
-    days = accelerator_days(runs)
+    days = accelerator_days(runs, charged=False)  # what was spent: a shared extraction once
     return [
         ("Runs", f"{len(runs):,}{when}" + (f"; {days:.2g} accelerator-days in all" if days else "")),
         ("Models", "; ".join(dict.fromkeys(identities(runs)))),
@@ -124,6 +130,7 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
     present = [p for p in in_report_order(acc["protocol"]) if p in known]
     matched = _paper_matches(acc, compare)
     fewer: list[str] = []  # the protocols with a cell away from their headline setting
+    several: set[str] = set()  # the protocols with a cell that picked one of several settings
     one_identity = acc["identity"].nunique() == 1
     if one_identity:  # said once, in the title
         data.title += f" · {acc['identity'].iloc[0]}"
@@ -151,10 +158,14 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
             mine = part[part["protocol"] == p]
             if mine.empty:
                 continue
-            col = mine["column"].iloc[0]  # the first setting in column order (see the module's docstring)
-            cell = seed_cell(mine[mine["column"] == col], meta[str(col)], include_marked=False)
+            col = headline_setting(mine)  # one setting per cell, by the rule in the module's docstring
+            chosen = mine[mine["column"] == col]
+            cell = seed_cell(chosen, meta[str(col)], include_marked=False)
             cell.rankable = False  # a row's protocols measure different things: none is "the best"
             cell.marks = (SMOKE_MARK if meta[str(col)]["smoke"] else "") + cell.marks
+            if mine["column"].nunique() > 1:  # it ran in several settings: the cell names the one shown
+                cell.marks += f" ({chosen['series'].iloc[0] or chosen['column'].iloc[0]})"
+                several.add(p)
             axis = known[p].axis
             if axis is not None and axis.headline is not None and mine["_axis"].iloc[0] != axis.headline:
                 cell.marks += f" ({axis.text(mine['_axis'].iloc[0])})"
@@ -170,8 +181,31 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
                 data.cells[where] = Cell(paper_cell.value, paper_cell.std, is_paper=True)
     others = _other_models(data, acc, compare, matched, placed, by_dataset)
     _headline_footnotes(data, others, [known[p] for p in fewer])
+    if several:
+        data.footnotes.append(
+            "(res=224) after a value: that model ran the protocol in several settings on that dataset and the cell "
+            "shows this one (each setting is a column of the protocol's own table): the weights' native resolution "
+            "where it ran there, else the resolution nearest it, then the setting with the most runs"
+        )
     marker_footnotes(data, include_marked=False, compared=False)
     return data
+
+
+def headline_setting(part: pd.DataFrame) -> str:
+    """Of one (model and weights, dataset, protocol)'s columns, the one its headline cell shows: at
+    the weights' native resolution (the model's published input size) where it ran there, else at
+    the resolution nearest it, then the one with the most runs, then the first in column order."""
+    try:
+        spec = get_model(str(part["model"].iloc[0]))
+        native = spec.preprocessing.size if spec.preprocessing is not None else None
+    except UserError:  # a model this installation does not know (a plugin's, uninstalled): no native size
+        native = None
+    res = pd.to_numeric(per_distinct(part["hparams"], lambda h: json_field(h).get("res")), errors="coerce")
+    ranked = pd.DataFrame({"column": part["column"], "res": res}).groupby("column", sort=False).agg(
+        res=("res", "first"), runs=("res", "size"))  # fmt: skip
+    distance = (ranked["res"] - native).abs() if native is not None else pd.Series(0.0, index=ranked.index)
+    order = ranked.assign(distance=distance.fillna(float("inf")), position=range(len(ranked)))
+    return str(order.sort_values(["distance", "runs", "position"], ascending=[True, False, True]).index[0])
 
 
 def _headline_footnotes(data: TableData, others: list[str], fewer: list[Protocol]) -> None:

@@ -71,7 +71,8 @@ COST_ROW = "vitbench accelerator-days"
 PAPER_COST_ROW = "paper TPUv3-core-days"
 COST_NOTE = (
     "vitbench accelerator-days: this evaluation's devices × days, every run behind the column (a fine-tuning "
-    "LR sweep included); paper TPUv3-core-days: the paper's pre-training, cores × days (not the same quantity)"
+    "LR sweep included; a frozen-feature run counts the extraction of every image it read, whichever run "
+    "extracted it); paper TPUv3-core-days: the paper's pre-training, cores × days (not the same quantity)"
 )
 
 

@@ -1,0 +1,137 @@
+"""How every figure of `vitbench plot` and `vitbench report` is laid out and saved: the axes at a
+fixed size, the legend under them (never beside, where it squeezed the axes into half the canvas),
+the caption under the legend in a file, and beside each image the numbers it draws as CSV.
+
+FILE (`vitbench plot`): 900 px wide; the axes 7.8 × 3.9 in at 100 dpi whatever the legend holds,
+the canvas 600 px tall or taller by what the legend and caption need (a figure without a legend is
+900 × 600). PAGE (`vitbench report`): the page says the caption once, in HTML; the canvas is cropped
+to what is drawn.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DPI = 100
+SIZE = (9.0, 6.0)  # inches: the least a FILE figure is, 900 x 600 pixels
+FILE_NAMES = {
+    "vtab": "vtab_groups",
+    "cost": "accuracy_vs_cost",
+    "curves": "finetune_curves",
+    "confusion": "confusion_matrix",  # views/per_class.py; asked for by name only (it needs --run)
+    "checkpoints": "accuracy_vs_checkpoint",  # views/series.py; asked for by name only
+    "datasize": "accuracy_vs_pretraining_images",  # views/pretraining.py
+    "compute": "accuracy_vs_pretraining_exaflops",  # views/pretraining.py
+}
+# a FILE figure's axes, in inches: left margin, top margin, width, height; the x label's room below them
+AXES = (0.8, 0.5, 7.8, 3.9)
+BELOW_AXES = 0.6
+CAPTION_WIDTH = 150  # characters a caption line holds in a file (7 pt over 9 in)
+CAPTION_LINE = 0.125  # inches a caption line takes
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, never a window), loaded when a figure is
+    drawn: `vitbench table` and the rest of this module's importers never pay for it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+@dataclass
+class Figure:
+    name: str
+    caption: str
+    files: list[Path]
+
+
+def runs_text(keys) -> str:
+    keys = sorted({str(k) for k in keys if k is not None})
+    shown = ", ".join(k[:8] for k in keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+    return f"{len(keys)} run(s): {shown}" if keys else "no measured runs"
+
+
+@dataclass(frozen=True)
+class Look:
+    """How a figure is laid out: FILE for `vitbench plot`, PAGE for `vitbench report` (the module)."""
+
+    size: tuple[float, float]
+    caption_in_image: bool
+    legend_size: float
+    max_lines: int | None = None  # lines past it are left out, and the caption says how many (the tables have them)
+
+
+FILE = Look(SIZE, caption_in_image=True, legend_size=8)
+PAGE = Look((7.5, 4.2), caption_in_image=False, legend_size=9, max_lines=12)
+
+
+def new_figure(look: Look = FILE):
+    fig, ax = pyplot().subplots(figsize=look.size)
+    if look.caption_in_image:
+        _place_axes(fig, ax, look.size[1])
+    return fig, ax
+
+
+def _place_axes(fig, ax, height: float) -> None:
+    """The axes at their fixed size in inches, `height` the canvas' (grown for the legend below)."""
+    left, top, width, tall = AXES
+    fig.set_size_inches(SIZE[0], height)
+    ax.set_position((left / SIZE[0], (height - top - tall) / height, width / SIZE[0], tall / height))
+
+
+def legend(ax, look: Look = FILE) -> None:
+    """The legend under the axes, one entry a line, long labels wrapped (they carry the weights'
+    name and fingerprint): the axes keep their size, the canvas grows (`save`)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    wrapped = ["\n".join(textwrap.wrap(label, 110)) for label in labels]
+    below = (BELOW_AXES / AXES[3]) if look.caption_in_image else 0.16
+    ax.legend(handles, wrapped, fontsize=look.legend_size, frameon=False, loc="upper left",
+              bbox_to_anchor=(0.0, -below))  # fmt: skip
+
+
+def save(
+    fig, caption: str, out_dir: Path, name: str, formats: tuple[str, ...], look: Look = FILE,
+    points: pd.DataFrame | None = None,
+) -> list[Path]:  # fmt: skip
+    """The figure in each format, and `points` (one row per point drawn) as CSV beside them."""
+    if look.caption_in_image:
+        lines = textwrap.wrap(caption, CAPTION_WIDTH)
+        _fit_legend_and_caption(fig, len(lines))
+        fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, va="bottom", ha="left")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = FILE_NAMES.get(name, name)
+    files = []
+    for ext in formats:
+        path = out_dir / f"{stem}.{ext}"
+        fig.savefig(
+            path, dpi=DPI, metadata={"Title": caption[:200]} if ext in ("png", "svg") else None,
+            bbox_inches=None if look.caption_in_image else "tight",
+        )  # fmt: skip
+        files.append(path)
+    pyplot().close(fig)
+    if points is not None:
+        path = out_dir / f"{stem}.csv"
+        points.to_csv(path, index=False)
+        files.append(path)
+    return files
+
+
+def _fit_legend_and_caption(fig, caption_lines: int) -> None:
+    """Grow a one-axes FILE figure for the legend under its axes and the caption under that."""
+    if len(fig.axes) != 1 or fig.axes[0].get_legend() is None:
+        return
+    ax = fig.axes[0]
+    legend_inches = ax.get_legend().get_window_extent(fig.canvas.get_renderer()).height / fig.dpi
+    needed = AXES[1] + AXES[3] + BELOW_AXES + legend_inches + 0.2 + caption_lines * CAPTION_LINE + 0.1
+    _place_axes(fig, ax, max(SIZE[1], needed))
