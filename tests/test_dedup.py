@@ -186,10 +186,15 @@ def test_a_cell_whose_test_images_have_copies_in_its_train_split_says_how_many(c
     assert len(small.duplicates) - 1 <= flagged <= len(small.duplicates) + 1
     code, out, _ = cli("table", "--format", "md", "--results", results)
     assert code == 0 and f"¶{flagged}" in out and "near-duplicate in the dataset's own train split" in out
+    # the pairs, to look at: a contact sheet beside the stored audit, and the report's contamination section
+    sheets = list((results / "dedup").glob("*.png"))
+    assert len(sheets) == 1 and sheets[0].read_bytes()[:4] == b"\x89PNG"
     report = tmp_path / "report.html"
     code, _, err = cli("report", "--out", report, "--results", results)
     assert code == 0, err
-    assert f"¶{flagged}" in report.read_text()
+    page = report.read_text()
+    assert f"¶{flagged}" in page and '<section id="contamination">' in page and "data:image/png;base64," in page
+    assert f"{flagged:,} (" in page  # the audit's row: test images with a near-duplicate
     # issue 63: an audit at another threshold, and the test split against itself, add nothing to the
     # mark (they were added up: ¶47 became ¶742); it comes from the one audit of the cell's train and
     # test splits at the default method

@@ -111,6 +111,9 @@ def test_every_view_shows_cells_of_one_setting(cli, store, tmp_path, variant):
             named = [part for part in column.split(" · ")[-1].split(", ") if apart in part]
             assert all(part in point.line for part in named), (point.line, column)
         assert "…" not in " ".join(points["line"])
+        # grouped by a stored field, a column still never mixes settings (nor protocols)
+        grouped = measured_columns(store_module.read_results(results), group_by=["model"]).acc
+        assert all(one_setting(results, part["run_key"]) for _, part in grouped.groupby("column"))
     # the API: a row per run, a column per metric and per setting; its group means are the table's
     frame = vitbench.results(results, where=["protocol=fewshot", "model=deit-ti/16"])
     assert frame["run_key"].is_unique and {"accuracy", "res"} <= set(frame.columns) and "value" not in frame

@@ -35,7 +35,7 @@ from vitbench.protocols.base import Group, Request, RunSpec, Trainer
 from vitbench.protocols.registry import get_protocol
 from vitbench.protocols.requests import make_request, options_doc
 from vitbench.store.query import apply_where, per_run, with_json_parsed
-from vitbench.views import inspection_plots
+from vitbench.views import contact_sheet, inspection_plots
 from vitbench.views.axes import with_axes
 
 log = logging.getLogger("vitbench")
@@ -357,7 +357,8 @@ def dedup(
     (and dev) splits against its test split, or, with `against`, every image of `dataset` against
     each of those datasets' test splits. Each audit is stored (`vitbench.store.read_audits`) with
     its pairs; one already stored for the same files and settings is read back unless `rerun`.
-    Returns one dict per audit (store.AUDIT_COLUMNS, `pairs`: a DataFrame, `stored`)."""
+    Returns one dict per audit (store.AUDIT_COLUMNS, `pairs`: a DataFrame, `stored`, `sheet`: the
+    contact sheet's PNG, `<results>/dedup/<audit_key>.png`, where the audit found pairs)."""
     from vitbench.engine.dedup import Method
     from vitbench.execution import dedup as dedup_audits  # (torch: loaded when images are compared)
 
@@ -366,4 +367,10 @@ def dedup(
         raise UserError(f"--threshold {method.threshold}: expected a correlation in (0, 1]")
     audits = dedup_audits.plan(dataset, tuple(against))
     writable_results(Path(results))
-    return dedup_audits.run(audits, data_dir, Path(results), method, workers, rerun, verify_data, data_source)
+    found = dedup_audits.run(audits, data_dir, Path(results), method, workers, rerun, verify_data, data_source)
+    for audit in found:  # pairs a person can check: each test image beside what it copies
+        test, audited = audit.pop("splits")
+        audit["sheet"] = contact_sheet.write_sheet(
+            audit, test, audited, contact_sheet.sheet_path(Path(results), audit["audit_key"])
+        )
+    return found

@@ -72,6 +72,10 @@ def dedup_cmd(
     )  # fmt: skip
     print_table(summary_table(audits))
     for audit in audits:
+        if audit.get("sheet"):
+            out.print(
+                f"  contact sheet of {audit['test_dataset']}'s pairs: {audit['sheet']}", markup=False, highlight=False
+            )
         shown = audit["pairs"].drop_duplicates("test_index").head(examples)
         for pair in shown.itertuples():
             out.print(
@@ -89,7 +93,7 @@ def dedup_cmd(
 
 def summary_table(audits: list[dict]) -> Table:
     table = Table(title="Near-duplicates of test images")
-    for name in ("test set", "searched in", "test images", "with a near-duplicate", "pairs", "images/s", ""):
+    for name in ("test set", "searched in", "test images", "with a near-duplicate", "pairs", "images/s", "audit"):
         table.add_column(name, justify="right" if name in ("test images", "pairs", "images/s") else "left")
     for a in audits:
         share = 100.0 * a["n_test_flagged"] / a["n_test"] if a["n_test"] else 0.0
@@ -101,12 +105,12 @@ def summary_table(audits: list[dict]) -> Table:
             f"{a['n_test_flagged']:,} ({share:.2f} %)",
             f"{a['n_pairs']:,}",
             "" if rate is None or math.isnan(rate) else f"{rate:,.0f}",
-            "stored" if a["stored"] else "",
+            "stored before" if a["stored"] else "searched now",
         )
     threshold = audits[0]["threshold"] if audits else DEFAULT_THRESHOLD
     table.caption = (
         f"threshold {threshold:g} (correlation of 32 px thumbnails over ±3 px shifts and 0.9-1.1 scales, colour and "
-        "detail); 'stored': read back from an earlier identical audit (--rerun searches again)"
+        "detail); audit: searched now, or stored before (an identical audit read back; --rerun searches again)"
     )
     return table
 

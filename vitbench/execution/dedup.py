@@ -82,7 +82,8 @@ def run(
     source: str | None = None,
 ) -> list[dict]:
     """Each audit, stored (or read back where stored): its row (store.AUDIT_COLUMNS) with `pairs`
-    (a DataFrame of store.PAIR_COLUMNS) and `stored` (whether it was read back)."""
+    (a DataFrame of store.PAIR_COLUMNS), `stored` (whether it was read back) and `splits` (the test
+    and audited splits, for a contact sheet)."""
     stored = store.read_audits(results)
     loaded: dict[tuple[str, str], Split] = {}
 
@@ -97,9 +98,10 @@ def run(
         key = audit_key(test, audited, method)
         if not rerun and key in set(stored["audit_key"]):
             row = stored[stored["audit_key"] == key].iloc[0].to_dict()
-            rows.append({**row, "pairs": store.read_pairs(results, [key]), "stored": True})
+            rows.append({**row, "pairs": store.read_pairs(results, [key]), "stored": True, "splits": (test, audited)})
             continue
-        rows.append({**measure(audit, test, audited, key, method, workers, data_dir, results), "stored": False})
+        found = measure(audit, test, audited, key, method, workers, data_dir, results)
+        rows.append({**found, "stored": False, "splits": (test, audited)})
     return rows
 
 

@@ -19,7 +19,7 @@ from vitbench.store.query import field_values, json_field
 from vitbench.views import contamination
 from vitbench.views.axes import with_axes
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, SUBSET_MARK, Cell, TableData
-from vitbench.views.settings import default_columns
+from vitbench.views.settings import default_columns, differing, explaining, run_setting, setting_text, value_text
 from vitbench.views.shot_counts import cell_effective_shots, effective_shots, fewest_shots
 
 
@@ -103,12 +103,14 @@ def measured_columns(
         df["column"] = [
             ", ".join(f"{f}={v}" for f, v in zip(group_by, vs, strict=True)) for vs in zip(*values, strict=True)
         ]
+        df["column"] = _apart_within(df, group_by)
         marks = df.groupby("column").agg(random=("random_init", "any"), smoke=("smoke", "any"))
         df["column"] = df["column"].map(
             lambda c: (
                 c + (RANDOM_MARK if marks.loc[c, "random"] else "") + (SMOKE_MARK if marks.loc[c, "smoke"] else "")
             )
         )
+        df = in_column_order(df, by_label=True)
     else:
         scored = set(df.loc[df["metric"].isin(["accuracy", "accuracy_real"]), "run_key"])
         runs = df.drop_duplicates("run_key")
@@ -127,6 +129,31 @@ def measured_columns(
     real = df[df["metric"] == "accuracy_real"].assign(dataset="imagenet_real", metric="accuracy")
     acc = pd.concat([accuracy, real], ignore_index=True)
     return Measured(acc, runs, chosen, superseded)
+
+
+def _apart_within(df: pd.DataFrame, group_by: Sequence[str]) -> pd.Series:
+    """`--group-by` columns split by what their runs still differ in (views/settings.py: a cell is a
+    mean over seeds only): the protocol and its version, then the settings within one protocol
+    (`data_source=folder · knn · res=64` beside `… · res=224`)."""
+    grouped = {f.removeprefix("hparams.") for f in group_by}
+    runs = df.drop_duplicates("run_key")
+    settings = pd.Series([run_setting(h) for h in runs["hparams"]], index=runs["run_key"].to_numpy(object))
+    labels = {}
+    for column, part in runs.groupby("column", sort=False):
+        protocols_here = part["protocol"].astype(str) + " " + part["protocol_version"].astype(str)
+        for _, same in part.groupby(protocols_here, sort=False):
+            found = list(settings[same["run_key"].to_numpy(object)])
+            keys = explaining(differing(found) - grouped - {"smoke"}, found)
+            prefix = []
+            if "protocol" not in grouped and part["protocol"].nunique() > 1:
+                prefix.append(str(same["protocol"].iloc[0]))
+            if "protocol_version" not in grouped and protocols_here.nunique() > part["protocol"].nunique():
+                prefix.append(str(same["protocol_version"].iloc[0]))
+            for key, setting in zip(same["run_key"], found, strict=True):
+                protocol = str(same["protocol"].iloc[0])
+                named = [*prefix, ", ".join(setting_text(protocol, k, value_text(setting.get(k), k)) for k in keys)]
+                labels[key] = " · ".join([column, *[n for n in named if n]])
+    return df["run_key"].map(labels)
 
 
 def in_column_order(df: pd.DataFrame, by_label: bool = False) -> pd.DataFrame:

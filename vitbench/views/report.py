@@ -28,6 +28,7 @@ from vitbench.store.query import apply_where, json_field
 from vitbench.views import (
     attention,
     bench_table,
+    contact_sheet,
     contamination,
     inspection_plots,
     per_class,
@@ -38,7 +39,7 @@ from vitbench.views import (
     summary,
     table,
 )
-from vitbench.views.cells import TableData
+from vitbench.views.cells import Cell, TableData
 from vitbench.views.columns import accelerator_days, measured_columns
 from vitbench.views.footnotes import short_fingerprint
 from vitbench.views.private_paths import explanation, private_roots, redact
@@ -202,9 +203,42 @@ def _sections(page: Page, only: str | None) -> list[Section]:
         if not bench.empty:
             view = bench_table.bench_view(bench)
             out.append(Section("bench", "Throughput", [page.table("bench", view, filter_box=False)]))
+    audits = store.read_audits(page.results) if only is None else None
+    if audits is not None and not audits.empty:
+        out.append(_contamination_section(page, audits))
     if not df.empty:
         out.append(_provenance(df))
     return out
+
+
+def _contamination_section(page: Page, audits: pd.DataFrame) -> Section:
+    """The stored near-duplicate audits (`vitbench dedup`): a row each, and each audit's contact
+    sheet (the pairs, images side by side, with their files or `split:index`) where it was drawn."""
+    data = TableData(title="Test images with a near-duplicate")
+    for name in ("searched in", "test images", "with a near-duplicate", "pairs", "threshold", "audited"):
+        data.add_column(name)
+    sheets = []
+    for audit in audits.sort_values("created_at").itertuples():
+        row = f"{audit.test_dataset} {audit.test_split} [{str(audit.audit_key)[:8]}]"
+        data.add_row(row)
+        share = 100.0 * audit.n_test_flagged / audit.n_test if audit.n_test else 0.0
+        values = (f"{audit.audited_dataset} {audit.audited_split} ({audit.n_audited:,})", f"{audit.n_test:,}",
+                  f"{audit.n_test_flagged:,} ({share:.2f} %)", f"{audit.n_pairs:,}", f"{audit.threshold:g}",
+                  f"{pd.Timestamp(audit.created_at):%Y-%m-%d %H:%M}")  # fmt: skip
+        for column, text in zip(data.columns, values, strict=True):
+            data.cells[(row, column)] = Cell(text=text)
+        sheet = contact_sheet.sheet_path(page.results, str(audit.audit_key))
+        if audit.n_pairs and sheet.is_file():
+            caption = (f"{row}: the nearest pairs and those nearest the threshold, each test image beside what it "
+                       "was found to copy, with its file or, for images kept in arrays, split:index")  # fmt: skip
+            sheets.append(report_page.image(sheet, f"sheet-{str(audit.audit_key)[:12]}", caption))
+    data.footnotes.append(
+        "one row per stored `vitbench dedup` audit; a table cell's ¶N counts the test images with a near-duplicate "
+        "in the train split its runs learned from, by the latest audit of those two splits at the default threshold"
+    )
+    if audits["n_pairs"].gt(0).any() and not sheets:
+        data.footnotes.append("no contact sheet is stored: `vitbench dedup` draws one for each audit it runs")
+    return Section("contamination", "Contamination", [page.table("contamination", data, filter_box=False), *sheets])
 
 
 def _provenance(df: pd.DataFrame) -> Section:

@@ -66,7 +66,7 @@ thead th { cursor: pointer; } input.filter { margin: .5em 0; }
 div.scroll thead th { white-space: normal; overflow-wrap: normal; word-break: normal; vertical-align: bottom;
                       min-width: 5em; max-width: 11em; }
 details { margin: .3em 0; } details table td { text-align: left; white-space: normal; overflow-wrap: anywhere; }
-figure { margin: 1em 0; max-width: 900px; } figure svg { max-width: 100%; height: auto; }
+figure { margin: 1em 0; max-width: 900px; } figure svg, figure img { max-width: 100%; height: auto; }
 figcaption { font-size: .9em; color: #333; }
 @media print { nav, input.filter, label.toggle { display: none; } }
 """
@@ -123,6 +123,15 @@ def figure(svg_file: Path, anchor: str, caption: str) -> str:
     svg = svg_file.read_text()
     svg = svg[svg.index("<svg") :]  # without matplotlib's XML prologue and DOCTYPE
     return f'<figure id="{html.escape(anchor)}">{svg}<figcaption>{html.escape(caption)}</figcaption></figure>'
+
+
+def image(png_file: Path, anchor: str, caption: str) -> str:
+    """A PNG inlined as a data: URI (the page fetches nothing), with its caption."""
+    data = base64.b64encode(png_file.read_bytes()).decode()
+    return (
+        f'<figure id="{html.escape(anchor)}"><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}"/>'
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
 
 
 def page(made: str, toggles: str, nav: list[tuple[str, str]], sections: list[str]) -> str:
