@@ -40,11 +40,11 @@ def store(tmp_path_factory) -> Path:
     return results
 
 
-def recorded_again(results: Path, setting: dict, shift: float) -> Path:
+def recorded_again(results: Path, setting: dict, shift: float, name: str | None = None) -> Path:
     """A copy of the store in which every DeiT-Ti run at 48 px is also stored with `setting` among its
     hparams (its own run key, its accuracies moved by `shift`): what a second precision or decoder
     records."""
-    copy = results.parent / f"{results.name}-{next(iter(setting))}"
+    copy = results.parent / f"{results.name}-{name or next(iter(setting))}"
     shutil.copytree(results, copy)
     for path in sorted((copy / "runs").glob("*.json")):
         shard = json.loads(path.read_text())
@@ -178,3 +178,16 @@ def test_a_six_column_table_fits_the_page_in_a_browser(cli, store, tmp_path):
             break
         time.sleep(0.1)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_runs_decoded_by_nvjpeg_say_so_where_nothing_else_differs(cli, store):
+    """Not the reference's pixels: a column of nvjpeg-decoded runs is marked even alone."""
+    results = recorded_again(store, {"decoder": NVJPEG_DECODER}, 0.0, name="nvjpeg-alone")
+    for path in (results / "runs").glob("*.json"):  # only the nvjpeg copies and the other models stay
+        run = json.loads(path.read_text())["run"]
+        if run["model"] == "deit-ti/16" and "decoder" not in run["hparams"]:
+            path.unlink()
+    (results / "vitbench.duckdb").unlink()
+    cells = table_cells(cli, results, "knn")
+    assert {label for label in cells if "deit" in label} == {
+        "deit-ti/16 · decoder=nvjpeg, k=5", "deit-ti/16 · decoder=nvjpeg, k=20"}  # fmt: skip

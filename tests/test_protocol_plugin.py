@@ -166,21 +166,55 @@ def site(tmp_path_factory):
     return install_wheel(tmp_path_factory.mktemp("ncm"), "acme-ncm", modules, ENTRY_POINTS)
 
 
-def vitbench(site, *args):
+# Several `vitbench` commands in one fresh process (where only the installed wheel's entry points can
+# bring the plugin in), in order, each one's exit code, stdout and stderr kept: one interpreter and
+# one torch import for a test's commands, not one each (CI's 15 minutes)
+DRIVER = """
+import io, json, sys
+from contextlib import redirect_stderr, redirect_stdout
+from vitbench.cli import main
+commands, answers = json.loads(sys.argv[1]), sys.argv[2]
+found = []
+for args in commands:
+    out, err = io.StringIO(), io.StringIO()
+    sys.argv = ["vitbench", *args]
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main()
+            code = 0
+        except SystemExit as done:
+            code = int(done.code or 0)
+    found.append([code, out.getvalue(), err.getvalue()])
+with open(answers, "w") as f:
+    json.dump(found, f)
+"""
+
+
+def vitbench(site, *commands: tuple) -> list[tuple[int, str, str]]:
+    """`vitbench ARGS` for each of `commands`, in one process with the wheel's site on its path."""
+    answers = site.parent / f"answers-{os.getpid()}-{id(commands)}.json"
     env = {**os.environ, "PYTHONPATH": str(site), "COLUMNS": "200"}
     env.pop("VITBENCH_DISABLE_PLUGIN_AUTOLOAD", None)
-    done = subprocess.run(
-        [sys.executable, "-c", "from vitbench.cli import main; main()", *args], env=env, capture_output=True, text=True
-    )
-    return done.returncode, done.stdout, done.stderr
+    listed = json.dumps([[str(a) for a in command] for command in commands])
+    done = subprocess.run([sys.executable, "-c", DRIVER, listed, str(answers)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [(code, out, err) for code, out, err in json.loads(answers.read_text())]
 
 
 def test_a_protocol_and_a_dataset_from_another_package_run_end_to_end(site, tmp_path):
     results = tmp_path / "results"
-    code, out, _ = vitbench(site, "ls", "protocols")
-    assert code == 0 and "ncm" in out and "nearest class mean" in out
     run = ("run", "--model", "vit-ti/16", "--weights", "random", "--res", "32", "--workers", "0", "--results", results)
-    code, _, err = vitbench(site, *run, "--protocol", "ncm", "--dataset", "low-digits")
+    listed, first, again, devices, table = vitbench(
+        site,
+        ("ls", "protocols"),
+        (*run, "--protocol", "ncm", "--dataset", "low-digits"),
+        (*run, "--protocol", "ncm", "--dataset", "low-digits"),
+        (*run, "--protocol", "ncm", "--dataset", "low-digits", "--devices", "2"),
+        ("table", "--protocol", "ncm", "--format", "csv", "--results", results),
+    )
+    code, out, _ = listed
+    assert code == 0 and "ncm" in out and "nearest class mean" in out
+    code, _, err = first
     assert code == 0, err
     assert "[1/1] vit-ti/16 (random init) low-digits ncm dims=0: accuracy" in err
 
@@ -194,11 +228,11 @@ def test_a_protocol_and_a_dataset_from_another_package_run_end_to_end(site, tmp_
     assert (protocol, version, dataset, source) == ("ncm", "ncm/1", "low-digits", "acme")
     assert 0.2 < value <= 1.0  # five classes: chance is 0.2, and a random ViT's features separate digits
 
-    code, out, _ = vitbench(site, *run, "--protocol", "ncm", "--dataset", "low-digits")
-    assert code == 0 and "1 already stored, 0 to run" in _
-    code, _, err = vitbench(site, *run, "--protocol", "ncm", "--dataset", "low-digits", "--devices", "2")
+    code, _, err = again
+    assert code == 0 and "1 already stored, 0 to run" in err
+    code, _, err = devices
     assert code == 2 and "--devices 2: the ncm protocol runs on one process only: run it without --devices" in err
-    code, csv, err = vitbench(site, "table", "--protocol", "ncm", "--format", "csv", "--results", results)
+    code, csv, err = table
     assert code == 0, err
     cells = [line for line in csv.splitlines() if line.startswith("Digits 0-4,")]
     assert len(cells) == 1 and float(cells[0].split(",")[2]) == pytest.approx(value * 100)
@@ -208,32 +242,42 @@ def test_the_plugins_own_axis_shows_in_the_table_the_plot_and_the_report(site, t
     """Issue 48: a protocol with an axis vitbench does not know (`dims`), declared in the plugin
     only: a table column per value, `vitbench plot ncm` draws its accuracy against the axis, and
     the report gives it a section with that figure and a column in the summary."""
-    results = tmp_path / "results"
+    results, plots = tmp_path / "results", tmp_path / "plots"
     run = ("run", "--model", "vit-ti/16", "--weights", "random", "--res", "32", "--workers", "0", "--results", results)
-    code, _, err = vitbench(site, *run, "--protocol", "ncm", "--dataset", "low-digits", "--ncm-dims", "2,8,0")
+    ran, table, plot, report, view, table_help, view_plot, plot_help = vitbench(
+        site,
+        (*run, "--protocol", "ncm", "--dataset", "low-digits", "--ncm-dims", "2,8,0"),
+        ("table", "--protocol", "ncm", "--format", "csv", "--results", results),
+        ("plot", "ncm", "--results", results, "--out", plots, "--formats", "svg"),
+        ("report", "--out", tmp_path / "r.html", "--results", results),
+        # a view from the same package (the `vitbench.views` group): `table --view NAME` and its help
+        ("table", "--view", "ncm-norms", "--format", "csv", "--results", results),
+        ("table", "--help"),
+        ("plot", "ncm-norms", "--results", results, "--out", plots, "--formats", "svg"),
+        ("plot", "--help"),
+    )
+    code, _, err = ran
     assert code == 0, err
     assert "low-digits ncm dims=2: accuracy" in err and "low-digits ncm dims=8: accuracy" in err
-    code, csv, err = vitbench(site, "table", "--protocol", "ncm", "--format", "csv", "--results", results)
+    code, csv, err = table
     assert code == 0, err
     columns = [line.split(",")[1] for line in csv.splitlines() if line.startswith("Digits 0-4,")]
     assert columns == ["dims=0†", "dims=2†", "dims=8†"]  # (one model: it is named in the title)
-    plots = tmp_path / "plots"
-    code, out, err = vitbench(site, "plot", "ncm", "--results", results, "--out", plots, "--formats", "svg")
-    assert code == 0 and (tmp_path / "plots" / "ncm_dims.svg").is_file(), err
-    assert "against principal components kept" in (tmp_path / "plots" / "ncm_dims.svg").read_text()
-    code, _, err = vitbench(site, "report", "--out", tmp_path / "r.html", "--results", results)
+    code, _, err = plot
+    assert code == 0 and (plots / "ncm_dims.svg").is_file(), err
+    assert "against principal components kept" in (plots / "ncm_dims.svg").read_text()
+    code, _, err = report
     page = (tmp_path / "r.html").read_text()
     assert code == 0 and '<section id="ncm">' in page and 'id="figure-ncm"' in page, err
     assert '<th><span class="part">nearest-class-mean</span></th>' in page  # its column in the summary
-    # a view from the same package (the `vitbench.views` group): `table --view NAME` and its help
-    code, csv, err = vitbench(site, "table", "--view", "ncm-norms", "--format", "csv", "--results", results)
+    code, csv, err = view
     mean = 100 * sum(_accuracies(results)) / 3
     assert code == 0 and f"low-digits,l2,{mean:.4f},,3," in csv, (csv, err)
-    code, shown, _ = vitbench(site, "table", "--help")
+    code, shown, _ = table_help
     assert code == 0 and "ncm-norms: ncm accuracy by normalisation (acme's view)" in " ".join(shown.split())
-    code, out, err = vitbench(site, "plot", "ncm-norms", "--results", results, "--out", plots, "--formats", "svg")
+    code, _, err = view_plot
     assert code == 0 and "acme ncm accuracy (%)" in (plots / "ncm_norms.svg").read_text(), err
-    code, shown, _ = vitbench(site, "plot", "--help")
+    code, shown, _ = plot_help
     assert code == 0 and "ncm-norms: ncm accuracy by normalisation (acme's figure)" in " ".join(shown.split())
 
 
@@ -260,30 +304,35 @@ def test_the_plugins_own_option_is_a_flag_a_config_key_and_stored(site, tmp_path
     """Issue 30: a plugin protocol's option shows in `vitbench run --help` in its own panel (after
     the built-in protocols' panels), runs from the command line and from a `[protocols.ncm]`
     table, is stored in the run's hparams, and a wrong value is one line naming the flag."""
-    code, shown, err = vitbench(site, "run", "--help")
+    results = tmp_path / "results"
+    run = ("run", "--model", "vit-ti/16", "--weights", "random", "--res", "32", "--workers", "0",
+           "--protocol", "ncm", "--dataset", "low-digits", "--results", results)  # fmt: skip
+    config, misplaced = tmp_path / "ncm.toml", tmp_path / "misplaced.toml"
+    config.write_text('[protocols.ncm]\nncm_norm = "l2"\nncm_dims = [0]\n')  # a TOML array for the list
+    misplaced.write_text('[protocols.fewshot]\nncm_norm = "l2"\n')
+    helped, flag, configured, printed, wrong, misplaced_answer = vitbench(
+        site,
+        ("run", "--help"),
+        (*run, "--ncm-norm", "none"),
+        (*run, "--config", config),
+        (*run, "--ncm-norm", "none", "--print-config"),
+        (*run, "--ncm-norm", "cosine"),
+        (*run, "--config", misplaced),
+    )
+    code, shown, err = helped
     assert code == 0, err
     panel = shown.find("─ Nearest class mean (--protocol ncm) ─")
     assert -1 < shown.find("─ Pre-training (--protocol pretrain) ─") < panel < shown.find("─ Devices and precision ─")
     assert "--ncm-norm" in shown[panel:] and "l2 or none" in shown[panel:] and "[default: l2]" in shown[panel:]
     assert "--ncm-dims" in shown[panel:]  # the axis' option, a list
-
-    results = tmp_path / "results"
-    run = ("run", "--model", "vit-ti/16", "--weights", "random", "--res", "32", "--workers", "0",
-           "--protocol", "ncm", "--dataset", "low-digits", "--results", results)  # fmt: skip
-    code, _, err = vitbench(site, *run, "--ncm-norm", "none")
-    assert code == 0, err
-    config = tmp_path / "ncm.toml"
-    config.write_text('[protocols.ncm]\nncm_norm = "l2"\nncm_dims = [0]\n')  # a TOML array for the list
-    code, _, err = vitbench(site, *run, "--config", config)
-    assert code == 0, err
+    assert flag[0] == 0, flag[2]
+    assert configured[0] == 0, configured[2]
     assert [h["normalise"] for h in _hparams(results)] == ["none", "l2"]  # two runs: two keys
-
-    code, printed, err = vitbench(site, *run, "--ncm-norm", "none", "--print-config")
-    assert code == 0 and 'ncm_norm = "none"' in printed, err
-    code, _, err = vitbench(site, *run, "--ncm-norm", "cosine")
+    code, text, err = printed
+    assert code == 0 and 'ncm_norm = "none"' in text, err
+    code, _, err = wrong
     assert code == 2 and "--ncm-norm cosine: expected l2 or none" in err and "Traceback" not in err
-    config.write_text('[protocols.fewshot]\nncm_norm = "l2"\n')
-    code, _, err = vitbench(site, *run, "--config", config)
+    code, _, err = misplaced_answer
     assert code == 2 and "key 'ncm_norm' is not an option of fewshot; ncm reads it" in err
 
 

@@ -6,7 +6,8 @@ an LR sweep's stages, the splits they learned from). Runs are one cell when they
 is a mean over seeds (and an LR sweep's stages), never over settings. A column (a table's), a line
 (a figure's) or a unit (`compare`'s) is named by the settings that differ among the runs it stands
 beside — `res=64`, `k=20`, `precision=bf16`, `decoder=nvjpeg` — and only by those that another
-named setting does not already explain (the preprocessing text follows from `res`), never cut.
+named setting does not already explain (the preprocessing text follows from `res`), never cut; a
+run decoded by nvjpeg says so wherever it is shown (not the reference's pixels).
 `views/columns.py` labels every run by this rule; the tables, figures, the report, `compare`, the
 run summary and `vitbench.results` read those labels (docs/tables.md, "One number, one meaning").
 """
@@ -38,6 +39,8 @@ def run_setting(hparams) -> dict:
 ABSENT = {"precision": "fp32", "decoder": "libjpeg"}
 # a setting whose stored text explains itself at length, named by its first word in a label
 FIRST_WORD = {"decoder"}
+# settings a label names wherever a run records them, differing or not: not the reference's pixels
+ALWAYS_NAMED = {"decoder"}
 
 
 def value_text(value, name: str | None = None) -> str:
@@ -123,7 +126,7 @@ def default_columns(df: pd.DataFrame, finals: pd.Series) -> tuple[pd.Series, pd.
             label += f" · {protocol}"
         if len(versions[base[:-1]]) > 1:
             label += f" · {version}"
-        keys = named.get(base, [])
+        keys = sorted(set(named.get(base, [])) | (ALWAYS_NAMED & set(setting)))
         if keys:
             label += " · " + ", ".join(setting_text(protocol, k, value_text(setting.get(k), k)) for k in keys)
         label += (RANDOM_MARK if random_init else "") + (SMOKE_MARK if _is_smoke(texts[code]) else "")
