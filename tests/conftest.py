@@ -154,16 +154,9 @@ def _deit_run(tmp_path_factory, name: str, **options) -> Path:
 def first_of_shared_cifar10(root: Path, n_train: int, n_test: int) -> Path:
     """The shared CIFAR-10 subset cut to its first `n_train` train and `n_test` test images, in the
     same pickle layout (real images, fewer of them: DeiT-Ti's extraction at 224 px is what costs)."""
-    source, target = SHARED_DATA / "cifar-10-batches-py", root / "cifar-10-batches-py"
-    target.mkdir(parents=True)
-    (target / "batches.meta").write_bytes((source / "batches.meta").read_bytes())
-    for name, n in (("data_batch_1", n_train), ("test_batch", n_test)):
-        with open(source / name, "rb") as f:
-            batch = pickle.load(f, encoding="latin1")
-        cut = {k: (v[:n] if k in ("data", "labels", "filenames") else v) for k, v in batch.items()}
-        with open(target / name, "wb") as f:
-            pickle.dump(cut, f, protocol=2)
-    return root
+    from conformance import cut_cifar10
+
+    return cut_cifar10(SHARED_DATA / "cifar-10-batches-py", root, n_train, n_test)
 
 
 @pytest.fixture(scope="session")
