@@ -1,8 +1,9 @@
 """PIL's resize on tensors, to the grey level: the eval transform of timm and DeiT weights
 (`Resize` + `CenterCrop` on a PIL image) run as two matrix products on any torch device.
 
-Pillow resamples 8-bit images separably (src/libImaging/Resample.c): a horizontal pass, its
-result rounded to uint8, then a vertical one. Each output pixel is a weighted sum of a window of
+Pillow resamples 8-bit images separably (src/libImaging/Resample.c): one pass along each axis,
+the first one's result rounded to uint8 (which pass comes first depends on the Pillow release:
+`horizontal_first`). Each output pixel is a weighted sum of a window of
 input pixels whose weights (`precompute_coeffs`: the filter at the pixel's centre, its support
 widened by the scale when shrinking, normalised to sum to 1) are rounded to fixed point with 22
 fractional bits (`normalize_coeffs_8bpc`); the sum starts at half a unit and is shifted back and
@@ -10,7 +11,8 @@ clipped (`clip8`). Here the same integer weights fill a dense (out, in) matrix p
 run as float64 matrix products (every product and partial sum is an integer below 2^40, so exact
 in any summation order, on a CPU or a GPU), and the same shift and clip follow. The weights are
 computed in Python floats (C doubles) in Pillow's order of operations, so they are Pillow's bit
-for bit; tests/test_pil_resample.py compares whole images with Pillow's own resize.
+for bit; tests/test_pil_resample.py compares whole images with Pillow's own resize, and
+tests/test_conformance.py the eval transform with timm's on real photos.
 
 Only the output rows and columns the centre crop keeps are computed, from the input rows and
 columns their windows reach: the pixels of the full resize, then the crop, at a fraction of its work.
@@ -121,6 +123,16 @@ def fixed_point_weights(in_size: int, out_size: int, interpolation: str, first: 
     return start, matrix
 
 
+@functools.lru_cache(maxsize=4096)
+def _weights_on(in_size: int, out_size: int, interpolation: str, first: int, count: int, device: torch.device):
+    """`fixed_point_weights` as a tensor on `device`, copied there once per size: a batch of photos of a
+    few sizes (ImageNet's) would otherwise send its matrices to the GPU again for every image."""
+    import torch
+
+    start, matrix = fixed_point_weights(in_size, out_size, interpolation, first, count)
+    return start, torch.from_numpy(matrix).to(device)
+
+
 def _clip8(sums: torch.Tensor) -> torch.Tensor:
     """Resample.c's `clip8` of `ss = 2^21 + Σ pixel·weight`: shift out the fraction (a floor, as C's
     arithmetic shift), clip to [0, 255]. Still float64 (integer-valued), ready for the next pass."""
@@ -136,18 +148,19 @@ def resize_crop(images: torch.Tensor, size: tuple[int, int], interpolation: str,
     top, left, height, width = box
     in_h, in_w = images.shape[-2:]
     out_h, out_w = size
-    rows = fixed_point_weights(in_h, out_h, interpolation, top, height) if out_h != in_h else (top, None)
-    cols = fixed_point_weights(in_w, out_w, interpolation, left, width) if out_w != in_w else (left, None)
+    device = images.device
+    rows = _weights_on(in_h, out_h, interpolation, top, height, device) if out_h != in_h else (top, None)
+    cols = _weights_on(in_w, out_w, interpolation, left, width, device) if out_w != in_w else (left, None)
     # the input rows and columns the kept pixels reach: (start, weights), or the crop where a pass is skipped
     row_span = height if rows[1] is None else rows[1].shape[1]
     col_span = width if cols[1] is None else cols[1].shape[1]
     x = images[..., rows[0] : rows[0] + row_span, cols[0] : cols[0] + col_span].to(torch.float64)
 
     def horizontal(x: torch.Tensor) -> torch.Tensor:
-        return x if cols[1] is None else _clip8(x @ torch.from_numpy(cols[1]).to(x.device).T)
+        return x if cols[1] is None else _clip8(x @ cols[1].T)
 
     def vertical(x: torch.Tensor) -> torch.Tensor:
-        return x if rows[1] is None else _clip8(torch.from_numpy(rows[1]).to(x.device) @ x)
+        return x if rows[1] is None else _clip8(rows[1] @ x)
 
     if horizontal_first(in_h, in_w, out_h, out_w):
         return vertical(horizontal(x)).to(torch.uint8)
@@ -172,10 +185,11 @@ def _pillow_picks_order() -> bool:
 
     pixels = np.random.default_rng(0).integers(0, 256, (64, 16, 3), dtype=np.uint8)
     theirs = torch.from_numpy(np.array(Image.fromarray(pixels).resize((12, 8), Image.Resampling.BICUBIC)))
-    _, rows = fixed_point_weights(64, 8, "bicubic", 0, 8)
-    _, cols = fixed_point_weights(16, 12, "bicubic", 0, 12)
+    cpu = torch.device("cpu")
+    _, rows = _weights_on(64, 8, "bicubic", 0, 8, cpu)
+    _, cols = _weights_on(16, 12, "bicubic", 0, 12, cpu)
     x = torch.from_numpy(pixels).permute(2, 0, 1).to(torch.float64)
-    vertical_first = _clip8(_clip8(torch.from_numpy(rows) @ x) @ torch.from_numpy(cols).T)
+    vertical_first = _clip8(_clip8(rows @ x) @ cols.T)
     return torch.equal(vertical_first.to(torch.uint8).permute(1, 2, 0), theirs)
 
 

@@ -93,17 +93,15 @@ def dedup_cmd(
 
 def summary_table(audits: list[dict]) -> Table:
     table = Table(title="Near-duplicates of test images")
-    for name in ("test set", "searched in", "test images", "with a near-duplicate", "pairs", "images/s", "audit"):
+    from vitbench.views.contamination import AUDIT_COLUMNS, audit_cells
+
+    for name in ("test set", *AUDIT_COLUMNS, "images/s", "audit"):
         table.add_column(name, justify="right" if name in ("test images", "pairs", "images/s") else "left")
     for a in audits:
-        share = 100.0 * a["n_test_flagged"] / a["n_test"] if a["n_test"] else 0.0
         rate = a["images_per_second"]
         table.add_row(
             f"{a['test_dataset']} {a['test_split']}",
-            f"{a['audited_dataset']} {a['audited_split']} ({a['n_audited']:,})",
-            f"{a['n_test']:,}",
-            f"{a['n_test_flagged']:,} ({share:.2f} %)",
-            f"{a['n_pairs']:,}",
+            *audit_cells(a),
             "" if rate is None or math.isnan(rate) else f"{rate:,.0f}",
             "stored before" if a["stored"] else "searched now",
         )

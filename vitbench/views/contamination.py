@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -43,17 +44,36 @@ def with_test_duplicates(df: pd.DataFrame, results: Path) -> pd.DataFrame:
         (d, t): float(n)
         for d, t, n in latest[["test_dataset", "test_fingerprint", "n_test_flagged"]].itertuples(index=False)
     }  # fmt: skip  (the latest of them, last in created order)
-    tests = df["hparams"].map(lambda h: json_field(h).get("test_fingerprint"))
-    found = []
-    for dataset, test, learned in zip(df["dataset"], tests, df["data_fingerprint"], strict=True):
-        test = test or learned  # eval's data identity is the split it scores
-        if (dataset, test, learned) in exact:
-            found.append(exact[(dataset, test, learned)])
-        elif learned == test:
-            found.append(any_other.get((dataset, test), float("nan")))
-        else:
-            found.append(float("nan"))
+    # each distinct (dataset, test split, learned split) looked up once; the text read as before
+    tests = df["hparams"].astype(str).str.extract(r'"test_fingerprint":\s*"([^"]+)"', expand=False)
+    tests = tests.where(tests.notna(), df["data_fingerprint"])  # eval's data identity is the split it scores
+    keys = list(zip(df["dataset"], tests, df["data_fingerprint"], strict=True))
+
+    def count(key: tuple) -> float:
+        dataset, test, learned = key
+        if key in exact:
+            return exact[key]
+        return any_other.get((dataset, test), float("nan")) if learned == test else float("nan")
+
+    counted = {key: count(key) for key in set(keys)}
+    found = [counted[key] for key in keys]
     return df.assign(**{COLUMN: found})
+
+
+# what every list of audits says of each (`vitbench dedup`'s summary, the report's section)
+AUDIT_COLUMNS = ("searched in", "test images", "with a near-duplicate", "pairs")
+
+
+def audit_cells(audit: Mapping) -> list[str]:
+    """An audit's AUDIT_COLUMNS as text: the split searched (and how many of its images), the test
+    images, how many of them have a near-duplicate (and the share), the pairs found."""
+    share = 100.0 * audit["n_test_flagged"] / audit["n_test"] if audit["n_test"] else 0.0
+    return [
+        f"{audit['audited_dataset']} {audit['audited_split']} ({audit['n_audited']:,})",
+        f"{audit['n_test']:,}",
+        f"{audit['n_test_flagged']:,} ({share:.2f} %)",
+        f"{audit['n_pairs']:,}",
+    ]
 
 
 def mark(duplicates: float | None) -> str:

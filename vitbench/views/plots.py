@@ -4,11 +4,11 @@
 - `cost`    Figure 5 style: transfer accuracy against compute (log axis), with the paper's Table 6
             (exaFLOPs) or Table 2 (TPUv3-core-days) points.
 - NAME    any protocol whose runs vary along an axis (`fewshot`: shots; `knn`: k; a plugin's):
-            its accuracy against that axis, per (model, weights) and dataset, ± std over seeds.
+            its accuracy against that axis, a line per backbone, dataset and setting (axis_plot.py).
 - `curves`  a fine-tuning run's training loss and learning rate per step.
 
 Each figure carries a caption (also returned, for the terminal) saying what it shows and from
-which runs; figure sizes are fixed, so every PNG has a known pixel size.
+which runs; its layout (axes of one size, the legend under them) is figure_kit.py's.
 """
 
 from __future__ import annotations

@@ -215,23 +215,21 @@ def _contamination_section(page: Page, audits: pd.DataFrame) -> Section:
     """The stored near-duplicate audits (`vitbench dedup`): a row each, and each audit's contact
     sheet (the pairs, images side by side, with their files or `split:index`) where it was drawn."""
     data = TableData(title="Test images with a near-duplicate")
-    for name in ("searched in", "test images", "with a near-duplicate", "pairs", "threshold", "audited"):
+    for name in (*contamination.AUDIT_COLUMNS, "threshold", "audited"):
         data.add_column(name)
     sheets = []
-    for audit in audits.sort_values("created_at").itertuples():
-        row = f"{audit.test_dataset} {audit.test_split} [{str(audit.audit_key)[:8]}]"
+    for audit in audits.sort_values("created_at").to_dict("records"):
+        row = f"{audit['test_dataset']} {audit['test_split']} [{str(audit['audit_key'])[:8]}]"
         data.add_row(row)
-        share = 100.0 * audit.n_test_flagged / audit.n_test if audit.n_test else 0.0
-        values = (f"{audit.audited_dataset} {audit.audited_split} ({audit.n_audited:,})", f"{audit.n_test:,}",
-                  f"{audit.n_test_flagged:,} ({share:.2f} %)", f"{audit.n_pairs:,}", f"{audit.threshold:g}",
-                  f"{pd.Timestamp(audit.created_at):%Y-%m-%d %H:%M}")  # fmt: skip
+        when = f"{pd.Timestamp(audit['created_at']):%Y-%m-%d %H:%M}"
+        values = [*contamination.audit_cells(audit), f"{audit['threshold']:g}", when]
         for column, text in zip(data.columns, values, strict=True):
             data.cells[(row, column)] = Cell(text=text)
-        sheet = contact_sheet.sheet_path(page.results, str(audit.audit_key))
-        if audit.n_pairs and sheet.is_file():
+        sheet = contact_sheet.sheet_path(page.results, str(audit["audit_key"]))
+        if audit["n_pairs"] and sheet.is_file():
             caption = (f"{row}: the nearest pairs and those nearest the threshold, each test image beside what it "
                        "was found to copy, with its file or, for images kept in arrays, split:index")  # fmt: skip
-            sheets.append(report_page.image(sheet, f"sheet-{str(audit.audit_key)[:12]}", caption))
+            sheets.append(report_page.image(sheet, f"sheet-{str(audit['audit_key'])[:12]}", caption))
     data.footnotes.append(
         "one row per stored `vitbench dedup` audit; a table cell's ¶N counts the test images with a near-duplicate "
         "in the train split its runs learned from, by the latest audit of those two splits at the default threshold"
