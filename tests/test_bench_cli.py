@@ -195,3 +195,20 @@ def test_a_configuration_timm_cannot_express_is_refused_before_measuring(cli, re
     code, _, err = cli("bench", *QUICK, "--timm-benchmark", script, "--results", results)
     assert code != 0 and "--model-kwargs cannot express" in err and len(err.strip().splitlines()) == 1
     assert not (Path(results) / store.DB_NAME).exists()  # nothing measured, nothing stored
+
+
+@pytest.mark.parametrize("command", ["run", "bench"])
+def test_nvjpeg_off_a_gpu_is_one_line(cli, tmp_path, command):
+    """nvjpeg is a GPU's decoder: asked for on a CPU it is refused in one line, nothing run or stored
+    (bench measured with another decoder and labelled the row as the device pipeline)."""
+    args = (
+        ("--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32")
+        if command == "run"
+        else ("-c", "vit-ti/16@32", "--steps", "1", "--warmup", "1", "--rounds", "1")
+    )
+    code, _, err = cli(command, *args, "--input-pipeline", "nvjpeg", "--device", "cpu", "--results", tmp_path / "r")
+    assert (
+        code == 2
+        and err.strip() == "error: --input-pipeline nvjpeg: decodes on a CUDA GPU, and this run's device is cpu"
+    )
+    assert not (tmp_path / "r" / "vitbench.duckdb").exists()

@@ -49,6 +49,12 @@ DEFAULT_WORKERS = min(4, (os.cpu_count() or 2) // 2)
 PIPELINES = ("auto", "workers", "device", "nvjpeg")
 
 
+def check_pipeline(pipeline: str, device: torch.device) -> None:
+    """nvjpeg is a GPU's decoder: asked for on a CPU, one line says so (not a silent other decoder)."""
+    if pipeline == "nvjpeg" and device.type != "cuda":
+        raise UserError(f"--input-pipeline nvjpeg: decodes on a CUDA GPU, and this run's device is {device.type}")
+
+
 def resolve_precision(precision: str, device_type: str) -> str:
     """`auto`: bf16 on a GPU, fp32 on a CPU (which has no fast bf16 path)."""
     if precision not in PRECISIONS:
@@ -182,8 +188,7 @@ class Runtime:
     def of(cls, req: Any, device: torch.device | None = None) -> Runtime:
         """From a Request (protocols/base.py; read by its field names, this module being below it)."""
         found = device if device is not None else resolve_device(req.device)
-        if req.input_pipeline == "nvjpeg" and found.type != "cuda":
-            raise UserError(f"--input-pipeline nvjpeg: decodes on a CUDA GPU, and this run's device is {found.type}")
+        check_pipeline(req.input_pipeline, found)
         return cls(
             found,
             resolve_precision(req.precision, found.type),

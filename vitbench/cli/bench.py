@@ -10,7 +10,7 @@ from vitbench import store
 from vitbench.cli import options as o
 from vitbench.cli.app import app, out, print_table
 from vitbench.cli.options import option
-from vitbench.devices import resolve_device
+from vitbench.devices import check_pipeline, resolve_device
 from vitbench.engine.bench_types import MODES, Config, Options  # light: the measuring engine loads in the command
 from vitbench.errors import UserError
 
@@ -109,6 +109,7 @@ def _options(**given) -> Options:
     if script is not None and not script.is_file():
         raise UserError(f"--timm-benchmark {script}: no such file (timm's benchmark.py from its repository)")
     device = resolve_device(given["device"])
+    check_pipeline(given["input_pipeline"], device)
     size = given["batch"] or (256 if device.type == "cuda" else 16)
     micro = given["micro_batch"]
     if micro is not None and size % micro:
