@@ -178,7 +178,7 @@ def test_rebuilding_a_readable_database_keeps_its_bench_rows_and_calls_it_previo
     )
     con.close()
     code, out, err = cli("ingest", "--rebuild", "--results", stored)
-    assert code == 0 and "1 inspect/bench row(s) copied over" in out and "merged 1 new run(s)" in out, err
+    assert code == 0 and "1 inspect, bench and dedup row(s) copied over" in out and "merged 1 new run(s)" in out, err
     assert len(list(stored.glob(f"{store.DB_NAME}.previous-*"))) == 1 and not list(stored.glob("*.damaged-*"))
     assert store.read_bench(stored)["images_per_second"].tolist() == [123.5]
 
@@ -270,7 +270,7 @@ def test_readers_say_what_they_cannot_merge_and_read_it_anyway(cli, stored, monk
     code, out, err = cli("table", "--results", stored)
     assert code == 0 and "over 2 runs (seeds) each" in " ".join(out.split())
     assert "1 result shard(s) not merged yet" in err or "2 result shard(s) not merged yet" in err
-    assert "lacks 1 run shard(s) it could not merge; reading the shards instead" in err
+    assert "lacks 1 shard(s) it could not merge; reading the shards instead" in err
     code, _, err = cli("ingest", "--results", stored)
     assert code == 2 and "Read-only file system" in err
 

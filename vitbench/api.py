@@ -33,7 +33,7 @@ from vitbench.execution.plan import suite_of
 from vitbench.execution.runner import execute
 from vitbench.protocols.base import Group, Request, RunSpec, Trainer
 from vitbench.protocols.registry import get_protocol
-from vitbench.protocols.requests import make_request, options_doc
+from vitbench.protocols.requests import make_request, options_doc, request_of
 from vitbench.store.query import apply_where, per_run, with_json_parsed
 from vitbench.views import contact_sheet, inspection_plots
 from vitbench.views.axes import with_axes
@@ -50,7 +50,9 @@ class Summary:
     done: set[str]
     results: Path
     ran: int = 0
-    failed: list[str] = field(default_factory=list)  # one line per failed cluster job
+    failed: list[str] = field(default_factory=list)  # one line per failed cluster job or protocol
+    # why the database could not take this session's results (they stay as shards, merged later)
+    store_problem: str | None = None
     waiting: int = 0  # cluster runs without a result yet (leased elsewhere, or waiting for their sweep)
     groups: list[Group] = field(default_factory=list)  # the plan behind `specs` (a dry run's cost estimate reads it)
 
@@ -74,6 +76,7 @@ class Summary:
         self.ran += stage.ran
         self.failed += stage.failed
         self.waiting += stage.waiting
+        self.store_problem = self.store_problem or stage.store_problem
 
     def table(self) -> pd.DataFrame:
         """The stored results of this session's runs (run x metric)."""
@@ -89,7 +92,7 @@ def request(**options) -> Request:
     return make_request("vitbench.run", **options)
 
 
-RESULT_FOLDERS = ("runs", "leases", "cache", "quarantine")  # what vitbench keeps under --results
+RESULT_FOLDERS = ("runs", "audits", "leases", "cache", "quarantine", "logs")  # what vitbench keeps under --results
 
 
 def writable_results(results: Path) -> Path:
@@ -110,7 +113,7 @@ def writable_results(results: Path) -> Path:
 
 def plan(req: Request | None = None, **options) -> list[Group]:
     """The planned groups of run specs (nothing is run or stored)."""
-    return plan_groups(req or request(**options))
+    return plan_groups(request_of(req, options, "vitbench.plan"))
 
 
 def run(
@@ -132,7 +135,7 @@ def run(
     (pre-training: few-shot transfer of the weights each run wrote, beside random init), planned
     once that exists (a dry run plans them by name), into the same store. A stage that did not
     finish here (cluster jobs still waiting or failed; a torchrun world) plans no next stage."""
-    req = req or request(**options)
+    req = request_of(req, options, "vitbench.run")
     summary = Summary([], set(), req.results)
     suite = suite_of(req)  # its pinned CPU threads hold for every stage (the demo's few-shot)
     threads = None if dry_run or cluster_options is not None or suite is None else suite.cpu_threads
@@ -173,10 +176,9 @@ def _stage(req: Request, rerun: bool, dry_run: bool, on_plan, on_result, cluster
             raise UserError(f"--devices / torchrun: {not_data_parallel(serial[0])}")
     specs = [s for g in groups for s in g.specs]
     # only rank 0 opens the store (DuckDB has one writer); it tells the others what is done
-    con = None if dry_run or not world.is_main else _open_store(req.results)
+    con, store_problem = (None, None) if dry_run or not world.is_main else _open_store(req.results)
     done: set[str] = set()
     if con is not None:
-        store.ingest_pending(con, req.results)
         done = store.done_keys(con) | store.shard_keys(req.results)  # a shard left unmerged is a finished run
     elif world.is_main:  # a dry run, or another run holds the store: a shard is a finished run
         done = set(store.read_results(req.results)["run_key"]) | store.shard_keys(req.results)
@@ -191,7 +193,9 @@ def _stage(req: Request, rerun: bool, dry_run: bool, on_plan, on_result, cluster
         summary.done = done
         return summary, True
     try:
-        summary.ran = execute(groups, req, con, done, rerun=rerun, on_result=on_result)
+        executed = execute(groups, req, con, done, rerun=rerun, on_result=on_result)
+        summary.ran, summary.failed = executed.ran, executed.failed
+        summary.store_problem = executed.store_problem or (store_problem if executed.ran else None)
     finally:
         if con is not None:
             con.close()
@@ -202,7 +206,7 @@ def _stage(req: Request, rerun: bool, dry_run: bool, on_plan, on_result, cluster
             log.info("then, on one process: vitbench run --protocol %s --model %s --weights %s --dataset %s",
                      after.protocol, after.model, after.weights, ",".join(after.datasets))  # fmt: skip
         return summary, False
-    return summary, True
+    return summary, not summary.failed
 
 
 def _next_stage(req: Request, groups: list[Group]) -> list[Request]:
@@ -217,14 +221,22 @@ def _next_stage(req: Request, groups: list[Group]) -> list[Request]:
 
 
 def _open_store(results: Path):
-    """The store for writing, or None while another process holds it: then this run writes its
-    results as shards only (leases keep the two from running the same run), and whichever command
-    next opens the store merges them."""
+    """(The store for writing, None), or (None, why) where this run writes its results as shards
+    only: while another process holds it (leases keep the two from running the same run; not a
+    problem), or when it cannot take the shards earlier runs left (a full disk: a problem the
+    command ends by naming). Whichever command next opens the store merges them."""
     try:
-        return store.connect(results)
+        con = store.connect(results)
     except store.StoreLocked as e:
         log.warning("%s: this run stores its results as shards, merged by the next command that opens it", e)
-        return None
+        return None, None
+    try:
+        store.ingest_pending(con, results)  # what earlier runs left as shards
+    except store.StoreUnavailable as e:
+        con.close()
+        log.warning("%s; this run stores its results as shards meanwhile", e)
+        return None, str(e)
+    return con, None
 
 
 def not_data_parallel(protocol: str) -> str:
@@ -244,8 +256,10 @@ def work(req: Request, run_keys: list[str]) -> dict:
             "changed since submission); run the command again to plan afresh"
         )
     # the other runs of the plan count as done; of ours, those with a shard already are skipped
-    count = execute(groups, req, None, planned - set(run_keys))
-    return {"ran": count, "host": socket.gethostname()}
+    executed = execute(groups, req, None, planned - set(run_keys))
+    if executed.failed:  # the job fails, saying which protocol (the submitting process lists it)
+        raise UserError("; ".join(executed.failed))
+    return {"ran": executed.ran, "host": socket.gethostname()}
 
 
 def _run_on_cluster(req: Request, opts: cluster.ClusterOptions, rerun: bool) -> Summary:

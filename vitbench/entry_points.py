@@ -115,10 +115,12 @@ class Registry(Mapping[str, T]):
         self._unknown = unknown or self._suggest
         self._registered: dict[str, T] = {}
         self._found: dict[str, T] | None = None
+        self._sources: dict[str, str] = {}  # name -> the plugin that gave it ("register()" for a process's own)
 
     def _all(self) -> dict[str, T]:
         if self._found is None:
             found = {self.key(item): item for item in self._builtins()}
+            self._sources = {}
             later = [*self._plugins(), *(("register()", item) for item in self._registered.values())]
             for source, item in later:
                 if not isinstance(item, self.of_type):
@@ -128,6 +130,7 @@ class Registry(Mapping[str, T]):
                     log.warning("plugin %s redefines %s %s; keeping the first definition", source, self.kind, name)
                     continue
                 found[name] = item  # type: ignore[assignment]
+                self._sources[name] = source
             self._found = found
         return self._found
 
@@ -139,6 +142,12 @@ class Registry(Mapping[str, T]):
 
     def __len__(self) -> int:
         return len(self._all())
+
+    def source(self, name: str) -> str | None:
+        """The plugin that gave the entry named `name` (its entry point's name, or "register()"
+        for one registered in this process); None for a built-in."""
+        self._all()
+        return self._sources.get(name)
 
     def register(self, item: T) -> T:
         """Make `item` available by its name in this process."""

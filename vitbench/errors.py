@@ -17,6 +17,19 @@ def one_line(error: BaseException, limit: int = 200) -> str:
     return " ".join(str(error).split())[:limit]
 
 
+_SYSTEM_REASONS = ("No space left on device", "Disk quota exceeded", "File too large", "Read-only file system",
+                   "Permission denied", "Input/output error")  # fmt: skip
+
+
+def io_reason(error: BaseException, limit: int = 120) -> str:
+    """The operating system's reason inside a library's error (DuckDB wraps "No space left on device"
+    in JSON after a hundred characters of its own), else the message on one line."""
+    text = str(error)
+    return next((reason for reason in _SYSTEM_REASONS if reason.lower() in text.lower()), None) or one_line(
+        error, limit
+    )
+
+
 def listed(items, joiner: str = "or") -> str:
     """Items as a sentence names them: `a`, `a or b`, `a, b or c` (`joiner` "and" for `a, b and c`)."""
     names = [str(item) for item in items]

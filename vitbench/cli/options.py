@@ -43,6 +43,17 @@ def words(text: str | None) -> tuple[str, ...]:
     return tuple(w.strip() for w in (text or "").split(",") if w.strip())
 
 
+def check_out_file(path: Path, option: str = "--out") -> Path:
+    """An output file's path, checked before any work: not a folder, not below a file (a path the
+    file system refuses for another reason is one line when it is written: atomic.write_atomic)."""
+    if path.is_dir():
+        raise UserError(f"{option} {path}: is a folder, expected a file name")
+    above = next((p for p in path.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise UserError(f"{option} {path}: {above} is a file, not a folder")
+    return path
+
+
 def check_data_dir(data_dir: Path | None) -> Path | None:
     if data_dir is None:
         return None

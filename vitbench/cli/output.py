@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from vitbench import store
 from vitbench.atomic import write_atomic
 from vitbench.cli.app import err, print_table
-from vitbench.cli.options import check_choice
+from vitbench.cli.options import check_choice, check_out_file
 from vitbench.errors import UserError
 from vitbench.protocols.registry import own_view, protocols
 
@@ -69,9 +69,7 @@ def emit(text: str, out_file: Path | None) -> None:
     if out_file is None:
         sys.stdout.write(text)
         return
-    if out_file.is_dir():
-        raise UserError(f"--out {out_file}: is a folder, expected a file name")
-    write_atomic(out_file, text)
+    write_atomic(check_out_file(out_file), text)
     err.print(f"wrote {out_file}")
 
 
@@ -89,3 +87,16 @@ def show(data: TableData, fmt: str, results: Path, out_file: Path | None = None)
         print_table(render.to_rich(data))
     else:
         emit(render.render_text(data, fmt), out_file)
+
+
+def ended_well(summary) -> None:
+    """A command whose runs did not all land says so in its last line, with a non-zero exit: runs
+    whose protocol failed (each already named in a `failed:` line), or results the database could
+    not take (kept as shards: nothing is lost, and the next command merges them)."""
+    if summary.failed:
+        raise UserError(
+            f"{len(summary.failed)} protocol(s) failed (see the `failed:` line(s) above); the other runs are "
+            "stored, and running the same command again retries only what has no result"
+        )
+    if summary.store_problem:
+        raise UserError(summary.store_problem)

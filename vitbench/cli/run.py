@@ -19,7 +19,7 @@ from vitbench.cli import options as o
 from vitbench.cli import protocol_flags
 from vitbench.cli import run_options as ro
 from vitbench.cli.app import app, err, out, print_table
-from vitbench.cli.output import print_summary_table
+from vitbench.cli.output import ended_well, print_summary_table
 from vitbench.cli.run_cluster import cluster_options, report
 from vitbench.devices import device_name, resolve_device
 from vitbench.errors import UserError
@@ -187,7 +187,8 @@ def _dispatch(ctx: typer.Context, given: dict, command: Callable[..., None]) -> 
     if g["devices"] > 1 or g["nnodes"] > 1:  # the same command, once per device, under torchrun
         _check_before_launch(req, g["devices"] * g["nnodes"])
         rdzv = launch.Rendezvous(g["nnodes"], g["node_rank"], g["rdzv_endpoint"], g["rdzv_id"], g["rdzv_backend"])
-        raise typer.Exit(launch.launch(g["devices"], launch.strip_devices(sys.argv[1:]), rdzv))
+        argv = launch.strip_devices(sys.argv[1:])
+        raise typer.Exit(launch.launch(g["devices"], argv, rdzv, log_dir=Path(req.results) / "logs"))
     _run_here(req, g["rerun"], g["dry_run"], _rate(g, req))
 
 
@@ -248,6 +249,7 @@ def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | No
         _print_plan(summary, here, rate, req.device, req.results)
     elif world().is_main:  # the runs this command planned (stored before or now), not the whole folder
         print_summary_table(req.results, {s.run_key for s in summary.specs})
+        ended_well(summary)
 
 
 def _print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, device: str, results: Path) -> None:

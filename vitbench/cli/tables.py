@@ -125,9 +125,14 @@ def ingest_cmd(
     if rebuild:
         aside, merged, copied = store.rebuild(results)
         if aside is not None and copied is None:
-            out.print(f"set {results / store.DB_NAME} aside as {aside} (unreadable: its inspect/bench rows stay there)")
+            out.print(
+                f"set {results / store.DB_NAME} aside as {aside} (unreadable: its inspect and bench rows, and the "
+                "dedup audits stored before audits had shards, stay there; audits with a shard are rebuilt)"
+            )
         elif aside is not None:
-            out.print(f"set {results / store.DB_NAME} aside as {aside}; {copied} inspect/bench row(s) copied over")
+            out.print(
+                f"set {results / store.DB_NAME} aside as {aside}; {copied} inspect, bench and dedup row(s) copied over"
+            )
     else:
         merged = store.sync(results, strict=True)
     out.print(f"merged {merged} new run(s) into {results / store.DB_NAME} ({len(store.shard_keys(results))} shards)")

@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
+import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,11 +39,14 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vitbench.atomic import write_atomic
+from vitbench.atomic import read_regular, write_atomic
 from vitbench.datasets import CorruptImage, Split
 from vitbench.datasets.base import decode
 from vitbench.dedup_method import Method
 from vitbench.engine.dedup_compare import THUMB, correlation, descriptors, variants
+from vitbench.errors import one_line
+
+log = logging.getLogger("vitbench")
 
 
 @dataclass
@@ -201,8 +207,16 @@ class Search:
         return {"cosine": self.cosine, "found": self.found, "pixels": self.pixels, "sides": self.sides, "exact": exact}
 
     def restore(self, state: dict) -> None:
-        self.cosine, self.found, self.pixels, self.sides = (state[k] for k in ("cosine", "found", "pixels", "sides"))
-        self.exact = {(t, d): Pair(t, d, 0.0, True) for t, d in state["exact"]}
+        """Continue from `state()`'s dict; a ValueError where it is not one of this search's (its
+        tensors of other shapes or types: it would fail, or mislead, a block later)."""
+        names = ("cosine", "found", "pixels", "sides")
+        for name in names:
+            mine, theirs = getattr(self, name), state[name]
+            if not isinstance(theirs, torch.Tensor) or theirs.shape != mine.shape or theirs.dtype != mine.dtype:
+                raise ValueError(f"its {name} is not a {tuple(mine.shape)} {mine.dtype} tensor")
+        exact = [(int(t), int(d)) for t, d in state["exact"]]
+        self.cosine, self.found, self.pixels, self.sides = (state[k] for k in names)
+        self.exact = {(t, d): Pair(t, d, 0.0, True) for t, d in exact}
 
     def pairs(self, verify_batch: int = 512) -> list[Pair]:
         """Every exact copy, and every candidate whose verified correlation reaches the threshold."""
@@ -229,25 +243,33 @@ def audit(
     same_split: bool = False,
     progress: Callable[[Iterator[Thumbnails], int], Iterator[Thumbnails]] = lambda blocks, total: blocks,
     checkpoint: Path | None = None,
-) -> tuple[list[Pair], list[tuple[int, str]], int]:
+) -> tuple[list[Pair], list[tuple[int, str]], int, int]:
     """The near-duplicate pairs between `test` and `audited`, the unreadable images skipped (split
-    index, reason) and the audited images compared. `same_split`: `test` and `audited` are one
-    split (an image is not its own copy). `progress(blocks, total)` wraps the audited blocks.
+    index, reason), the audited images compared and the test images that could not be read (an
+    audit whose every test image was unreadable is no evidence of a clean split). `same_split`:
+    `test` and `audited` are one split (an image is not its own copy). `progress(blocks, total)`
+    wraps the audited blocks.
     `checkpoint`: a file the search's state is saved to after each block (at most once a
     minute) and continued from when it is there (an audit of millions of images survives an
-    interruption); removed once the audit is done."""
+    interruption); left for the caller to remove once the audit is stored (a full disk or a held
+    database at that moment must not cost the search). One that cannot be read or does not fit is
+    set aside (`.damaged`) and the search starts over."""
     if len(test) == 0:
-        return [], [], 0
+        return [], [], 0, 0
     held = Thumbnails.joined(list(thumbnail_blocks(test, block, workers)))  # each block by a worker
     search = Search(held, method)
     missed: list[tuple[int, str]] = []  # the audited split's unreadable images
     seen, first = 0, 0
-    if checkpoint is not None and checkpoint.exists():
-        saved = torch.load(checkpoint, weights_only=True)
-        if saved["block"] == block and saved["n_test"] == len(held.indices):
-            search.restore(saved["search"])
-            first, seen = saved["next_block"], saved["seen"]
-            missed = [(int(i), str(why)) for i, why in saved["missed"]]
+    if checkpoint is not None and (checkpoint.exists() or checkpoint.is_symlink()):
+        try:
+            saved = _load_checkpoint(checkpoint)
+            if saved["block"] == block and saved["n_test"] == len(held.indices):
+                search.restore(saved["search"])
+                first, seen = int(saved["next_block"]), int(saved["seen"])
+                missed = [(int(i), str(why)) for i, why in saved["missed"]]
+        except Exception as e:  # truncated, another file's bytes, a FIFO, shapes of another search
+            search, first, seen, missed = Search(held, method), 0, 0, []
+            _set_aside(checkpoint, e)
     total = -(-len(audited) // block)
     last_save = time.monotonic()
     for number, part in enumerate(progress(thumbnail_blocks(audited, block, workers, first), total - first), first):
@@ -257,15 +279,45 @@ def audit(
         if checkpoint is not None and (time.monotonic() - last_save > CHECKPOINT_SECONDS or number == first):
             state = {"block": block, "n_test": len(held.indices), "next_block": number + 1, "seen": seen,
                      "missed": [[i, why] for i, why in missed], "search": search.state()}  # fmt: skip
-            write_atomic(checkpoint, functools.partial(torch.save, state))
+            write_atomic(checkpoint, functools.partial(_save_checkpoint, state))
             last_save = time.monotonic()
-    pairs = search.pairs()
-    if checkpoint is not None:
-        checkpoint.unlink(missing_ok=True)
-    return pairs, held.bad + missed, seen
+    return search.pairs(), held.bad + missed, seen, len(held.bad)
 
 
 CHECKPOINT_SECONDS = 60.0
+
+
+def _save_checkpoint(state: dict, path: Path) -> None:
+    """torch.save's bytes and their sha256 after them: a flipped byte that torch still reads would
+    otherwise continue a search from wrong numbers, in silence."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data = buffer.getvalue()
+    path.write_bytes(data + hashlib.sha256(data).digest())
+
+
+def _load_checkpoint(path: Path) -> dict:
+    """A saved search, read only if it is a regular file (a FIFO would block torch.load forever) and
+    its checksum holds."""
+    raw = read_regular(path)
+    data, digest = raw[:-32], raw[-32:]
+    if len(raw) < 32 or hashlib.sha256(data).digest() != digest:
+        raise ValueError("its checksum does not match its contents")
+    saved = torch.load(io.BytesIO(data), weights_only=True)
+    if not isinstance(saved, dict):
+        raise ValueError(f"holds a {type(saved).__name__}, expected a saved search")
+    return saved
+
+
+def _set_aside(path: Path, error: Exception) -> None:
+    aside = path.with_name(f"{path.name}.damaged")
+    try:
+        os.replace(path, aside)
+        where = f"set aside as {aside}"
+    except OSError as e:
+        where = f"left in place ({e.strerror or e}), not read"
+    log.warning("%s: not a checkpoint this search can continue from (%s); %s, searching from the start",
+                path, one_line(error, 120), where)  # fmt: skip
 
 
 def duplicates_in(
@@ -276,7 +328,7 @@ def duplicates_in(
     drop: set[int] = set()
     flagged: dict[str, int] = {}
     for test in tests:
-        pairs, _, _ = audit(test, audited, method, workers)
+        pairs, _, _, _ = audit(test, audited, method, workers)
         drop |= {p.duplicate for p in pairs}
         flagged[test.dataset] = len({p.test for p in pairs})
     return np.asarray(sorted(drop), dtype=np.int64), flagged

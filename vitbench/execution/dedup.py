@@ -84,6 +84,7 @@ def run(
     """Each audit, stored (or read back where stored): its row (store.AUDIT_COLUMNS) with `pairs`
     (a DataFrame of store.PAIR_COLUMNS), `stored` (whether it was read back) and `splits` (the test
     and audited splits, for a contact sheet)."""
+    store.sync(results)  # audits an earlier command kept as shards (the database was held or full)
     stored = store.read_audits(results)
     loaded: dict[tuple[str, str], Split] = {}
 
@@ -112,10 +113,10 @@ def measure(
     """One audit searched and stored."""
     started = time.perf_counter()
     same = test.dataset == audited.dataset and test.name == audited.name
-    pairs, bad, seen = dedup.audit(
+    checkpoint = results / "dedup" / f"{key}.pt"  # an interrupted audit continues from its last block
+    pairs, bad, seen, test_unreadable = dedup.audit(
         test, audited, method, workers, same_split=same,
-        progress=lambda blocks, total: track(blocks, total, f"dedup {audit}"),
-        checkpoint=results / "dedup" / f"{key}.pt",  # an interrupted audit continues from its last block
+        progress=lambda blocks, total: track(blocks, total, f"dedup {audit}"), checkpoint=checkpoint,
     )  # fmt: skip
     seconds = time.perf_counter() - started
     test_names, audited_names = image_names(test), image_names(audited)
@@ -149,9 +150,10 @@ def measure(
         "data_dir": str(data_dir.resolve()) if data_dir else None,
         "device_name": device_name(torch.device("cpu")),
         **environment(),
-        "notes": {"skipped": [why for _, why in bad][:20]} if bad else {},
+        "notes": {"skipped": [why for _, why in bad][:20], "test_unreadable": test_unreadable} if bad else {},
     }
     if bad:
         log.warning("dedup %s: skipped %d unreadable image(s), first: %s", audit, len(bad), bad[0][1])
-    recorder.record_audit(results, row, frame.to_dict("records"))
+    # its shard first; the checkpoint goes only once the audit is on disk; then the database
+    recorder.record_audit(results, row, frame.to_dict("records"), lambda: checkpoint.unlink(missing_ok=True))
     return {**row, "pairs": frame}

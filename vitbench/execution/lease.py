@@ -17,12 +17,17 @@ import time
 import uuid
 from pathlib import Path
 
+from vitbench.atomic import read_regular
 from vitbench.errors import UserError
 
 log = logging.getLogger("vitbench")
 
 LEASE_ENV = "VITBENCH_LEASE_SECONDS"
 DEFAULT_SECONDS = 600.0  # a heartbeat every tenth of it; a dead holder is taken over after it
+# a lease that names no holder this long after its creation was never finished (its taker's write
+# failed: a full disk left one empty, which blocked its run for the whole lease time); the taker
+# writes its name microseconds after creating the file, so a younger one may still be filled in
+UNREADABLE_GRACE = 5.0
 
 
 def lease_seconds() -> float:
@@ -52,10 +57,12 @@ class Lease:
         self._thread: threading.Thread | None = None
 
     def holder(self) -> dict:
+        """Who holds the lease, as its file says; {} when it says nothing readable."""
         try:
-            return json.loads(self.path.read_text())
+            found = json.loads(read_regular(self.path))
         except (OSError, ValueError):
             return {}
+        return found if isinstance(found, dict) else {}
 
     def _create(self) -> bool:
         try:
@@ -69,19 +76,27 @@ class Lease:
             "slurm_job": os.environ.get("SLURM_JOB_ID"),
             "taken_at": time.time(),
         }
-        with os.fdopen(fd, "w") as f:
-            json.dump(owner, f)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(owner, f)
+        except OSError as e:  # a full disk: a lease that names nobody would block the run for `seconds`
+            self.path.unlink(missing_ok=True)
+            raise UserError(f"{self.path}: cannot take the run's lease ({e.strerror or e}); nothing was run") from None
         return True
 
     def _stale(self) -> bool:
-        """No heartbeat for `seconds`, or a holder on this host whose process is gone (a killed run
-        resumed at once, not after the lease runs out)."""
+        """No heartbeat for `seconds`, a file that names no holder a few seconds after it was made
+        (empty or damaged: its taker's write failed), or a holder on this host whose process is gone
+        (a killed run resumed at once, not after the lease runs out)."""
         try:
-            if time.time() - self.path.stat().st_mtime > self.seconds:
-                return True
+            age = time.time() - self.path.stat().st_mtime
         except FileNotFoundError:
             return True
+        if age > self.seconds:
+            return True
         holder = self.holder()
+        if not holder.get("token"):
+            return age > UNREADABLE_GRACE
         if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
             return False
         try:
@@ -93,7 +108,14 @@ class Lease:
         return False
 
     def acquire(self) -> bool:
-        """Take the lease (True), or find it held by a live holder (False)."""
+        """Take the lease (True), or find it held by a live holder (False); a lease that cannot be
+        written (a full disk) is a UserError naming it."""
+        try:
+            return self._acquire()
+        except OSError as e:
+            raise UserError(f"{self.path}: cannot take the run's lease ({e.strerror or e}); nothing was run") from None
+
+    def _acquire(self) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not self._create():
             if not self._stale():

@@ -5,6 +5,9 @@ too, each in one transaction of its own table."""
 
 from __future__ import annotations
 
+import logging
+import math
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,12 +18,40 @@ from vitbench import store
 from vitbench.atomic import write_atomic
 from vitbench.devices import device_name, peak_flops
 from vitbench.engine.distributed import World
+from vitbench.errors import UserError
 from vitbench.execution.lease import Leases
 from vitbench.execution.trackers import Trackers
-from vitbench.protocols.base import Group, Request, Result
+from vitbench.protocols.base import Group, Protocol, Request, Result
+from vitbench.protocols.registry import get_protocol
 from vitbench.provenance import canonical_json, environment, sha256_text
-from vitbench.store import SHARD_SCHEMA, ingest, metric_values, shard_dir, shard_metric_values
+from vitbench.store import SHARD_SCHEMA, StoreUnavailable, ingest, metric_values, shard_dir, shard_metric_values
+from vitbench.store.audit_shards import ingest_audits, write_audit_shard
 from vitbench.store.predictions import write_predictions
+
+log = logging.getLogger("vitbench")
+
+
+class RefusedResult(UserError):
+    """A result whose metrics the store refuses (not a number; a fraction outside [0, 1]): its run
+    fails in one line and the command's other runs go on (runner.execute)."""
+
+
+def check_metrics(protocol: Protocol, metrics: object) -> None:
+    """Every metric a finite number; one the protocol declares a fraction (unit "%", shown × 100)
+    within [0, 1]: a plugin's accuracy of 1.5 was stored and tabled as 150.00."""
+    if not isinstance(metrics, dict) or not metrics:
+        raise RefusedResult(f"its metrics are {type(metrics).__name__} {metrics!r:.60}, expected {{name: number}}")
+    declared = {m.name: m for m in protocol.metrics}
+    for name, value in metrics.items():
+        if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, int | float):
+            raise RefusedResult(f"metric {name!r} = {value!r:.60} is not a number; not stored")
+        if not math.isfinite(value):
+            raise RefusedResult(f"metric {name!r} = {value!r} is not a finite number; not stored")
+        metric = declared.get(name)
+        if metric is not None and metric.unit == "%" and not 0 <= value <= 1:
+            raise RefusedResult(
+                f"metric {name!r} = {value!r} is declared a fraction (shown as %), expected from 0 to 1; not stored"
+            )
 
 
 class Recorder:
@@ -33,6 +64,8 @@ class Recorder:
         self.env, self.device_name = environment(), device_name(device)
         self.peak = peak_flops(self.device_name) if device.type == "cuda" else None
         self.count = 0
+        self.unmerged: list[str] = []  # results kept as shards only: the database could not take them
+        self.store_problem: str | None = None  # why (store.StoreUnavailable's line)
         self.trackers = Trackers(req.tracker, req.results, req.tensorboard) if self.world.is_main else None
 
     def flops_per_image(self, group: Group) -> int:
@@ -54,6 +87,7 @@ class Recorder:
     def record(self, group: Group, result: Result) -> None:
         """Store one finished run: its shard (atomic), its ingest, its trackers, its lease released."""
         spec, metrics, notes, skipped = result.spec, result.metrics, result.notes, result.skipped
+        check_metrics(get_protocol(group.protocol), metrics)
         flops_per_image = self.flops_per_image(group)
         if self.req.config is not None:  # what the command asked for, as a file that reruns it
             notes = {**notes, "config": {"sha256": sha256_text(self.req.config), "toml": self.req.config}}
@@ -94,7 +128,9 @@ class Recorder:
         record = {"schema": SHARD_SCHEMA, "run": run, "metrics": metrics, "curves": result.curves or {}}
         write_atomic(shard, canonical_json(record))
         if self.con is not None:  # a cluster worker leaves the merge to `vitbench ingest`
-            ingest(self.con, [shard])
+            self._ingest(shard)
+        elif self.store_problem is not None:
+            self.unmerged.append(spec.run_key)
         if self.trackers is not None:  # after the shard: a tracker that fails never costs the result
             self.trackers.log_run(record)
         if self.leases is not None:
@@ -102,6 +138,16 @@ class Recorder:
         self.count += 1
         if self.on_result:
             self.on_result(spec, metrics)
+
+    def _ingest(self, shard: Path) -> None:
+        """The shard into the database; where the database cannot take it (a full disk, an I/O
+        error), the shard stays pending and the rest of this command writes shards only: the next
+        command that opens the store merges them, and this one ends saying so (store.StoreUnavailable)."""
+        try:
+            ingest(self.con, [shard])
+        except StoreUnavailable as e:
+            self.store_problem, self.con = str(e), None
+            self.unmerged.append(shard.stem)
 
 
 def _data_dir(group: Group, req: Request) -> str | None:
@@ -123,7 +169,19 @@ def record_bench(results: Path, records: list[dict]) -> None:
         store.save_bench(con, records)
 
 
-def record_audit(results: Path, audit: dict, pairs: list[dict]) -> None:
-    """One near-duplicate audit (execution/dedup.py) and its pairs, stored as it finishes."""
-    with store.connect(results) as con:
-        store.save_audit(con, audit, pairs)
+def record_audit(results: Path, audit: dict, pairs: list[dict], on_disk: Callable[[], None] = lambda: None) -> None:
+    """One near-duplicate audit (execution/dedup.py) and its pairs, stored as it finishes: its shard
+    (atomic; then `on_disk()`: what the search kept until now may go), then the database. While
+    another process holds the database the shard waits (the next command that opens the store
+    merges it); a database that cannot take it (a full disk) is a StoreUnavailable naming the shard kept."""
+    shard = write_audit_shard(results, audit, pairs)
+    on_disk()
+    try:
+        con = store.connect(results)
+    except store.StoreLocked as e:
+        log.warning("%s: the audit is kept in %s, merged by the next command that opens the store", e, shard)
+        return
+    try:
+        ingest_audits(con, results, {shard.stem})
+    finally:
+        con.close()

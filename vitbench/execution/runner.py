@@ -5,16 +5,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from vitbench.devices import Runtime, resolve_device
 from vitbench.engine.distributed import broadcast, setup
+from vitbench.errors import UserError, one_line
 from vitbench.execution.lease import Lease, Leases
-from vitbench.execution.recorder import Recorder
+from vitbench.execution.recorder import Recorder, RefusedResult
 from vitbench.protocols.base import Group, Request, RunSpec
-from vitbench.protocols.registry import get_protocol
+from vitbench.protocols.registry import get_protocol, protocols
 from vitbench.store import shard_dir
 
 log = logging.getLogger("vitbench")
+
+
+@dataclass
+class Executed:
+    """What `execute` did: runs stored, one line per group whose protocol failed (its other runs
+    went on), and where the database could not take results, why and which (kept as shards)."""
+
+    ran: int = 0
+    failed: list[str] = field(default_factory=list)
+    store_problem: str | None = None
+    unmerged: list[str] = field(default_factory=list)
 
 
 def execute(
@@ -24,20 +37,44 @@ def execute(
     done: set[str],
     rerun: bool = False,
     on_result: Callable[[RunSpec, dict], None] | None = None,
-) -> int:
+) -> Executed:
     """Run every planned spec not yet done; each result is a shard and an ingest of its own, so an
-    interruption loses at most the run in flight."""
+    interruption loses at most the run in flight. A plugin's protocol that fails (raises, or yields
+    a metric the store refuses) costs its own runs only: one line names it, the rest go on."""
     world, device = setup(resolve_device(req.device))
+    failed: list[str] = []
     with Leases(req.results) as leases:
         recorder = Recorder(req, con, device, on_result, world, leases)
         runtime = Runtime.of(req, device)  # resolved once: what protocols and the engine run with
         for group in groups:
             todo = _leased([s for s in group.specs if rerun or s.run_key not in done], req, leases, world, rerun)
-            if todo:  # each result stored before the protocol goes on (a final run reads its sweep's)
+            if not todo:
+                continue
+            try:  # each result stored before the protocol goes on (a final run reads its sweep's)
                 for result in get_protocol(group.protocol).run(group, todo, req, runtime, recorder):
                     if world.is_main:  # under torchrun every process may reach a result; one stores it
                         recorder.record(group, result)
-    return recorder.count
+            except Exception as e:
+                line = _failure(group, e, world)
+                if line is None:
+                    raise
+                log.error("failed: %s", line)
+                failed.append(line)
+                for spec in todo:  # its runs without a result are free for the next command at once
+                    leases.release(spec.run_key)
+    return Executed(recorder.count, failed, recorder.store_problem, recorder.unmerged)
+
+
+def _failure(group: Group, error: Exception, world) -> str | None:
+    """The one line for a failed group, where the failure is the protocol's own: a plugin's
+    protocol that raised, or a result the store refused (RefusedResult). None: a failure of
+    vitbench or of the user's input, which ends the command as before."""
+    plugin = protocols().source(group.protocol)
+    if world.size > 1 or not (plugin is not None or isinstance(error, RefusedResult)):
+        return None
+    by = "" if plugin is None else " (registered in this process)" if plugin == "register()" else f" (plugin {plugin})"
+    said = str(error) if isinstance(error, UserError) else f"{type(error).__name__}: {one_line(error, 160)}"
+    return f"{group.protocol}{by} on {group.model.name}, {group.dataset.name}: {' '.join(said.split())}"
 
 
 def _leased(todo: list[RunSpec], req: Request, leases: Leases, world, rerun: bool) -> list[RunSpec]:

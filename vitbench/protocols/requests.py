@@ -59,10 +59,15 @@ def make_request(where: str = "vitbench.run", **given: Any) -> Request:
         raise UserError(f"{where}: unknown option {unknown[0]!r}; expected one of {expected}")
     for key in SHARED_LISTS:
         if given.get(key) is not None:
-            given[key] = _as_tuple(given[key])
+            names = _as_tuple(given[key])
+            if not isinstance(names, tuple) or not all(isinstance(n, str) for n in names):
+                raise UserError(f"{where}: {key}={given[key]!r}: expected a name or a list of names")
+            given[key] = names
     for key in COMMA_LISTS:
         if isinstance(given.get(key), list | tuple):
             given[key] = ",".join(str(item) for item in given[key])  # a path, "random", a paper name
+        elif given.get(key) is not None and not isinstance(given[key], str | Path):
+            raise UserError(f"{where}: {key}={given[key]!r}: expected a name (or a list of names)")
     for key in ("results", "data_dir", "tensorboard"):
         if given.get(key) is not None:
             if key == "results" and not str(given[key]).strip():
@@ -73,6 +78,21 @@ def make_request(where: str = "vitbench.run", **given: Any) -> Request:
                      for name, value in given.items() if name in table and value is not None}  # fmt: skip
     options = Given.made(given_options, option_classes())
     return _with_suite_defaults(Request(**{k: v for k, v in given.items() if k in SHARED}, options=options))
+
+
+def request_of(req: object, options: dict, where: str) -> Request:
+    """The Request given, or made from keyword options; both at once is refused (the options were
+    ignored: `run(request(res=32), res=64)` ran at 32), as is anything else in the Request's place."""
+    if req is None:
+        return make_request(where, **options)
+    if not isinstance(req, Request):
+        raise UserError(f"{where}({req!r:.40}): expected a Request (vitbench.request(...)) or keyword options")
+    if options:
+        raise UserError(
+            f"{where}: a Request and keyword options ({', '.join(sorted(options))}) at once; put them in the "
+            "Request instead: vitbench.request(..., name=value)"
+        )
+    return req
 
 
 def _with_suite_defaults(req: Request) -> Request:

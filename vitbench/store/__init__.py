@@ -23,7 +23,7 @@ if TYPE_CHECKING:
         sync,
     )
     from vitbench.store.dedup import AUDIT_COLUMNS, PAIR_COLUMNS, read_audits, read_pairs, save_audit
-    from vitbench.store.merge import done_keys, ingest, ingest_pending, metric_values
+    from vitbench.store.merge import StoreUnavailable, done_keys, ingest, ingest_pending, metric_values
     from vitbench.store.schema import (
         DB_NAME,
         ENVIRONMENT_COLUMNS,
@@ -56,6 +56,7 @@ _WHERE = {
     "read_audits": "vitbench.store.dedup",
     "read_pairs": "vitbench.store.dedup",
     "save_audit": "vitbench.store.dedup",
+    "StoreUnavailable": "vitbench.store.merge",
     "done_keys": "vitbench.store.merge",
     "ingest": "vitbench.store.merge",
     "ingest_pending": "vitbench.store.merge",
@@ -97,6 +98,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SHARD_SCHEMA",
     "StoreLocked",
+    "StoreUnavailable",
     "connect",
     "done_keys",
     "ingest",

@@ -18,7 +18,8 @@ import duckdb
 import pandas as pd
 
 from vitbench.errors import UserError, one_line
-from vitbench.store.merge import done_keys, ingest, ingest_pending
+from vitbench.store.audit_shards import audit_shard_keys, ingest_audits, stored_audit_keys
+from vitbench.store.merge import StoreUnavailable, done_keys, ingest, ingest_pending
 from vitbench.store.schema import (
     CURVE_COLUMNS,
     DB_NAME,
@@ -31,6 +32,9 @@ from vitbench.store.schema import (
 from vitbench.store.shards import shard_dir, shard_keys
 
 log = logging.getLogger("vitbench")
+
+
+AUDITS_SINCE = 6  # the schema migration that added the audits' tables
 
 
 class StoreLocked(UserError):
@@ -99,22 +103,26 @@ def pending_keys(results: Path, known: set[str]) -> set[str]:
 
 
 def sync(results: Path, strict: bool = False) -> int:
-    """Merge shards the database lacks (cluster workers and concurrent runs write only shards):
-    what every reading command does first. Where it cannot (another process holds the database,
-    or the folder is read-only) it says how many shards are pending, and readers read the shards
-    themselves; with `strict` (`vitbench ingest`) that is an error. Returns the runs merged."""
-    shards = shard_keys(results)
-    if not shards:
+    """Merge shards the database lacks (cluster workers and concurrent runs write only shards; an
+    audit is a shard first too): what every reading command does first. Where it cannot (another
+    process holds the database, the folder is read-only, the disk is full) it says how many shards
+    are pending, and readers read the shards themselves; with `strict` (`vitbench ingest`) that is
+    an error. Returns the runs merged."""
+    shards, audits = shard_keys(results), audit_shard_keys(results)
+    if not shards and not audits:
         return 0
     path = results / DB_NAME
     if path.is_file():  # nothing to merge: done without taking the write lock
         try:
             con = duckdb.connect(str(path), read_only=True)
             try:
-                known = done_keys(con) if schema_version(con) >= 1 else set()
+                version = schema_version(con)
+                check_not_newer(path, version)  # "merged 0" and exit 0 on a newer vitbench's file, before
+                known = done_keys(con) if version >= 1 else set()
+                known_audits = stored_audit_keys(con) if version >= AUDITS_SINCE else set()
             finally:
                 con.close()
-            if shards <= known:
+            if shards <= known and audits <= known_audits:
                 return 0
         except duckdb.Error:
             pass  # held by a writer, or damaged: `connect` below says which
@@ -126,7 +134,15 @@ def sync(results: Path, strict: bool = False) -> int:
         log.warning("%d result shard(s) not merged yet: %s; tables read the shards meanwhile", len(shards), e)
         return 0
     try:
-        return ingest_pending(con, results)
+        merged = ingest_pending(con, results)
+        if ingest_audits(con, results):
+            log.info("merged the audit shard(s) the database lacked")
+        return merged
+    except StoreUnavailable as e:
+        if strict:
+            raise
+        log.warning("%s; tables read the shards meanwhile", e)
+        return 0
     finally:
         con.close()
 
@@ -167,7 +183,9 @@ def rebuild(results: Path) -> tuple[Path | None, int, int | None]:
                 con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM kept_rows")
                 con.unregister("kept_rows")
                 copied += len(frame)
-        return aside, ingest_pending(con, results), copied if kept is not None else None
+        merged = ingest_pending(con, results)
+        ingest_audits(con, results)  # those the old file held are copied above; the rest from their shards
+        return aside, merged, copied if kept is not None else None
     finally:
         con.close()
 
@@ -207,6 +225,7 @@ def _shard_snapshot(results: Path) -> duckdb.DuckDBPyConnection:
     migrate(con, 0)
     folder = shard_dir(results)
     ingest(con, [folder / f"{key}.json" for key in sorted(shard_keys(results))])
+    ingest_audits(con, results)
     return con
 
 
@@ -216,7 +235,7 @@ def open_for_reading(results: Path) -> duckdb.DuckDBPyConnection | None:
     is damaged (with a warning suggesting `ingest --rebuild`)."""
     path = results / DB_NAME
     if not path.exists():  # shards but no database: a read-only folder, or only workers wrote here
-        return _shard_snapshot(results) if shard_keys(results) else None
+        return _shard_snapshot(results) if shard_keys(results) or audit_shard_keys(results) else None
     try:
         con = duckdb.connect(str(path), read_only=True)
         version = schema_version(con)
@@ -241,14 +260,15 @@ def open_for_reading(results: Path) -> duckdb.DuckDBPyConnection | None:
             return _shard_snapshot(results)
         con = duckdb.connect(str(path), read_only=True)
     try:
-        pending = pending_keys(results, done_keys(con))
+        pending = len(pending_keys(results, done_keys(con)))
+        pending += len(audit_shard_keys(results) - stored_audit_keys(con))
     except duckdb.Error as e:
         con.close()
         log.warning("%s; reading the shards meanwhile", _damaged(path, e))
         return _shard_snapshot(results)
     if pending:
         con.close()
-        log.warning("%s lacks %d run shard(s) it could not merge; reading the shards instead", path, len(pending))
+        log.warning("%s lacks %d shard(s) it could not merge; reading the shards instead", path, pending)
         return _shard_snapshot(results)
     return con
 

@@ -1,61 +1,16 @@
-"""Near-duplicate audits (`vitbench dedup`): one row per (test split, audited split) with the method,
-its settings and provenance, and every pair found."""
+"""Near-duplicate audits (`vitbench dedup`) read back: one row per (test split, audited split) with the
+method, its settings and provenance, and every pair found (written as shards: audit_shards.py)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 
+from vitbench.store.audit_shards import AUDIT_COLUMNS, PAIR_COLUMNS, save_audit
 from vitbench.store.database import read_table
-from vitbench.store.schema import ENVIRONMENT_COLUMNS, transaction
 
-AUDIT_COLUMNS = [
-    "audit_key",
-    "created_at",
-    "test_dataset",
-    "test_split",
-    "test_source",
-    "test_fingerprint",
-    "n_test",
-    "audited_dataset",
-    "audited_split",
-    "audited_source",
-    "audited_fingerprint",
-    "n_audited",
-    "method",
-    "threshold",
-    "n_pairs",
-    "n_test_flagged",
-    "skipped_images",
-    "seconds",
-    "images_per_second",
-    "data_dir",
-    "device_name",
-    *ENVIRONMENT_COLUMNS,
-    "notes",
-]
-PAIR_COLUMNS = ["audit_key", "test_index", "test_image", "duplicate_index", "duplicate", "distance", "exact"]
-JSON_COLUMNS = ("method", "notes")
-
-
-def save_audit(con: duckdb.DuckDBPyConnection, audit: dict, pairs: list[dict]) -> None:
-    """One audit and its pairs, in one transaction; an audit stored again (--rerun) replaces the old."""
-    row = [json.dumps(audit[c]) if c in JSON_COLUMNS else audit[c] for c in AUDIT_COLUMNS]
-    with transaction(con):
-        con.execute("DELETE FROM dedup_pairs WHERE audit_key = ?", [audit["audit_key"]])
-        con.execute("DELETE FROM dedup_audits WHERE audit_key = ?", [audit["audit_key"]])
-        con.execute(
-            f"INSERT INTO dedup_audits ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join('?' * len(AUDIT_COLUMNS))})",
-            row,
-        )
-        if pairs:
-            frame = pd.DataFrame(pairs, columns=PAIR_COLUMNS)
-            con.register("new_pairs", frame)
-            con.execute("INSERT INTO dedup_pairs BY NAME SELECT * FROM new_pairs")
-            con.unregister("new_pairs")
+__all__ = ["AUDIT_COLUMNS", "PAIR_COLUMNS", "read_audits", "read_pairs", "save_audit"]
 
 
 def read_audits(results: Path) -> pd.DataFrame:

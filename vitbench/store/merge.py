@@ -3,22 +3,52 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
 import duckdb
 import pandas as pd
 
-from vitbench.errors import one_line
-from vitbench.store.schema import CURVE_COLUMNS, RUN_COLUMNS, transaction
+from vitbench.errors import UserError, io_reason, one_line
+from vitbench.store.schema import CURVE_COLUMNS, DB_NAME, RUN_COLUMNS, transaction
 from vitbench.store.shards import quarantine, read_shards, shard_dir, shard_keys
+
+
+class StoreUnavailable(UserError):
+    """The database could not take valid shards now (a full disk, an I/O error, a held or invalidated
+    file): the shards stay pending in `runs/`, and the next command that opens the store merges them."""
+
+
+# errors of the database file or its disk, not of a shard's rows: a full disk at the commit (DuckDB's
+# "TransactionContext Error: Failed to commit: Could not write file ... No space left on device") once
+# quarantined a valid shard, and the run's result left every table
+_STORE_ERRORS = (
+    *(duckdb.OperationalError, duckdb.FatalException, duckdb.InterruptException, duckdb.PermissionException),
+    duckdb.InternalError,
+)
+_STORE_WORDS = re.compile(r"no space left|could not write|disk quota|input/output error|read-only file", re.I)
+
+
+def is_store_error(error: BaseException) -> bool:
+    """Whether the database failed for a reason of its own (disk, lock, I/O), not one of the rows."""
+    return isinstance(error, _STORE_ERRORS) or bool(_STORE_WORDS.search(str(error)))
+
+
+def unavailable(paths: list[Path], error: BaseException, what: str = "result shard(s)") -> StoreUnavailable:
+    folder = paths[0].parent
+    return StoreUnavailable(
+        f"{folder.parent / DB_NAME}: could not take {len(paths)} {what} ({io_reason(error)}); "
+        f"they stay in {folder} and the next command that opens the store merges them"
+    )
 
 
 def ingest(con: duckdb.DuckDBPyConnection, shards: Iterable[Path]) -> int:
     """Merge shards into the store in one transaction; re-ingesting a shard replaces its rows. A
     shard that fails its checks is quarantined (shards.read_shards); should the database still
     refuse one, the batch is merged one shard at a time and the refused one quarantined, so one
-    bad file never stops the others."""
+    bad file never stops the others. Where the database itself fails (disk full, I/O, lock), no
+    shard is blamed: StoreUnavailable, and the shards stay pending."""
     records = read_shards(list(shards)).records
     if not records:
         return 0
@@ -26,14 +56,18 @@ def ingest(con: duckdb.DuckDBPyConnection, shards: Iterable[Path]) -> int:
         with transaction(con):
             _insert_all(con, [rec for _, rec in records])
         return len(records)
-    except duckdb.Error:
+    except duckdb.Error as e:
+        if is_store_error(e):
+            raise unavailable([path for path, _ in records], e) from None
         merged = 0
-        for path, rec in records:
+        for i, (path, rec) in enumerate(records):
             try:
                 with transaction(con):
                     _insert_all(con, [rec])
                 merged += 1
             except duckdb.Error as e:
+                if is_store_error(e):
+                    raise unavailable([p for p, _ in records[i:]], e) from None
                 quarantine(path, f"refused by the database ({one_line(e, 120)})")
         return merged
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vitbench.atomic import write_atomic
-from vitbench.errors import UserError
+from vitbench.errors import UserError, io_reason
 from vitbench.provenance import sha256_file
 from vitbench.store.shards import shard_dir
 
@@ -70,6 +70,8 @@ def write_predictions(results: Path, run_key: str, predictions: Predictions) -> 
     try:
         con.register("predictions", frame)
         write_atomic(path, lambda tmp: con.execute(f"COPY predictions TO '{_quote(tmp)}' (FORMAT parquet)"))
+    except duckdb.Error as e:  # DuckDB's own write failed (a full disk): its 60-line traceback, before
+        raise UserError(f"{path}: cannot write it ({io_reason(e)}); nothing was written") from None
     finally:
         con.close()
     return {"file": path.name, "sha256": sha256_file(path), "rows": len(frame)}

@@ -66,14 +66,27 @@ AUDIT_COLUMNS = ("searched in", "test images", "with a near-duplicate", "pairs")
 
 def audit_cells(audit: Mapping) -> list[str]:
     """An audit's AUDIT_COLUMNS as text: the split searched (and how many of its images), the test
-    images, how many of them have a near-duplicate (and the share), the pairs found."""
-    share = 100.0 * audit["n_test_flagged"] / audit["n_test"] if audit["n_test"] else 0.0
+    images (and how many could not be read), how many of those read have a near-duplicate (and the
+    share), the pairs found. An audit that read no test image says so: "0 (0.00 %)" read as clean."""
+    unreadable = test_unreadable(audit)
+    searched = audit["n_test"] - unreadable
+    tests = f"{audit['n_test']:,}" + (f" ({unreadable:,} unreadable)" if unreadable else "")
+    if searched <= 0:
+        flagged = "— (no test image could be read)"
+    else:
+        flagged = f"{audit['n_test_flagged']:,} ({100.0 * audit['n_test_flagged'] / searched:.2f} %)"
     return [
         f"{audit['audited_dataset']} {audit['audited_split']} ({audit['n_audited']:,})",
-        f"{audit['n_test']:,}",
-        f"{audit['n_test_flagged']:,} ({share:.2f} %)",
+        tests,
+        flagged,
         f"{audit['n_pairs']:,}",
     ]
+
+
+def test_unreadable(audit: Mapping) -> int:
+    """The test images an audit could not read (its notes, as stored: a dict or JSON text)."""
+    notes = json_field(audit.get("notes")) or {}
+    return int(notes.get("test_unreadable", 0))
 
 
 def mark(duplicates: float | None) -> str:
