@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from stat import S_ISREG
 
 from vitbench.atomic import write_atomic
 from vitbench.errors import UserError
@@ -46,8 +47,11 @@ def sha256_text(text: str) -> str:
 
 
 def sha256_file(path: Path, cache_dir: Path | None = None) -> str:
-    """sha256 of a (possibly multi-GB) weights file, cached by (absolute path, size, mtime)."""
+    """sha256 of a (possibly multi-GB) weights file, cached by (absolute path, size, mtime). A path
+    that is not a regular file is a UserError: /dev/zero or a FIFO would be read forever."""
     stat = path.stat()
+    if not S_ISREG(stat.st_mode):
+        raise UserError(f"{path}: not a regular file (a device, FIFO or folder), expected a file to read")
     cache_file = cache_dir / "sha256.json" if cache_dir else None
     cache: dict[str, str] = {}
     entry = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,7 +20,9 @@ from vitbench.provenance import fingerprint_files, sha256_text
 
 log = logging.getLogger("vitbench")
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
+# the files read as images: torchvision's ImageFolder's (datasets.folder.IMG_EXTENSIONS); any other
+# file in an image folder is left out, and counted in a warning (a GIF copy was left out unseen)
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"}
 DEV_SEED = 0  # the dev hold-out is a fixed permutation of train: the same for every run and user
 
 
@@ -107,13 +111,17 @@ def to_uint8(pixels: np.ndarray, mode: str) -> np.ndarray:
 def decode(path: str | Path) -> Image.Image:
     """The image as RGB (greyscale, CMYK and palette images converted), or a CorruptImage naming it."""
     try:
-        with Image.open(path) as img:
-            if img.mode in HIGH_BIT_DEPTH:  # PIL's convert("RGB") clips 16-bit values at 255 (white)
-                return Image.fromarray(to_uint8(np.asarray(img), img.mode)).convert("RGB")
-            return img.convert("RGB")
+        with warnings.catch_warnings():
+            # an image above Pillow's pixel limit is skipped like one above twice it (an error there):
+            # its DecompressionBombWarning reached the terminal raw, and the image was decoded
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                if img.mode in HIGH_BIT_DEPTH:  # PIL's convert("RGB") clips 16-bit values at 255 (white)
+                    return Image.fromarray(to_uint8(np.asarray(img), img.mode)).convert("RGB")
+                return img.convert("RGB")
     except FileNotFoundError:
         raise UserError(f"{path}: image file is missing") from None
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise CorruptImage(path, e) from None
 
 
@@ -365,12 +373,26 @@ def check_listed(listing: Path, entries: list[tuple[int, str]]) -> None:
         )
 
 
-def image_files(folder: Path) -> list[str]:
-    """The images of a folder, sorted. scandir's entry types need no stat per file (ImageNet
-    train lists 1.28M files)."""
+def image_files(folder: Path, left_out: Counter | None = None) -> list[str]:
+    """The images of a folder, sorted; `left_out` counts the other files by suffix. scandir's entry
+    types need no stat per file (ImageNet train lists 1.28M files)."""
     with os.scandir(folder) as entries:
-        images = [e for e in entries if os.path.splitext(e.name)[1].lower() in IMAGE_SUFFIXES]
-        return sorted(e.path for e in images if _is_file(e))
+        found = [(e, os.path.splitext(e.name)[1].lower()) for e in entries]
+    if left_out is not None:
+        left_out.update(suffix or "(no suffix)" for e, suffix in found if suffix not in IMAGE_SUFFIXES and _is_file(e))
+    return sorted(e.path for e, suffix in found if suffix in IMAGE_SUFFIXES and _is_file(e))
+
+
+_TOLD_LEFT_OUT: set[Path] = set()
+
+
+def say_left_out(folder: Path, left_out: Counter) -> None:
+    """One warning per folder and process for the files an image listing left out."""
+    if left_out and folder not in _TOLD_LEFT_OUT:
+        _TOLD_LEFT_OUT.add(folder)
+        kinds = ", ".join(f"{suffix} ×{n}" for suffix, n in sorted(left_out.items()))
+        log.warning("%s: left out %d file(s) that are not images vitbench reads (%s; it reads %s)",
+                    folder, left_out.total(), kinds, " ".join(sorted(IMAGE_SUFFIXES)))  # fmt: skip
 
 
 def _is_file(entry: os.DirEntry) -> bool:
@@ -383,10 +405,11 @@ def _is_file(entry: os.DirEntry) -> bool:
 def class_folders(folder: Path, what: str) -> list[tuple[Path, list[str]]]:
     """(class folder, its images) for each <class>/ folder of an ImageFolder split; an empty one is an error."""
     require_dir(folder, what)
-    found = []
+    found, left_out = [], Counter[str]()
     for class_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
-        files = image_files(class_dir)
+        files = image_files(class_dir, left_out)
         if not files:
             raise UserError(f"{class_dir}: empty class folder (no images)")
         found.append((class_dir, files))
+    say_left_out(folder, left_out)
     return found

@@ -8,11 +8,20 @@ import json
 import logging
 import os
 import re
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from vitbench.datasets.base import Split, class_folders, fingerprinted, image_files, numbered_lines, require_dir
+from vitbench.datasets.base import (
+    Split,
+    class_folders,
+    fingerprinted,
+    image_files,
+    numbered_lines,
+    require_dir,
+    say_left_out,
+)
 from vitbench.errors import UserError
 from vitbench.provenance import sha256_file
 
@@ -99,7 +108,9 @@ def load_imagenet(root: Path | None, split: str) -> Split:
     paths: list[str] = []
     labels: list[int] = []
     label_file: Path | None = None
-    flat = image_files(folder)
+    left_out = Counter[str]()
+    flat = image_files(folder, left_out)
+    say_left_out(folder, left_out)
     if flat:  # val/ILSVRC2012_val_XXXXXXXX.JPEG, labels from a list file
         label_file, table = _flat_labels(root, folder)
         for path in flat:

@@ -72,7 +72,10 @@ def check_weights_arg(weights: str, spec: ModelSpec | None = None, download: boo
 def check_weights_file(path: Path, label: str) -> Path:
     """An existing file with a weights suffix vitbench reads; `label` names it in the error."""
     if not path.is_file():
-        raise UserError(f"{label}: no such file")
+        what = "no such file"
+        if path.exists():
+            what = "a folder" if path.is_dir() else "not a regular file (a device or FIFO)"
+        raise UserError(f"{label}: {what}, expected a weights file ({', '.join(SUFFIXES)})")
     if path.suffix not in SUFFIXES:
         raise UserError(f"{label}: unknown format '{path.suffix}', expected one of {', '.join(SUFFIXES)}")
     return path

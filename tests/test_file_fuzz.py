@@ -1,0 +1,198 @@
+"""Every file format vitbench reads, fuzzed (issue 63): CIFAR pickles, weights (.npz, .safetensors,
+.pth), configs, dedup checkpoints and leases get random bytes, truncations, wrong dtypes,
+out-of-range values and FIFOs. Each answer is a correct result or one line naming the file, never
+a traceback and never a hang (a FIFO is refused before it is opened for reading). Shards and image
+files have their own fuzz tests (test_fuzz.py, test_shard_fuzz.py). Hypothesis, derandomised."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vitbench.cli import config as cfg
+from vitbench.cli.run import run as run_command
+from vitbench.datasets import Split
+from vitbench.datasets.cifar import read_cifar_batch
+from vitbench.engine import dedup
+from vitbench.errors import UserError
+from vitbench.execution.lease import UNREADABLE_GRACE, Lease
+from vitbench.registry import get_model
+from vitbench.weights.loading import check_weights_file, read_state_dict
+
+FUZZ = settings(derandomize=True, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+FIFO = b"<fifo>"  # in place of contents: the file is made a FIFO
+
+
+def _write(path: Path, content: bytes) -> Path:
+    path.unlink(missing_ok=True)
+    if content == FIFO:
+        os.mkfifo(path)
+    else:
+        path.write_bytes(content)
+    return path
+
+
+def _one_line(error: BaseException, path: Path) -> None:
+    assert isinstance(error, UserError), f"{type(error).__name__}: {error}"
+    assert str(path) in str(error) and "\n" not in str(error), str(error)
+
+
+def _damaged(valid: bytes):
+    """Random bytes, the valid file cut anywhere or with bytes flipped, an empty file, or a FIFO."""
+    return st.one_of(
+        st.binary(max_size=300),
+        st.integers(0, max(len(valid) - 1, 0)).map(lambda n: valid[:n]),
+        st.tuples(st.integers(0, max(len(valid) - 1, 0)), st.binary(min_size=1, max_size=8)).map(
+            lambda cut: valid[: cut[0]] + cut[1] + valid[cut[0] + len(cut[1]) :]
+        ),
+        st.just(b""),
+        st.just(FIFO),
+    )
+
+
+# CIFAR pickles: any dtype and range of `data` and labels (issue 63: int64 above 255 wrapped into uint8)
+cifar_data = st.one_of(
+    st.sampled_from(["uint8", "int64", "int16", "float32", "bool"]).flatmap(
+        lambda dtype: st.integers(-300, 300).map(lambda v: np.full((2, 3072), v).astype(dtype))
+    ),
+    st.integers(-5, 400).map(lambda v: [[v] * 3072, [0] * 3072]),
+    st.just(np.zeros((2, 100), dtype=np.uint8)),
+    st.just("pixels"),
+)
+cifar_labels = st.one_of(st.just([1, 2]), st.just([1]), st.just([-1, 2]), st.just([1.5, 2.0]), st.just("ab"))
+
+
+@settings(FUZZ, max_examples=40)
+@given(data=cifar_data, labels=cifar_labels, damage=st.one_of(st.none(), _damaged(b"x" * 64)))
+def test_cifar_batches_read_correctly_or_in_one_line(tmp_path_factory, data, labels, damage):
+    path = tmp_path_factory.mktemp("cifar") / "data_batch_1"
+    content = pickle.dumps({"data": data, "labels": labels}) if damage is None else damage
+    _write(path, content)
+    try:
+        images, read_labels = read_cifar_batch(path, "labels")
+    except Exception as e:
+        _one_line(e, path)
+        return
+    raw = np.asarray(data)
+    assert raw.dtype.kind in "iu" and raw.min() >= 0 and raw.max() <= 255  # nothing out of range gets through
+    assert images.dtype == np.uint8 and images.shape == (2, 32, 32, 3) and (images.reshape(2, -1).max(1) >= 0).all()
+    assert read_labels.tolist() == labels
+
+
+def _weights_files() -> dict[str, bytes]:
+    model = get_model("vit-ti/16")
+    state = {"pos_embed": torch.zeros(1, 5, 192), "head.weight": torch.ones(3, 192)}
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    from safetensors.torch import save
+
+    npz = io.BytesIO()
+    np.savez(npz, **{"Transformer/posembed_input/pos_embedding": np.zeros((1, 5, 192), np.float32)})
+    return {".pth": buffer.getvalue(), ".safetensors": save(state), ".npz": npz.getvalue()}, model
+
+
+WEIGHTS, MODEL = _weights_files()
+
+
+@settings(FUZZ, max_examples=45)
+@given(suffix=st.sampled_from(sorted(WEIGHTS)), content=st.sampled_from(sorted(WEIGHTS)).flatmap(
+    lambda s: _damaged(WEIGHTS[s])))  # fmt: skip
+def test_weights_files_load_or_fail_in_one_line(tmp_path_factory, suffix, content):
+    path = _write(tmp_path_factory.mktemp("weights") / f"w{suffix}", content)
+    try:
+        state = read_state_dict(check_weights_file(path, f"--weights {path}"), MODEL)
+    except Exception as e:
+        _one_line(e, path)
+        return
+    assert all(isinstance(v, torch.Tensor) for v in state.values())
+
+
+CONFIG = b'model = "vit-ti/16"\nweights = "random"\nseeds = [0, 1]\nres = 32\n'
+
+
+@settings(FUZZ, max_examples=30)
+@given(content=_damaged(CONFIG))
+def test_configs_load_or_fail_in_one_line(tmp_path_factory, content):
+    path = _write(tmp_path_factory.mktemp("config") / "exp.toml", content)
+    try:
+        loaded = cfg.load(path, cfg.option_kinds(run_command))
+    except Exception as e:
+        _one_line(e, path)
+        return
+    assert isinstance(loaded, dict)
+
+
+@pytest.fixture(scope="module")
+def small_audit():
+    rng = np.random.default_rng(0)
+    train = rng.integers(0, 255, (120, 16, 16, 3), dtype=np.uint8)
+    test = np.concatenate([train[:3], rng.integers(0, 255, (17, 16, 16, 3), dtype=np.uint8)])
+
+    def split(name, images):
+        return Split("fuzz", name, np.zeros(len(images), dtype=np.int64), "arrays", name, images=images)
+
+    method = dedup.Method()
+    test_split, train_split = split("test", test), split("train", train)
+    whole = dedup.audit(test_split, train_split, method, block=40)[0]
+    return test_split, train_split, method, [(p.test, p.duplicate) for p in whole]
+
+
+def _checkpoint_bytes(small_audit, folder: Path, monkeypatch) -> bytes:
+    """A real checkpoint: an audit stopped after its second block of three."""
+    test, train, method, _ = small_audit
+    monkeypatch.setattr(dedup, "CHECKPOINT_SECONDS", 0.0)
+
+    def stop(blocks, total):
+        for i, block in enumerate(blocks):
+            if i == 2:
+                raise KeyboardInterrupt
+            yield block
+
+    with pytest.raises(KeyboardInterrupt):
+        dedup.audit(test, train, method, block=40, progress=stop, checkpoint=folder / "real.pt")
+    return (folder / "real.pt").read_bytes()
+
+
+def test_dedup_checkpoints_continue_or_start_over_with_the_same_pairs(small_audit, tmp_path, monkeypatch):
+    """A damaged checkpoint (issue 63: an 18-frame traceback on every rerun) is set aside and the
+    search starts over: the same pairs as an audit without one, for every damage drawn."""
+    test, train, method, expected = small_audit
+    valid = _checkpoint_bytes(small_audit, tmp_path, monkeypatch)
+    counter = iter(range(10**6))
+
+    @settings(FUZZ, max_examples=25)
+    @given(st.one_of(st.just(valid), _damaged(valid)))
+    def check(content):
+        path = _write(tmp_path / f"c{next(counter)}.pt", content)
+        pairs, _, seen, _ = dedup.audit(test, train, method, block=40, checkpoint=path)
+        assert [(p.test, p.duplicate) for p in pairs] == expected and seen == len(train)
+
+    check()
+
+
+@settings(FUZZ, max_examples=25)
+@given(content=_damaged(b'{"token": "abc", "host": "h", "pid": 1, "taken_at": 0}'))
+def test_leases_that_name_no_live_holder_are_taken_once_old_enough(tmp_path_factory, content):
+    """Issue 63: a lease left empty by a full disk blocked its run for the whole lease time. A lease
+    file of any content is taken over once it is older than the grace for an unfinished write
+    (or once its holder is gone); a fresh one that names nobody is left to its taker."""
+    results = tmp_path_factory.mktemp("lease")
+    lease = Lease(results, "k" * 64, seconds=600)
+    lease.path.parent.mkdir(parents=True)
+    _write(lease.path, content)
+    old = time.time() - UNREADABLE_GRACE - 1
+    os.utime(lease.path, (old, old))
+    try:
+        assert lease.acquire()  # this host, no live pid 1 of ours … or nobody named: stale
+    finally:
+        lease.release()
+    assert not lease.path.exists()
