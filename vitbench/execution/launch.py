@@ -8,11 +8,13 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from vitbench.engine.distributed import world
 from vitbench.errors import UserError
+from vitbench.execution.supervise import supervise
 
 LAUNCHED_ENV = "VITBENCH_TORCHRUN"  # set by `--devices`: the children must not launch again
 
@@ -30,9 +32,11 @@ class Rendezvous:
     backend: str = "c10d"
 
 
-def launch(devices: int, argv: list[str], rdzv: Rendezvous | None = None) -> int:
+def launch(devices: int, argv: list[str], rdzv: Rendezvous | None = None, log_dir: Path | None = None) -> int:
     """Run `vitbench <argv>` (without the launch options) under torchrun with `devices` processes
-    on this node; across nodes with the rendezvous options."""
+    on this node; across nodes with the rendezvous options. torchrun's own report and the ranks'
+    tracebacks go to a log file in `log_dir` (where given), not the terminal: a rank that dies is
+    one line naming it (supervise.py)."""
     if os.environ.get(LAUNCHED_ENV) or world().size > 1:
         raise UserError("--devices: already running under torchrun; give the process count to torchrun only")
     if devices > 1 and torch.cuda.is_available() and devices > torch.cuda.device_count():
@@ -41,7 +45,10 @@ def launch(devices: int, argv: list[str], rdzv: Rendezvous | None = None) -> int
     command = torchrun_command(
         devices, ["-m", "vitbench", *argv], r.nnodes, r.node_rank, r.endpoint, r.run_id, r.backend
     )
-    return subprocess.call(command, env={**os.environ, LAUNCHED_ENV: "1"})
+    env = {**os.environ, LAUNCHED_ENV: "1"}
+    if log_dir is None:
+        return subprocess.call(command, env=env)
+    return supervise(command, env, log_dir, devices * r.nnodes)
 
 
 def strip_devices(argv: list[str]) -> list[str]:
