@@ -10,11 +10,13 @@ from typing import Annotated
 
 from rich.table import Table
 
+from vitbench.atomic import write_atomic
 from vitbench.cli import options as o
 from vitbench.cli.app import app, out, print_table
 from vitbench.cli.options import option
 from vitbench.cli.run_options import DataSource
 from vitbench.dedup_method import Method
+from vitbench.errors import UserError
 
 DEFAULT_THRESHOLD = Method.threshold  # (dedup_method.py loads no torch: --help stays light)
 
@@ -66,8 +68,13 @@ def dedup_cmd(
     set, every pair stored (and written with --out)."""
     from vitbench import api
 
+    tests = o.words(against)
+    if against is not None and not tests:  # `--against ,,` ran the self-audit
+        raise UserError(f"--against {against!r}: expected a comma list of dataset names (e.g. cifar10,pets)")
+    if out_csv is not None:  # before the search, not after it
+        o.check_out_file(out_csv)
     audits = api.dedup(
-        dataset, o.words(against), data_dir=o.check_data_dir(data_dir), results=results, threshold=threshold,
+        dataset, tests, data_dir=o.check_data_dir(data_dir), results=results, threshold=threshold,
         workers=workers, rerun=rerun, data_source=data_source,
     )  # fmt: skip
     print_table(summary_table(audits))
@@ -86,8 +93,7 @@ def dedup_cmd(
             )
     if out_csv is not None:
         frame = pairs_csv(audits)
-        out_csv.parent.mkdir(parents=True, exist_ok=True)
-        frame.to_csv(out_csv, index=False)
+        write_atomic(out_csv, frame.to_csv(index=False))  # a path it cannot write: one line (the audit is stored)
         out.print(f"{len(frame)} pair(s) written to {out_csv}", markup=False, highlight=False)
 
 

@@ -183,7 +183,8 @@ Config = Annotated[
         "--config",
         panel=WHAT,
         help="A TOML file of these options (a protocol's also in [protocols.NAME]; and [suites.NAME]); "
-        "the command line wins.",
+        "the command line wins. Relative paths in it (results, data_dir, weights) are taken from the working "
+        "directory, as on the command line, not from the file's folder.",
     ),
 ]
 PrintConfig = Annotated[

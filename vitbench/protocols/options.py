@@ -103,6 +103,8 @@ class Declared:
                 return f"{self.flag}: expected a list of {_plural(self.kind)}, got {value!r}"
             if len(value) > MAX_VALUES:
                 return f"{self.flag}: {len(value):,} values; expected at most {MAX_VALUES:,}"
+            if not len(value) and tuple(self.default or ()) != ():  # `shots=[]` planned nothing, in silence
+                return f"{self.flag}: an empty list; expected at least one of the {_plural(self.kind)} it runs along"
             if why := next((why for v in value if (why := self._one(v))), None):
                 return why
             given = list(value)
