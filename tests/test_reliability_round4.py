@@ -200,7 +200,7 @@ def test_a_killed_rank_is_named_in_one_line_and_the_rerun_resumes(tmp_path):
     """Before: 130 lines of gloo and ChildFailedError tracebacks, and no vitbench line."""
     results = tmp_path / "results"
     command = [sys.executable, "-m", "vitbench", "run", *DIGITS, "--protocol", "finetune", "--batch", "16", "--steps",
-               "80", "--lr", "0.03", "--seeds", "0", "--checkpoint-every", "10", "--devices", "2",
+               "40", "--lr", "0.03", "--seeds", "0", "--checkpoint-every", "10", "--devices", "2",
                "--results", str(results)]  # fmt: skip
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert process.stderr is not None
@@ -226,7 +226,7 @@ def test_a_killed_rank_is_named_in_one_line_and_the_rerun_resumes(tmp_path):
     log = Path(line.rsplit("torchrun's log: ", 1)[1].rstrip(")"))
     assert "ChildFailedError" in log.read_text()  # the whole story is kept, out of the way
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "resumed at step 20 of 80" in done.stderr, done.stderr
+    assert done.returncode == 0 and "resumed at step 10 of 40" in done.stderr, done.stderr
     assert len(store.read_results(results).drop_duplicates("run_key")) == 1
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from contextlib import suppress
 from pathlib import Path
 
 import duckdb
@@ -24,14 +25,16 @@ class StoreUnavailable(UserError):
 # "TransactionContext Error: Failed to commit: Could not write file ... No space left on device") once
 # quarantined a valid shard, and the run's result left every table
 _STORE_ERRORS = (
-    *(duckdb.OperationalError, duckdb.FatalException, duckdb.InterruptException, duckdb.PermissionException),
-    duckdb.InternalError,
+    *(duckdb.IOException, duckdb.FatalException, duckdb.OutOfMemoryException, duckdb.ConnectionException),
+    *(duckdb.InterruptException, duckdb.PermissionException),
 )
 _STORE_WORDS = re.compile(r"no space left|could not write|disk quota|input/output error|read-only file", re.I)
 
 
 def is_store_error(error: BaseException) -> bool:
-    """Whether the database failed for a reason of its own (disk, lock, I/O), not one of the rows."""
+    """Whether the database failed for a reason of its own (disk, lock, I/O), not one of the rows.
+    (A failed COMMIT is a TransactionException whose words name the disk; "Current transaction is
+    aborted" follows a row's own error, and is not one.)"""
     return isinstance(error, _STORE_ERRORS) or bool(_STORE_WORDS.search(str(error)))
 
 
@@ -120,7 +123,8 @@ def _insert_all(con: duckdb.DuckDBPyConnection, records: list[dict]) -> None:
         con.execute("INSERT INTO curves SELECT run_key, name, step, value FROM batch_curves")
     finally:
         for name in frames:
-            con.unregister(name)
+            with suppress(duckdb.Error):  # in a transaction a row's error aborted: that error is what counts
+                con.unregister(name)
 
 
 def done_keys(con: duckdb.DuckDBPyConnection) -> set[str]:
