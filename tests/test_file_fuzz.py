@@ -196,3 +196,47 @@ def test_leases_that_name_no_live_holder_are_taken_once_old_enough(tmp_path_fact
     finally:
         lease.release()
     assert not lease.path.exists()
+
+
+FOLDER_ENTRY = st.sampled_from(["random", "empty", "fifo", "folder", "gif", "truncated", "text"])
+
+
+@settings(FUZZ, max_examples=20)
+@given(entries=st.lists(st.tuples(FOLDER_ENTRY, st.sampled_from(["a", "b"]), st.sampled_from([".png", ".jpg", ".tif"])),
+                        min_size=1, max_size=4), noise=st.binary(min_size=1, max_size=64))  # fmt: skip
+def test_image_folders_with_hostile_entries_load_or_fail_in_one_line(tmp_path_factory, entries, noise):
+    """An ImageFolder tree with random bytes, empty files, FIFOs, folders and GIFs under image names
+    beside real images: the split lists what it can read (a FIFO or folder is no image), and every
+    listed file decodes to RGB or a one-line error naming it, never a hang."""
+    from conftest import write_image
+
+    from vitbench.datasets.base import CorruptImage, decode
+    from vitbench.registry import get_dataset
+
+    root = tmp_path_factory.mktemp("folder") / "photos"
+    for split in ("train", "test"):
+        for label in ("a", "b"):
+            write_image(root / split / label / "real.png", seed=len(label))
+    for i, (kind, label, suffix) in enumerate(entries):
+        path = root / "train" / label / f"x{i}{suffix}"
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "folder":
+            path.mkdir()
+        elif kind == "gif":
+            write_image(path.with_suffix(".gif"), seed=i)
+        else:
+            content = {"random": noise, "empty": b"", "text": b"hello", "truncated": (root / "test/a/real.png")
+                       .read_bytes()[:40]}[kind]  # fmt: skip
+            path.write_bytes(content)
+    try:
+        split = get_dataset(f"folder:{root}").load_split(None, "train")
+    except Exception as e:
+        assert isinstance(e, UserError) and "\n" not in str(e), f"{type(e).__name__}: {e}"
+        return
+    assert all(Path(p).is_file() for p in split.paths)  # no FIFO or folder is listed as an image
+    for path in split.paths:
+        try:
+            assert decode(path).mode == "RGB"
+        except CorruptImage as e:
+            assert path in str(e) and "\n" not in str(e)

@@ -230,6 +230,28 @@ def test_a_killed_rank_is_named_in_one_line_and_the_rerun_resumes(tmp_path):
     assert len(store.read_results(results).drop_duplicates("run_key")) == 1
 
 
+def test_how_a_rank_ended_is_read_from_torchruns_report():
+    """The other endings of torchrun's root cause: an exception in a rank (its last error line is
+    named), and a rank's own one-line error (it printed it itself: nothing is added)."""
+    from vitbench.execution.supervise import died
+
+    report = (
+        '[rank1]: Traceback (most recent call last):\n[rank1]:   File "x.py", line 1, in <module>\n'
+        "[rank1]: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+        "Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-27_06:53:47\n  host      : localhost\n"
+        "  rank      : 1 (local_rank: 1)\n  exitcode  : {code} (pid: 4242)\n  error_file: <N/A>\n"
+    )
+    assert died(report.format(code=1), 2) == (
+        "rank 1 of 2 (pid 4242) failed (exit code 1): RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    )
+    assert died(report.format(code=2), 2) is None  # a UserError: the rank's own `error:` line says it
+    assert (
+        died(report.format(code=-6), 4) == "rank 1 of 4 (pid 4242) was killed by SIGABRT, and the other rank(s) "
+        "stopped with it"
+    )
+    assert died("no report at all", 2) is None
+
+
 def _descendants(pid: int) -> list[int]:
     found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
     return [d for child in map(int, found) for d in (child, *_descendants(child))]

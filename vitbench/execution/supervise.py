@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,16 +27,21 @@ _LAST_ERROR = re.compile(r"^\[rank(?P<rank>\d+)\]: (?P<line>\w[\w.]*(?:Error|Exc
 
 def supervise(command: list[str], env: dict, log_dir: Path, world: int) -> int:
     """Run torchrun's `command`; its exit code, or a UserError naming the rank that died."""
-    log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"torchrun-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}.log"
-    with open(log_path, "wb") as log:
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "wb")  # noqa: SIM115 (closed below, after the process)
+    except OSError:  # no log can be written there (a full disk): torchrun speaks for itself, as before
+        return subprocess.call(command, env=env)
+    with log:
         # bytes, split at "\n" only: the ranks' stderr is a pipe now, so they print log lines, not bars
         process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE)
         assert process.stderr is not None
         in_report = False
         for raw in process.stderr:
-            log.write(raw)
-            log.flush()
+            with suppress(OSError):  # a full disk ends the log, never the ranks' lines nor the run
+                log.write(raw)
+                log.flush()
             line = raw.decode(errors="replace")
             in_report = in_report or line.startswith("Traceback (most recent call last)")  # torchrun's own
             if not (in_report or _RANK_TRACE.match(line) or _AGENT_LOG.match(line)):
