@@ -21,13 +21,16 @@ _SYSTEM_REASONS = ("No space left on device", "Disk quota exceeded", "File too l
                    "Permission denied", "Input/output error")  # fmt: skip
 
 
-def io_reason(error: BaseException, limit: int = 120) -> str:
+def system_reason(error: BaseException) -> str | None:
     """The operating system's reason inside a library's error (DuckDB wraps "No space left on device"
-    in JSON after a hundred characters of its own), else the message on one line."""
-    text = str(error)
-    return next((reason for reason in _SYSTEM_REASONS if reason.lower() in text.lower()), None) or one_line(
-        error, limit
-    )
+    in JSON after a hundred characters of its own), if it holds one."""
+    text = str(error).lower()
+    return next((reason for reason in _SYSTEM_REASONS if reason.lower() in text), None)
+
+
+def io_reason(error: BaseException, limit: int = 120) -> str:
+    """system_reason, else the message on one line."""
+    return system_reason(error) or one_line(error, limit)
 
 
 def listed(items, joiner: str = "or") -> str:

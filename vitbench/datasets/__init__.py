@@ -4,14 +4,9 @@ is ever downloaded. `DATASETS` is the table of specs; `find_dataset` also resolv
 
 from __future__ import annotations
 
-from vitbench.datasets.base import (
-    IMAGE_SUFFIXES,
-    CorruptImage,
-    DatasetSpec,
-    Split,
-    dev_holdout,
-)
+from vitbench.datasets.base import CorruptImage, DatasetSpec, Split, dev_holdout
 from vitbench.datasets.cifar import read_cifar_batch
+from vitbench.datasets.image_folders import IMAGE_SUFFIXES
 from vitbench.datasets.imagenet import imagenet_synsets
 from vitbench.datasets.specs import DATASETS
 from vitbench.datasets.status import SplitCount, dataset_status, find_status

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.datasets.base import DatasetFormat, DatasetSpec, Split, class_folders, fingerprinted, require_dir
+from vitbench.datasets.base import DatasetFormat, DatasetSpec, Split, fingerprinted, require_dir
+from vitbench.datasets.image_folders import class_folders
 from vitbench.errors import UserError
 from vitbench.provenance import sha256_file, sha256_text
 

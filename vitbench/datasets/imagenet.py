@@ -13,15 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.datasets.base import (
-    Split,
-    class_folders,
-    fingerprinted,
-    image_files,
-    numbered_lines,
-    require_dir,
-    say_left_out,
-)
+from vitbench.datasets.base import Split, fingerprinted, numbered_lines, require_dir
+from vitbench.datasets.image_folders import class_folders, image_files, say_left_out
 from vitbench.errors import UserError
 from vitbench.provenance import sha256_file
 

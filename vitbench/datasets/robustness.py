@@ -18,12 +18,14 @@ every image carries is cropped first (ObjectNet's README)."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from vitbench.datasets.base import DatasetSpec, Split, fingerprinted, image_files, require, require_dir
+from vitbench.datasets.base import DatasetSpec, Split, fingerprinted, require, require_dir
+from vitbench.datasets.image_folders import image_files, say_left_out
 from vitbench.datasets.imagenet import imagenet_synsets, synset_folders, timm_info
 from vitbench.errors import UserError
 from vitbench.provenance import sha256_file
@@ -154,11 +156,13 @@ def _load_objectnet(root: Path | None, _split_name: str) -> Split:
     folders = sorted(classes)
     paths: list[str] = []
     labels: list[int] = []
+    left_out = Counter[str]()
     for label, folder in enumerate(folders):
         if (images / folder).is_dir():  # a class folder that is not there: a subset, reported by count
-            files = image_files(images / folder)
+            files = image_files(images / folder, left_out)
             paths += files
             labels += [label] * len(files)
+    say_left_out(images, left_out)
     mappings = [root / "mappings" / m for m in OBJECTNET_MAPPINGS]
     split = _split("objectnet", "objectnet-folder", images, paths, labels, mappings)
     split.class_map = [classes[f] for f in folders]

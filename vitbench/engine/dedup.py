@@ -260,7 +260,7 @@ def audit(
     search = Search(held, method)
     missed: list[tuple[int, str]] = []  # the audited split's unreadable images
     seen, first = 0, 0
-    if checkpoint is not None and (checkpoint.exists() or checkpoint.is_symlink()):
+    if checkpoint is not None and os.path.lexists(checkpoint):
         try:
             saved = _load_checkpoint(checkpoint)
             if saved["block"] == block and saved["n_test"] == len(held.indices):

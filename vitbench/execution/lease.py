@@ -79,9 +79,9 @@ class Lease:
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(owner, f)
-        except OSError as e:  # a full disk: a lease that names nobody would block the run for `seconds`
+        except OSError:  # a full disk: a lease that names nobody would block the run (acquire says so)
             self.path.unlink(missing_ok=True)
-            raise UserError(f"{self.path}: cannot take the run's lease ({e.strerror or e}); nothing was run") from None
+            raise
         return True
 
     def _stale(self) -> bool:

@@ -64,8 +64,8 @@ class Recorder:
         self.env, self.device_name = environment(), device_name(device)
         self.peak = peak_flops(self.device_name) if device.type == "cuda" else None
         self.count = 0
-        self.unmerged: list[str] = []  # results kept as shards only: the database could not take them
-        self.store_problem: str | None = None  # why (store.StoreUnavailable's line)
+        # why the database could not take a result (store.StoreUnavailable's line): kept as shards since
+        self.store_problem: str | None = None
         self.trackers = Trackers(req.tracker, req.results, req.tensorboard) if self.world.is_main else None
 
     def flops_per_image(self, group: Group) -> int:
@@ -129,8 +129,6 @@ class Recorder:
         write_atomic(shard, canonical_json(record))
         if self.con is not None:  # a cluster worker leaves the merge to `vitbench ingest`
             self._ingest(shard)
-        elif self.store_problem is not None:
-            self.unmerged.append(spec.run_key)
         if self.trackers is not None:  # after the shard: a tracker that fails never costs the result
             self.trackers.log_run(record)
         if self.leases is not None:
@@ -147,7 +145,6 @@ class Recorder:
             ingest(self.con, [shard])
         except StoreUnavailable as e:
             self.store_problem, self.con = str(e), None
-            self.unmerged.append(shard.stem)
 
 
 def _data_dir(group: Group, req: Request) -> str | None:

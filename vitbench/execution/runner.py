@@ -22,12 +22,11 @@ log = logging.getLogger("vitbench")
 @dataclass
 class Executed:
     """What `execute` did: runs stored, one line per group whose protocol failed (its other runs
-    went on), and where the database could not take results, why and which (kept as shards)."""
+    went on), and why the database could not take results, where it could not (kept as shards)."""
 
     ran: int = 0
     failed: list[str] = field(default_factory=list)
     store_problem: str | None = None
-    unmerged: list[str] = field(default_factory=list)
 
 
 def execute(
@@ -62,7 +61,7 @@ def execute(
                 failed.append(line)
                 for spec in todo:  # its runs without a result are free for the next command at once
                     leases.release(spec.run_key)
-    return Executed(recorder.count, failed, recorder.store_problem, recorder.unmerged)
+    return Executed(recorder.count, failed, recorder.store_problem)
 
 
 def _failure(group: Group, error: Exception, world) -> str | None:

@@ -10,7 +10,6 @@ rows, its name its audit_key); one that fails is quarantined, as a run's shard i
 from __future__ import annotations
 
 import json
-import logging
 import os
 from datetime import datetime
 from pathlib import Path
@@ -20,10 +19,9 @@ import pandas as pd
 
 from vitbench.atomic import read_regular, write_atomic
 from vitbench.errors import one_line
+from vitbench.store.merge import is_store_error, unavailable
 from vitbench.store.schema import ENVIRONMENT_COLUMNS, transaction
 from vitbench.store.shards import quarantine
-
-log = logging.getLogger("vitbench")
 
 AUDIT_SCHEMA = 1
 AUDIT_COLUMNS = [
@@ -105,8 +103,6 @@ def ingest_audits(con: duckdb.DuckDBPyConnection, results: Path, keys: set[str] 
     """Merge the audit shards the database lacks (or those of `keys`); returns how many. A shard that
     fails its checks, or that the database refuses for its rows, is quarantined; a database that
     fails itself (disk, I/O) raises StoreUnavailable from merge.py, the shards left pending."""
-    from vitbench.store.merge import is_store_error, unavailable
-
     wanted = (audit_shard_keys(results) - stored_audit_keys(con)) if keys is None else keys
     merged = 0
     for key in sorted(wanted):

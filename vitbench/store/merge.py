@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from contextlib import suppress
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from vitbench.errors import UserError, io_reason, one_line
+from vitbench.errors import UserError, io_reason, one_line, system_reason
 from vitbench.store.schema import CURVE_COLUMNS, DB_NAME, RUN_COLUMNS, transaction
 from vitbench.store.shards import quarantine, read_shards, shard_dir, shard_keys
 
@@ -28,14 +27,15 @@ _STORE_ERRORS = (
     *(duckdb.IOException, duckdb.FatalException, duckdb.OutOfMemoryException, duckdb.ConnectionException),
     *(duckdb.InterruptException, duckdb.PermissionException),
 )
-_STORE_WORDS = re.compile(r"no space left|could not write|disk quota|input/output error|read-only file", re.I)
 
 
 def is_store_error(error: BaseException) -> bool:
     """Whether the database failed for a reason of its own (disk, lock, I/O), not one of the rows.
     (A failed COMMIT is a TransactionException whose words name the disk; "Current transaction is
     aborted" follows a row's own error, and is not one.)"""
-    return isinstance(error, _STORE_ERRORS) or bool(_STORE_WORDS.search(str(error)))
+    if isinstance(error, _STORE_ERRORS) or system_reason(error) is not None:
+        return True
+    return "could not write" in str(error).lower()
 
 
 def unavailable(paths: list[Path], error: BaseException, what: str = "result shard(s)") -> StoreUnavailable:
