@@ -34,10 +34,49 @@ KEYED_AS = {"knn": {"knn_k": "k"}, "fewshot": {"fewshot_l2": "l2"}, "linear": {"
 KEYED_APART = {"fewshot": "shots"}
 
 
+# Settings that runs once recorded only where they were not the default, so that a reader had to
+# know the default (an fp32 run had no `precision`, and `--where precision=fp32` found nothing).
+# Every run records them now, the default too (shard schema 3, migration 8 fill in runs stored
+# before), and a key hashes them as keys were first made: without a default value. {protocol, or
+# ANY for every protocol: {setting: the value a run that recorded none ran with}}.
+ANY = "*"
+LIBJPEG = "libjpeg (the references' pixels: PIL's decode on the CPU, or the arrays as stored)"
+CPU_FIT = "on the CPU: scikit-learn lbfgs"
+WHOLE_TRAIN = "all of train"
+DEFAULT_SETTINGS: dict[str, dict[str, str]] = {
+    ANY: {"precision": "fp32", "decoder": LIBJPEG},
+    "fewshot": {"fewshot_train": WHOLE_TRAIN},
+    "linear": {"linear_fit": CPU_FIT},
+    "finetune": {"polyak_warmup": "none"},
+}
+# the settings whose default a protocol's keys always held (fine-tuning and pre-training recorded
+# `precision` from the start): they stay in its key whatever their value
+KEYED_WITH_DEFAULT = {"finetune": {"precision"}, "pretrain": {"precision"}}
+
+
+def defaults_of(protocol: str) -> dict[str, str]:
+    """Every setting with a default that a run of `protocol` records, and that default."""
+    return {**DEFAULT_SETTINGS[ANY], **DEFAULT_SETTINGS.get(protocol, {})}
+
+
+def explicit_hparams(protocol: str, hparams: dict) -> dict:
+    """`hparams` with every defaulted setting it leaves out at its default value: what a run records."""
+    return {**defaults_of(protocol), **hparams}
+
+
+def keyed_hparams(protocol: str, hparams: dict) -> dict:
+    """`hparams` in the form keys hash: a defaulted setting at its default left out (as runs once
+    recorded it), unless the protocol's keys always held it."""
+    always = KEYED_WITH_DEFAULT.get(protocol, set())
+    defaults = defaults_of(protocol)
+    return {k: v for k, v in hparams.items() if k in always or k not in defaults or v != defaults[k]}
+
+
 def run_key_of(spec: dict) -> str:
     """The run key of a spec's fields (protocols/base.RunSpec), in the form keys were first made in."""
     renamed, apart = KEYED_AS.get(spec["protocol"], {}), KEYED_APART.get(spec["protocol"])
-    hparams = {renamed.get(name, name): value for name, value in spec["hparams"].items() if name != apart}
+    stored = keyed_hparams(spec["protocol"], spec["hparams"])
+    hparams = {renamed.get(name, name): value for name, value in stored.items() if name != apart}
     keyed = {**spec, "hparams": hparams, "shots": spec["hparams"].get(apart) if apart else None}
     return sha256_text(canonical_json(keyed))
 

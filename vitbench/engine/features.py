@@ -20,7 +20,7 @@ from vitbench.engine import device_data
 from vitbench.engine.distributed import broadcast, world
 from vitbench.engine.inference import Outputs, run_over
 from vitbench.errors import UserError
-from vitbench.provenance import canonical_json, sha256_text
+from vitbench.provenance import ANY, canonical_json, keyed_hparams, sha256_text
 from vitbench.store.shards import quarantine
 from vitbench.weights import build_model
 
@@ -346,8 +346,10 @@ def frozen_features(group, runtime: Runtime, split_names: tuple[str, ...], wante
     `sampled_outputs`), only the train images the runs draw are extracted."""
     assert group.model.backend is not None
     backend = group.model.backend
-    parts = {k: v for k, v in group.specs[0].hparams.items() if k in ("representation", "precision", "decoder")}
-    precision, device = parts.get("precision", "fp32"), runtime.device
+    recorded = group.specs[0].hparams
+    precision, device = recorded["precision"], runtime.device
+    # the cache entry's key: what the features depend on, defaults left out as entries were first keyed
+    parts = keyed_hparams(ANY, {k: v for k, v in recorded.items() if k in ("representation", "precision", "decoder")})
 
     def features(m: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
         with autocast(device, precision):

@@ -26,7 +26,7 @@ from vitbench.errors import UserError
 from vitbench.protocols import bounds
 from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import Given, ProtocolOptions
-from vitbench.provenance import run_key_of
+from vitbench.provenance import explicit_hparams, run_key_of
 from vitbench.store.predictions import Predictions
 
 if TYPE_CHECKING:  # the engine (and torch) load when a protocol runs, not when its name or label is read
@@ -293,10 +293,12 @@ class Protocol:
         return next((m.axis for m in self.metrics if m.axis is not None), None)
 
     def base_spec(self, group: Group, first: Split, weights_sha: str, hparams: dict, seed: int) -> RunSpec:
-        """A RunSpec of this protocol: the data identity is that of the split it learns from."""
+        """A RunSpec of this protocol: the data identity is that of the split it learns from. Its
+        hparams name every setting, the defaults too (`precision: fp32`): a reader never has to know
+        one (provenance.DEFAULT_SETTINGS; the key hashes them as it always did)."""
         return RunSpec(
             group.model.name, weights_sha, group.dataset.name, first.source, first.fingerprint, self.name,
-            self.version, hparams, seed,
+            self.version, explicit_hparams(self.name, hparams), seed,
         )  # fmt: skip
 
 

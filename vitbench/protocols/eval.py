@@ -25,6 +25,7 @@ from vitbench.engine.scoring import (
 from vitbench.protocols.base import Group, ModelInputs, Protocol, Recorder, Request, Result, RunSpec
 from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import DATA_PANEL, ProtocolOptions, option
+from vitbench.provenance import keyed_hparams
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
 # version (tables, `--help`) stays light.
@@ -97,13 +98,14 @@ class Eval(Protocol):
         split_name = self.splits(group.dataset)[0]
         split = group.splits[split_name]
         model = group_model(group, keep_head=True)
-        precision = spec.hparams.get("precision", "fp32")
+        precision = spec.hparams["precision"]
 
         def classify(m, x):
             with autocast(runtime.device, precision):
                 return m(x)
 
-        keyed = {k: spec.hparams[k] for k in ("precision", "decoder") if k in spec.hparams}  # fp32, PIL: none
+        # the logits' cache entry is keyed as it was first made: fp32 and the references' decoder left out
+        keyed = keyed_hparams(self.name, {k: spec.hparams[k] for k in ("precision", "decoder")})
         logits, computed = outputs_over(
             group, split_name, runtime, clock, {"outputs": "logits", **keyed}, classify, model,
             distrust=group.dataset.head_size,

@@ -26,6 +26,7 @@ from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import FEWSHOT_PANEL, WHAT_PANEL, limits, option
 from vitbench.protocols.shared_options import SeededOptions
+from vitbench.provenance import WHOLE_TRAIN
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -165,7 +166,7 @@ class FewShot(Protocol):
         """A copy of the group whose train split is the part the shots are drawn from, as `plan`
         chose it (recorded in the runs' hparams); the planned group keeps its whole split."""
         name = self.splits(group.dataset)[0]
-        split, _ = _shots_split(group, name, "default" if "fewshot_train" in spec.hparams else "full")
+        split, _ = _shots_split(group, name, "full" if spec.hparams["fewshot_train"] == WHOLE_TRAIN else "default")
         return replace(group, splits={**group.splits, name: split})
 
 

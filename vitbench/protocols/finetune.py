@@ -267,7 +267,7 @@ def _settings(group: Group, seed: int, h: dict, lr: float, req: Request, runtime
         precrop=h.get("precrop"),
         precision=h["precision"],
         polyak=h["polyak"],
-        polyak_warmup="polyak_warmup" in h,
+        polyak_warmup=h["polyak_warmup"] != "none",
         seed=seed,
         micro_batch=o.micro_batch,
         compile=runtime.compile,

@@ -10,9 +10,16 @@ from pathlib import Path
 import duckdb
 
 from vitbench.errors import UserError
+from vitbench.provenance import ANY, DEFAULT_SETTINGS
 from vitbench.version import __version__
 
 DB_NAME = "vitbench.duckdb"
+
+
+def _sql_text(text: str) -> str:
+    """`text` as an SQL string literal (a quote doubled)."""
+    return "'" + text.replace("'", "''") + "'"
+
 
 # Migrations, applied in order inside one transaction; never edit a released step, append one.
 MIGRATIONS: list[list[str]] = [
@@ -103,6 +110,16 @@ MIGRATIONS: list[list[str]] = [
                 ("fewshot", "l2", "fewshot_l2"),
                 ("linear", "features", "linear_features"),
             )
+        ),
+    ],
+    [  # 8: every setting explicit, the defaults too (`precision: fp32`; shard schema 3); run keys unchanged
+        # (provenance.keyed_hparams). Only what is missing is added: a patch of the defaults alone, never
+        # the stored hparams as a patch (a JSON merge patch drops the null members of a patch)
+        *(
+            f"UPDATE runs SET hparams = json_merge_patch(hparams, json_object('{name}', {_sql_text(value)})) "
+            f"WHERE NOT json_exists(hparams, '$.{name}')" + ("" if protocol == ANY else f" AND protocol = '{protocol}'")
+            for protocol, defaults in DEFAULT_SETTINGS.items()
+            for name, value in defaults.items()
         ),
     ],
 ]

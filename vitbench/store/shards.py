@@ -18,14 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vitbench.atomic import read_regular
-from vitbench.provenance import KEYED_AS
+from vitbench.provenance import KEYED_AS, explicit_hparams
 
 log = logging.getLogger("vitbench")
 
 # 1: the `schema` field itself; a shard without one (written before it) reads as 0. 2: settings
 # stored under their own names (provenance.KEYED_AS: knn's `k` is `knn_k`), and few-shot's `shots`
-# among its hparams (it was a field of the run); keys unchanged
-SHARD_SCHEMA = 2
+# among its hparams (it was a field of the run); keys unchanged. 3: every setting explicit, the
+# defaults too (provenance.DEFAULT_SETTINGS: `precision: fp32`); keys unchanged
+SHARD_SCHEMA = 3
 QUARANTINE = "quarantine"
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
@@ -169,6 +170,8 @@ def read_shard(path: Path) -> dict:
         raise BadShard(f"its run_key {str(run.get('run_key'))[:16]}… is not its file name (a copy?)")
     if schema < 2:
         record = {**record, "run": _as_today(run)}
+    run = record["run"]  # < 3: the defaults it left out, recorded (a shard made by hand may lack them too)
+    record = {**record, "run": {**run, "hparams": explicit_hparams(run["protocol"], run["hparams"])}}
     return {**record, "schema": SHARD_SCHEMA}  # 0 -> 1: the shape is the same, the field is new
 
 
