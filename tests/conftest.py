@@ -192,6 +192,7 @@ def cli(capsys, monkeypatch):
     # so that a table cell holding a long path (CI's checkout may be deep) stays on one line.
     for console in (cli_module.out, cli_module.err):
         monkeypatch.setattr(console, "width", 1000)
+    monkeypatch.delenv("COLUMNS", raising=False)  # pytest-xdist sets 80 in its workers: tables would split to fit
 
     def run(*args: str) -> tuple[int, str, str]:
         from vitbench.cli import main

@@ -216,7 +216,7 @@ def main() -> None:
     if shared.exists() and not (root / "shared").exists():
         (root / "shared").symlink_to(shared, target_is_directory=True)
     steps, skipped = parse(readme)
-    for k in ("VITBENCH_RESULTS", "VITBENCH_DATA"):
+    for k in ("VITBENCH_RESULTS", "VITBENCH_DATA", "COLUMNS"):  # what a pipe receives (no COLUMNS: unsplit)
         os.environ.pop(k, None)
     with chdir(root / "checkout"):
         for step in steps:

@@ -26,7 +26,7 @@ def run_demo(cli, results, *extra):
 def test_demo_runs_stores_and_renders(cli, results, caplog):
     code, out, _ = run_demo(cli, results)
     assert code == 0, out
-    assert "Digits (8x8, scikit-learn)" in out and "5-shot†" in out and "· vit-ti/16 (random init)" in out
+    assert "Digits (8x8, scikit-learn)" in out and "5-shot" in out and "· vit-ti/16 (random init)†" in out
     df = with_axes(store.read_results(results))
     assert len(df) == 4 and set(df["shots"]) == {1, 5} and set(df["seed"]) == {0, 1}
     row = df.iloc[0]
@@ -60,8 +60,8 @@ def test_table_formats_and_compare(cli, results):
     run_demo(cli, results)
     code, md, _ = cli("table", "--results", results, "--format", "md", "--compare", "bit-l")
     assert code == 0
-    assert "**Table 2 layout: top-1 accuracy (%) · vit-ti/16 (random init)**" in md  # what all columns share
-    assert "| | 1-shot† | 5-shot† | bit-l (paper) |" in md
+    assert "**Table 2 layout: top-1 accuracy (%) · vit-ti/16 (random init)†**" in md  # what all columns share
+    assert "| | 1-shot | 5-shot | bit-l (paper) |" in md
     assert "| paper TPUv3-core-days |  |  | 9.9k |" in md
     # a row only paper columns fill is left out and named (issue 45: seven empty rows beside digits)
     assert "| CIFAR-10 |" not in md and "rows with paper cells only not shown: ImageNet, ImageNet ReaL, CIFAR-10" in md

@@ -116,7 +116,7 @@ def test_a_piped_table_keeps_its_full_width(piped_table):
     """Piped, rich used to cut to 80 columns and wrap the provenance footnote into pieces: each
     footnote is now one line, whole, however long."""
     lines = piped_table.splitlines()
-    provenance = [line for line in lines if line.startswith("[1-shot†] weights random init")]
+    provenance = [line for line in lines if line.startswith("[1-shot] weights random init")]
     assert len(provenance) == 1, piped_table
     assert provenance[0].rstrip().endswith(")")  # `… vitbench 0.1.0 (git …)`, not cut
     assert max(len(line) for line in lines) > 80

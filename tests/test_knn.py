@@ -76,6 +76,6 @@ def test_knn_runs_on_the_fewshot_feature_cache_and_tables_by_k(cli, results):
     fewshot = store.read_results(results).query("protocol == 'fewshot'")
     assert json.loads(fewshot["notes"].iloc[0])["features_from_cache"] is True
     code, md, _ = cli("table", "--protocol", "knn", "--format", "md", "--results", results)
-    assert code == 0 and "| k=5† | k=20† |" in md  # the model all columns share is in the title
+    assert code == 0 and "| k=5 | k=20 |" in md  # the model all columns share is in the title
     code, _, err = cli(*RUN, "--protocol", "knn", "--knn-k", "0", "--results", results)
     assert code != 0 and "--knn-k 0: expected an integer from 1 to" in err

@@ -31,7 +31,9 @@ def readme_walk(tmp_path_factory) -> tuple[Path, list[Step]]:
     if SHARED_DATA.exists():
         (root / "shared").symlink_to(SHARED_DATA.parent, target_is_directory=True)
     ran = []
-    env = {k: os.environ.pop(k) for k in ("VITBENCH_RESULTS", "VITBENCH_DATA") if k in os.environ}
+    # what a pipe receives: no results or data folder of the caller's, and no COLUMNS (pytest-xdist sets
+    # COLUMNS=80 in its workers; a table honours it, split to fit)
+    env = {k: os.environ.pop(k) for k in ("VITBENCH_RESULTS", "VITBENCH_DATA", "COLUMNS") if k in os.environ}
     try:
         with chdir(checkout):
             for step in STEPS:

@@ -228,16 +228,23 @@ def table_values(dom: str, table_id: str) -> dict[tuple[str, int], float]:
 
 
 # Run inside the page (the test's copy, its hash added to the policy): what a person at 1400 px would
-# meet — anything but a table's own scroll box reaching past the window's right edge — which sections
-# the page has, and every resource it fetched. Its answer lands in <body data-probe>.
+# meet — anything reaching past the window's right edge, a table that scrolls sideways in its box, a
+# header or cell whose text is wider than it (it overlaps its neighbour) — which sections the page
+# has, every figure line drawn (its SVG id), and every resource it fetched. Its answer lands in
+# <body data-probe>.
 PROBE = """
 const width = document.documentElement.clientWidth;
 const outside = [...document.body.querySelectorAll("*")]
   .filter(e => !(e.parentElement && e.parentElement.closest("div.scroll")))
   .filter(e => e.getBoundingClientRect().right > width + 1).map(e => e.tagName + (e.id ? "#" + e.id : ""));
+const overflowing = [...document.querySelectorAll("table.view th, table.view td")]
+  .filter(c => c.scrollWidth > c.clientWidth + 1).map(c => c.textContent.slice(0, 80));
+const lines = [...document.querySelectorAll('figure [id^="vitbench-line-"]')]
+  .filter(e => e.getBoundingClientRect().width > 0).map(e => e.closest("figure").id + "/" + e.id);
 document.body.dataset.probe = JSON.stringify({width: width, pageWidth: document.documentElement.scrollWidth,
   outside: outside.slice(0, 20), sections: [...document.querySelectorAll("section")].map(s => s.id),
-  scrolls: [...document.querySelectorAll("div.scroll")].filter(d => d.scrollWidth > d.clientWidth).length,
+  scrolls: [...document.querySelectorAll("div.scroll")].filter(d => d.scrollWidth > d.clientWidth + 1)
+    .map(d => d.querySelector("table").id), overflowing: overflowing.slice(0, 20), lines: lines,
   fetched: performance.getEntriesByType("resource").map(r => r.name)});
 """
 
@@ -271,6 +278,7 @@ def test_the_report_in_a_real_browser(cli, stored, tmp_path):
     probe = json.loads(html.unescape(re.search(r'data-probe="([^"]*)"', loaded.stdout).group(1)))
     assert probe["fetched"] == []  # nothing loaded from anywhere
     assert probe["width"] == 1400 and probe["pageWidth"] <= 1400 and probe["outside"] == [], probe
+    assert probe["scrolls"] == [] and probe["overflowing"] == [], probe  # every table fits, no label overlaps
     assert probe["sections"] == sections(page.read_text()) and probe["sections"][0] == "summary"
     assert {"fewshot", "finetune", "eval", "knn", "linear", "pretrain", "provenance"} <= set(probe["sections"])
     # the cells the browser shows are the numbers `vitbench table --protocol finetune --format csv` gives

@@ -125,9 +125,11 @@ def test_table2_golden(stored, fmt, suffix):
 def test_table2_cells_deltas_markers_and_empty_cells(stored):
     data = table.accuracy_view(store.read_results(stored), compare=["bit-l", "vit-l/16-i21k"])
     # every transfer protocol is shown (few-shot beside fine-tuned), in a stable order: model, weights
-    # (random init last), protocol in the registry's order, then the setting
-    ev, ft, smoke, few = "vit-b/16 · eval", "vit-b/16 · finetune", "vit-b/16 · finetune§", "vit-ti/16 · 10-shot†"
-    assert data.columns[:4] == [ft, smoke, ev, few]
+    # (random init last), protocol in the registry's order, then the setting; the resolutions differ, so
+    # every column names its own (fine-tuning at 384 px beside eval at 384 and few-shot at 224)
+    ev, ft, smoke = "vit-b/16 · eval · res=384", "vit-b/16 · finetune · res=384", "vit-b/16 · finetune · res=64§"
+    few = "vit-ti/16† · 10-shot · res=224"
+    assert data.columns[:4] == [smoke, ft, ev, few]
     assert data.title == "Table 2 layout: top-1 accuracy (%)"  # two models: each column names its own
     assert ("CIFAR-10", few) in data.cells and data.cells[("CIFAR-10", few)].delta is None
     c10 = data.cells[("CIFAR-10", ft)]
@@ -257,9 +259,10 @@ def test_table9_measured_tasks_roll_up_and_partial_is_said(tmp_path):
     assert t9.cells[("Natural mean (7 tasks)", col)].value().startswith("58.00 ± 7.07")
     assert t9.cells[("Caltech101 (natural)", col)].delta is not None
     t2 = table.accuracy_view(df)
-    assert t2.cells[("VTAB (19 tasks)", "vit-b/16 · finetune")].n == 2  # T2 also holds the eval column
+    finetuned = "vit-b/16 · finetune · res=384"  # T2 also holds the eval column and the smoke fine-tune
+    assert t2.cells[("VTAB (19 tasks)", finetuned)].n == 2
     partial = table.accuracy_view(df[df["dataset"] != "vtab/dtd"])
-    assert ("VTAB (19 tasks)", "vit-b/16 · finetune") not in partial.cells
+    assert ("VTAB (19 tasks)", finetuned) not in partial.cells
     assert any("18 of 19 tasks stored" in n for n in partial.footnotes)
 
 
@@ -274,14 +277,14 @@ def test_table5_and_table6_views(stored):
     t6 = table.table6_view(df)
     assert t6.cells[("ViT-H/14 · 14 ep (paper)", "ImageNet")].mean == 88.08
     assert t6.cells[("ViT-H/14 · 14 ep (paper)", "paper pre-training exaFLOPs")].value() == "4262"
-    ours = next(r for r in t6.rows if r.startswith("vit-b/16") and r.endswith("· finetune"))
+    ours = next(r for r in t6.rows if r.startswith("vit-b/16") and r.endswith("· finetune · res=384"))
     assert t6.cells[(ours, "vitbench exaFLOPs (this evaluation)")].value() == "18"  # 9 runs × 2 exaFLOPs
 
 
 def test_fewshot_view_group_by_and_where(stored):
     df = store.read_results(stored)
     fs = table.accuracy_view(df, protocol="fewshot", shots=10)
-    assert fs.columns == ["10-shot†"] and fs.title.endswith(" · vit-ti/16 (random init)")
+    assert fs.columns == ["10-shot"] and fs.title.endswith(" · vit-ti/16 (random init)†")
     assert fs.cells[("CIFAR-10", fs.columns[0])].value() == "35.00 ± 7.07 (n=2)"
     grouped = table.accuracy_view(df, group_by=["device_name", "hparams.res"])
     # what the fields leave together but a setting or the protocol tells apart stays apart (issue 61:
@@ -429,8 +432,8 @@ def test_the_cost_figure_draws_pre_training_cost_never_the_evaluations(cli, stor
     assert code == 0, err
     out = " ".join(out.split())  # as printed, wrapped at the terminal's width
     assert "Measured: 4 run(s): pre-fs10, pre-fs10, pre-fs5-, pre-fs5-." in out  # the pre-trained weights' few-shot
-    assert "vit-b/16 · finetune (pre-trained elsewhere: its cost is not known here)" in out
-    assert "vit-ti/16 · 10-shot† (random init)" in out
+    assert "vit-b/16 · finetune · res=384 (pre-trained elsewhere: its cost is not known here)" in out
+    assert "vit-ti/16† · 10-shot · res=224 (random init)" in out
     assert "run c10-0" in out  # curves: the fine-tuning run, not the newer pre-training one
     code, out, err = cli("plot", "curves", "--run", "pre", "--results", stored, "--out", tmp_path / "p")
     assert code == 0 and "pretrain: per-step training loss and learning rate of run pre " in out, err
@@ -467,8 +470,7 @@ def test_two_protocol_versions_are_two_columns_never_averaged(stored):
     write_run(stored, "c10-v2", {"accuracy": 0.5}, protocol_version="finetune/2")
     store.sync(stored)
     data = table.accuracy_view(store.read_results(stored))
-    old = next(c for c in data.columns if c.endswith("· finetune/1"))
-    new = next(c for c in data.columns if c.endswith("· finetune/2"))
+    old, new = "vit-b/16 · finetune · finetune/1 · res=384", "vit-b/16 · finetune · finetune/2 · res=384"
     assert data.cells[("CIFAR-10", new)].mean == 50.0 and data.cells[("CIFAR-10", new)].n == 1
     assert data.cells[("CIFAR-10", old)].n == 3  # the three finetune/1 seeds, not four
 

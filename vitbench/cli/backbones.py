@@ -12,6 +12,7 @@ from rich.table import Table
 from vitbench import store
 from vitbench.cli.app import app, err, out, print_table
 from vitbench.cli.options import DataDir, Device, Results, argument, check_data_dir, option
+from vitbench.cli.output import print_view
 
 # Each command loads the model code (torch, timm) when it runs: `--help` never pays for it.
 
@@ -32,15 +33,13 @@ def inspect_cmd(
 ) -> None:
     """Paper §4.5 views of a backbone: embedding filters, position similarity, attention distance, rollout."""
     from vitbench import api
-    from vitbench.views import attention, render
+    from vitbench.views import attention
 
     found = api.inspect(
         model, weights, res=res, images=images, dataset=dataset, data_dir=check_data_dir(data_dir), out_dir=out_dir,
         results=results, device=device, num_images=num_images, rollout_images=rollout_images,
     )  # fmt: skip
-    print_table(
-        render.to_rich(attention.attention_view(store.read_attention_distance(results), only=found["inspect_key"]))
-    )
+    print_view(attention.attention_view(store.read_attention_distance(results), only=found["inspect_key"]))
     written = ["embedding_filters.png"] if found["filters_written"] else []
     written += [
         "position_similarity.png",

@@ -8,8 +8,9 @@ from typing import Annotated
 
 from vitbench import store
 from vitbench.cli import options as o
-from vitbench.cli.app import app, out, print_table
+from vitbench.cli.app import app, out
 from vitbench.cli.options import option
+from vitbench.cli.output import print_view
 from vitbench.devices import check_pipeline, resolve_device
 from vitbench.engine.bench_types import MODES, Config, Options  # light: the measuring engine loads in the command
 from vitbench.errors import UserError
@@ -84,7 +85,7 @@ def bench_cmd(
     loops and timm's benchmark.py; images/s, MFU and peak memory into the store (`table --bench`)."""
     from vitbench import api
     from vitbench.engine import bench as engine_bench
-    from vitbench.views import bench_table, render
+    from vitbench.views import bench_table
 
     opts = _options(
         mode=mode, batch=batch, micro_batch=micro_batch, steps=steps, warmup=warmup, rounds=rounds,
@@ -94,7 +95,7 @@ def bench_cmd(
     defaults = engine_bench.GPU_CONFIGS if opts.device.type == "cuda" else engine_bench.CPU_CONFIGS
     bench_id = api.bench([Config.parse(c) for c in (config or defaults)], opts, results)
     frame = store.read_bench(results)
-    print_table(render.to_rich(bench_table.bench_view(frame[frame["bench_id"] == bench_id])))
+    print_view(bench_table.bench_view(frame[frame["bench_id"] == bench_id]))
     out.print(f"stored in {results / store.DB_NAME} (bench {bench_id}); all measurements: vitbench table --bench")
 
 

@@ -108,6 +108,16 @@ def _transfer_protocols() -> str:
     return listed(names)
 
 
+Baseline = Annotated[
+    str | None,
+    option(
+        "--baseline",
+        help="What --ci's marks (and the report's) compare each cell with: the cell of the same dataset, protocol, "
+        "shots and setting whose runs match these --where clauses, comma-separated (weights=random, "
+        "model=vit-b/16). [default: the table's first model and weights]",
+    ),
+]
+
 ViewProtocol = Annotated[
     str | None,
     option(

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from vitbench import store
 from vitbench.atomic import write_atomic
-from vitbench.cli.app import err, print_table
+from vitbench.cli.app import err, print_table, table_width
 from vitbench.cli.options import check_choice, check_out_file
 from vitbench.errors import UserError
 from vitbench.protocols.registry import own_view, protocols
@@ -21,25 +21,35 @@ if TYPE_CHECKING:  # the views (pandas, DuckDB) load when something is shown, no
 def print_summary_table(results: Path, run_keys: set[str] | None = None) -> None:
     """The summary after `vitbench run`: each protocol's own view of its runs where it declares one
     (pre-training: beside its transfer results), then the accuracy view of every other run, only
-    the rows that have results. `run_keys`: only these runs (the ones the command planned)."""
-    from vitbench.views import registry, render, table
+    the rows that have results, its columns named as the store's other runs of those datasets and
+    protocols tell them apart. `run_keys`: only these runs (the ones the command planned)."""
+    from vitbench.views import registry, table
 
-    df = store.read_results(results)
-    if run_keys is not None:
-        df = df[df["run_key"].isin(run_keys)]
+    stored = store.read_results(results)
+    df = stored[stored["run_key"].isin(run_keys)] if run_keys is not None else stored
     known = protocols()
     for view in dict.fromkeys(own_view(known[p]) for p in df["protocol"].unique() if p in known):
         found = registry.TABLES[view]
         if found.shows is None or df.empty:
             continue
         shown = found.shows(df)
-        print_table(render.to_rich(found.build(registry.Inputs(results, runs=df))))
+        print_view(found.build(registry.Inputs(results, runs=df)))
         df = df[~df["run_key"].isin(shown)]
     if df.empty:
         return
-    data = table.accuracy_view(df)
+    # labelled among the store's runs of the same datasets and protocols: a bf16 run beside stored fp32
+    # runs says `precision=bf16`, as `vitbench table` would
+    context = stored[stored["dataset"].isin(set(df["dataset"])) & stored["protocol"].isin(set(df["protocol"]))]
+    data = table.accuracy_view(context, keep=set(df["run_key"]))
     if data.rows:
-        print_table(render.to_rich(data))
+        print_view(data)
+
+
+def print_view(data: TableData) -> None:
+    """A view on stdout as a rich table that fits the terminal (or COLUMNS): split, never cut."""
+    from vitbench.views import render
+
+    print_table(render.to_rich(data, table_width()))
 
 
 def _demo_hint(results: Path) -> str:
@@ -84,7 +94,7 @@ def show(data: TableData, fmt: str, results: Path, out_file: Path | None = None)
     if fmt == "rich":
         if out_file is not None:
             raise UserError("--out needs a file format: --format md, latex, csv or html")
-        print_table(render.to_rich(data))
+        print_view(data)
     else:
         emit(render.render_text(data, fmt), out_file)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 from vitbench.cli.app import app, out
-from vitbench.cli.options import Results, ViewProtocol, Where, check_choice, option, words
+from vitbench.cli.options import Baseline, Results, ViewProtocol, Where, check_choice, option, words
 from vitbench.cli.output import emit
 from vitbench.protocols.registry import protocols
 
@@ -19,15 +19,7 @@ def report_cmd(
     ] = None,
     protocol: ViewProtocol = None,
     where: Where = None,
-    baseline: Annotated[
-        str | None,
-        option(
-            "--baseline",
-            help="What the tables' significance marks compare each cell with: the cell of the same dataset, "
-            "protocol, shots and setting whose runs match these --where clauses (weights=random). [default: "
-            "each table's first model and weights]",
-        ),
-    ] = None,
+    baseline: Baseline = None,
     show_paths: Annotated[
         bool,
         option(

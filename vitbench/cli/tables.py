@@ -8,7 +8,7 @@ from typing import Annotated
 
 from vitbench import store
 from vitbench.cli.app import app, err, out
-from vitbench.cli.options import Results, ViewProtocol, Where, argument, check_choice, option, words
+from vitbench.cli.options import Baseline, Results, ViewProtocol, Where, argument, check_choice, option, words
 from vitbench.cli.output import show
 from vitbench.errors import UserError
 from vitbench.protocols.measures import ACCURACY_VIEW
@@ -69,15 +69,7 @@ def table_cmd(
         bool,
         option("--ci", help="95 % intervals; * where a cell differs from its --baseline cell (Holm-significant)."),
     ] = False,
-    baseline: Annotated[
-        str | None,
-        option(
-            "--baseline",
-            help="What --ci's marks compare each cell with: the cell of the same dataset, protocol, shots and "
-            "setting whose runs match these --where clauses, comma-separated (weights=random, model=vit-b/16). "
-            "[default: the table's first model and weights]",
-        ),
-    ] = None,
+    baseline: Baseline = None,
     all_rows: Annotated[
         bool, option("--all-rows", help="Table 2's seven rows even where only the paper's columns fill them.")
     ] = False,
@@ -148,13 +140,34 @@ def export_cmd(
         bool,
         option("--predictions", help="The runs' per-image predictions (id, label, top-5, correct) instead."),
     ] = False,
+    cells: Annotated[
+        bool,
+        option(
+            "--cells",
+            help="The cells `vitbench table --ci` shows instead: a row per cell, a column per setting, mean, std, "
+            "n, the 95 % interval and the p-value against the --baseline cell.",
+        ),
+    ] = False,
+    baseline: Baseline = None,
+    protocol: ViewProtocol = None,
     where: Where = None,
     results: Results = Path("results"),
 ) -> None:
     """Every stored run × metric with its provenance, as Parquet or CSV (for pandas), or as JSON: one
     document per run, its fields, hparams and metrics nested (docs/results-schema.md)."""
-    from vitbench.store.export import RUN_DOCUMENT, export, export_predictions
+    from vitbench.store.export import RUN_DOCUMENT, export, export_cells, export_predictions
 
+    if (baseline or protocol) and not cells:
+        raise UserError("--baseline and --protocol choose the cells of `export --cells`: give --cells too")
+    if cells and predictions:
+        raise UserError("--cells and --predictions are two exports: give one")
+    if cells:
+        from vitbench.views.cell_export import cells_frame
+
+        path = out_file or Path(f"vitbench-cells.{fmt}")
+        rows = export_cells(results, fmt, path, where, lambda df: cells_frame(df, results, protocol, words(baseline)))
+        out.print(f"wrote {rows} cell(s) (one row each: setting, mean, std, n, interval, p-value) to {path}")
+        return
     if predictions:
         path = out_file or Path(f"vitbench-predictions.{fmt}")
         rows, runs = export_predictions(results, fmt, path, where)

@@ -47,6 +47,19 @@ def export(results: Path, fmt: str, out: Path, where: list[str] | None = None) -
     return len(frame)
 
 
+def export_cells(results: Path, fmt: str, out: Path, where: list[str] | None, cells) -> int:
+    """Write the cells `cells` makes of the (filtered) stored rows (views/cell_export.cells_frame) to
+    `out`; returns the number of cells written. JSON: an array of one object per cell."""
+    _check(fmt, out)
+    store.sync(results)
+    df = apply_where(store.read_results(results), where)
+    frame = cells(df) if not df.empty else pd.DataFrame()
+    if frame.empty:
+        raise UserError(f"no stored accuracy in {results / store.DB_NAME}" + (" matches --where" if where else ""))
+    _write(frame, fmt, out)
+    return len(frame)
+
+
 def run_documents(df: pd.DataFrame) -> list[dict]:
     """One JSON-ready document per stored run: its fields (timestamps in ISO 8601, a missing value as
     null), `hparams` and `notes` as objects, `metrics` as name -> value."""

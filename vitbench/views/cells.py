@@ -19,6 +19,12 @@ class Cell:
     is_paper: bool = False
     rankable: bool = False  # takes part in the row's best (accuracy cells without a marker)
     interval: tuple[float, float] | None = None  # a 95 % interval of the mean (fractions), with --ci
+    # with --ci, where the cell was tested against its baseline's (views/significance.py): that column,
+    # the test's p-value and the p-value after Holm's correction over the table's tests
+    baseline: str | None = None
+    p: float | None = None
+    p_holm: float | None = None
+    run_keys: tuple[str, ...] = ()  # the runs a measured cell stands for (`vitbench export --cells`)
 
     def value(self, pm: str = "±", show_n: bool = True, show_interval: bool = True) -> str:
         if self.text is not None:
@@ -49,6 +55,8 @@ class TableData:
     uniform_n: int | None = None
     paper_columns: set[str] = field(default_factory=set)
     lower_is_better: set[str] = field(default_factory=set)  # rows whose best cell is the lowest (ECE, NLL)
+    # a part of a wider table (`split`) shows the whole table's best cells, not its own
+    whole_best: set[tuple[str, str]] | None = None
 
     def add_row(self, row: str) -> None:
         if row not in self.rows:
@@ -64,9 +72,38 @@ class TableData:
         if is_paper:
             self.paper_columns.add(column)
 
+    def split(self, groups: list[list[str]], notes_on_each: bool = True) -> list[TableData]:
+        """This table as one table per group of its columns, nothing left out and nothing worked out
+        again: each part has the rows that hold a cell among its columns, the whole table's best
+        cells, marks and intervals, and a title that says which columns it shows; the footnotes
+        (the whole table's) under each part, or under the last (`notes_on_each=False`)."""
+        if len(groups) <= 1:
+            return [self]
+        best, parts = self.best(), []
+        for i, columns in enumerate(groups):
+            rows = [r for r in self.rows if any((r, c) in self.cells for c in columns)]
+            measured = [c for c in self.columns if c not in self.paper_columns]  # the paper's may repeat in parts
+            places = [measured.index(c) + 1 for c in columns if c in measured]
+            shows = f": columns {places[0]}–{places[-1]} of {len(measured)}" if places else ""
+            part = TableData(
+                rows=rows,
+                columns=list(columns),
+                cells={(r, c): cell for (r, c), cell in self.cells.items() if c in columns and r in rows},
+                footnotes=list(self.footnotes) if notes_on_each or i == len(groups) - 1 else [],
+                title=f"{self.title} (part {i + 1} of {len(groups)}{shows})",
+                uniform_n=self.uniform_n,
+                paper_columns={c for c in self.paper_columns if c in columns},
+                lower_is_better=set(self.lower_is_better),
+                whole_best={(r, c) for r, c in best if c in columns},
+            )
+            parts.append(part)
+        return parts
+
     def best(self) -> set[tuple[str, str]]:
         """The best rankable cell(s) of each row with at least two rankable cells (bold in print): the
-        highest, or the lowest in a `lower_is_better` row."""
+        highest, or the lowest in a `lower_is_better` row (of the whole table, for a part of one)."""
+        if self.whole_best is not None:
+            return self.whole_best
         out: set[tuple[str, str]] = set()
         for row in self.rows:
             ranked: list[tuple[str, float]] = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -58,6 +58,8 @@ class Measured:
     runs: pd.DataFrame
     chosen_l2: dict[int, float]
     superseded: int = 0  # earlier runs of the same setting on data whose files have changed since
+    # the input settings every column shares, said once under a view (views/settings.common_settings)
+    common: dict[str, str] = field(default_factory=dict)
 
 
 def _base_keys(runs: pd.DataFrame) -> list[tuple]:
@@ -76,10 +78,13 @@ def measured_columns(
     protocol: str | None = None,
     shots: int | None = None,
     group_by: Sequence[str] = (),
+    keep: set[str] | None = None,
 ) -> Measured:
     """Label every run with its column. Default columns: (model, weights, protocol, shots, setting),
-    where a setting splits a column only by the hparams that differ between runs of one dataset
-    (e.g. `res=96` next to `res=384`, or smoke next to full); `group_by` replaces that key."""
+    where a setting splits a column by the hparams that differ in the view (views/settings.py: e.g.
+    `res=96` next to `res=384`, or smoke next to full); `group_by` replaces that key. `keep`: only
+    these runs are shown, labelled as among all of `df` (the summary after a run: its runs, named
+    as the store's other runs of those datasets tell them apart)."""
     df, chosen = choose_sweep_l2(with_axes(df))  # few-shot's --fewshot-l2 sweep: one λ per shot count
     if protocol is None:  # runs that are not transfer results (pre-training) have views of their own
         df = df[df["protocol"].isin(with_metric(lambda m: m.transfer))]
@@ -87,17 +92,12 @@ def measured_columns(
         df = df[df["protocol"] == protocol]
     if shots is not None:
         df = df[df["shots"] == shots]
-    if df.empty:
-        empty = df.assign(column=pd.Series(dtype=str), smoke=pd.Series(dtype=bool))
+    if df.empty or (keep is not None and not df["run_key"].isin(keep).any()):
+        empty = df.iloc[0:0].assign(column=pd.Series(dtype=str), smoke=pd.Series(dtype=bool))
         return Measured(empty, empty.drop_duplicates("run_key"), chosen)
 
-    df = in_column_order(df)
-    # per-run work once per run, not once per metric row (a --fewshot-l2 sweep stores 30 metrics a run)
-    first = df.drop_duplicates("run_key")
-    keys = first["run_key"].to_numpy(object)
-    smoke = pd.Series(per_distinct(first["hparams"], _is_smoke).to_numpy(), index=keys)
-    base = pd.Series(_base_keys(first), index=keys, dtype=object)
-    df["smoke"], df["base"] = df["run_key"].map(smoke), df["run_key"].map(base)
+    df = _with_base(in_column_order(df))
+    common: dict[str, str] = {}  # said under a view of default columns; --group-by names its own
     if group_by:
         values = [field_values(df, f, "--group-by").map(str) for f in group_by]
         df["column"] = [
@@ -112,15 +112,11 @@ def measured_columns(
         )
         df = in_column_order(df, by_label=True)
     else:
-        scored = set(df.loc[df["metric"].isin(["accuracy", "accuracy_real"]), "run_key"])
-        runs = df.drop_duplicates("run_key")
-        labels, conditions, series = default_columns(runs, runs["run_key"].isin(scored))
-        keys = runs["run_key"].to_numpy(object)
-        df["column"] = df["run_key"].map(pd.Series(labels.to_numpy(), index=keys))
-        df["condition"] = df["run_key"].map(pd.Series(conditions.to_numpy(), index=keys))
-        df["series"] = df["run_key"].map(pd.Series(series.to_numpy(), index=keys))
+        df, common = default_labels(df)
         df = in_column_order(df, by_label=True)
 
+    if keep is not None:
+        df = df[df["run_key"].isin(keep)]
     df, superseded = _latest_data_only(df)
     if "notes" in df:
         df["effective_shots"] = effective_shots(df["notes"])
@@ -128,7 +124,36 @@ def measured_columns(
     accuracy = df[df["metric"] == "accuracy"]
     real = df[df["metric"] == "accuracy_real"].assign(dataset="imagenet_real", metric="accuracy")
     acc = pd.concat([accuracy, real], ignore_index=True)
-    return Measured(acc, runs, chosen, superseded)
+    return Measured(acc, runs, chosen, superseded, common)
+
+
+def _with_base(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with each run's `smoke` flag and column identity (`base`: _base_keys), worked out once
+    per run, not once per metric row (a --fewshot-l2 sweep stores 30 metrics a run)."""
+    first = df.drop_duplicates("run_key")
+    keys = first["run_key"].to_numpy(object)
+    smoke = pd.Series(per_distinct(first["hparams"], _is_smoke).to_numpy(), index=keys)
+    base = pd.Series(_base_keys(first), index=keys, dtype=object)
+    return df.assign(smoke=df["run_key"].map(smoke), base=df["run_key"].map(base))
+
+
+def default_labels(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:
+    """`df` (stored rows, a row per run and metric, with their axes) with each run's `column`,
+    `condition` and `series` as views/settings.py names them among the runs of `df`, and the input
+    settings every column shares. The one rule of which cells pair: two cells pair where their
+    dataset and condition are the same (`vitbench table --ci`, the report, `compare --all`)."""
+    if "base" not in df:
+        df = _with_base(df)
+    scored = set(df.loc[df["metric"].isin(["accuracy", "accuracy_real"]), "run_key"])
+    runs = df.drop_duplicates("run_key")
+    labels, conditions, series, common = default_columns(runs, runs["run_key"].isin(scored))
+    keys = runs["run_key"].to_numpy(object)
+    df = df.assign(
+        column=df["run_key"].map(pd.Series(labels.to_numpy(), index=keys)),
+        condition=df["run_key"].map(pd.Series(conditions.to_numpy(), index=keys)),
+        series=df["run_key"].map(pd.Series(series.to_numpy(), index=keys)),
+    )
+    return df, common
 
 
 def _apart_within(df: pd.DataFrame, group_by: Sequence[str]) -> pd.Series:
@@ -305,10 +330,12 @@ def measured_cells(
         dtype=float
     )
     duplicates = shown[contamination.COLUMN].to_numpy(dtype=float) if contamination.COLUMN in shown else None
+    keys = shown["run_key"].astype(str).to_numpy(object)
     for (dataset, col), rows in shown.groupby(["dataset", "column"], sort=False).indices.items():
         fewest = fewest_shots(effective[rows], shots[rows])
         most = float(np.nanmax(duplicates[rows])) if duplicates is not None and (duplicates[rows] >= 0).any() else None
         cell = _cell(pd.Series(value[rows]), bool(subset[rows].any()), fewest, meta[str(col)], include_marked, most)
+        cell.run_keys = tuple(dict.fromkeys(keys[rows]))
         data.cells[(row_of[str(dataset)], str(col))] = cell
     return meta
 

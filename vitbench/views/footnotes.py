@@ -8,6 +8,7 @@ from vitbench.views import contamination
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, SUBSET_MARK, TableData
 from vitbench.views.columns import Measured
 from vitbench.views.paper_match import WITHIN_MARK
+from vitbench.views.settings import common_text
 
 
 def marker_footnotes(data: TableData, include_marked: bool, compared: bool) -> None:
@@ -49,7 +50,11 @@ def short_fingerprint(fingerprint) -> str:
 
 def provenance_footnotes(data: TableData, m: Measured) -> None:
     """What stands behind each measured column: weights fingerprint, data source, protocol, seeds,
-    hardware and code version — one footnote per distinct provenance, naming the columns it covers."""
+    hardware and code version — one footnote per distinct provenance, naming the columns it covers;
+    first, the input settings every column shares (no label names them: none is left to a default)."""
+    shared = common_text(m.common)
+    if shared:
+        data.footnotes.append(shared)
     covers: dict[str, list[str]] = {}
     # each distinct provenance once: a column of a checkpoint sweep holds thousands of runs that share it
     fields = ["column", "weights", "weights_sha256", "random_init", "dataset", "data_source", "data_fingerprint",

@@ -6,7 +6,7 @@ provenance (views/footnotes.py)."""
 
 from __future__ import annotations
 
-from vitbench.views.cells import TableData
+from vitbench.views.cells import RANDOM_MARK, TableData
 from vitbench.views.columns import Measured, weights_label
 
 PER_CELL_N = "mean ± std over seeds (n runs)"
@@ -28,7 +28,8 @@ def say_once(data: TableData, m: Measured) -> None:
     if len(identities) != 1:
         return
     first = identities.iloc[0]
-    prefix = f"{first['model']} · "
+    mark = RANDOM_MARK if first["random_init"] else ""  # said with the model, in the title
+    prefix = f"{first['model']}{mark} · "
     if not all(c.startswith(prefix) for c in measured):
         return
     rename = {c: c[len(prefix) :] for c in measured}
@@ -37,4 +38,4 @@ def say_once(data: TableData, m: Measured) -> None:
     for old in sorted(rename, key=len, reverse=True):
         data.footnotes = [n.replace(old, rename[old]) for n in data.footnotes]
     label = weights_label(first["model"], first["weights"], first["weights_sha256"], bool(first["random_init"]))
-    data.title += f" · {label}"
+    data.title += f" · {label}{mark}"

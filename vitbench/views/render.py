@@ -200,12 +200,17 @@ def table_fragment(t: TableData, table_id: str = "", notes: list[str] | None = N
         if cell is None:
             return f"<td{klass}></td>"
         number = f' data-value="{cell.mean:.6g}"' if cell.mean is not None else ""
-        whole = f' title="{esc(_plain(t, cell))}"' if cell.interval is not None or cell.marks.strip() else ""
-        value = esc(t.shown(cell, show_interval=False))
-        value = f"<strong>{value}</strong>" if (row, col) in best else value
+        whole = f' title="{esc(_hover(t, cell))}"' if cell.interval is not None or cell.marks.strip() else ""
+        # pieces that a narrow column may put on lines of their own, each kept whole (`span.v`): the
+        # value, its n, its marks; the interval and the Δ are spans of their own already
+        value = esc(cell.value(show_n=False, show_interval=False))
+        value = f'<span class="v">{f"<strong>{value}</strong>" if (row, col) in best else value}</span>'
+        if cell.n is not None and cell.text is None and cell.mean is not None and t.uniform_n is None:
+            value += f' <span class="v">(n={cell.n})</span>'
         if cell.interval is not None:
             value += f' <span class="ci">{esc(cell.interval_text())}</span>'
-        value += esc(cell.marks)
+        if cell.marks.strip():
+            value += f'<span class="v">{esc(cell.marks)}</span>'
         if cell.delta is not None:
             sign = "pos" if cell.delta >= 0 else "neg"
             value += f' <span class="delta {sign}">{esc(_delta_text(cell.delta))}</span>'
@@ -233,24 +238,90 @@ def to_html(t: TableData) -> str:
 
 
 def _wrapping(label: str) -> str:
-    """A column label that a narrow column wraps between its parts (`deit-ti/16 · 1-shot · res=64`)
-    and between words, never inside one: no break at a part's hyphen (`1-shot`) or slash."""
-    parts = [f'<span class="part">{html.escape(part)}</span>' for part in label.split(" · ")]
-    return " · ".join(parts)
+    """A column label that a narrow column wraps between its parts (`deit-ti/16 · 1-shot ·
+    precision=fp32, res=64`) and between the settings of a part, never inside one where it fits: no
+    break at a hyphen (`1-shot`) or slash; a piece longer than the column (a long timm name) breaks
+    inside itself rather than overflow into its neighbour (the page's style: `span.part`)."""
+    return " ".join(f'<span class="part">{html.escape(piece)}</span>' for piece in label_pieces(label))
 
 
-def to_rich(t: TableData):
+def label_pieces(label: str) -> list[str]:
+    """A column label in the pieces a narrow column may put on lines of their own, each with the
+    separator that follows it (`deit-ti/16 ·`, `1-shot ·`, `precision=fp32,`, `res=64`): a line
+    never starts with a comma or a dot."""
+    parts = label.split(" · ")
+    pieces = []
+    for i, part in enumerate(parts):
+        settings = part.split(", ")
+        for j, setting in enumerate(settings):
+            pieces.append(setting + ("," if j < len(settings) - 1 else " ·" if i < len(parts) - 1 else ""))
+    return pieces
+
+
+def cell_pieces(t: TableData, cell: Cell) -> list[str]:
+    """What a cell's HTML keeps whole (`table_fragment`'s `span.v`, the interval, the Δ)."""
+    pieces = [cell.value(show_n=False, show_interval=False)]
+    if cell.n is not None and cell.text is None and cell.mean is not None and t.uniform_n is None:
+        pieces.append(f"(n={cell.n})")
+    if cell.marks.strip():
+        pieces.append(cell.marks)
+    if cell.delta is not None:
+        pieces.append(_delta_text(cell.delta))
+    return pieces
+
+
+def _hover(t: TableData, cell: Cell) -> str:
+    """A cell's whole text, and where it was tested against a baseline, that test (its p-values)."""
+    text = _plain(t, cell)
+    if cell.p is not None and cell.baseline is not None:
+        text += f"; vs [{cell.baseline}]: p = {cell.p:.3g}, after Holm {cell.p_holm:.3g}"
+    return text
+
+
+def to_rich(t: TableData, width: int | None = None):
     """The table, then its footnotes as lines of their own: a caption would wrap them to the table's
-    width (a provenance line cut into five); these wrap at the terminal's, or not at all in a pipe."""
+    width (a provenance line cut into five); these wrap at the terminal's, or not at all in a pipe.
+    `width`: the characters a line holds (the terminal's); a table wider than that is shown whole,
+    never cut: its column labels wrapped between their parts, and where that is not enough, its
+    columns in parts that each fit (views/cells.TableData.split), the footnotes under the last."""
     from rich.console import Group
+    from rich.text import Text
+
+    parts, wrapped = [t], False
+    if width is not None and _width(_rich_table(t)) > width:
+        wrapped = True
+        if _width(_rich_table(t, wrapped=True)) > width:
+            parts = t.split(_fitting(t, width), notes_on_each=False)
+    shown = [piece for part in parts for piece in _titled(_rich_table(part, wrapped), part.title)]
+    shown += [Text("\n".join(t.footnotes))] if t.footnotes else []
+    return Group(*shown) if len(shown) > 1 else shown[0]
+
+
+def _titled(table, title: str):
+    """`table` under its title: rich's own (centred over it) where it fits the table's width; a
+    line of its own where it is wider (rich would wrap it to the table's width, a word a line)."""
+    from rich.text import Text
+
+    if not title or _width(table) >= len(title):
+        table.title = Text(title) if title else None
+        return [table]
+    return [Text(title), table]
+
+
+def _header(column: str, wrapped: bool) -> str:
+    """A column label, on one line or a line per part (`deit-ti/16 ·` / `5-shot ·` / `res=32`)."""
+    return column.replace(" · ", " ·\n").replace(", ", ",\n") if wrapped else column
+
+
+def _rich_table(t: TableData, wrapped: bool = False):
     from rich.table import Table
     from rich.text import Text  # Text, not markup: labels hold "[sha]" brackets
 
     best = t.best()
-    table = Table(title=Text(t.title) if t.title else None)
+    table = Table()  # its title: `_titled`
     table.add_column("")
     for c in t.columns:
-        table.add_column(Text(c), justify="right", style="cyan" if c in t.paper_columns else None)
+        table.add_column(Text(_header(c, wrapped)), justify="right", style="cyan" if c in t.paper_columns else None)
     for r in t.rows:
         shown = []
         for c in t.columns:
@@ -264,7 +335,35 @@ def to_rich(t: TableData):
                 text.append(f" {_delta_text(cell.delta)}", style="green" if cell.delta >= 0 else "red")
             shown.append(text)
         table.add_row(Text(r), *shown)
-    return Group(table, Text("\n".join(t.footnotes))) if t.footnotes else table
+    return table
+
+
+def _width(renderable) -> int:
+    """The characters `renderable` takes on one line, unconstrained."""
+    from rich.console import Console
+
+    console = Console(width=100_000)
+    return console.measure(renderable, options=console.options).maximum
+
+
+def _fitting(t: TableData, width: int) -> list[list[str]]:
+    """`t`'s columns in order, in groups whose tables (labels wrapped, the row labels repeated) each
+    fit `width`; a column wider than that alone is a group of its own."""
+    alone = _width(_rich_table(TableData(rows=t.rows, uniform_n=t.uniform_n)))
+    extra = {
+        c: _width(_rich_table(TableData(rows=t.rows, columns=[c], cells={k: v for k, v in t.cells.items() if k[1] == c},
+                                        uniform_n=t.uniform_n), wrapped=True)) - alone
+        for c in t.columns
+    }  # fmt: skip
+    groups: list[list[str]] = [[]]
+    used = alone
+    for c in t.columns:
+        if groups[-1] and used + extra[c] > width:
+            groups.append([])
+            used = alone
+        groups[-1].append(c)
+        used += extra[c]
+    return groups
 
 
 def render_text(t: TableData, fmt: str) -> str:

@@ -44,8 +44,6 @@ from vitbench.views.columns import accelerator_days, measured_columns
 from vitbench.views.footnotes import short_fingerprint
 from vitbench.views.private_paths import explanation, private_roots, redact
 
-WIDE = 8  # measured columns: a protocol's table with more is split into tables of whole models and weights
-
 
 @dataclass
 class Section:
@@ -99,13 +97,12 @@ def _protocol_section(page: Page, name: str) -> Section:
     label = protocol.label if protocol else name  # a protocol whose plugin is not installed here still has its section
     df = page.df[page.df["protocol"] == name]
     out = Section(report_page.safe_id(name), label)
-    for part in _narrow(df, name):
-        # the --compare columns beside every protocol's cells, as `vitbench table --compare` shows them
-        # (a Δ only where the protocol's metric stands beside the paper's fine-tuned cells)
-        view = table.accuracy_view(
-            part, page.compare, name, ci=page.results, heading=out.heading, baseline=page.baseline
-        )
-        out.parts.append(page.table(out.anchor, view))
+    # the --compare columns beside every protocol's cells, as `vitbench table --compare` shows them (a Δ
+    # only where the protocol's metric stands beside the paper's fine-tuned cells): one table, labelled,
+    # marked and tested as `vitbench table --ci` does it, then split where it is wide (never worked out again)
+    view = table.accuracy_view(df, page.compare, name, ci=page.results, heading=out.heading, baseline=page.baseline)
+    for part in view.split(_narrow(view, df, name)):
+        out.parts.append(page.table(out.anchor, part))
     if df["dataset"].str.startswith("vtab/").any():
         out.parts.append(page.table(f"{out.anchor}-vtab", table.table9_view(df, (), name)))
         out.parts.append(page.figure(f"vtab-{out.anchor}", lambda: plots.vtab_figure(df, page.figures, ("svg",), name,
@@ -119,25 +116,35 @@ def _protocol_section(page: Page, name: str) -> Section:
     return out
 
 
-def _narrow(df: pd.DataFrame, protocol: str) -> list[pd.DataFrame]:
-    """The protocol's runs in parts whose tables have at most WIDE measured columns: whole models
-    and weights, in the views' column order, packed together while they fit (one that has more
-    columns alone is a part of its own)."""
+def _narrow(view: TableData, df: pd.DataFrame, protocol: str) -> list[list[str]]:
+    """The view's columns in groups that each fit the page (report_page.TABLE_EMS, with the row
+    labels and the paper's columns, which every group repeats): whole models and weights in the
+    view's order, packed together while they fit; a model and weights that does not fit alone is
+    split where it must."""
     runs = measured_columns(df, protocol).runs
-    identity = ["model", "weights_sha256", "random_init"]
-    widths = runs.groupby(identity, sort=False)["column"].nunique()
-    if widths.sum() <= WIDE:
-        return [df]
-    parts: list[list[tuple]] = [[]]
-    width = 0
-    for key, columns in widths.items():
-        if parts[-1] and width + columns > WIDE:
-            parts.append([])
-            width = 0
-        parts[-1].append(key)
-        width += columns
-    keys = pd.Series(list(zip(*(df[f] for f in identity), strict=True)), index=df.index)
-    return [df[keys.isin(part)] for part in parts]
+    backbones = zip(runs["model"], runs["weights_sha256"], runs["random_init"], strict=True)
+    identity = dict(zip(runs["column"], backbones, strict=True))
+    measured = [c for c in view.columns if c not in view.paper_columns]
+    paper = [c for c in view.columns if c in view.paper_columns]
+    width = {c: report_page.column_ems(view, c) for c in view.columns}
+    room = report_page.TABLE_EMS - report_page.row_label_ems(view) - sum(width[c] for c in paper)
+    if sum(width[c] for c in measured) <= room:
+        return [view.columns]
+    blocks: list[list[str]] = []  # a model and weights' columns (a column renamed by the view: its own)
+    for column in measured:
+        if blocks and identity.get(column, column) == identity.get(blocks[-1][-1], blocks[-1][-1]):
+            blocks[-1].append(column)
+        else:
+            blocks.append([column])
+    groups: list[list[str]] = [[]]
+    for block in blocks:
+        if groups[-1] and sum(width[c] for c in groups[-1] + block) > room:
+            groups.append([])  # a backbone that fits a part of its own starts one
+        for column in block:
+            if groups[-1] and sum(width[c] for c in groups[-1]) + width[column] > room:
+                groups.append([])
+            groups[-1].append(column)
+    return [group + paper for group in groups]
 
 
 def _pretraining_section(page: Page) -> Section:

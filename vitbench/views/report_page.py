@@ -17,7 +17,7 @@ from pathlib import Path
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, SUBSET_MARK, TableData
 from vitbench.views.contamination import DUPLICATE_MARK
 from vitbench.views.paper_match import SETTING_MARK, WITHIN_MARK
-from vitbench.views.render import STYLE, table_fragment
+from vitbench.views.render import STYLE, cell_pieces, label_pieces, table_fragment
 from vitbench.views.significance import SIGNIFICANT_MARK
 
 SCRIPT = """
@@ -62,14 +62,45 @@ ul.notes { font-size: .85em; color: #555; max-width: 70em; }
 .ci { display: none; color: #555; font-size: .85em; }
 body:has(#show-intervals:checked) .ci { display: inline; }
 thead th { cursor: pointer; } input.filter { margin: .5em 0; }
-/* a column's label wraps between words, never inside one: 8 columns fit the page without scrolling */
+/* a column's label wraps between its parts and settings, never inside one that fits; one longer than
+   the column breaks inside itself, never over its neighbour. A cell wraps between its value, n and
+   marks, each kept whole: a table of 8 measured columns fits the page without scrolling */
 div.scroll thead th { white-space: normal; overflow-wrap: normal; word-break: normal; vertical-align: bottom;
-                      min-width: 5em; max-width: 11em; }
+                      min-width: 5em; max-width: 13em; }
+div.scroll thead th span.part { display: inline-block; max-width: 100%; white-space: normal;
+                                overflow-wrap: anywhere; }
+div.scroll td { white-space: normal; } div.scroll td span.v, div.scroll td span.ci, div.scroll td span.delta
+{ white-space: nowrap; }
 details { margin: .3em 0; } details table td { text-align: left; white-space: normal; overflow-wrap: anywhere; }
 figure { margin: 1em 0; max-width: 900px; } figure svg, figure img { max-width: 100%; height: auto; }
 figcaption { font-size: .9em; color: #333; }
 @media print { nav, input.filter, label.toggle { display: none; } }
 """
+# How wide a table may be drawn, in em (the body's 1300 px at 16 px a em, less a margin), what a
+# character takes at the most (bold system-ui), a cell's padding and the first column's bounds (the CSS above):
+# what `table_ems` estimates, for the report to split a wide table into parts that each fit
+TABLE_EMS = 78.0
+CHARACTER_EMS = 0.62
+PADDING_EMS = 1.6
+ROW_LABEL_EMS = (10.0, 24.0)
+HEADER_EMS = 13.0
+
+
+def column_ems(data: TableData, column: str) -> float:
+    """About the least width (em) a column of `data` takes on the page: its longest piece of label
+    (at most HEADER_EMS: a longer one breaks inside) or of a cell (kept whole), and its padding."""
+    label = max((len(piece) for piece in label_pieces(column)), default=0) * CHARACTER_EMS
+    cells = [data.cells[(r, column)] for r in data.rows if (r, column) in data.cells]
+    widest = max((len(p) for cell in cells for p in cell_pieces(data, cell)), default=0) * CHARACTER_EMS
+    return max(min(label, HEADER_EMS), widest, 5.0) + PADDING_EMS
+
+
+def row_label_ems(data: TableData) -> float:
+    """About the width (em) of a table's first column: its longest row label, within its bounds."""
+    longest = max((len(r) for r in data.rows), default=0) * CHARACTER_EMS + PADDING_EMS
+    return min(max(longest, ROW_LABEL_EMS[0]), ROW_LABEL_EMS[1]) + PADDING_EMS
+
+
 # the marks a table can carry: a footnote that starts with one explains it and goes in the legend
 MARK_STARTS = (RANDOM_MARK, SUBSET_MARK, SMOKE_MARK, SIGNIFICANT_MARK, WITHIN_MARK, SETTING_MARK, "[lo, hi]",
                "[k-shot]", "(k-shot)", "Δ:", DUPLICATE_MARK)  # fmt: skip

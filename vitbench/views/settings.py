@@ -19,6 +19,7 @@ import json
 import pandas as pd
 
 from vitbench.protocols.registry import protocols
+from vitbench.provenance import LIBJPEG
 from vitbench.store.query import json_field
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK
 
@@ -35,19 +36,24 @@ def run_setting(hparams) -> dict:
     return {k: v for k, v in h.items() if k not in PER_RUN_HPARAMS}
 
 
-# what a run that does not record a setting ran with (the key holds only where it is not the default)
-ABSENT = {"precision": "fp32", "decoder": "libjpeg"}
+# settings the command sets for every backbone alike (`--res`, `--precision`, the decoder, `--gelu`):
+# a label names them wherever they differ anywhere in the view, across backbones too (a plugin run
+# only at 32 px says `res=32` beside DeiT-Ti's `res=32` and `res=224`); where they do not differ, the
+# view says them once (`common_settings`). Any other setting is named where it differs and the
+# backbone and the settings named do not already explain it (the preprocessing's mean and std, the
+# representation, a fine-tuning recipe chosen per family follow from the backbone).
+INPUT_SETTINGS = ("res", "precision", "decoder", "gelu")
 # a setting whose stored text explains itself at length, named by its first word in a label
 FIRST_WORD = {"decoder"}
-# settings a label names wherever a run records them, differing or not: not the reference's pixels
-ALWAYS_NAMED = {"decoder"}
+# settings a label names wherever a run's value is not the default, differing or not: nvjpeg's
+# pixels are not the reference's
+NAMED_UNLESS_DEFAULT = {"decoder": LIBJPEG}
 
 
 def value_text(value, name: str | None = None) -> str:
-    """A setting's value as a label writes it, whole (a label is never cut): `decoder=nvjpeg`,
-    `precision=fp32` where the run recorded none."""
+    """A setting's value as a label writes it, whole (a label is never cut): `decoder=nvjpeg`."""
     if value is None:
-        return ABSENT.get(name or "", "none")
+        return "none"
     if isinstance(value, list | dict):
         return json.dumps(value, sort_keys=True)
     return str(value).split(" ", 1)[0] if name in FIRST_WORD else str(value)
@@ -59,25 +65,25 @@ def setting_text(protocol: str, name: str, value) -> str:
     return axis.setting(value) if axis is not None and axis.name == name else f"{name}={value}"
 
 
-def explaining(keys: set[str], settings: list[dict]) -> list[str]:
-    """Of the setting names that differ among `settings`, those a label names: the short ones
-    first, each kept unless the ones kept already determine it (`preprocessing` follows from
-    `res` when both differ together). In name order."""
+def explaining(keys: set[str], settings: list[dict], identities: list | None = None) -> list[str]:
+    """Of the setting names that differ among `settings`, those a label names: the input settings
+    (INPUT_SETTINGS) always, then the others, short ones first, each kept unless what is known
+    already determines it: the settings kept and, given `identities` (each setting's backbone), the
+    backbone (`preprocessing` follows from `res` and the model; DeiT-Ti's representation from DeiT-Ti).
+    In name order."""
+    known_of = identities if identities is not None else [None] * len(settings)
 
     def width(name: str) -> tuple[int, str]:
         return max(len(value_text(s.get(name), name)) for s in settings), name
 
-    kept: list[str] = []
-    for name in sorted(keys, key=width):
+    kept = sorted(k for k in keys if k in INPUT_SETTINGS)
+    for name in sorted(keys - set(kept), key=width):
         seen: dict[tuple, str] = {}
-        determined = bool(kept)
-        for s in settings:
-            known = tuple(value_text(s.get(k), k) for k in kept)
+        for s, identity in zip(settings, known_of, strict=True):
+            known = (identity, tuple(value_text(s.get(k), k) for k in kept))
             if seen.setdefault(known, value_text(s.get(name), name)) != value_text(s.get(name), name):
-                determined = False
+                kept.append(name)
                 break
-        if not determined:
-            kept.append(name)
     return sorted(kept)
 
 
@@ -87,27 +93,21 @@ def differing(settings: list[dict]) -> set[str]:
     return {k for k in names if len({json.dumps(s.get(k), sort_keys=True, default=str) for s in settings}) > 1}
 
 
-def default_columns(df: pd.DataFrame, finals: pd.Series) -> tuple[pd.Series, pd.Series, pd.Series]:
-    """One label per run (row of `df`: its column), its condition and its series. The condition is
-    what the column measured apart from the backbone (protocol, shots, version and the settings its
-    label names), the same for two columns that differ in model or weights alone (what `--ci`'s
-    marks and `compare` pair). The series is the named settings other than the protocol's axis
-    (`res=64`): a figure's line runs along the axis within one series. `finals` marks the runs with a
-    scored accuracy. The work is done once per distinct (column identity, hparams text), then
-    mapped back to the runs."""
+def default_columns(df: pd.DataFrame, finals: pd.Series) -> tuple[pd.Series, pd.Series, pd.Series, dict[str, str]]:
+    """One label per run (row of `df`: its column), its condition and its series, and the input
+    settings every column shares (`{"res": "224", "precision": "fp32", …}`: a view says them once).
+    The names a label gives are the view's (`viewed_names`): every column names each of them that
+    its runs record. The condition is what the column measured apart from the backbone (protocol,
+    shots, version and those settings), the same for two columns that differ in model or weights
+    alone: what `--ci`'s marks, the report and `compare` pair (views/significance.py). The series is
+    the named settings other than the protocol's axis (`res=64`): a figure's line runs along the
+    axis within one series. `finals` marks the runs with a scored accuracy. The work is done once
+    per distinct (column identity, hparams text), then mapped back to the runs."""
     codes, texts = pd.factorize(df["hparams"], use_na_sentinel=False)
     settings = [run_setting(t) for t in texts]
     work = pd.DataFrame({"base": df["base"].to_numpy(), "dataset": df["dataset"].to_numpy(), "code": codes})
-    splitting: dict[tuple, set[str]] = {}  # base key → hparams that differ within one dataset
     distinct_finals = work[finals.to_numpy()].drop_duplicates(["base", "dataset", "code"])
-    for (base, _dataset), part in distinct_finals.groupby(["base", "dataset"], sort=False):
-        # a setting recorded only where it is not the default (precision: bf16, decoder: nvjpeg) differs
-        # from its absence: before, runs with and without it fell into one column
-        splitting.setdefault(base, set()).update(differing([settings[code] for code in set(part["code"])]))
-    named: dict[tuple, list[str]] = {}
-    for base, differ in splitting.items():
-        of_base = [settings[c] for c in set(work.loc[work["base"] == base, "code"])]
-        named[base] = explaining(differ - {"smoke"}, of_base)
+    named = viewed_names(distinct_finals, settings)
     bases = list(dict.fromkeys(work["base"]))
     several_protocols = len({b[3] for b in bases}) > 1
     versions: dict[tuple, set[str]] = {}
@@ -118,7 +118,8 @@ def default_columns(df: pd.DataFrame, finals: pd.Series) -> tuple[pd.Series, pd.
     for base, code in pairs:
         model, sha, random_init, protocol, shots, version = base
         setting = settings[code]
-        label = model  # the weights are in the provenance footnote (and a mark where two columns look alike)
+        # the weights are in the provenance footnote (and a mark where two columns look alike); † with the model
+        label = model + (RANDOM_MARK if random_init else "")
         identities.append((model, sha, random_init))
         if shots is not None:
             label += f" · {shots}-shot"
@@ -126,10 +127,13 @@ def default_columns(df: pd.DataFrame, finals: pd.Series) -> tuple[pd.Series, pd.
             label += f" · {protocol}"
         if len(versions[base[:-1]]) > 1:
             label += f" · {version}"
-        keys = sorted(set(named.get(base, [])) | (ALWAYS_NAMED & set(setting)))
+        keys = sorted(
+            {k for k in named if k in setting}
+            | {k for k, default in NAMED_UNLESS_DEFAULT.items() if setting.get(k, default) != default}
+        )
         if keys:
             label += " · " + ", ".join(setting_text(protocol, k, value_text(setting.get(k), k)) for k in keys)
-        label += (RANDOM_MARK if random_init else "") + (SMOKE_MARK if _is_smoke(texts[code]) else "")
+        label += SMOKE_MARK if _is_smoke(texts[code]) else ""
         labels.append(label)
         conditions.append(_condition(protocol, shots, version, {k: setting.get(k) for k in keys}, texts[code]))
         axis = getattr(protocols().get(protocol), "axis", None)
@@ -141,7 +145,41 @@ def default_columns(df: pd.DataFrame, finals: pd.Series) -> tuple[pd.Series, pd.
     by_pair = dict(zip(pairs, zip(_told_apart(labels, identities), conditions, series, strict=True), strict=True))
     rows = [by_pair[p] for p in zip(work["base"], work["code"], strict=True)]
     label, condition, line = (pd.Series([r[i] for r in rows], index=df.index) for i in range(3))
-    return label, condition, line
+    return label, condition, line, common_settings([settings[c] for c in set(distinct_finals["code"])], named)
+
+
+def viewed_names(finals: pd.DataFrame, settings: list[dict]) -> set[str]:
+    """The setting names the columns of a view name (`finals`: its distinct (base, dataset, code)
+    with a scored accuracy, `settings` indexed by code): an input setting (INPUT_SETTINGS) that
+    differs anywhere in the view (fine-tuning at 384 px beside eval at 224 px), and per dataset,
+    protocol, version and shots the other settings that differ among its runs, across backbones,
+    where the backbone and the names kept do not determine them (`explaining`); the union over the
+    view, so that a setting that differs anywhere is named everywhere it is recorded."""
+    everywhere = [settings[c] for c in dict.fromkeys(finals["code"])]
+    named = {name for name in differing(everywhere) if name in INPUT_SETTINGS}
+    # a group: one dataset, protocol, shots and version (a base without its backbone)
+    groups = [(dataset, *base[3:]) for base, dataset in zip(finals["base"], finals["dataset"], strict=True)]
+    rest = finals.assign(_group=groups)
+    for _, part in rest.groupby("_group", sort=False):
+        found = [settings[c] for c in part["code"]]
+        named.update(explaining(differing(found) - {"smoke", "shots"}, found, [b[:3] for b in part["base"]]))
+    return named
+
+
+def common_settings(settings: list[dict], named: set[str]) -> dict[str, str]:
+    """The input settings (INPUT_SETTINGS) that no label names because every run of the view has one
+    value of them: said once under the table (`precision=fp32`), so that none is left to a default."""
+    common: dict[str, str] = {}
+    for name in INPUT_SETTINGS:
+        values = {value_text(s[name], name) for s in settings if name in s}
+        if name not in named and len(values) == 1:
+            common[name] = values.pop()
+    return common
+
+
+def common_text(common: dict[str, str]) -> str | None:
+    """The footnote that says the settings every column shares, or None where there are none."""
+    return "every column: " + ", ".join(f"{k}={v}" for k, v in common.items()) if common else None
 
 
 def _is_smoke(hparams) -> bool:

@@ -21,8 +21,8 @@ from vitbench.store.predictions import read_predictions
 from vitbench.store.query import apply_where, json_field
 from vitbench.views.axes import with_axes
 from vitbench.views.cells import SUBSET_MARK, Cell, TableData
-from vitbench.views.columns import natural_order, weights_label
-from vitbench.views.settings import differing, explaining, run_setting, setting_text, value_text
+from vitbench.views.columns import default_labels, natural_order, weights_label
+from vitbench.views.settings import differing, explaining, run_setting, value_text
 from vitbench.views.shot_counts import cell_effective_shots
 
 SIGNIFICANT_MARK = "*"
@@ -84,9 +84,11 @@ def add_significance(
     against, described = baseline_columns(acc, testable, baseline)
     tests = _paired_tests(data, matrices, against)
     adjusted = stats.holm([t[2].p for t in tests])
-    for (where, _, _), p in zip(tests, adjusted, strict=True):
+    for (where, base, result), p in zip(tests, adjusted, strict=True):
+        cell = data.cells[where]
+        cell.baseline, cell.p, cell.p_holm = base, result.p, p  # for `export --cells` and the report's hover
         if p < ALPHA:
-            data.cells[where].marks += f" {SIGNIFICANT_MARK}"
+            cell.marks += f" {SIGNIFICANT_MARK}"
     without = sum(found is None for found in matrices.values())
     data.footnotes.append(
         f"[lo, hi]: 95 % percentile bootstrap interval over test images (and seeds, for a mean of seeds), "
@@ -236,36 +238,24 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path, ev
         data.footnotes.append(f"{SUBSET_MARK} measured on a subset of the official splits")
     if "-shot]" in shown:
         data.footnotes.append(
-            "[k-shot]: the fewest training images a class had, where fewer than the shots asked for; two sides "
-            "with the same k trained on the same images, so their Δ is 0 by construction"
+            "[k-shot] after a value: its train split's smallest class has only k images, so the runs used k there "
+            "(fewer than the shots the row names)"
         )
     return data
 
 
 def _with_settings(sides: dict[str, pd.DataFrame]) -> tuple[dict[str, pd.DataFrame], list[str]]:
-    """Each side's runs with their unit, `dataset · protocol · shots · version · settings`: the
-    settings any side's runs differ in on that dataset and protocol (views/settings.py names them:
-    `res=224`, `k=20`), each run's own value. A setting only the two backbones differ in (their
-    preprocessing's mean and std) is no part of it, so DeiT-Ti at 224 px pairs with ResNet-18 at
-    224 px. Also the units a side has with no partner on the other, for a footnote."""
-    named: dict[tuple, set[str]] = {}
-    for part in sides.values():
-        runs = part.drop_duplicates("run_key")
-        settings = runs["hparams"].map(run_setting)
-        for key, group in runs.groupby(["dataset", "protocol"], sort=False):
-            found = list(settings[group.index])
-            named.setdefault(key, set()).update(explaining(differing(found) - {"smoke", "shots"}, found))  # `1-shot`
-
-    def unit(run) -> str:
-        setting = run_setting(run.hparams)
-        parts = [str(run.dataset), str(run.protocol)]
-        parts += [f"{int(run.shots)}-shot"] if "shots" in run._fields and not pd.isna(run.shots) else []
-        parts += [str(run.protocol_version)]
-        keys = sorted(named.get((run.dataset, run.protocol), ()))
-        parts += [setting_text(str(run.protocol), k, value_text(setting.get(k), k)) for k in keys]
-        return " · ".join(parts)
-
-    out = {name: part.assign(unit=[unit(r) for r in part.itertuples()]) for name, part in sides.items()}
+    """Each side's runs with their unit, `dataset · condition`: the condition their table column has
+    among the runs of both sides (views/columns.default_labels: protocol, shots, version and the
+    settings that differ, `res=224`, `k=20`; not what follows from the backbone, so DeiT-Ti at 224 px
+    pairs with ResNet-18 at 224 px): the rule `vitbench table --ci` pairs cells by. Also the units a
+    side has with no partner on the other, for a footnote."""
+    labelled, _ = default_labels(pd.concat(sides.values()).drop_duplicates("run_key"))
+    condition = pd.Series(labelled["condition"].to_numpy(), index=labelled["run_key"].to_numpy(object))
+    out = {
+        name: part.assign(unit=part["dataset"].astype(str) + " · " + part["run_key"].map(condition))
+        for name, part in sides.items()
+    }
     alone = []
     for name, other in (("A", "B"), ("B", "A")):
         missing = sorted(set(out[name]["unit"]) - set(out[other]["unit"]), key=natural_order)

@@ -6,8 +6,9 @@ transfer protocol, and beside them the paper's cell measured in the same setting
 A protocol whose runs vary along an axis shows the axis' headline value (few-shot at 10 shots,
 k-NN at k = 20: protocols/measures.Axis), or the most it has. A cell is one setting, never a mean
 over several: where a model ran a protocol in several other settings on a dataset (DeiT-Ti at 64
-and 224 px), the cell shows the one at the weights' native resolution, else the resolution nearest
-it, then the one with the most runs (`headline_setting`), and names it (`(res=224)`); the
+and 224 px, or in fp32 and bf16), the cell shows, by one rule for every dataset, the one at the
+weights' native resolution, else the resolution nearest it, then the default precision and
+decoder, then the one with the most runs (`headline_setting`), and names it (`(res=224)`); the
 protocol's own section shows every setting.
 """
 
@@ -23,6 +24,7 @@ from vitbench import paper
 from vitbench.errors import UserError
 from vitbench.protocols.base import Protocol
 from vitbench.protocols.registry import protocols
+from vitbench.provenance import ANY, DEFAULT_SETTINGS
 from vitbench.registry import get_model
 from vitbench.store.query import json_field
 from vitbench.views.axes import axis_values
@@ -184,28 +186,40 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
     if several:
         data.footnotes.append(
             "(res=224) after a value: that model ran the protocol in several settings on that dataset and the cell "
-            "shows this one (each setting is a column of the protocol's own table): the weights' native resolution "
-            "where it ran there, else the resolution nearest it, then the setting with the most runs"
+            "shows this one (each setting is a column of the protocol's own table), by one rule for every dataset: "
+            "the weights' native resolution where it ran there, else the resolution nearest it, then the default "
+            "precision and decoder, then the setting with the most runs"
         )
     marker_footnotes(data, include_marked=False, compared=False)
     return data
 
 
 def headline_setting(part: pd.DataFrame) -> str:
-    """Of one (model and weights, dataset, protocol)'s columns, the one its headline cell shows: at
-    the weights' native resolution (the model's published input size) where it ran there, else at
-    the resolution nearest it, then the one with the most runs, then the first in column order."""
+    """Of one (model and weights, dataset, protocol)'s columns, the one its headline cell shows, by
+    one rule for every dataset: at the weights' native resolution (the model's published input
+    size) where it ran there, else at the resolution nearest it; then at the defaults of every other
+    input setting (fp32, the references' decoder: `bf16` beside `fp32` never wins by its count of
+    runs); then the one with the most runs, then the first in column order."""
     try:
         spec = get_model(str(part["model"].iloc[0]))
         native = spec.preprocessing.size if spec.preprocessing is not None else None
     except UserError:  # a model this installation does not know (a plugin's, uninstalled): no native size
         native = None
     res = pd.to_numeric(per_distinct(part["hparams"], lambda h: json_field(h).get("res")), errors="coerce")
-    ranked = pd.DataFrame({"column": part["column"], "res": res}).groupby("column", sort=False).agg(
-        res=("res", "first"), runs=("res", "size"))  # fmt: skip
+    away = per_distinct(part["hparams"], _away_from_defaults).astype(int)
+    ranked = pd.DataFrame({"column": part["column"], "res": res, "away": away}).groupby("column", sort=False).agg(
+        res=("res", "first"), away=("away", "first"), runs=("res", "size"))  # fmt: skip
     distance = (ranked["res"] - native).abs() if native is not None else pd.Series(0.0, index=ranked.index)
     order = ranked.assign(distance=distance.fillna(float("inf")), position=range(len(ranked)))
-    return str(order.sort_values(["distance", "runs", "position"], ascending=[True, False, True]).index[0])
+    ranks = ["distance", "away", "runs", "position"]
+    return str(order.sort_values(ranks, ascending=[True, True, False, True]).index[0])
+
+
+def _away_from_defaults(hparams) -> int:
+    """How many of a run's settings with a default are not at it (`precision=bf16`: 1)."""
+    h = json_field(hparams)
+    protocol_defaults = DEFAULT_SETTINGS[ANY]  # the protocol-specific ones never differ between a model's columns
+    return sum(1 for name, default in protocol_defaults.items() if h.get(name, default) != default)
 
 
 def _headline_footnotes(data: TableData, others: list[str], fewer: list[Protocol]) -> None:

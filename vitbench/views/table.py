@@ -187,14 +187,16 @@ def accuracy_view(
     ci: Path | None = None,
     heading: str = "Table 2 layout",
     baseline: Sequence[str] = (),
+    keep: set[str] | None = None,
 ) -> TableData:
     """Table 2's layout: the dataset rows that hold a measured cell (`all_rows`: Table 2's seven
     rows whether measured or not, for the paper columns alone), any other measured dataset, the cost
     rows, measured columns, then the `compare` paper columns. `ci`: the results folder whose kept
     predictions give each cell an interval and mark significant differences (views/significance.py).
+    `keep`: only these runs are shown, labelled as among all of `df` (views/columns.measured_columns).
     `heading`: what the title names first (the report: the protocol's section)."""
     delta_to = resolve_delta_to(compare, delta_to)
-    m = measured_columns(df, protocol, shots, group_by)
+    m = measured_columns(df, protocol, shots, group_by, keep)
     acc = pd.concat([m.acc, vtab_rollups(m.acc)], ignore_index=True) if not m.acc.empty else m.acc
     matches = match(compare, acc, paper_comparable())
     values = {name: as_values(matches, name) for name in compare}
