@@ -84,7 +84,9 @@ class FewShot(Protocol):
     summary = "closed-form linear few-shot on frozen features (1/5/10/25 shots x 3 seeds)"
     label = "few-shot"
     # a `--fewshot-l2 sweep` run stores `accuracy@l2=λ` per λ instead (views/columns.py picks one λ)
-    metrics = (Metric("accuracy", "accuracy", axis=Axis("shots", "shots per class", headline=10, shown="{}-shot")),)
+    # a figure of shots draws the full-data linear probe of the same features beside it: what few-shot approaches
+    metrics = (Metric("accuracy", "accuracy", axis=Axis("shots", "shots per class", headline=10, shown="{}-shot",
+                                                        reference="linear")),)  # fmt: skip
 
     def splits(self, dataset: DatasetSpec) -> tuple[str, ...]:
         return dataset.transfer_splits  # shots from the first, scored on the second

@@ -18,7 +18,13 @@ from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, limits, option
 
-K = Axis("knn_k", "neighbours (k)", headline=20, symbol="k")  # both metrics vary along k
+# both metrics vary along k; a figure of k draws the linear probe of the same features beside it, and
+# says the vote (DINO's) with the temperature the runs stored
+K = Axis(
+    "knn_k", "neighbours (k)", headline=20, symbol="k", reference="linear",
+    rule="by DINO's rule (a weighted vote of the k nearest train images by cosine similarity of the L2-normalised "
+    "features, each weighted exp(similarity / T), T = {temperature})",
+)  # fmt: skip
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
 # version (tables, `--help`) stays light.

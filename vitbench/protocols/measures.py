@@ -9,6 +9,7 @@ their aggregation the same way, so that its `make_table` knows no task).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,20 @@ class Axis:
     log: bool = True  # drawn on a log scale
     shown: str = ""  # how a value is written in a table's column ("{}-shot"); default `symbol=value`
     symbol: str = ""  # how a setting names it ("k" in `k=20`); default its name
+    # the protocol whose cell of the same backbone, dataset and input settings the figure draws beside
+    # its lines, as a reference (k-NN and few-shot: the linear probe of the same features)
+    reference: str | None = None
+    # how the protocol decides, as the figure's caption says it; `{name}` is the runs' stored hparam
+    # (k-NN: `T = {temperature}`), its distinct values joined
+    rule: str = ""
+
+    def rule_text(self, hparams: list[dict]) -> str:
+        """The rule with each `{name}` filled from the runs' stored hparams (their distinct values)."""
+        names = re.findall(r"{(\w+)}", self.rule)
+        values = {n: ", ".join(f"{_plain(v):g}" if isinstance(v, int | float) else str(v) for v in
+                               sorted({h[n] for h in hparams if h.get(n) is not None}, key=str)) or "as stored"
+                  for n in names}  # fmt: skip
+        return self.rule.format(**values)
 
     def text(self, value: Any) -> str:
         return self.shown.format(_plain(value)) if self.shown else self.setting(value)

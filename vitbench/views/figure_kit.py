@@ -5,7 +5,8 @@ the caption under the legend in a file, and beside each image the numbers it dra
 FILE (`vitbench plot`): 900 px wide; the axes 7.8 × 3.9 in at 100 dpi whatever the legend holds,
 the canvas 600 px tall or taller by what the legend and caption need (a figure without a legend is
 900 × 600). PAGE (`vitbench report`): the page says the caption once, in HTML; the canvas is cropped
-to what is drawn.
+to what is drawn. Small multiples (`new_grid`, a panel per dataset): panels of a fixed size two to a
+row, one legend under them all; nothing is left out for want of room, the canvas grows.
 """
 
 from __future__ import annotations
@@ -67,11 +68,16 @@ class Look:
     size: tuple[float, float]
     caption_in_image: bool
     legend_size: float
-    max_lines: int | None = None  # lines past it are left out, and the caption says how many (the tables have them)
 
 
 FILE = Look(SIZE, caption_in_image=True, legend_size=8)
-PAGE = Look((7.5, 4.2), caption_in_image=False, legend_size=9, max_lines=12)
+PAGE = Look((7.5, 4.2), caption_in_image=False, legend_size=9)
+# small multiples (`new_grid`): panels two to a row, each PANEL_HEIGHT inches tall; between them room
+# for the next panel's y labels (across) and for an x label and the next panel's title (down)
+GRID_COLUMNS = 2
+PANEL_HEIGHT = 2.6
+PANEL_GAP = (0.75, 0.9)
+RIGHT_MARGIN = 0.3
 
 
 def new_figure(look: Look = FILE):
@@ -86,6 +92,52 @@ def _place_axes(fig, ax, height: float) -> None:
     left, top, width, tall = AXES
     fig.set_size_inches(SIZE[0], height)
     ax.set_position((left / SIZE[0], (height - top - tall) / height, width / SIZE[0], tall / height))
+
+
+def new_grid(panels: int, look: Look = FILE):
+    """Small multiples: a figure of `panels` axes (a panel per dataset), two to a row at the look's
+    width, one legend under them all (`legend_under`); one panel is `new_figure`'s figure."""
+    if panels == 1:
+        fig, ax = new_figure(look)
+        return fig, [ax]
+    fig = pyplot().figure(figsize=(look.size[0], 1.0))
+    axes = [fig.add_axes((0.0, 0.0, 1.0, 1.0)) for _ in range(panels)]
+    fig.vitbench_grid = True  # `save` lays the panels, the legend and the caption out in inches
+    _place_grid(fig, 0.0)
+    return fig, axes
+
+
+def _place_grid(fig, below: float) -> None:
+    """The panels at their fixed size in inches, two to a row, and `below` inches under them (the
+    legend and caption): the canvas grows, the panels never shrink."""
+    width, axes = fig.get_figwidth(), fig.axes
+    rows = -(-len(axes) // GRID_COLUMNS)
+    panel = (width - AXES[0] - RIGHT_MARGIN - (GRID_COLUMNS - 1) * PANEL_GAP[0]) / GRID_COLUMNS
+    grid = AXES[1] + rows * PANEL_HEIGHT + (rows - 1) * PANEL_GAP[1]
+    height = grid + BELOW_AXES + below
+    fig.set_size_inches(width, height)
+    for i, ax in enumerate(axes):
+        left = AXES[0] + (i % GRID_COLUMNS) * (panel + PANEL_GAP[0])
+        top = AXES[1] + (i // GRID_COLUMNS) * (PANEL_HEIGHT + PANEL_GAP[1])
+        ax.set_position((left / width, (height - top - PANEL_HEIGHT) / height, panel / width, PANEL_HEIGHT / height))
+    if fig.legends:  # under the panels, at the left margin
+        fig.legends[0].set_bbox_to_anchor((AXES[0] / width, (height - grid - BELOW_AXES) / height), fig.transFigure)
+
+
+def legend_under(fig, axes: list, look: Look = FILE) -> None:
+    """One legend for every panel: each label once (a line keeps its style in every panel), under
+    the panels (one panel: `legend`)."""
+    if len(axes) == 1:
+        legend(axes[0], look)
+        return
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
+    if seen:
+        wrapped = ["\n".join(textwrap.wrap(label, 110)) for label in seen]
+        fig.legend(list(seen.values()), wrapped, fontsize=look.legend_size, frameon=False, loc="upper left")
+        _place_grid(fig, 0.0)
 
 
 def legend(ax, look: Look = FILE) -> None:
@@ -105,9 +157,12 @@ def save(
     points: pd.DataFrame | None = None,
 ) -> list[Path]:  # fmt: skip
     """The figure in each format, and `points` (one row per point drawn) as CSV beside them."""
-    if look.caption_in_image:
-        lines = textwrap.wrap(caption, CAPTION_WIDTH)
+    lines = textwrap.wrap(caption, CAPTION_WIDTH) if look.caption_in_image else []
+    if getattr(fig, "vitbench_grid", False):
+        _fit_grid(fig, len(lines))
+    elif look.caption_in_image:
         _fit_legend_and_caption(fig, len(lines))
+    if lines:
         fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, va="bottom", ha="left")
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = FILE_NAMES.get(name, name)
@@ -125,6 +180,14 @@ def save(
         points.to_csv(path, index=False)
         files.append(path)
     return files
+
+
+def _fit_grid(fig, caption_lines: int) -> None:
+    """Grow a grid of panels for the legend under them and the caption (if any) under that."""
+    legend_inches = 0.0
+    if fig.legends:
+        legend_inches = fig.legends[0].get_window_extent(fig.canvas.get_renderer()).height / fig.dpi
+    _place_grid(fig, legend_inches + 0.2 + caption_lines * CAPTION_LINE + 0.1)
 
 
 def _fit_legend_and_caption(fig, caption_lines: int) -> None:
