@@ -6,6 +6,7 @@ plugin built from the docs' worked example installs beside it."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -82,16 +83,30 @@ def test_the_built_wheel_installs_and_runs_from_a_clean_venv(clean_env, tmp_path
     assert listed.returncode == 0 and "vit-b/16" in listed.stdout and "bit-m-r50x1" in listed.stdout  # entry points
 
 
-def _documented_package(target: Path) -> Path:
-    """The format plugin of docs/architecture.md, each file taken from its code block (`# acme-csv/…`
-    on the block's first line) exactly as a reader would copy it."""
+def _documented_package(target: Path, package: str = "acme-csv") -> Path:
+    """A plugin of docs/architecture.md, each file taken from its code block (`# acme-csv/…` on the
+    block's first line) exactly as a reader would copy it."""
     text = (ROOT / "docs" / "architecture.md").read_text()
-    blocks = re.findall(r"```(?:python|toml)\n# (acme-csv/[\w.]+)\n(.*?)```", text, flags=re.S)
-    assert {name for name, _ in blocks} == {"acme-csv/acme_csv.py", "acme-csv/pyproject.toml"}
+    blocks = re.findall(rf"```(?:python|toml)\n# ({package}/[\w.]+)\n(.*?)```", text, flags=re.S)
+    module = package.replace("-", "_")
+    assert {name for name, _ in blocks} == {f"{package}/{module}.py", f"{package}/pyproject.toml"}
     for name, body in blocks:
         (target / name).parent.mkdir(parents=True, exist_ok=True)
         (target / name).write_text(body)
-    return target / "acme-csv"
+    return target / package
+
+
+def _install_documented(clean_env: Path, tmp_path: Path, package: str) -> None:
+    """The docs' `package` built into a wheel and installed into the clean venv, as a user would."""
+    source = _documented_package(tmp_path / "plugin", package)
+    built = _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                 "-w", str(tmp_path / "dist"), str(source))  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "dist").glob(f"{package.replace('-', '_')}-*.whl")
+    python = clean_env / "bin" / "python"
+    installed = _run(sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                     "--no-index", str(wheel))  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
 
 
 def _photos_csv(root: Path) -> Path:
@@ -115,15 +130,7 @@ def test_the_documented_format_plugin_installs_beside_the_wheel_and_runs_knn(cle
     """Issue 45: a parametric dataset format (`csv:<file>`) from a package of its own, built from the
     docs' two files as written and installed into the same fresh venv as vitbench's wheel; k-NN runs
     on it end to end from that venv's `vitbench`."""
-    package = _documented_package(tmp_path / "plugin")
-    built = _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                 "-w", str(tmp_path / "dist"), str(package))  # fmt: skip
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (tmp_path / "dist").glob("acme_csv-*.whl")
-    python = clean_env / "bin" / "python"
-    installed = _run(sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                     "--no-index", str(wheel))  # fmt: skip
-    assert installed.returncode == 0, installed.stderr
+    _install_documented(clean_env, tmp_path, "acme-csv")
     vitbench = str(clean_env / "bin" / "vitbench")
     listed = _run(vitbench, "ls", "datasets", cwd=tmp_path)
     assert listed.returncode == 0 and "csv:<…> reads a CSV file of path,label,split rows" in listed.stdout
@@ -140,3 +147,33 @@ def test_the_documented_format_plugin_installs_beside_the_wheel_and_runs_knn(cle
                    cwd=tmp_path)  # fmt: skip
     assert missing.returncode == 2 and "csv:nope.csv: no such file" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+@pytest.mark.slow
+def test_the_documented_nn_module_backbone_installs_beside_the_wheel_and_runs(clean_env, tmp_path):
+    """Issue 68: a backbone of one's own (an nn.Module that is not in timm), from the docs' two files
+    as written, installed into the fresh venv beside vitbench's wheel: few-shot runs on it at random
+    init and with weights of one's own (its state dict as a .safetensors file, the file's sha256 the
+    weights' fingerprint), and the table names it."""
+    _install_documented(clean_env, tmp_path, "acme-cnn")
+    vitbench = str(clean_env / "bin" / "vitbench")
+    listed = _run(vitbench, "ls", "models", cwd=tmp_path)
+    assert listed.returncode == 0 and "acme-cnn" in listed.stdout, listed.stderr
+    common = ["--model", "acme-cnn", "--res", "32", "--dataset", "digits", "--shots", "1,5", "--seeds", "0",
+              "--workers", "0"]  # fmt: skip
+    run = _run(vitbench, "run", *common, "--weights", "random", cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "[2/2] acme-cnn (random init) digits fewshot shots=5 seed 0: accuracy" in run.stderr
+    # the user's own trained weights: a state dict saved from the module the backend builds
+    python = str(clean_env / "bin" / "python")
+    save = ("import torch, acme_cnn; from safetensors.torch import save_file; torch.manual_seed(1); "
+            "m = acme_cnn.TinyCNN(10); save_file(m.state_dict(), 'acme.safetensors')")  # fmt: skip
+    assert _run(python, "-c", save, cwd=tmp_path).returncode == 0
+    run = _run(vitbench, "run", *common, "--weights", "acme.safetensors", cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    shown = _run(vitbench, "table", "--format", "md", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "| acme-cnn · 5-shot |" in shown.stdout and "| acme-cnn† · 5-shot |" in shown.stdout  # trained, random
+    sha = hashlib.sha256((tmp_path / "acme.safetensors").read_bytes()).hexdigest()
+    assert f"weights acme.safetensors sha256 {sha[:12]}" in shown.stdout  # the user's file, fingerprinted
+    assert "weights random init (seeded)" in shown.stdout
