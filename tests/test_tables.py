@@ -328,7 +328,7 @@ def test_cli_compare_with_several_names_and_html_page(cli, stored, tmp_path):
     code, _, err = cli("table", "--results", stored, "--compare", "bit-l", "--format", "html", "--out", page)
     assert code == 0 and f"wrote {page}" in err
     root = ET.fromstring(page.read_text().split("\n", 1)[1])  # well-formed: parses as XML after the doctype
-    cells = [td.text or "" for td in root.iter("td")]
+    cells = ["".join(td.itertext()) for td in root.iter("td")]  # a cell's value, n and marks: spans of it
     assert any(c.startswith("99.02 ± 0.07 (n=3)") for c in cells)
     assert root.find(".//ol") is not None and "‡ measured on a subset" in page.read_text()
     code, out, _ = cli("table", "--results", stored, "--compare", "bit-l")  # the terminal: rich, coloured Δ
