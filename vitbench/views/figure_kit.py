@@ -130,23 +130,30 @@ def legend_under(fig, axes: list, look: Look = FILE) -> None:
     if len(axes) == 1:
         legend(axes[0], look)
         return
-    seen: dict[str, object] = {}
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            seen.setdefault(label, handle)
+    seen = _entries(axes)
     if seen:
         wrapped = ["\n".join(textwrap.wrap(label, 110)) for label in seen]
         fig.legend(list(seen.values()), wrapped, fontsize=look.legend_size, frameon=False, loc="upper left")
         _place_grid(fig, 0.0)
 
 
+def _entries(axes: list) -> dict[str, object]:
+    """label -> the first handle drawn with it, over `axes`, in drawing order."""
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
+    return seen
+
+
 def legend(ax, look: Look = FILE) -> None:
-    """The legend under the axes, one entry a line, long labels wrapped (they carry the weights'
-    name and fingerprint): the axes keep their size, the canvas grows (`save`)."""
-    handles, labels = ax.get_legend_handles_labels()
-    if not handles:
+    """The legend under the axes, one entry a label (reference lines drawn once per line share
+    one), long labels wrapped (they carry the weights' name and fingerprint): the axes keep their
+    size, the canvas grows (`save`)."""
+    entries = _entries([ax])
+    if not entries:
         return
-    wrapped = ["\n".join(textwrap.wrap(label, 110)) for label in labels]
+    handles, wrapped = list(entries.values()), ["\n".join(textwrap.wrap(label, 110)) for label in entries]
     below = (BELOW_AXES / AXES[3]) if look.caption_in_image else 0.16
     ax.legend(handles, wrapped, fontsize=look.legend_size, frameon=False, loc="upper left",
               bbox_to_anchor=(0.0, -below))  # fmt: skip

@@ -209,8 +209,9 @@ def table_fragment(t: TableData, table_id: str = "", notes: list[str] | None = N
             value += f' <span class="v">(n={cell.n})</span>'
         if cell.interval is not None:
             value += f' <span class="ci">{esc(cell.interval_text())}</span>'
-        if cell.marks.strip():
-            value += f'<span class="v">{esc(cell.marks)}</span>'
+        if cell.marks.strip():  # each word of the marks whole, a line between them where narrow
+            value += "".join(f'{" " if i else ""}<span class="v">{esc(word)}</span>'
+                             for i, word in enumerate(_mark_words(cell.marks)))  # fmt: skip
         if cell.delta is not None:
             sign = "pos" if cell.delta >= 0 else "neg"
             value += f' <span class="delta {sign}">{esc(_delta_text(cell.delta))}</span>'
@@ -258,13 +259,18 @@ def label_pieces(label: str) -> list[str]:
     return pieces
 
 
+def _mark_words(marks: str) -> list[str]:
+    """A cell's marks in the words a line may break between: `‡`, `[2-shot]`, `(precision=fp32,`, `res=64)`."""
+    return marks.split()
+
+
 def cell_pieces(t: TableData, cell: Cell) -> list[str]:
     """What a cell's HTML keeps whole (`table_fragment`'s `span.v`, the interval, the Δ)."""
     pieces = [cell.value(show_n=False, show_interval=False)]
     if cell.n is not None and cell.text is None and cell.mean is not None and t.uniform_n is None:
         pieces.append(f"(n={cell.n})")
     if cell.marks.strip():
-        pieces.append(cell.marks)
+        pieces += _mark_words(cell.marks)
     if cell.delta is not None:
         pieces.append(_delta_text(cell.delta))
     return pieces

@@ -71,14 +71,19 @@ class Page:
         """Every stored training curve, read once for the page's sections (each keeps its runs')."""
         return store.read_curves(self.results)
 
-    def table(self, name: str, data: TableData, filter_box: bool = True) -> str:
-        """`name`-table, or `name`-table-2, … where a section has several (a link can point at it)."""
-        anchor, n = f"{name}-table", 1
-        while anchor in self.ids:
-            n += 1
-            anchor = f"{name}-table-{n}"
-        self.ids.add(anchor)
-        return report_page.table(anchor, data, filter_box)
+    def table(self, name: str, data: TableData, filter_box: bool = True, blocks: list[list[str]] | None = None) -> str:
+        """`name`-table, or `name`-table-2, … where a section has several (a link can point at it);
+        a table wider than the page in parts that fit (`_fitting`: of `blocks`, the columns that
+        belong together, else one column at a time), each part a table of its own."""
+        parts = []
+        for part in data.split(_fitting(data, blocks)):
+            anchor, n = f"{name}-table", 1
+            while anchor in self.ids:
+                n += 1
+                anchor = f"{name}-table-{n}"
+            self.ids.add(anchor)
+            parts.append(report_page.table(anchor, part, filter_box))
+        return "\n".join(parts)
 
     def figure(self, name: str, make: Callable[[], plots.Figure]) -> str:
         """The figure `make` draws, or nothing where it has no measured data to draw."""
@@ -101,8 +106,7 @@ def _protocol_section(page: Page, name: str) -> Section:
     # only where the protocol's metric stands beside the paper's fine-tuned cells): one table, labelled,
     # marked and tested as `vitbench table --ci` does it, then split where it is wide (never worked out again)
     view = table.accuracy_view(df, page.compare, name, ci=page.results, heading=out.heading, baseline=page.baseline)
-    for part in view.split(_narrow(view, df, name)):
-        out.parts.append(page.table(out.anchor, part))
+    out.parts.append(page.table(out.anchor, view, blocks=_backbones(view, df, name)))
     if df["dataset"].str.startswith("vtab/").any():
         out.parts.append(page.table(f"{out.anchor}-vtab", table.table9_view(df, (), name)))
         out.parts.append(page.figure(f"vtab-{out.anchor}", lambda: plots.vtab_figure(df, page.figures, ("svg",), name,
@@ -116,30 +120,35 @@ def _protocol_section(page: Page, name: str) -> Section:
     return out
 
 
-def _narrow(view: TableData, df: pd.DataFrame, protocol: str) -> list[list[str]]:
-    """The view's columns in groups that each fit the page (report_page.TABLE_EMS, with the row
-    labels and the paper's columns, which every group repeats): whole models and weights in the
-    view's order, packed together while they fit; a model and weights that does not fit alone is
-    split where it must."""
+def _backbones(view: TableData, df: pd.DataFrame, protocol: str) -> list[list[str]]:
+    """A protocol view's measured columns in blocks of one model and weights each (a column renamed
+    by the view: a block of its own), in the view's order: what a part of a split table keeps together."""
     runs = measured_columns(df, protocol).runs
     backbones = zip(runs["model"], runs["weights_sha256"], runs["random_init"], strict=True)
     identity = dict(zip(runs["column"], backbones, strict=True))
-    measured = [c for c in view.columns if c not in view.paper_columns]
-    paper = [c for c in view.columns if c in view.paper_columns]
-    width = {c: report_page.column_ems(view, c) for c in view.columns}
-    room = report_page.TABLE_EMS - report_page.row_label_ems(view) - sum(width[c] for c in paper)
-    if sum(width[c] for c in measured) <= room:
-        return [view.columns]
-    blocks: list[list[str]] = []  # a model and weights' columns (a column renamed by the view: its own)
-    for column in measured:
+    blocks: list[list[str]] = []
+    for column in (c for c in view.columns if c not in view.paper_columns):
         if blocks and identity.get(column, column) == identity.get(blocks[-1][-1], blocks[-1][-1]):
             blocks[-1].append(column)
         else:
             blocks.append([column])
+    return blocks
+
+
+def _fitting(view: TableData, blocks: list[list[str]] | None = None) -> list[list[str]]:
+    """The view's columns in groups that each fit the page (report_page.TABLE_EMS, with the row
+    labels and the paper's columns, which every group repeats): `blocks` (by default a column
+    each) packed together while they fit; a block that does not fit alone is split where it must."""
+    paper = [c for c in view.columns if c in view.paper_columns]
+    blocks = blocks or [[c] for c in view.columns if c not in view.paper_columns]
+    width = {c: report_page.column_ems(view, c) for c in view.columns}
+    room = report_page.TABLE_EMS - report_page.row_label_ems(view) - sum(width[c] for c in paper)
+    if sum(width[c] for block in blocks for c in block) <= room:
+        return [view.columns]
     groups: list[list[str]] = [[]]
     for block in blocks:
         if groups[-1] and sum(width[c] for c in groups[-1] + block) > room:
-            groups.append([])  # a backbone that fits a part of its own starts one
+            groups.append([])  # a block that fits a part of its own starts one
         for column in block:
             if groups[-1] and sum(width[c] for c in groups[-1]) + width[column] > room:
                 groups.append([])

@@ -87,17 +87,20 @@ HEADER_EMS = 13.0
 
 
 def column_ems(data: TableData, column: str) -> float:
-    """About the least width (em) a column of `data` takes on the page: its longest piece of label
-    (at most HEADER_EMS: a longer one breaks inside) or of a cell (kept whole), and its padding."""
-    label = max((len(piece) for piece in label_pieces(column)), default=0) * CHARACTER_EMS
+    """About the least width (em) a column of `data` takes on the page: its longest word of label
+    (a label's pieces wrap at their spaces too; at most HEADER_EMS: a longer one breaks inside) or
+    piece of a cell (kept whole), and its padding."""
+    words = [word for piece in label_pieces(column) for word in piece.split()]
+    label = max((len(word) for word in words), default=0) * CHARACTER_EMS
     cells = [data.cells[(r, column)] for r in data.rows if (r, column) in data.cells]
     widest = max((len(p) for cell in cells for p in cell_pieces(data, cell)), default=0) * CHARACTER_EMS
     return max(min(label, HEADER_EMS), widest, 5.0) + PADDING_EMS
 
 
 def row_label_ems(data: TableData) -> float:
-    """About the width (em) of a table's first column: its longest row label, within its bounds."""
-    longest = max((len(r) for r in data.rows), default=0) * CHARACTER_EMS + PADDING_EMS
+    """About the least width (em) of a table's first column: a row label wraps between its words,
+    so its longest word, within the column's bounds."""
+    longest = max((len(word) for r in data.rows for word in r.split()), default=0) * CHARACTER_EMS
     return min(max(longest, ROW_LABEL_EMS[0]), ROW_LABEL_EMS[1]) + PADDING_EMS
 
 
