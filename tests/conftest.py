@@ -9,12 +9,17 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
+
+# what vitbench keeps per machine (downloads, FLOP counts) goes to a folder of the test session's,
+# shared by the processes the tests start, never to the user's ~/.cache
+os.environ.setdefault("VITBENCH_CACHE", tempfile.mkdtemp(prefix="vitbench-test-cache-"))
 
 # submitit, once imported, logs to the sys.stdout of that moment: under pytest a capture that a
 # later test finds closed ("I/O operation on closed file"). vitbench's own log lines say what ran.

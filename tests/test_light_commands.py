@@ -104,3 +104,50 @@ def test_the_probe_sees_heavy_imports(tmp_path):
     )  # fmt: skip
     line = next(x for x in proc.stdout.splitlines() if x.startswith("MODULES "))
     assert proc.returncode == 2 and "torch" in json.loads(line.removeprefix("MODULES "))
+
+
+# Issue 70: nothing imported that the command does not use. timm and torchvision import torch._dynamo
+# and triton for torch.compile (vitbench/deferred_dynamo.py puts that off), and a FLOP count is kept per
+# machine (vitbench/flop_counts.py: counting imports it): once a dry run has counted, every
+# frozen-feature protocol, eval and dedup run without them.
+UNUSED = ("torch._dynamo", "triton", "torchvision.transforms.v2")
+UNUSED_PROBE = PROBE.replace(repr(HEAVY), repr(UNUSED))
+DIGITS = ["--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32", "--workers", "0"]
+
+
+def unused_imports(argv: list[str], env: dict) -> list[str]:
+    proc = subprocess.run([sys.executable, "-c", UNUSED_PROBE, json.dumps(argv)], capture_output=True, text=True,
+                          env=env, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("MODULES ")).removeprefix("MODULES "))
+
+
+def test_a_run_imports_no_compiler_it_does_not_use(tmp_path):
+    env = {**os.environ, "COLUMNS": "200", "VITBENCH_CACHE": str(tmp_path / "cache")}
+    results = ["--results", str(tmp_path / "results")]
+    # the first count of a network at a size imports torch._dynamo (torch's meta-device kernels): kept after
+    assert "torch._dynamo" in unused_imports(["run", *DIGITS, "--dry-run", *results], env)
+    assert list((tmp_path / "cache").glob("flop-counts.json"))
+    protocols = ["--protocol", "fewshot,knn,linear", "--shots", "1", "--seeds", "0", "--knn-k", "5"]
+    assert unused_imports(["run", *DIGITS, *protocols, *results], env) == []
+    assert unused_imports(["run", *DIGITS, "--protocol", "eval", *results], env) == []
+    assert unused_imports(["dedup", "--dataset", "digits", *results], env) == []
+
+
+def test_what_is_put_off_is_the_real_thing_when_compiling():
+    """After timm and torchvision are imported without it, torch._dynamo is torch's own: torch.compile
+    works, and roi_align's `is_compile_supported` answers through the real one."""
+    code = (
+        "import sys, vitbench, timm, torchvision, torch\n"
+        "assert 'torch._dynamo' not in sys.modules and 'triton' not in sys.modules\n"
+        "from torchvision.ops import roi_align as ops\n"
+        "f = torch.compile(lambda a: a * 2 + 1, backend='eager')\n"
+        "assert f(torch.ones(2)).tolist() == [3.0, 3.0]\n"
+        "import torch._dynamo.utils as u\n"
+        "assert type(u).__name__ == 'module' and sys.modules['torch._dynamo.utils'] is u\n"
+        "assert sys.modules['torchvision.ops.roi_align'].is_compile_supported('cpu') == u.is_compile_supported('cpu')\n"
+        "assert torch.compiler.disable.__module__ == 'torch.compiler'\n"
+        "print(ops(torch.randn(1, 1, 8, 8), [torch.tensor([[0, 0, 4, 4.0]])], output_size=2).shape)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "torch.Size([1, 1, 2, 2])" in proc.stdout, proc.stderr[-2000:]

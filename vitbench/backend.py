@@ -6,9 +6,11 @@ architectures, what its few-shot representation is, and how its inputs are prepr
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from vitbench import flop_counts
 from vitbench.errors import UserError
 from vitbench.preprocessing import BIG_VISION_FEWSHOT, Preprocessing
 
@@ -130,11 +132,26 @@ class Backend:
     def flops_per_image(self, spec: ModelSpec, img_size: int) -> int:
         """Forward FLOPs for one image (2 per multiply-add), counted on the meta device once per
         process and (backend class, architecture, size): a FlopCounterMode pass of ViT-H takes a
-        while, and the recorder and the dry run's estimate both ask."""
+        while, and the recorder and the dry run's estimate both ask. A network timm builds is counted
+        once per machine (vitbench/flop_counts.py: a count imports torch._dynamo)."""
         key = (type(self), spec.arch, img_size)
         if key not in _FLOPS:
-            _FLOPS[key] = self._count_flops(spec, img_size)
+            count = functools.partial(self._count_flops, spec, img_size)
+            if type(self).create is Backend.create:  # timm's network: the same code, the same count
+                _FLOPS[key] = flop_counts.counted(self._count_key(spec, img_size), count)
+            else:  # a network of the backend's own making: its code is its own to change
+                _FLOPS[key] = count()
         return _FLOPS[key]
+
+    def _count_key(self, spec: ModelSpec, img_size: int) -> str:
+        """What a kept count of a timm network depends on: the backend, architecture, size, the
+        torch and timm versions and the files that define the backend."""
+        import timm
+        import torch
+
+        backend = f"{type(self).__module__}.{type(self).__qualname__}"
+        sources = flop_counts.source_key(type(self), Backend)
+        return f"{backend}|{spec.arch}|{img_size}|torch {torch.__version__}|timm {timm.__version__}|{sources}"
 
     def _count_flops(self, spec: ModelSpec, img_size: int) -> int:
         import torch

@@ -1,0 +1,118 @@
+"""timm and torchvision without torch._dynamo: what every vitbench process that builds a model would
+pay for nothing. Importing either imports torch._dynamo and triton (about 900 modules: 0.9 s of
+start-up here, two on a loaded 2-core machine, in every `vitbench run` and every test's subprocess)
+for code that matters only under `torch.compile`:
+
+- torchvision's package import runs `torchvision/ops/roi_align.py`, whose first line takes
+  `is_compile_supported` from `torch._dynamo.utils`; roi_align calls it only while compiling;
+- timm binds `torch.compiler.disable` as its `disable_compiler` (timm/layers/typing.py) and
+  decorates NaFlex-ViT's methods with it when `timm.models` is imported; `torch.compiler.disable`
+  imports torch._dynamo to make its wrapper.
+
+While the first of them is imported, `torch._dynamo.utils` resolves to a stand-in (its
+`is_compile_supported` loads the real one on its first call; any other name asked of it loads the
+real module, so nothing sees the stand-in instead of torch's own) and `torch.compiler.disable` to a
+lazy one (what it decorates is wrapped by the real `torch._dynamo.disable` on its first call). Once
+the import is done both are torch's own again: a later `import torch._dynamo` (`--compile`) is the
+real one, and so is every later `torch.compiler.disable`. Nothing is done where torch._dynamo is
+already imported. `install()` runs when `vitbench` is imported (vitbench/__init__.py);
+tests/test_light_commands.py checks that no built-in protocol's run imports torch._dynamo or triton.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+
+DYNAMO = "torch._dynamo"
+DEFERRED = "torch._dynamo.utils"
+PACKAGES = ("torchvision", "timm")
+
+
+def _is_compile_supported(device_type: str) -> bool:
+    from torch._dynamo.utils import is_compile_supported  # the real one, on the first call (under compile)
+
+    return is_compile_supported(device_type)
+
+
+def _lazy_disable(fn=None, recursive=True, *, reason=None):
+    """torch.compiler.disable, its torch._dynamo import put off until what it wraps is first called."""
+    if fn is None:  # the decorator-factory form: nothing to put off
+        import torch._dynamo
+
+        return torch._dynamo.disable(fn, recursive, reason=reason)
+    disabled = None
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        nonlocal disabled
+        if disabled is None:
+            import torch._dynamo
+
+            disabled = torch._dynamo.disable(fn, recursive, reason=reason)
+        return disabled(*args, **kwargs)
+
+    return wrapper
+
+
+class _StandIn(types.ModuleType):
+    """`torch._dynamo.utils` while timm or torchvision is imported: roi_align's one name, lazily; any
+    other name loads the real module (removing the stand-in first) and answers from it."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):  # `inspect` asks every module for `__file__`
+            raise AttributeError(name)
+        if sys.modules.get(DEFERRED) is self:
+            del sys.modules[DEFERRED]
+        return getattr(importlib.import_module(DEFERRED), name)
+
+
+class _Deferring(importlib.abc.Loader):
+    """A package's own loader, run with torch._dynamo put off; its spec gets the loader back."""
+
+    def __init__(self, loader: importlib.abc.Loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        import torch.compiler
+
+        stand_in = _StandIn(DEFERRED)
+        stand_in.is_compile_supported = _is_compile_supported  # type: ignore[attr-defined]
+        sys.modules[DEFERRED] = stand_in
+        disable, torch.compiler.disable = torch.compiler.disable, _lazy_disable
+        try:
+            self.loader.exec_module(module)
+        finally:
+            torch.compiler.disable = disable
+            if sys.modules.get(DEFERRED) is stand_in:
+                del sys.modules[DEFERRED]
+            module.__loader__ = self.loader
+            if module.__spec__ is not None:
+                module.__spec__.loader = self.loader
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        # already imported for real, or a package imported while another is (timm imports torchvision):
+        # the outer import's deferral covers it
+        if name not in PACKAGES or DYNAMO in sys.modules or DEFERRED in sys.modules:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _Deferring(spec.loader)
+        return spec
+
+
+def install() -> None:
+    """Put torch._dynamo off past timm's and torchvision's imports, once per process."""
+    if any(isinstance(f, _Finder) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _Finder())
