@@ -1,14 +1,15 @@
 """One extraction per split (issue 46, goal 2): few-shot, k-NN and the linear probe share one
 cache entry per (model, weights, dataset, split, preprocessing, representation) that grows with
 what each needs, and an interrupted extraction resumes from its last finished chunk. Counted in
-images through the model (`run_over`), the real pass."""
+images through the model (`run_over_parts`, the real pass, a part per chunk of the cache), and in
+DataLoaders made: one per split however it is chunked (issue 70, goal 3)."""
 
 from __future__ import annotations
 
 import pytest
 
 from vitbench import store
-from vitbench.engine import features
+from vitbench.engine import features, inference
 
 FAST = ("--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32", "--workers", "0")
 DIGITS_TRAIN, DIGITS_TEST = 1000, 797
@@ -16,16 +17,31 @@ DIGITS_TRAIN, DIGITS_TEST = 1000, 797
 
 @pytest.fixture
 def forwarded(monkeypatch):
-    """The number of images each pass sends through the model, in order."""
+    """The number of images each part of a pass (a chunk of the cache) sent through the model, in order."""
     seen: list[int] = []
-    real = features.run_over
+    real = features.run_over_parts
 
-    def counting(fn, model, split, *args, **kwargs):
-        seen.append(len(split))
-        return real(fn, model, split, *args, **kwargs)
+    def counting(*args, **kwargs):
+        for part in real(*args, **kwargs):
+            seen.append(len(part.indices) + len(part.unreadable))
+            yield part
 
-    monkeypatch.setattr(features, "run_over", counting)
+    monkeypatch.setattr(features, "run_over_parts", counting)
     return seen
+
+
+@pytest.fixture
+def loaders(monkeypatch):
+    """The DataLoaders made, one entry (the split's size) each."""
+    made: list[int] = []
+    real = inference.loader
+
+    def counting(split, *args, **kwargs):
+        made.append(len(split))
+        return real(split, *args, **kwargs)
+
+    monkeypatch.setattr(inference, "loader", counting)
+    return made
 
 
 def test_fewshot_knn_and_linear_in_one_command_extract_each_image_once(cli, tmp_path, forwarded):
@@ -41,23 +57,28 @@ def test_fewshot_knn_and_linear_in_one_command_extract_each_image_once(cli, tmp_
     assert (runs["flops"] / runs["flops_per_image"]).sum() == pytest.approx(DIGITS_TRAIN + DIGITS_TEST)
 
 
-def test_an_interrupted_extraction_resumes_from_its_last_finished_chunk(cli, tmp_path, forwarded, monkeypatch):
+def test_an_interrupted_extraction_resumes_from_its_last_finished_chunk(cli, tmp_path, forwarded, loaders,
+                                                                         monkeypatch):  # fmt: skip
     """Chunks of 300 images: Ctrl-C in the third chunk of train keeps the first two; the rerun
-    extracts train's other 400 and the test split, nothing twice."""
+    extracts train's other 400 and the test split, nothing twice; each split's pass is one
+    DataLoader however many chunks it is kept in (before: one a chunk, its workers started anew)."""
     monkeypatch.setattr(features, "CHUNK_IMAGES", 300)
-    counting = features.run_over
+    counting = features.run_over_parts
 
     def interrupted_in_the_third_chunk(*args, **kwargs):
-        if len(forwarded) == 2:
-            raise KeyboardInterrupt
-        return counting(*args, **kwargs)
+        for part in counting(*args, **kwargs):
+            if len(forwarded) == 3:
+                raise KeyboardInterrupt  # before the third chunk is kept
+            yield part
 
-    monkeypatch.setattr(features, "run_over", interrupted_in_the_third_chunk)
+    monkeypatch.setattr(features, "run_over_parts", interrupted_in_the_third_chunk)
     args = ("run", *FAST, "--protocol", "knn", "--knn-k", "5", "--results", tmp_path / "results")
     code, _, err = cli(*args)
-    assert code == 130 and forwarded == [300, 300], err
-    monkeypatch.setattr(features, "run_over", counting)
+    assert code == 130 and forwarded == [300, 300, 300], err
+    monkeypatch.setattr(features, "run_over_parts", counting)
     forwarded.clear()
+    loaders.clear()
     code, _, err = cli(*args)
     assert code == 0, err
-    assert forwarded == [300, 100, 300, 300, 197]  # train's other 400, then test, in chunks
+    assert forwarded == [300, 100, 300, 300, 197]  # train's other 400, then test, in chunks: two kept
+    assert loaders == [400, 797]  # one DataLoader for each split's pass, however many chunks it kept

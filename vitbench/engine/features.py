@@ -18,7 +18,7 @@ from vitbench.datasets import Split
 from vitbench.devices import Clock, Runtime, autocast
 from vitbench.engine import device_data
 from vitbench.engine.distributed import broadcast, world
-from vitbench.engine.inference import Outputs, run_over
+from vitbench.engine.inference import Outputs, run_over_parts
 from vitbench.errors import UserError
 from vitbench.provenance import ANY, canonical_json, keyed_hparams, sha256_text
 from vitbench.store.shards import quarantine
@@ -156,43 +156,49 @@ def _cache_key(group, split_name: str, runtime: Runtime, cache_parts: dict) -> t
     return cache, key
 
 
-def _compute(group, split_name: str, runtime: Runtime, clock: Clock, fn, model: LazyModel, only: np.ndarray):
-    """The outputs over the split's images at positions `only`, indexed by split position. Under
-    torchrun each process extracts a contiguous share of them, none twice and none padded in, and
-    every process gets all of them, in split order: the same outputs as one process computes (an
-    image's features do not depend on its batch, tests/test_reproducibility.py)."""
+def _computed(group, split_name: str, runtime: Runtime, clock: Clock, fn, model: LazyModel, chunks: list[np.ndarray]):
+    """The outputs over the split's images at the positions of each of `chunks`, chunk by chunk
+    (indexed by split position), from one pass over them all: one DataLoader for the split, its
+    workers started once, however many chunks the cache keeps. Under torchrun each process
+    extracts a contiguous share of each chunk, none twice and none padded in, and every process gets
+    all of a chunk, in split order: the same outputs as one process computes (an image's features
+    do not depend on its batch, tests/test_reproducibility.py)."""
     split, w = group.splits[split_name], world()
-    mine = np.array_split(np.sort(only), w.size)[w.rank]
-    found = _pass(group, split.subset(split_name, mine), split_name, runtime, clock, fn, model)
-    found.indices, found.unreadable = mine[found.indices], mine[found.unreadable]  # subset -> split positions
-    if w.size == 1:
-        return found
-    shares: list = [None] * w.size
-    torch.distributed.all_gather_object(shares, found)
-    return functools.reduce(_merge, shares)
+    shares = [np.array_split(np.sort(chunk), w.size)[w.rank] for chunk in chunks]
+    mine = np.concatenate(shares) if shares else np.empty(0, np.int64)
+    parts = _passes(group, split.subset(split_name, mine), split_name, runtime, fn, model,
+                    np.cumsum([len(share) for share in shares]))  # fmt: skip
+    for _ in chunks:
+        with clock:  # the chunk's share of the pass: device-seconds, each row's part of it kept
+            before = clock.seconds
+            found = next(parts)
+        found.seconds = np.full(len(found.indices), (clock.seconds - before) / max(len(found.indices), 1))
+        found.indices, found.unreadable = mine[found.indices], mine[found.unreadable]  # subset -> split positions
+        if w.size > 1:
+            gathered: list = [None] * w.size
+            torch.distributed.all_gather_object(gathered, found)
+            found = functools.reduce(_merge, gathered)
+        yield found
 
 
-def _pass(group, part: Split, split_name: str, runtime: Runtime, clock: Clock, fn, model) -> Outputs:
+def _passes(group, part: Split, split_name: str, runtime: Runtime, fn, model, ends):
+    """The model's outputs over `part` in one pass, handed out at each of `ends` (inference.run_over_parts)."""
     if not len(part):  # a process whose share is empty (more processes than images)
-        return _nothing(part)
-    before = clock.seconds
-    with clock:
-        found = run_over(
-            fn,
-            model(),
-            part,
-            group.preprocessing,
-            runtime.device,
-            runtime.extraction_batch,
-            runtime.workers,
-            f"{group.model.name} · {group.dataset.name} {split_name}",
-            runtime.skip_corrupt,
-            runtime.input_pipeline,
-            allow_empty=True,  # a part holding only unreadable images (--skip-corrupt)
-        )
-    # each row's share of the pass's device-seconds: what a run that reads it later is charged
-    found.seconds = np.full(len(found.indices), (clock.seconds - before) / max(len(found.indices), 1))
-    return found
+        yield from (_nothing(part) for _ in ends)
+        return
+    yield from run_over_parts(
+        fn,
+        model(),
+        part,
+        group.preprocessing,
+        runtime.device,
+        runtime.extraction_batch,
+        runtime.workers,
+        f"{group.model.name} · {group.dataset.name} {split_name}",
+        ends,
+        runtime.skip_corrupt,
+        runtime.input_pipeline,
+    )
 
 
 def _nothing(split: Split) -> Outputs:
@@ -206,14 +212,22 @@ def _extend(group, split_name: str, runtime: Runtime, clock: Clock, fn, model, c
     (outputs, whether any were computed)."""
     cache, key = cache_key
     missing = np.setdiff1d(positions, np.concatenate([have.indices, have.unreadable]))
-    done = 0
-    while done < len(missing):
-        size = max(CHUNK_IMAGES, len(have.indices) // 4)  # chunks grow with the entry: rewriting it stays linear
-        new = _compute(group, split_name, runtime, clock, fn, model, only=missing[done : done + size])
+    for new in _computed(group, split_name, runtime, clock, fn, model, _chunks(missing, len(have.indices))):
         have = _merge(have, new)
         cache.save(key, have)
-        done += size
     return have, bool(len(missing))
+
+
+def _chunks(missing: np.ndarray, held: int) -> list[np.ndarray]:
+    """`missing` in the chunks an entry is saved after: CHUNK_IMAGES, or a quarter of what the
+    entry will hold by then where that is more (rewriting it stays linear in its size)."""
+    chunks, done = [], 0
+    while done < len(missing):
+        size = max(CHUNK_IMAGES, held // 4)
+        chunks.append(missing[done : done + size])
+        held += len(chunks[-1])
+        done += size
+    return chunks
 
 
 def outputs_over(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -74,7 +74,6 @@ def _full_batch(fn: Callable, model: nn.Module, images: torch.Tensor, batch_size
     return fn(model, padded)[: len(images)]
 
 
-@torch.inference_mode()
 def run_over(
     fn: Callable[[nn.Module, torch.Tensor], torch.Tensor],
     model: nn.Module,
@@ -88,10 +87,37 @@ def run_over(
     pipeline: str = "workers",
     allow_empty: bool = False,
 ) -> Outputs:
-    """`fn(model, images)` for every image of the split, in split order. Workers decode, resize and
-    crop to uint8 (or, with `pipeline="device"`, the device does: device_data.py, device_eval.py); the batch is
-    normalised on the device (bit-identical to doing it per image)."""
+    """`fn(model, images)` for every image of the split, in split order (`run_over_parts` in one part)."""
+    found = next(run_over_parts(fn, model, split, preprocessing, device, batch_size, workers, description,
+                                [len(split)], skip_corrupt, pipeline))  # fmt: skip
+    if not len(found.indices) and not allow_empty:
+        raise UserError(f"{split.dataset} {split.name}: no readable images")
+    return found
 
+
+def run_over_parts(
+    fn: Callable[[nn.Module, torch.Tensor], torch.Tensor],
+    model: nn.Module,
+    split: Split,
+    preprocessing: Preprocessing,
+    device: torch.device,
+    batch_size: int,
+    workers: int,
+    description: str,
+    ends: Iterable[int],
+    skip_corrupt: bool = False,
+    pipeline: str = "workers",
+) -> Iterator[Outputs]:
+    """`fn(model, images)` for every image of the split in one pass (one DataLoader, its workers
+    started once), handed out in parts: the outputs of positions [previous end, end) for each of
+    `ends`, as soon as every image before `end` has been through the model, so that a caller can
+    keep each part (the feature cache's chunks) without a loader per part. Workers decode, resize
+    and crop to uint8 (or, with `pipeline="device"`, the device does: device_data.py,
+    device_eval.py); the batch is normalised on the device (bit-identical to doing it per image)."""
+    ends = [int(e) for e in ends]
+    if not len(split):
+        yield from (_outputs([], [], [], []) for _ in ends)
+        return
     batches: Iterable
     # a split cropped on decoding (ObjectNet's PNGs, which the device decodes on the CPU anyway) stays with the workers
     if not split.border and device_data.choose(pipeline, device, preprocessing) == "device":
@@ -101,31 +127,64 @@ def run_over(
         batches = loader(split, preprocessing.transform(uint8=True), batch_size, workers, device)
     total = math.ceil(len(split) / batch_size)
     model.eval().to(device)
-    values, labels, indices, skipped, unreadable = [], [], [], [], []
+    rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (values, labels, indices) not handed out
+    bad_rows: list[tuple[int, str]] = []
+    through, part = 0, 0  # positions [0, through) have been through the model
     for images, y, idx, bad in track(batches, total=total, description=description):
         if bad and not skip_corrupt:
             raise UserError(bad[0][1])
-        skipped += [message for _, message in bad]
-        unreadable += [int(i) for i, _ in bad]
-        if images is None:
-            continue
-        images = preprocessing.normalize(images.to(device, non_blocking=True))
-        values.append(_to_host(_full_batch(fn, model, images, batch_size).float()))
-        labels.append(y)
-        indices.append(idx)
+        bad_rows += [(int(i), message) for i, message in bad]
+        through = max([through, *(int(i) + 1 for i, _ in bad), int(idx.max()) + 1 if len(idx) else 0])
+        if images is not None:
+            with torch.inference_mode():  # per batch: a caller's code between parts runs outside it
+                images = preprocessing.normalize(images.to(device, non_blocking=True))
+                rows.append((_to_host(_full_batch(fn, model, images, batch_size).float()), y, idx))
+        while part < len(ends) and through >= ends[part]:
+            rows, bad_rows, done = _hand_out(rows, bad_rows, ends[part], device, description)
+            part += 1
+            yield done
+    while part < len(ends):  # what is left (the last part)
+        rows, bad_rows, done = _hand_out(rows, bad_rows, ends[part], device, description)
+        part += 1
+        yield done
+
+
+def _hand_out(
+    rows: list, bad_rows: list, end: int, device: torch.device, description: str
+) -> tuple[list, list, Outputs]:
+    """The rows and unreadable images before `end` as Outputs, and what is left of each."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # the outputs' copies to the host were asynchronous
+    kept, left = [], []
+    for values, labels, indices in rows:
+        before = indices < end
+        if bool(before.all()):
+            kept.append((values, labels, indices))
+        else:
+            kept.append((values[before], labels[before], indices[before]))
+            left.append((values[~before], labels[~before], indices[~before]))
+    skipped = [(i, m) for i, m in bad_rows if i < end]
     if skipped:
-        log.warning("%s: skipped %d corrupt image(s), first: %s", description, len(skipped), skipped[0])
-    if not values and allow_empty:  # a part of a split that held only unreadable images (--skip-corrupt)
-        nothing = np.empty(0, np.int64)
-        return Outputs(np.empty((0, 0), np.float32), nothing, nothing, skipped, np.asarray(unreadable, np.int64))
+        log.warning("%s: skipped %d corrupt image(s), first: %s", description, len(skipped), skipped[0][1])
+    done = _outputs([r[0] for r in kept], [r[1] for r in kept], [r[2] for r in kept], skipped)
+    return left, [(i, m) for i, m in bad_rows if i >= end], done
+
+
+def _outputs(values: list, labels: list, indices: list, skipped: list[tuple[int, str]]) -> Outputs:
+    unreadable = np.asarray([i for i, _ in skipped], np.int64)
+    messages = [m for _, m in skipped]
+    values, labels, indices = (
+        [v for v in values if len(v)],
+        [v for v in labels if len(v)],
+        [v for v in indices if len(v)],
+    )
     if not values:
-        raise UserError(f"{split.dataset} {split.name}: no readable images")
+        nothing = np.empty(0, np.int64)
+        return Outputs(np.empty((0, 0), np.float32), nothing, nothing, messages, unreadable)
     return Outputs(
         torch.cat(values).numpy(),
         torch.cat(labels).numpy().astype(np.int64),
         torch.cat(indices).numpy().astype(np.int64),
-        skipped,
-        np.asarray(unreadable, np.int64),
+        messages,
+        unreadable,
     )
