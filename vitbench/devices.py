@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import time
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitbench.errors import UserError
+
+log = logging.getLogger("vitbench")
 
 if TYPE_CHECKING:  # torch is imported where a device is used: the commands that only read results never pay for it
     import torch
@@ -81,12 +84,24 @@ def device_name(device: torch.device) -> str:
     return cpu_name()
 
 
+# the environment variables by which a user sets the CPU threads of torch's kernels themselves
+USER_THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 @contextmanager
 def cpu_threads(count: int | None, device_type: str) -> Iterator[None]:
     """torch's intra-op threads pinned to `count` on a CPU for the block (then as they were): a
     trained result on a CPU changes with the thread count (the demo's 10-shot accuracy: 77.29 % at 2
-    threads, 79.13 % at 1), so a suite whose figures are quoted pins it. Nothing on a GPU."""
+    threads, 79.13 % at 1), so a suite whose figures are quoted pins it. Nothing on a GPU, and
+    nothing where the user set a thread count of their own (OMP_NUM_THREADS, MKL_NUM_THREADS): theirs
+    holds (each run records the threads it ran on), and a line says the quoted figures used `count`."""
     if count is None or device_type != "cpu":
+        yield
+        return
+    chosen = [name for name in USER_THREADS if os.environ.get(name, "").strip()]
+    if chosen:
+        log.info("%s=%s: the runs use it (this suite's quoted figures were made on %d CPU threads)", chosen[0],
+                 os.environ[chosen[0]].strip(), count)  # fmt: skip
         yield
         return
     import torch
