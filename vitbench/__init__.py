@@ -18,12 +18,16 @@ import os as _os
 # set before either is. Weights come from explicit files or an already-populated local cache only.
 _os.environ["HF_HUB_OFFLINE"] = "1"
 
+from vitbench import cpu_waiting as _cpu_waiting  # noqa: E402
 from vitbench import deferred_dynamo as _deferred_dynamo  # noqa: E402
 from vitbench.version import __version__  # noqa: E402
 
 # timm and torchvision import torch._dynamo (and triton) for code that runs only under torch.compile:
 # a second of every process's start, put off until something compiles (vitbench/deferred_dynamo.py)
 _deferred_dynamo.install()
+# torch's OpenMP threads spin briefly, not 300,000 iterations, before they sleep: beside other work a
+# spinning thread held the cores others needed (vitbench/cpu_waiting.py; before torch is imported)
+_cpu_waiting.choose()
 
 API = ("plan", "request", "results", "run", "Summary")
 __all__ = ["__version__", *API]

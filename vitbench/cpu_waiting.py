@@ -1,0 +1,41 @@
+"""How long torch's OpenMP threads spin before they sleep, chosen for the machine as the process
+starts (before torch is imported: libgomp reads it once, when it loads).
+
+A thread that reaches the end of a parallel region before the others waits for them: libgomp's
+default spins for 300,000 iterations first. On a quiet machine that is what makes many small
+regions fast; beside other work it holds a core that another process, or this process's own
+descheduled thread, needs: the demo (2 threads) took over 15 minutes beside two busy processes on
+2 cores instead of 39 s. Measured on that machine (docs/performance.md, "A busy machine"): a spin
+of 10,000 is as fast as the default when the machine is quiet (38.8 s, 65 s of CPU instead of 69),
+and beside two busy processes a spin of 1,000 finished in 98 s on 74 s of CPU (passive waiting: 109
+s; 10,000: 115 s on 104 s of CPU) but costs 1.5x when the machine is quiet. So: SHORT where other
+processes are runnable as this one starts (Linux counts them in /proc/loadavg, now, not as a
+minute's average), else QUIET. A wait policy or spin count of the user's own (OMP_WAIT_POLICY,
+GOMP_SPINCOUNT) holds. `choose()` runs when `vitbench` is imported (vitbench/__init__.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+QUIET = 10_000
+SHORT = 1_000
+USER_SET = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
+
+def busy() -> bool:
+    """Whether other processes are runnable now: at least half this process's CPUs' worth."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        with open("/proc/loadavg") as f:  # "0.52 0.58 0.59 3/251 12345": runnable now / all
+            others = int(f.read().split()[3].split("/")[0]) - 1
+    except (OSError, ValueError, IndexError):  # not Linux: the last minute's average instead
+        others = int(os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0
+    return others >= max(1, cpus // 2)
+
+
+def choose() -> None:
+    """Set libgomp's spin count for this process (and the processes it starts), unless the user did."""
+    if any(name in os.environ for name in USER_SET):
+        return
+    os.environ["GOMP_SPINCOUNT"] = str(SHORT if busy() else QUIET)
