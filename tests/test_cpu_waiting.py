@@ -1,0 +1,56 @@
+"""How long torch's OpenMP threads spin (vitbench/cpu_waiting.py): chosen for the machine as a process
+starts, a short spin where other processes are runnable; a wait policy or spin count the user set
+holds. The speed it buys is measured in benchmarks/test_busy_machine.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from vitbench import cpu_waiting
+
+
+@pytest.mark.parametrize("busy, spin", [(False, cpu_waiting.QUIET), (True, cpu_waiting.SHORT)])
+def test_the_spin_follows_the_machine(monkeypatch, busy, spin):
+    for name in cpu_waiting.USER_SET:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(cpu_waiting, "busy", lambda: busy)
+    cpu_waiting.choose()
+    assert os.environ["GOMP_SPINCOUNT"] == str(spin)
+
+
+@pytest.mark.parametrize("name, value", [("OMP_WAIT_POLICY", "PASSIVE"), ("GOMP_SPINCOUNT", "5")])
+def test_a_setting_of_the_users_holds(monkeypatch, name, value):
+    for other in cpu_waiting.USER_SET:
+        monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv(name, value)
+    monkeypatch.setattr(cpu_waiting, "busy", lambda: True)
+    cpu_waiting.choose()
+    assert os.environ[name] == value and ("GOMP_SPINCOUNT" not in os.environ or name == "GOMP_SPINCOUNT")
+
+
+def test_busy_reads_the_runnable_processes_now():
+    """Beside spinning processes (half this machine's CPUs' worth, and one), the count sees them at once."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    spinning = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass"]) for _ in range(cpus // 2 + 1)]
+    try:
+        import time
+
+        time.sleep(0.3)
+        seen = [cpu_waiting.busy() for _ in range(20)]
+    finally:
+        for process in spinning:
+            process.kill()
+            process.wait()
+    assert any(seen)  # runnable now: not a minute's average
+
+
+def test_import_vitbench_sets_it_before_torch_loads():
+    """The CLI and the API import vitbench before torch: the spin count is in the environment libgomp reads."""
+    env = {k: v for k, v in os.environ.items() if k not in cpu_waiting.USER_SET}
+    code = "import os, sys, vitbench; assert 'torch' not in sys.modules; print(os.environ['GOMP_SPINCOUNT'])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() in (str(cpu_waiting.QUIET), str(cpu_waiting.SHORT))
