@@ -67,10 +67,8 @@ DEMO_WALL = (
 )
 
 
-@pytest.mark.parametrize(
-    "example", [pytest.param("demo", marks=pytest.mark.xfail(reason=DEMO_WALL, strict=False)), "fewshot"]
-)
-def test_a_run_beside_two_busy_processes(benchmark, example, tmp_path, capsys):
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_a_run_beside_two_busy_processes(benchmark, example, tmp_path, capsys, request):
     if benchmark.disabled:
         if example != "demo":
             pytest.skip("--benchmark-disable: one small run, quiet and loaded, keeps the path working")
@@ -80,6 +78,8 @@ def test_a_run_beside_two_busy_processes(benchmark, example, tmp_path, capsys):
         return
     if example == "fewshot" and not WEIGHTS.exists():
         pytest.skip("../shared/data is not present")
+    if example == "demo":  # the target stays; where it is not met yet, said (a pass would show as XPASS)
+        request.applymarker(pytest.mark.xfail(reason=DEMO_WALL, strict=False))
     args = EXAMPLES[example]
     spinning = timed(args, tmp_path / "default", env=LIBGOMP_DEFAULT)  # quiet, libgomp's default: before
     quiet = timed(args, tmp_path / "quiet")
