@@ -17,24 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
+from test_estimate_honesty import EXAMPLES, WEIGHTS  # the README's two examples
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-WEIGHTS = SHARED / "weights" / "deit_tiny_patch16_224.safetensors"
-EXAMPLES = {
-    "demo": [],
-    "fewshot": [
-        "--model",
-        "deit-ti/16",
-        "--weights",
-        str(WEIGHTS),
-        "--dataset",
-        "cifar10",
-        "--data-dir",
-        str(SHARED),
-        "--protocol",
-        "fewshot",
-    ],  # fmt: skip
-}
 SMALL = ["--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32", "--shots", "1",
          "--seeds", "0", "--workers", "0"]  # fmt: skip
 SPIN = "while True:\n    pass"  # a busy process: one core's worth, never sleeping

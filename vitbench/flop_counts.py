@@ -18,7 +18,6 @@ import hashlib
 import inspect
 import json
 import logging
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -73,5 +72,5 @@ def _read(path: Path) -> dict[str, int]:
     return {
         str(k): int(v)
         for k, v in table.items()
-        if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_FLOPS and not math.isnan(v)
+        if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_FLOPS
     }

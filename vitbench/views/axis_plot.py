@@ -42,11 +42,14 @@ def line_style(i: int) -> dict:
     return {"color": COLOURS[i % 10], "marker": MARKERS[i % 8], "linestyle": DASHES[(i // 10) % 4]}
 
 
-def _line_label(identity: tuple, versions: bool) -> str:
-    """A line's legend: its backbone, the settings it names, its version where several, its marks."""
+def _line_label(identity: tuple, versions: bool, where: str = "") -> str:
+    """A line's label: its backbone, `where` (the dataset: a panel's lines leave it out of their
+    legend), the settings it names, its version where several, its marks."""
     model, weights, sha, random_init, version, series, smoke = identity
     label = columns.weights_label(model, weights, sha, bool(random_init)) + (cells.RANDOM_MARK if random_init else "")
-    label += (f" · {series}" if series else "") + (f" · {version}" if versions else "")
+    label += (
+        (f" · {where}" if where else "") + (f" · {series}" if series else "") + (f" · {version}" if versions else "")
+    )
     return label + (cells.SMOKE_MARK if smoke else "")
 
 
@@ -62,10 +65,9 @@ def axis_points(acc: pd.DataFrame, x: pd.Series) -> pd.DataFrame:
     for key, part in acc.groupby([*LINE, "dataset"], sort=False, dropna=False):
         *identity, dataset = key
         model, _, sha, _, _, series, _ = identity
-        legend = _line_label(tuple(identity), versions)
         subset = cells.SUBSET_MARK if part["data_subset"].any() else ""
         where = f"{table.title(str(dataset))}{subset}"
-        label = " · ".join([legend.split(" · ")[0], where, *legend.split(" · ")[1:]])
+        legend, label = _line_label(tuple(identity), versions), _line_label(tuple(identity), versions, where)
         for value, point in part.groupby("_x", sort=True):
             percent = point["value"].astype(float) * 100
             rows.append({
@@ -100,10 +102,10 @@ def axis_figure(
     references = _references(df, axis.reference, m.acc, points)
     panels = list(dict.fromkeys(points["panel"]))
     style = {key: line_style(i) for i, key in enumerate(dict.fromkeys(points["key"]))}
-    for table_ in (points, references):  # each row says how its line is drawn
-        looks = [style.get(k, {"color": "#555555", "marker": "", "linestyle": ":"}) for k in table_["key"]]
-        table_["colour"], table_["marker"] = [s["color"] for s in looks], [s["marker"] for s in looks]
-        table_["dash"] = [s["linestyle"] for s in looks]
+    for frame in (points, references):  # each row says how its line is drawn
+        looks = [style.get(k, {"color": "#555555", "marker": "", "linestyle": ":"}) for k in frame["key"]]
+        frame["colour"], frame["marker"] = [s["color"] for s in looks], [s["marker"] for s in looks]
+        frame["dash"] = [s["linestyle"] for s in looks]
     references.loc[references["kind"] != "chance", "dash"] = "dashed"
     fig, axes = new_grid(len(panels), look)
     for i, (ax, panel) in enumerate(zip(axes, panels, strict=True)):

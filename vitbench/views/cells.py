@@ -80,9 +80,9 @@ class TableData:
         if len(groups) <= 1:
             return [self]
         best, parts = self.best(), []
+        measured = [c for c in self.columns if c not in self.paper_columns]  # the paper's may repeat in parts
         for i, columns in enumerate(groups):
             rows = [r for r in self.rows if any((r, c) in self.cells for c in columns)]
-            measured = [c for c in self.columns if c not in self.paper_columns]  # the paper's may repeat in parts
             places = [measured.index(c) + 1 for c in columns if c in measured]
             shows = f": columns {places[0]}–{places[-1]} of {len(measured)}" if places else ""
             part = TableData(

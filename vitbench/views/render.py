@@ -201,20 +201,10 @@ def table_fragment(t: TableData, table_id: str = "", notes: list[str] | None = N
             return f"<td{klass}></td>"
         number = f' data-value="{cell.mean:.6g}"' if cell.mean is not None else ""
         whole = f' title="{esc(_hover(t, cell))}"' if cell.interval is not None or cell.marks.strip() else ""
-        # pieces that a narrow column may put on lines of their own, each kept whole (`span.v`): the
-        # value, its n, its marks; the interval and the Δ are spans of their own already
-        value = esc(cell.value(show_n=False, show_interval=False))
-        value = f'<span class="v">{f"<strong>{value}</strong>" if (row, col) in best else value}</span>'
-        if cell.n is not None and cell.text is None and cell.mean is not None and t.uniform_n is None:
-            value += f' <span class="v">(n={cell.n})</span>'
-        if cell.interval is not None:
-            value += f' <span class="ci">{esc(cell.interval_text())}</span>'
-        if cell.marks.strip():  # each word of the marks whole, a line between them where narrow
-            value += "".join(f'{" " if i else ""}<span class="v">{esc(word)}</span>'
-                             for i, word in enumerate(_mark_words(cell.marks)))  # fmt: skip
-        if cell.delta is not None:
-            sign = "pos" if cell.delta >= 0 else "neg"
-            value += f' <span class="delta {sign}">{esc(_delta_text(cell.delta))}</span>'
+        value = ""
+        for i, (klass_, text, before) in enumerate(_spans(t, cell)):
+            shown = f"<strong>{esc(text)}</strong>" if i == 0 and (row, col) in best else esc(text)
+            value += f'{before}<span class="{klass_}">{shown}</span>'
         return f"<td{klass}{number}{whole}>{value}</td>"
 
     paper_th = ' class="paper"'
@@ -264,16 +254,24 @@ def _mark_words(marks: str) -> list[str]:
     return marks.split()
 
 
-def cell_pieces(t: TableData, cell: Cell) -> list[str]:
-    """What a cell's HTML keeps whole (`table_fragment`'s `span.v`, the interval, the Δ)."""
-    pieces = [cell.value(show_n=False, show_interval=False)]
+def _spans(t: TableData, cell: Cell) -> list[tuple[str, str, str]]:
+    """A cell as the HTML writes it: (class, text, what comes before it) for each piece a narrow
+    column keeps whole and may put on a line of its own (`span.v`): the value, its n, each word of
+    its marks; the interval (`span.ci`, which a page may hide) and the Δ (`span.delta`)."""
+    spans = [("v", cell.value(show_n=False, show_interval=False), "")]
     if cell.n is not None and cell.text is None and cell.mean is not None and t.uniform_n is None:
-        pieces.append(f"(n={cell.n})")
-    if cell.marks.strip():
-        pieces += _mark_words(cell.marks)
+        spans.append(("v", f"(n={cell.n})", " "))
+    if cell.interval is not None:
+        spans.append(("ci", cell.interval_text(), " "))
+    spans += [("v", word, " " if i else "") for i, word in enumerate(_mark_words(cell.marks))]
     if cell.delta is not None:
-        pieces.append(_delta_text(cell.delta))
-    return pieces
+        spans.append((f"delta {'pos' if cell.delta >= 0 else 'neg'}", _delta_text(cell.delta), " "))
+    return spans
+
+
+def cell_pieces(t: TableData, cell: Cell) -> list[str]:
+    """What a cell's HTML keeps whole and shows by default (`_spans` without the interval)."""
+    return [text for klass, text, _ in _spans(t, cell) if klass != "ci"]
 
 
 def _hover(t: TableData, cell: Cell) -> str:

@@ -64,7 +64,7 @@ body:has(#show-intervals:checked) .ci { display: inline; }
 thead th { cursor: pointer; } input.filter { margin: .5em 0; }
 /* a column's label wraps between its parts and settings, never inside one that fits; one longer than
    the column breaks inside itself, never over its neighbour. A cell wraps between its value, n and
-   marks, each kept whole: a table of 8 measured columns fits the page without scrolling */
+   marks, each kept whole: a table split into parts that fit (views/report.py) never scrolls */
 div.scroll thead th { white-space: normal; overflow-wrap: normal; word-break: normal; vertical-align: bottom;
                       min-width: 5em; max-width: 13em; }
 div.scroll thead th span.part { display: inline-block; max-width: 100%; white-space: normal;
@@ -78,7 +78,7 @@ figcaption { font-size: .9em; color: #333; }
 """
 # How wide a table may be drawn, in em (the body's 1300 px at 16 px a em, less a margin), what a
 # character takes at the most (bold system-ui), a cell's padding and the first column's bounds (the CSS above):
-# what `table_ems` estimates, for the report to split a wide table into parts that each fit
+# what `column_ems` and `row_label_ems` estimate, for the report to split a wide table into parts that fit
 TABLE_EMS = 78.0
 CHARACTER_EMS = 0.62
 PADDING_EMS = 1.6
