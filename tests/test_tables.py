@@ -348,6 +348,7 @@ def test_empty_store(cli, tmp_path):
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
 def test_export_round_trips_with_provenance(cli, stored, tmp_path, fmt):
     path = tmp_path / "out" / f"runs.{fmt}"
+    path.parent.mkdir()  # vitbench makes no folder it was not asked to (tests/test_out_files.py)
     code, out, _ = cli("export", "--results", stored, "--format", fmt, "--out", path, "--where", "dataset=cifar10")
     assert code == 0 and "wrote 12 rows" in out  # 3 finals × (accuracy, lr), 4 sweeps' dev_accuracy, 2 few-shot
     reader = {"parquet": "read_parquet", "csv": "read_csv"}[fmt]

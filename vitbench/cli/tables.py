@@ -8,7 +8,17 @@ from typing import Annotated
 
 from vitbench import store
 from vitbench.cli.app import app, err, out
-from vitbench.cli.options import Baseline, Results, ViewProtocol, Where, argument, check_choice, option, words
+from vitbench.cli.options import (
+    Baseline,
+    Results,
+    ViewProtocol,
+    Where,
+    argument,
+    check_choice,
+    check_out_file,
+    option,
+    words,
+)
 from vitbench.cli.output import show
 from vitbench.errors import UserError
 from vitbench.protocols.measures import ACCURACY_VIEW
@@ -161,8 +171,12 @@ def export_cmd(
         raise UserError("--baseline and --protocol choose the cells of `export --cells`: give --cells too")
     if cells and predictions:
         raise UserError("--cells and --predictions are two exports: give one")
+    if out_file is not None:
+        check_out_file(out_file)  # a regular file or none yet, in a folder that exists
     if cells:
         from vitbench.views.cell_export import cells_frame
+
+        _view_protocol(protocol, None)  # an unknown --protocol is one line naming the known ones
 
         path = out_file or Path(f"vitbench-cells.{fmt}")
         rows = export_cells(results, fmt, path, where, lambda df: cells_frame(df, results, protocol, words(baseline)))
