@@ -107,9 +107,9 @@ def test_the_probe_sees_heavy_imports(tmp_path):
 
 
 # Issue 70: nothing imported that the command does not use. timm and torchvision import torch._dynamo
-# and triton for torch.compile (vitbench/deferred_dynamo.py puts that off), and a FLOP count is kept per
-# machine (vitbench/flop_counts.py: counting imports it): once a dry run has counted, every
-# frozen-feature protocol, eval and dedup run without them.
+# and triton for torch.compile, and so do torch's optimizers (vitbench/deferred_dynamo.py puts both
+# off); a FLOP count is kept per machine (vitbench/flop_counts.py: counting imports it): once a dry run
+# has counted, every protocol's run, eval and dedup go without them.
 UNUSED = ("torch._dynamo", "triton", "torchvision.transforms.v2")
 UNUSED_PROBE = PROBE.replace(repr(HEAVY), repr(UNUSED))
 DIGITS = ["--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32", "--workers", "0"]
@@ -132,6 +132,8 @@ def test_a_run_imports_no_compiler_it_does_not_use(tmp_path):
     assert unused_imports(["run", *DIGITS, *protocols, *results], env) == []
     assert unused_imports(["run", *DIGITS, "--protocol", "eval", *results], env) == []
     assert unused_imports(["dedup", "--dataset", "digits", *results], env) == []
+    smoke = ["--protocol", "finetune,pretrain", "--smoke", "--steps", "2", "--seeds", "0", "--transfer", "none"]
+    assert unused_imports(["run", *DIGITS, *smoke, *results], env) == []
 
 
 def test_what_is_put_off_is_the_real_thing_when_compiling():
@@ -151,3 +153,36 @@ def test_what_is_put_off_is_the_real_thing_when_compiling():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "torch.Size([1, 1, 2, 2])" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_an_optimizer_steps_alike_without_and_with_torch_dynamo():
+    """SGD's and AdamW's `step` without torch._dynamo's import is torch's: the same parameters after
+    each step as torch's own wrapper gives (run once torch._dynamo is imported), under no_grad, and
+    torch's wrapper again once it is imported (its zero_grad and state_dict too)."""
+    code = (
+        "import sys, copy, vitbench, timm, torch\n"
+        "def steps(make):\n"
+        "    torch.manual_seed(0)\n"
+        "    w = torch.nn.Parameter(torch.randn(4, 3))\n"
+        "    opt = make([w])\n"
+        "    for _ in range(3):\n"
+        "        opt.zero_grad()\n"
+        "        loss = (w.sin() ** 2).sum()\n"
+        "        loss.backward()\n"
+        "        opt.step()\n"
+        "        assert torch.is_grad_enabled() and not w.grad_fn\n"
+        "    opt.load_state_dict(opt.state_dict())\n"
+        "    return w.detach().clone()\n"
+        "makers = [lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-4),\n"
+        "          lambda p: torch.optim.AdamW(p, lr=0.1, weight_decay=0.1)]\n"
+        "before = [steps(m) for m in makers]\n"
+        "assert 'torch._dynamo' not in sys.modules and 'triton' not in sys.modules\n"
+        "import torch._dynamo\n"
+        "after = [steps(m) for m in makers]\n"
+        "assert all(torch.equal(a, b) for a, b in zip(before, after)) and not torch.equal(before[0], before[1])\n"
+        "fn = torch.optim.Optimizer.zero_grad.__wrapped__\n"
+        "assert 'as_is_until_dynamo' not in fn.__dynamo_disable.__qualname__\n"
+        "print('alike')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "alike" in proc.stdout, proc.stderr[-2000:]

@@ -17,6 +17,17 @@ the import is done both are torch's own again: a later `import torch._dynamo` (`
 real one, and so is every later `torch.compiler.disable`. Nothing is done where torch._dynamo is
 already imported. `install()` runs when `vitbench` is imported (vitbench/__init__.py);
 tests/test_light_commands.py checks that no built-in protocol's run imports torch._dynamo or triton.
+
+torch itself wraps some functions in `torch._disable_dynamo`, whose wrapper imports torch._dynamo
+on its first call to make the disabled version it keeps (as `fn.__dynamo_disable`): every
+optimizer's `add_param_group` (in its constructor) and `zero_grad`, and every dispatch mode's
+`__torch_dispatch__` (FlopCounterMode's, counting a network's FLOPs). `defer_disable` gives such a
+wrapper a kept version that calls the function as it is while torch._dynamo is not imported (nothing
+can be compiling then, so there is nothing to disable) and hands back to torch's own from the first
+call after it is. And torch's optimizers wrap `step` in `_use_grad_for_differentiable`, which imports
+torch._dynamo on every call for two `graph_break()`s (no-ops unless compiling): `defer_step` gives SGD
+and Adam (AdamW's too) a `step` that does the rest of what that wrapper does (the grad mode the
+optimizer asks for) and calls torch's own wrapper once torch._dynamo is imported.
 """
 
 from __future__ import annotations
@@ -27,9 +38,11 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
+from typing import Any
 
 DYNAMO = "torch._dynamo"
 DEFERRED = "torch._dynamo.utils"
+KEPT = "__dynamo_disable"  # where a torch._disable_dynamo wrapper keeps its disabled function
 PACKAGES = ("torchvision", "timm")
 
 
@@ -91,6 +104,7 @@ class _Deferring(importlib.abc.Loader):
             self.loader.exec_module(module)
         finally:
             torch.compiler.disable = disable
+            defer_torch_optimizers()
             if sys.modules.get(DEFERRED) is stand_in:
                 del sys.modules[DEFERRED]
             module.__loader__ = self.loader
@@ -109,6 +123,54 @@ class _Finder(importlib.abc.MetaPathFinder):
             return None
         spec.loader = _Deferring(spec.loader)
         return spec
+
+
+def defer_disable(wrapper: Any) -> None:
+    """Put off the torch._dynamo import of one `torch._disable_dynamo` wrapper (see the top)."""
+    fn = getattr(wrapper, "__wrapped__", None)
+    if fn is None or DYNAMO in sys.modules or getattr(fn, KEPT, None) is not None:
+        return
+
+    def as_is_until_dynamo(*args, **kwargs):
+        if DYNAMO in sys.modules:  # something may compile now: torch's wrapper makes its own from here on
+            fn.__dict__.pop(KEPT, None)
+            return wrapper(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    setattr(fn, KEPT, as_is_until_dynamo)
+
+
+def defer_step(optimizer: Any) -> None:
+    """Put off the torch._dynamo import of an optimizer class's `_use_grad_for_differentiable` step."""
+    import torch
+
+    use_grad = optimizer.__dict__.get("step")
+    if DYNAMO in sys.modules or getattr(getattr(use_grad, "__code__", None), "co_name", None) != "_use_grad":
+        return  # already compiling-capable, already deferred, or a torch whose step is made otherwise
+    func = use_grad.__wrapped__
+
+    @functools.wraps(func)
+    def step(self, *args, **kwargs):
+        if DYNAMO in sys.modules:
+            return use_grad(self, *args, **kwargs)
+        was = torch.is_grad_enabled()
+        try:
+            torch.set_grad_enabled(self.defaults["differentiable"])
+            return func(self, *args, **kwargs)
+        finally:
+            torch.set_grad_enabled(was)
+
+    optimizer.step = step
+
+
+def defer_torch_optimizers() -> None:
+    """What every optimizer vitbench trains with calls that imports torch._dynamo (see the top)."""
+    import torch
+
+    for name in ("add_param_group", "zero_grad", "state_dict", "load_state_dict"):
+        defer_disable(torch.optim.Optimizer.__dict__.get(name))
+    for optimizer in (torch.optim.SGD, torch.optim.Adam):
+        defer_step(optimizer)
 
 
 def install() -> None:
