@@ -212,6 +212,17 @@ def test_inspect_and_convert(tmp_path, vit, cli):
     assert code == 2 and "must be a .safetensors file" in err
     code, _, err = cli("weights", "convert", path, tmp_path / "x.safetensors", "--model", "vit-b/16")
     assert code == 2 and "vit-b/16" in err and "Traceback" not in err
+    # issue 71, item 2: a conversion is the same bytes each time, and never replaces its own input
+    again = tmp_path / "again.safetensors"
+    assert cli("weights", "convert", path, again, "--model", "vit-ti/16")[0] == 0
+    assert again.read_bytes() == out_file.read_bytes()
+    out_file.chmod(0o444)
+    before = (out_file.read_bytes(), out_file.stat().st_mode)
+    code, _, err = cli("weights", "convert", out_file, out_file)
+    assert code == 2 and "is the file being converted" in err and len(err.strip().splitlines()) == 1, err
+    code, _, err = cli("weights", "convert", path, out_file, "--model", "vit-ti/16")
+    assert code == 2 and "is read-only" in err, err
+    assert (out_file.read_bytes(), out_file.stat().st_mode) == before
 
 
 def test_few_shot_run_from_npz_records_the_representation(tmp_path, vit, cli):

@@ -31,6 +31,7 @@ from vitbench.execution.lease import lease_seconds
 from vitbench.execution.plan import plan as plan_groups
 from vitbench.execution.plan import suite_of
 from vitbench.execution.runner import execute
+from vitbench.out_paths import check_out_folder
 from vitbench.protocols.base import Group, Request, RunSpec, Trainer
 from vitbench.protocols.registry import get_protocol
 from vitbench.protocols.requests import make_request, options_doc, request_of
@@ -331,8 +332,9 @@ def inspect(
     spec = registry.get_model(model)
     torch_device = resolve_device(device)
     writable_results(Path(results))
+    check_out_folder(Path(out_dir), "out_dir")
     found = inspection.inspect_backbone(
-        spec, weights, res, images, dataset, data_dir, out_dir, torch_device, inspection_plots,
+        spec, weights, res, images, dataset, data_dir, Path(out_dir), torch_device, inspection_plots,
         num_images=num_images, rollout_images=rollout_images,
     )  # fmt: skip
     key, rows = inspection.attention_distance_rows(spec, found, device_name(torch_device))

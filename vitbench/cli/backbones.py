@@ -11,7 +11,7 @@ from rich.table import Table
 
 from vitbench import store
 from vitbench.cli.app import app, err, out, print_table
-from vitbench.cli.options import DataDir, Device, Results, argument, check_data_dir, option
+from vitbench.cli.options import DataDir, Device, Results, argument, check_data_dir, check_out_folder, option
 from vitbench.cli.output import print_view
 
 # Each command loads the model code (torch, timm) when it runs: `--help` never pays for it.
@@ -36,7 +36,8 @@ def inspect_cmd(
     from vitbench.views import attention
 
     found = api.inspect(
-        model, weights, res=res, images=images, dataset=dataset, data_dir=check_data_dir(data_dir), out_dir=out_dir,
+        model, weights, res=res, images=images, dataset=dataset, data_dir=check_data_dir(data_dir),
+        out_dir=check_out_folder(out_dir),
         results=results, device=device, num_images=num_images, rollout_images=rollout_images,
     )  # fmt: skip
     print_view(attention.attention_view(store.read_attention_distance(results), only=found["inspect_key"]))

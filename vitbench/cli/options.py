@@ -12,9 +12,11 @@ from rich.markup import escape
 
 from vitbench.devices import PIPELINES, PRECISIONS
 from vitbench.errors import UserError, listed
+from vitbench.out_paths import check_out_file, check_out_folder
 from vitbench.protocols.registry import BUILTIN
 
-__all__ = ["PIPELINES", "PRECISIONS"]  # the choices commands check against: o.PIPELINES
+# the choices commands check against (o.PIPELINES) and the checks of output paths (o.check_out_file)
+__all__ = ["PIPELINES", "PRECISIONS", "check_out_file", "check_out_folder"]
 
 
 def option(*names: str, help: str, panel: str | None = None, **settings: Any) -> Any:
@@ -41,28 +43,6 @@ def check_choice(option: str, value: str, choices, joiner: str = "") -> str:
 def words(text: str | None) -> tuple[str, ...]:
     """A comma list's items, stripped, empty ones dropped (`a, b,` -> ("a", "b"))."""
     return tuple(w.strip() for w in (text or "").split(",") if w.strip())
-
-
-def check_out_file(path: Path, option: str = "--out") -> Path:
-    """An output file's path, checked before any work: a regular file or none yet, in a folder that
-    exists. What is there and not a regular file — a symbolic link, a FIFO, a device (`/dev/null`), a
-    folder — is never replaced by the file written over it, and no folder is made that the user did
-    not (a path the file system refuses for another reason is one line when it is written:
-    atomic.write_atomic)."""
-    if path.is_symlink():
-        raise UserError(f"{option} {path}: is a symbolic link; name the file itself (it would be replaced by a file)")
-    if path.is_dir():
-        raise UserError(f"{option} {path}: is a folder, expected a file name")
-    if path.exists() and not path.is_file():
-        raise UserError(f"{option} {path}: is not a regular file (a FIFO or a device), expected a file to write")
-    above = next((p for p in path.parents if p.exists()), None)
-    if above is not None and not above.is_dir():
-        raise UserError(f"{option} {path}: {above} is a file, not a folder")
-    if not path.parent.exists():
-        raise UserError(
-            f"{option} {path}: no folder {path.parent}; make it first (vitbench makes none it was not asked to)"
-        )
-    return path
 
 
 def check_data_dir(data_dir: Path | None) -> Path | None:

@@ -16,6 +16,7 @@ from vitbench.cli.options import (
     argument,
     check_choice,
     check_out_file,
+    check_out_folder,
     option,
     words,
 )
@@ -217,6 +218,7 @@ def plot_cmd(
     exts = tuple(f.strip().lower() for f in formats.split(",") if f.strip())
     if not exts or any(e not in ("png", "svg") for e in exts):
         raise UserError(f"--formats {formats}: expected png, svg or png,svg")
+    out_dir = check_out_folder(out_dir)
     inputs = registry.Inputs(
         results, where, protocol, out_dir=out_dir, formats=exts, cost=cost, run=run, named=bool(figures)
     )

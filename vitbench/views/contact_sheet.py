@@ -14,6 +14,7 @@ import pandas as pd
 
 from vitbench.datasets import CorruptImage, Split
 from vitbench.datasets.base import decode
+from vitbench.out_paths import write_figure
 from vitbench.views.figure_kit import DPI, pyplot
 
 PAIRS_SHOWN = 12  # half the nearest pairs, half those nearest the threshold
@@ -83,7 +84,7 @@ def write_sheet(audit: dict, test: Split, audited: Split, out: Path) -> Path | N
         fontsize=9, x=0.01, ha="left",
     )  # fmt: skip
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=DPI)
+    out.parent.mkdir(parents=True, exist_ok=True)  # the results folder's own sheets/ folder
+    write_figure(fig, out, "the contact sheet", dpi=DPI)
     plt.close(fig)
     return out

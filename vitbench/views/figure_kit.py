@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vitbench.atomic import write_atomic
+from vitbench.out_paths import check_out_file, write_figure
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -171,20 +174,20 @@ def save(
         _fit_legend_and_caption(fig, len(lines))
     if lines:
         fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, va="bottom", ha="left")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(exist_ok=True)  # the folder asked for (its parent checked: out_paths.check_out_folder)
     stem = FILE_NAMES.get(name, name)
     files = []
     for ext in formats:
         path = out_dir / f"{stem}.{ext}"
-        fig.savefig(
-            path, dpi=DPI, metadata={"Title": caption[:200]} if ext in ("png", "svg") else None,
+        write_figure(
+            fig, path, dpi=DPI, metadata={"Title": caption[:200]} if ext in ("png", "svg") else None,
             bbox_inches=None if look.caption_in_image else "tight",
         )  # fmt: skip
         files.append(path)
     pyplot().close(fig)
     if points is not None:
         path = out_dir / f"{stem}.csv"
-        points.to_csv(path, index=False)
+        write_atomic(check_out_file(path), points.to_csv(index=False))
         files.append(path)
     return files
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vitbench.out_paths import write_figure
 from vitbench.views.plots import pyplot  # matplotlib on Agg, loaded when a figure is drawn
 
 DPI = 100
@@ -19,8 +20,8 @@ SIZES = {  # inches at DPI: the PNG sizes tests expect
 
 
 def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
+    path.parent.mkdir(exist_ok=True)  # the folder asked for (its parent checked: out_paths.check_out_folder)
+    write_figure(fig, path, dpi=DPI)
     pyplot().close(fig)
     return path
 

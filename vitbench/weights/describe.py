@@ -3,6 +3,7 @@ and a one-time conversion of a Google .npz into a safetensors file that loads fa
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -11,7 +12,9 @@ from typing import Any
 import torch
 
 from vitbench import registry
+from vitbench.atomic import write_atomic
 from vitbench.errors import UserError, one_line
+from vitbench.out_paths import check_out_file
 from vitbench.provenance import sha256_file
 from vitbench.weights import apply_state, check_weights_file, read_state_dict
 from vitbench.weights.npz import grid_side, layout_prefix, open_npz
@@ -160,11 +163,14 @@ def _npz_fits(spec, shapes: dict[str, tuple[int, ...]]) -> bool:
 def convert(path: Path, model_name: str | None, out: Path) -> str:
     """Any supported weights file -> safetensors with timm keys (plus pre_logits when present) and
     the metadata vitbench needs; every tensor is checked against the architecture first."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     check_weights_file(path, str(path))
     if out.suffix != ".safetensors":
         raise UserError(f"{out}: the output must be a .safetensors file")
+    if out.exists() and out.resolve() == path.resolve():
+        raise UserError(f"{out}: is the file being converted; name another output (vitbench never replaces its input)")
+    check_out_file(out, "output")
     if model_name is None:
         matches = str(describe(path)["matches"]).split(", ")
         if len(matches) != 1 or matches[0] == "no vitbench model":
@@ -183,6 +189,15 @@ def convert(path: Path, model_name: str | None, out: Path) -> str:
         "source_sha256": sha256_file(path),
         "pre_logits": str("pre_logits.weight" in state).lower(),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in state.items()}, str(out), metadata=metadata)
+    converted = _sorted_header(save({k: v.contiguous() for k, v in state.items()}, metadata=metadata))
+    write_atomic(out, lambda tmp: tmp.write_bytes(converted))  # whole or not at all
     return spec.name
+
+
+def _sorted_header(data: bytes) -> bytes:
+    """A safetensors file with its JSON header's keys sorted: safetensors writes the metadata in the
+    order of a Rust hash map, which differs between processes, so one conversion gave two sha256s.
+    The same keys and values re-serialised keep the header's length (padded as safetensors pads)."""
+    size = int.from_bytes(data[:8], "little")
+    header = json.dumps(json.loads(data[8 : 8 + size]), sort_keys=True, separators=(",", ":")).encode()
+    return data[:8] + header.ljust(size, b" ") + data[8 + size :]
