@@ -18,6 +18,7 @@ import pytest
 from vitbench import store
 from vitbench.store.shards import SHARD_SCHEMA, read_shard
 
+BAD = "deadbeef" * 8  # a run key's form (64 hex digits): vitbench's own name for a shard
 RUN = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32", "--workers", "0")
 
 
@@ -30,6 +31,15 @@ def stored(one_run, results) -> Path:
 
 def only_shard(results: Path) -> Path:
     (path,) = sorted((results / "runs").glob("*.json"))
+    return path
+
+
+def as_shard_named(results: Path, name: str, record: dict) -> Path:
+    """`record` written as the shard of run key `name` (its own name: what vitbench reads as its own)."""
+    record = json.loads(json.dumps(record))
+    record["run"]["run_key"] = name
+    path = results / "runs" / f"{name}.json"
+    path.write_text(json.dumps(record))
     return path
 
 
@@ -59,21 +69,21 @@ def test_shards_carry_their_schema_version_and_an_older_one_still_reads(stored):
 def test_a_bad_shard_is_quarantined_and_every_command_goes_on(cli, stored, content, reason):
     """Before: `echo '{}' > runs/deadbeef.json` made every command fail (KeyError: 'run')."""
     before = accuracy(stored)
-    bad = stored / "runs" / "deadbeef.json"
+    bad = stored / "runs" / f"{BAD}.json"
     bad.write_bytes(content if isinstance(content, bytes) else content.encode())
     for args in (("table",), ("export", "--out", str(stored.parent / "x.csv"), "-f", "csv"), ("ingest",)):
         code, _, err = cli(*args, "--results", stored)
         assert code == 0, err
-    assert not bad.exists() and (stored / "quarantine" / "deadbeef.json").exists()
+    assert not bad.exists() and (stored / "quarantine" / f"{BAD}.json").exists()
     code, _, err = cli(*RUN, "--shots", "1", "--seeds", "0", "--results", stored)
     assert code == 0 and "0 to run" in err
     assert accuracy(stored) == before
 
 
 def test_quarantine_says_why_in_one_line(stored, caplog):
-    (stored / "runs" / "deadbeef.json").write_text("{}")
+    (stored / "runs" / f"{BAD}.json").write_text("{}")
     store.sync(stored)
-    lines = [r.getMessage() for r in caplog.records if "deadbeef" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if BAD in r.getMessage()]
     assert len(lines) == 1 and "'run' is missing or not an object; moved to" in lines[0] and "\n" not in lines[0]
 
 
@@ -82,7 +92,7 @@ def test_a_quarantine_folder_that_is_a_link_moves_nothing_out_of_the_results(cli
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (stored / "quarantine").symlink_to(outside, target_is_directory=True)
-    bad = stored / "runs" / "deadbeef.json"
+    bad = stored / "runs" / f"{BAD}.json"
     bad.write_text("{}")
     code, _, err = cli("table", "--results", stored)
     assert code == 0, err
@@ -100,7 +110,7 @@ def test_a_shard_missing_a_field_or_out_of_range_is_quarantined(cli, stored):
     for name, change in changes:
         record = json.loads(json.dumps(good))
         record["run"].update(change)
-        (stored / "runs" / f"{name}.json").write_text(json.dumps(record))
+        as_shard_named(stored, name, record)
     code, _, err = cli("table", "--results", stored)
     assert code == 0, err
     quarantined = {"nomodel.json", "bigseed.json", "nanres.json", "infnote.json"}
@@ -112,15 +122,44 @@ def test_a_shard_missing_a_field_or_out_of_range_is_quarantined(cli, stored):
 
 
 def test_a_copy_under_another_name_is_not_merged(cli, stored):
-    """Before: runs/zz-stray.json holding another accuracy was merged on every read and changed the table."""
+    """Before: runs/zz-stray.json holding another accuracy was merged on every read and changed the
+    table. Under a run key's name it is quarantined; under another it is not vitbench's: left alone."""
     before = accuracy(stored)
     record = json.loads(only_shard(stored).read_text())
     record["metrics"]["accuracy"] = 0.5
     (stored / "runs" / "zz-stray.json").write_text(json.dumps(record))
+    (stored / "runs" / f"{BAD}.json").write_text(json.dumps(record))
     code, _, err = cli("table", "--results", stored)
     assert code == 0 and accuracy(stored) == before
-    assert (stored / "quarantine" / "zz-stray.json").exists()
-    assert "is not its file name" in err
+    assert (stored / "quarantine" / f"{BAD}.json").exists() and "is not its file name" in err
+    assert (stored / "runs" / "zz-stray.json").read_text() == json.dumps(record)
+
+
+def test_another_tools_runs_folder_is_left_as_it_is(cli, tmp_path):
+    """Issue 71, item 3: TensorBoard and Hydra call their folders runs/ too. Before: `table` and
+    `ingest` moved their JSON into quarantine/ (through a symlinked runs/ too) and a read command
+    made vitbench.duckdb. Now a read changes nothing there, and says there are no results."""
+    project = tmp_path / "proj"
+    (project / "runs" / "2026-11-27").mkdir(parents=True)
+    files = {"runs/hparams.json": '{"lr": 0.1}', "runs/events.json": "[1, 2]", "runs/broken.json": "{",
+             "runs/2026-11-27/config.json": "{}"}  # fmt: skip
+    for name, text in files.items():
+        (project / name).write_text(text)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "runs").symlink_to(project / "runs", target_is_directory=True)
+    before = {str(p): p.read_text() for p in (project / "runs").rglob("*.json")}
+    for folder in (project, linked):
+        for args in (("table",), ("export", "--out", str(tmp_path / "x.csv"), "-f", "csv"), ("report", "--out",
+                     str(tmp_path / "r.html"))):  # fmt: skip
+            code, _, err = cli(*args, "--results", folder)
+            assert code in (0, 2) and "Traceback" not in err, err
+        assert sorted(p.name for p in folder.iterdir()) == ["runs"]  # no quarantine/, no vitbench.duckdb
+    assert {str(p): p.read_text() for p in (project / "runs").rglob("*.json")} == before
+    code, _, err = cli("ingest", "--results", project)
+    assert code == 0 and "Traceback" not in err, err
+    assert {str(p): p.read_text() for p in (project / "runs").rglob("*.json")} == before
+    assert not (project / "quarantine").exists()
 
 
 def test_a_shard_from_a_newer_vitbench_is_left_alone_and_never_overwritten(cli, stored):
@@ -207,7 +246,7 @@ def test_rebuild_refuses_a_newer_database_and_a_folder_it_cannot_write(cli, stor
 def test_a_database_on_a_read_only_mount_is_not_called_damaged(cli, stored, monkeypatch):
     """Before: `ingest` on a read-only folder called the database "damaged" (issue 49, item 3). Tests
     run as root, for whom no folder is read-only: DuckDB's error on such a mount is raised instead."""
-    (stored / "runs" / "extra.json").write_text(only_shard(stored).read_text())  # a shard to merge
+    as_shard_named(stored, BAD, json.loads(only_shard(stored).read_text()))  # a shard to merge
     real = store.database.duckdb.connect
 
     def on_a_read_only_mount(database, read_only=False, **kw):
@@ -302,19 +341,22 @@ def _vitbench(*args: str, timeout: float = 120, preexec_fn=None) -> subprocess.C
 
 
 def test_a_fifo_among_the_shards_blocks_no_command(stored, tmp_path):
-    """Before: a FIFO named runs/fifo.json blocked table, report, export and run forever."""
+    """Before: a FIFO named runs/fifo.json blocked table, report, export and run forever. Under a run
+    key's name it is quarantined; under another (not vitbench's) it is left where it is."""
     for i, args in enumerate(
         (("table",), ("report", "--out", tmp_path / "r.html"), ("export", "--out", tmp_path / "e.csv"))
     ):
+        key = f"{i:064x}"
+        os.mkfifo(stored / "runs" / f"{key}.json")
         os.mkfifo(stored / "runs" / f"fifo{i}.json")
         done = _vitbench(*args, "--results", stored, timeout=60)  # a hang fails here, not the whole suite
         assert done.returncode == 0, done.stderr
-        assert f"fifo{i}.json: cannot be read (not a regular file); moved to" in done.stderr
-        assert (stored / "quarantine" / f"fifo{i}.json").exists()
+        assert f"{key}.json: cannot be read (not a regular file); moved to" in done.stderr
+        assert (stored / "quarantine" / f"{key}.json").exists() and (stored / "runs" / f"fifo{i}.json").exists()
     assert accuracy(stored) > 0  # the stored run is still there
-    os.mkfifo(stored / "runs" / "fifo2.json")
+    os.mkfifo(stored / "runs" / f"{BAD}.json")
     done = _vitbench(*RUN, "--shots", "1", "--seeds", "0", "--results", stored, timeout=120)
-    assert done.returncode == 0 and "fifo2.json: cannot be read (not a regular file)" in done.stderr, done.stderr
+    assert done.returncode == 0 and f"{BAD}.json: cannot be read (not a regular file)" in done.stderr, done.stderr
 
 
 def _file_size_limit(limit: int):

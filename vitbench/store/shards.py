@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ log = logging.getLogger("vitbench")
 # defaults too (provenance.DEFAULT_SETTINGS: `precision: fp32`); keys unchanged
 SHARD_SCHEMA = 3
 QUARANTINE = "quarantine"
+RUN_KEY = re.compile(r"[0-9a-f]{64}")  # a shard's file name: its run key (provenance.run_key_of)
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
 REQUIRED_TEXT = (
@@ -45,6 +47,12 @@ NUMBERS = ("device_seconds", "flops")
 
 class BadShard(ValueError):
     """A shard that cannot be merged as it is; the message says why."""
+
+
+class ForeignFile(BadShard):
+    """A file in runs/ that is not vitbench's: vitbench names each shard by its run key, and a
+    TensorBoard or Hydra `runs/` folder holds JSON of its own. It is left where it is, unread, unmoved
+    (a copy of a shard under another name is not merged either)."""
 
 
 class NewerShard(BadShard):
@@ -80,10 +88,31 @@ def shard_keys(results: Path) -> set[str]:
     cached = _LISTED.get(folder)
     if cached is not None and cached[0] == mtime:
         return set(cached[1])
-    keys = frozenset(e.name[:-5] for e in os.scandir(folder) if e.name.endswith(".json"))
+    # vitbench's files only: what else is in runs/ is another tool's (TensorBoard and Hydra write runs/ too)
+    keys = frozenset(e.name[:-5] for e in os.scandir(folder) if e.name.endswith(".json") and not foreign(Path(e.path)))
     if mtime < time.time_ns() - SETTLED_NS:
         _LISTED[folder] = (mtime, keys)
     return set(keys)
+
+
+FOREIGN_BYTES = 64 * 2**20  # a shard of a run with curves is some kilobytes; this is far more
+
+
+def foreign(path: Path) -> bool:
+    """Whether a JSON file in runs/ is not vitbench's: vitbench names a shard by its run key (64 hex
+    digits); a file named otherwise is vitbench's only where it reads as a shard of that name (a run
+    made by hand or by a test: `{"run": {"run_key": NAME, …}}`). Another tool's file, a copy of a
+    shard under another name, a FIFO: foreign, never read again, moved or merged."""
+    if RUN_KEY.fullmatch(path.stem):
+        return False
+    try:
+        if not path.is_file() or path.stat().st_size > FOREIGN_BYTES:
+            return True
+        record = json.loads(read_regular(path))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return True
+    run = record.get("run") if isinstance(record, dict) else None
+    return not (isinstance(run, dict) and run.get("run_key") == path.stem)
 
 
 def _check_run(run: dict) -> None:
@@ -149,6 +178,8 @@ def _check_curves(curves: object) -> None:
 def read_shard(path: Path) -> dict:
     """The shard at `path`, checked (BadShard, or NewerShard, says what is wrong), migrated to
     this version's shape when older."""
+    if foreign(path):
+        raise ForeignFile("neither named by a run key nor a shard of its name")
     try:
         record = json.loads(read_regular(path))
     except (UnicodeDecodeError, ValueError) as e:
@@ -192,8 +223,12 @@ def _as_today(run: dict) -> dict:
 def quarantine(path: Path, reason: str, results: Path | None = None) -> None:
     """Move a shard (or, given `results`, a cache file) that cannot be used out of the way, to
     `<results>/quarantine/`, saying so in one line; where it cannot be moved (a read-only folder),
-    it is only left out."""
+    it is only left out, and so is one in a folder reached through a symbolic link (a `runs/` that is
+    a link: its files are where the link points, not the results folder's to move)."""
     target = (results or path.parent.parent) / QUARANTINE / path.name
+    if path.parent.is_symlink():
+        log.warning("%s: %s; left out (%s is a symbolic link: nothing is moved out of it)", path, reason, path.parent)
+        return
     if target.parent.is_symlink():  # it would move the file out of the results folder, wherever it points
         log.warning(
             "%s: %s; left out (%s is a symbolic link: nothing is moved through it)", path, reason, target.parent
@@ -218,7 +253,7 @@ class Shards:
     held: set[str] = field(default_factory=set)
 
 
-_TOLD: set[Path] = set()  # newer shards already warned about
+_TOLD: set[Path] = set()  # newer shards and other tools' files already told about
 
 
 def read_shards(paths: list[Path]) -> Shards:
@@ -226,6 +261,10 @@ def read_shards(paths: list[Path]) -> Shards:
     for path in paths:
         try:
             found.records.append((path, read_shard(path)))
+        except ForeignFile as e:
+            if path not in _TOLD:
+                log.info("%s: not a vitbench result shard (%s); left alone", path, e)
+                _TOLD.add(path)
         except NewerShard as e:
             if path not in _TOLD:  # once per process: sync and the snapshot both read it
                 log.warning("%s: %s; left in place, not merged", path, e)
