@@ -382,3 +382,16 @@ def test_a_write_that_fails_is_one_line_and_leaves_no_partial_file(tmp_path):
     assert re.search(r"cache/features/\w+\.npz: cannot write it \(File too large\); nothing was written$", line), line
     assert not [p for p in results.rglob("*") if p.is_file() and ".tmp" in p.name]
     assert not list(results.glob("runs/*.json"))
+
+
+def test_a_results_folder_named_like_a_duckdb_url_is_a_local_folder(cli, tmp_path, monkeypatch):
+    """Issue 71, items 4 and 17. Before: `--results md:foo` made DuckDB fetch the MotherDuck extension
+    from the network (and fail offline); a `?` in the path sent DuckDB's log elsewhere and the store
+    was called "damaged". Now md:foo is a folder here, and a `?` is refused before anything is made."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("md:foo", "motherduck:bar"):
+        code, _, err = cli(*RUN, "--shots", "1", "--seeds", "0", "--results", name)
+        assert code == 0 and (tmp_path / name / store.DB_NAME).is_file(), err
+        assert accuracy(tmp_path / name) > 0
+    code, _, err = cli(*RUN, "--shots", "1", "--seeds", "0", "--results", "a?b")
+    assert code == 2 and "'?'" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "a?b").exists(), err

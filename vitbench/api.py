@@ -35,6 +35,7 @@ from vitbench.out_paths import check_out_folder
 from vitbench.protocols.base import Group, Request, RunSpec, Trainer
 from vitbench.protocols.registry import get_protocol
 from vitbench.protocols.requests import make_request, options_doc, request_of
+from vitbench.store import duck
 from vitbench.store.query import apply_where, per_run, with_json_parsed
 from vitbench.views import contact_sheet, inspection_plots
 from vitbench.views.axes import with_axes
@@ -97,6 +98,7 @@ RESULT_FOLDERS = ("runs", "audits", "leases", "cache", "quarantine", "logs")  # 
 
 
 def writable_results(results: Path) -> Path:
+    duck.check_path(results)
     if results.exists() and not results.is_dir():
         raise UserError(f"--results {results}: is a file, expected a folder")
     for name in RESULT_FOLDERS:

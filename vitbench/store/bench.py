@@ -8,6 +8,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
+from vitbench.store import duck
 from vitbench.store.database import read_table
 from vitbench.store.schema import DB_NAME, ENVIRONMENT_COLUMNS, schema_version, transaction
 
@@ -61,7 +62,7 @@ def read_bench_quietly(results: Path) -> pd.DataFrame | None:
     if not path.is_file():
         return None
     try:
-        con = duckdb.connect(str(path), read_only=True)
+        con = duck.connect(path, read_only=True)
     except duckdb.Error:
         return None
     try:

@@ -18,6 +18,7 @@ import duckdb
 import pandas as pd
 
 from vitbench.errors import UserError, one_line
+from vitbench.store import duck
 from vitbench.store.audit_shards import audit_shard_keys, ingest_audits, stored_audit_keys
 from vitbench.store.merge import StoreUnavailable, done_keys, ingest, ingest_pending
 from vitbench.store.schema import (
@@ -71,11 +72,12 @@ def connect(results: Path) -> duckdb.DuckDBPyConnection:
     """Open (creating or migrating) the store for writing. StoreLocked while another process
     holds it; a damaged file is a UserError suggesting `ingest --rebuild` (and is not touched)."""
     path = results / DB_NAME
+    duck.check_path(results)
     results.mkdir(parents=True, exist_ok=True)
     if path.exists() and not path.is_file():
         raise UserError(f"{path}: is not a file, expected the results database")
     try:
-        con = duckdb.connect(str(path))
+        con = duck.connect(path)
     except duckdb.Error as e:
         if _is_lock(e):
             raise _locked(path, e) from None
@@ -114,7 +116,7 @@ def sync(results: Path, strict: bool = False) -> int:
     path = results / DB_NAME
     if path.is_file():  # nothing to merge: done without taking the write lock
         try:
-            con = duckdb.connect(str(path), read_only=True)
+            con = duck.connect(path, read_only=True)
             try:
                 version = schema_version(con)
                 check_not_newer(path, version)  # "merged 0" and exit 0 on a newer vitbench's file, before
@@ -194,7 +196,7 @@ def _database_only_rows(path: Path) -> dict[str, pd.DataFrame] | None:
     """The `inspect`/`bench` tables of a readable database (None: damaged). StoreLocked while
     another process holds it; a UserError, the file unchanged, when a newer vitbench wrote it."""
     try:
-        con = duckdb.connect(str(path), read_only=True)
+        con = duck.connect(path, read_only=True)
     except duckdb.Error as e:
         if _is_lock(e):
             raise _locked(path, e, "; rebuild it once that one ends") from None
@@ -221,7 +223,7 @@ def _shard_snapshot(results: Path) -> duckdb.DuckDBPyConnection:
     database file's write lock (DuckDB lets no other process open it meanwhile), while shards are
     pending that cannot be merged, or when the file is damaged. Every finished run is in a shard,
     so tables and plots stay complete; attention distances and bench rows are not (empty)."""
-    con = duckdb.connect()
+    con = duck.connect()
     migrate(con, 0)
     folder = shard_dir(results)
     ingest(con, [folder / f"{key}.json" for key in sorted(shard_keys(results))])
@@ -237,7 +239,7 @@ def open_for_reading(results: Path) -> duckdb.DuckDBPyConnection | None:
     if not path.exists():  # shards but no database: a read-only folder, or only workers wrote here
         return _shard_snapshot(results) if shard_keys(results) or audit_shard_keys(results) else None
     try:
-        con = duckdb.connect(str(path), read_only=True)
+        con = duck.connect(path, read_only=True)
         version = schema_version(con)
     except duckdb.Error as e:
         if not _is_lock(e):
@@ -258,7 +260,7 @@ def open_for_reading(results: Path) -> duckdb.DuckDBPyConnection | None:
             log.warning("%s is at schema %d and cannot be migrated now (%s); reading the shards meanwhile",
                         path, version, e)  # fmt: skip
             return _shard_snapshot(results)
-        con = duckdb.connect(str(path), read_only=True)
+        con = duck.connect(path, read_only=True)
     try:
         pending = len(pending_keys(results, done_keys(con)))
         pending += len(audit_shard_keys(results) - stored_audit_keys(con))

@@ -20,6 +20,7 @@ import pandas as pd
 from vitbench import store
 from vitbench.atomic import write_atomic
 from vitbench.errors import UserError, one_line
+from vitbench.store import duck
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import apply_where, json_field
 
@@ -91,7 +92,7 @@ def _check(fmt: str, out: Path) -> None:
 
 def _write(frame: pd.DataFrame, fmt: str, out: Path) -> None:
     """`frame` to `out` in `fmt`, atomically, through DuckDB."""
-    con = duckdb.connect()
+    con = duck.connect()
     try:
         con.register("export_frame", frame)
         write_atomic(out, lambda tmp: con.execute(f"COPY export_frame TO '{_quote(tmp)}' {FORMATS[fmt]}"))

@@ -15,6 +15,7 @@ import numpy as np
 from vitbench.atomic import write_atomic
 from vitbench.errors import UserError, io_reason
 from vitbench.provenance import sha256_file
+from vitbench.store import duck
 from vitbench.store.shards import shard_dir
 
 if TYPE_CHECKING:  # DuckDB and pandas load where a file is written or read, not where a protocol is declared
@@ -66,7 +67,7 @@ def write_predictions(results: Path, run_key: str, predictions: Predictions) -> 
         }
     )
     path = predictions_path(results, run_key)
-    con = duckdb.connect()
+    con = duck.connect()
     try:
         con.register("predictions", frame)
         write_atomic(path, lambda tmp: con.execute(f"COPY predictions TO '{_quote(tmp)}' (FORMAT parquet)"))
@@ -89,7 +90,7 @@ def read_predictions(results: Path, run_key: str, recorded: dict | None) -> pd.D
         raise UserError(f"{path}: the predictions of run {run_key[:12]} are missing (the run's shard names this file)")
     if sha256_file(path) != recorded.get("sha256"):
         raise UserError(f"{path}: changed since run {run_key[:12]} wrote it (sha256 differs from its shard's record)")
-    con = duckdb.connect()
+    con = duck.connect()
     try:
         return con.execute(f"SELECT * FROM read_parquet('{_quote(path)}')").df()
     except duckdb.Error as e:

@@ -1,0 +1,44 @@
+"""Every DuckDB connection vitbench opens, on a file or in memory: offline, and on the file named.
+
+- DuckDB installs and loads "known" extensions on demand, from the network: a results folder named
+  `md:foo` (or `motherduck:foo`) made it fetch the MotherDuck extension (and, with a token in the
+  environment, would have connected to the cloud). The file is named by its absolute path, which
+  no scheme starts, and no extension is installed or loaded by itself.
+- DuckDB reads a `?` in a file's path as the start of connection options: the database opened,
+  its write-ahead log went to another path, and the first commit failed as "damaged". Such a path
+  is refused in one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vitbench.errors import UserError
+
+if TYPE_CHECKING:
+    import duckdb
+
+OFFLINE: dict[str, str | bool | int | float | list[str]] = {
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
+
+
+def check_path(path: Path, option: str = "--results") -> Path:
+    """A path DuckDB can keep a file under (checked before any folder is made for it)."""
+    if "?" in str(Path(path).absolute()):
+        raise UserError(
+            f"{option} {path}: DuckDB reads a '?' in a path as the start of connection options; "
+            "name a folder without '?'"
+        )
+    return path
+
+
+def connect(path: Path | None = None, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """DuckDB on the file at `path` (None: in memory), offline."""
+    import duckdb  # (half a second: loaded by what opens a database, not by what checks a path)
+
+    if path is None:
+        return duckdb.connect(config=OFFLINE)
+    return duckdb.connect(str(check_path(Path(path), "the database").absolute()), read_only=read_only, config=OFFLINE)
