@@ -247,5 +247,5 @@ def test_a_protocol_option_is_one_typed_object_from_the_command_line_a_config_an
     text_here = {"datasets", "tracker", "config", "options"}
     shared = {f.name for f in dataclasses.fields(Request)} - text_here
     assert shared <= set(defaults) and {n: defaults[n] for n in shared} == {n: getattr(Request(), n) for n in shared}
-    with pytest.raises(Exception, match="--extraction-batch 0: expected an integer ≥ 1"):
+    with pytest.raises(Exception, match="--extraction-batch 0: expected an integer from 1 to 65536"):
         request(extraction_batch=0)

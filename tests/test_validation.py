@@ -47,7 +47,46 @@ def test_the_python_api_refuses_them_too():
 def test_res_zero_is_an_error_not_the_default(cli, results):
     """Before: `--res 0` quietly ran at the model's default resolution."""
     code, _, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--res", "0", "--results", results)
-    assert code == 2 and "--res 0: expected an integer from 1 to 2147483647" in err
+    assert code == 2 and "--res 0: expected an integer from 1 to 1024" in err
+
+
+BIG = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--workers", "0")
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [  # issue 71, item 6. Before: a 30 GB allocation's traceback, a dry run with no answer, accepted
+        (("--res", "100000"), "--res 100000: expected an integer from 1 to 1024"),
+        (("--res", "2048", "--dry-run"), "--res 2048: expected an integer from 1 to 1024"),
+        (
+            ("--protocol", "finetune", "--batch", "100000000000"),
+            "--batch 100000000000: expected an integer from 1 to 65536",
+        ),
+        (("--protocol", "pretrain", "--epochs", "1e9"), "--epochs 1000000000.0: expected a number above 0 to 10000"),
+        (("--extraction-batch", "10000000"), "--extraction-batch 10000000: expected an integer from 1 to 65536"),
+    ],
+)
+def test_sizes_past_any_machine_are_refused_before_any_work(cli, results, args, message):
+    code, _, err = cli(*BIG, *args, "--results", results)
+    assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_plan_of_too_many_runs_is_refused_before_it_is_made(cli, results, tmp_path):
+    """Issue 71, item 5. Before: 1,000 seeds x 1,000 shots (each under the 10,000 a list may hold) made
+    10^6 runs to plan: minutes, and a dry run of a 64 KB config's 10^7 grew past 4 GB. Now the
+    product is refused by its lengths, before any split is listed, from the command line and a config."""
+    seeds, shots = ",".join(map(str, range(1000))), ",".join(map(str, range(1, 1001)))
+    code, _, err = cli(*RUN, "--seeds", seeds, "--shots", shots, "--dry-run", "--results", results)
+    assert code == 2 and "the plan is 1,000,000 runs" in err and "1,000 seeds x 1,000 shots" in err, err
+    assert len(err.strip().splitlines()) == 1 and not results.exists()
+    config = tmp_path / "big.toml"
+    config.write_text(
+        f"seeds = [{', '.join(map(str, range(10_000)))}]\nshots = [{', '.join(map(str, range(1, 1001)))}]\n"
+    )
+    code, _, err = cli(*RUN, "--config", config, "--dry-run", "--results", results)
+    assert code == 2 and "the plan is 10,000,000 runs" in err, err
+    with pytest.raises(UserError, match="the plan is 1,000,000 runs"):
+        vitbench.plan(model="vit-ti/16", weights="random", datasets="digits", seeds=range(1000), shots=range(1, 1001))
 
 
 def test_a_dataset_named_twice_runs_once(cli, results, caplog):
@@ -244,9 +283,9 @@ def test_a_ridge_strength_that_is_no_positive_number_is_refused(cli, results, va
 
 # (option, its Request/API name, a bad value, the one line that refuses it)
 BAD_NUMBERS = [
-    ("--workers", "workers", -3, "--workers -3: expected an integer ≥ 0"),
-    ("--extraction-batch", "extraction_batch", 0, "--extraction-batch 0: expected an integer ≥ 1"),
-    ("--batch", "batch", 0, "--batch 0: expected an integer ≥ 1"),
+    ("--workers", "workers", -3, "--workers -3: expected an integer from 0 to 1024"),
+    ("--extraction-batch", "extraction_batch", 0, "--extraction-batch 0: expected an integer from 1 to 65536"),
+    ("--batch", "batch", 0, "--batch 0: expected an integer from 1 to 65536"),
     ("--lr", "lr", -0.5, "--lr -0.5: expected a number > 0"),
     ("--lr", "lr", float("nan"), "--lr nan: expected a finite number"),
     ("--polyak", "polyak", 2.0, "--polyak 2.0: expected a number from 0 to below 1"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import math
 import re
 from pathlib import Path
 
@@ -106,15 +107,41 @@ def plan(req: Request, dry_run: bool = False) -> list[Group]:
         names = ", ".join(p.name for p in protocols)
         log.warning("%s: --protocol %s does not use %s; ignored", ", ".join(ignored), names,
                     "it" if len(ignored) == 1 else "them")  # fmt: skip
+    models, weights_list = _items(model_arg, "--model"), expand_weights(weights_arg, req.results)
+    check_plan_size(req, protocols, len(models) * len(weights_list) * len(dataset_names))
     groups = []
     # weights and TFDS builds not here yet are fetched while planning (with --download; a dry run never fetches)
     fetch = downloads.allowed(req.download) and not dry_run
     runtime = Runtime.of(req)  # resolved once: the precision and input pipeline runs are keyed on
     for protocol in protocols:
-        for model_name in _items(model_arg, "--model"):
-            for weights in expand_weights(weights_arg, req.results):
+        for model_name in models:
+            for weights in weights_list:
                 groups += _model_groups(req, runtime, protocol, model_name, weights, dataset_names, dry_run, fetch)
     return groups
+
+
+MAX_RUNS = 100_000  # a paper's whole Table 2 and VTAB are some thousands; 10^5 took minutes to plan
+
+
+def check_plan_size(req: Request, protocols: list, groups: int) -> None:
+    """Refuse a plan of more than MAX_RUNS runs before it is made (10^7 grew past 4 GB in a dry run):
+    each list option a protocol reads (seeds, shots, k, …) multiplies its runs, as the models,
+    weights and datasets multiply the groups. Counted from the lengths alone, in no time."""
+    total, products = 0, []
+    for protocol in protocols:
+        options = req.options.of(protocol.Options)
+        lengths = {}
+        for name in protocol.Options.names():
+            value = getattr(options, name, None)
+            if isinstance(value, tuple | list | range) and len(value) > 1:
+                lengths[name] = len(value)
+        total += groups * math.prod(lengths.values())
+        products.append(" x ".join(f"{n:,} {name}" for name, n in lengths.items()) or "1")
+    if total > MAX_RUNS:
+        raise UserError(
+            f"the plan is {total:,} runs ({groups:,} model x weights x dataset group(s), each "
+            f"{' + '.join(products)}), more than {MAX_RUNS:,}: give fewer values, or split it into several commands"
+        )
 
 
 def _items(text: str, option: str) -> list[str]:

@@ -66,7 +66,7 @@ class Request:
     protocol: str | None = None
     weights: str | None = None
     options: Given = field(default_factory=Given)  # the protocols' options objects, as given
-    res: int | None = bounds.checked(None, bounds.Bound("--res", int, 1, bounds.INT32_MAX))
+    res: int | None = bounds.checked(None, bounds.Bound("--res", int, 1, bounds.MAX_RES))
     gelu: str = "exact"
     data_dir: Path | None = None
     data_source: str | None = None  # None: each dataset's own (folder) source; "tfds" for VTAB from TFDS
@@ -76,8 +76,8 @@ class Request:
     download: bool = False  # fetch named weights (paper:, timm:, hf-hub:) and TFDS builds not here yet
     results: Path = Path("results")
     device: str = "auto"
-    extraction_batch: int = bounds.checked(64, bounds.Bound("--extraction-batch", int, 1))
-    workers: int = bounds.checked(DEFAULT_WORKERS, bounds.Bound("--workers", int, 0))
+    extraction_batch: int = bounds.checked(64, bounds.Bound("--extraction-batch", int, 1, bounds.MAX_BATCH))
+    workers: int = bounds.checked(DEFAULT_WORKERS, bounds.Bound("--workers", int, 0, 1_024))
     # where images are decoded, resized and augmented; auto precision: bf16 on CUDA, fp32 on CPU
     input_pipeline: str = bounds.checked("auto", bounds.Choices("--input-pipeline", PIPELINES))
     precision: str = bounds.checked("auto", bounds.Choices("--precision", PRECISIONS))

@@ -18,6 +18,9 @@ from typing import Any
 from vitbench.errors import listed
 
 INT32_MAX = 2**31 - 1  # seeds, shots and sizes are INTEGER columns in the store
+MAX_BATCH = 65_536  # images per step or pass: the paper's largest global batch is 4,096 (JFT pre-training)
+MAX_RES = 1_024  # pixels a side: the paper's largest is 518 (ViT-H/14); 100,000 asked for 30 GB and failed
+MAX_EPOCHS = 10_000  # ImageNet pre-training is 300 epochs at most in the paper
 MAX_VALUES = 10_000  # values in one list option: more is a typo (10^6 seeds would plan for minutes)
 
 

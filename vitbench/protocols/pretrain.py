@@ -25,7 +25,7 @@ from vitbench.devices import Runtime
 from vitbench.errors import UserError
 from vitbench.protocols import pretrain_recipe as recipe
 from vitbench.protocols.base import Group, ModelInputs, Recorder, Request, Result, RunSpec, Trainer, Work
-from vitbench.protocols.bounds import INT32_MAX
+from vitbench.protocols.bounds import INT32_MAX, MAX_EPOCHS
 from vitbench.protocols.fewshot import FEWSHOT, FewshotOptions
 from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import PRETRAIN_PANEL, Given, limits, option
@@ -93,10 +93,14 @@ class PretrainOptions(TrainingOptions):
         "pretrain: epochs of the full train split.",
         panel=PRETRAIN_PANEL,
         kind=float,
-        bound=limits(float, 0, low_open=True),
+        bound=limits(float, 0, MAX_EPOCHS, low_open=True),
     )
     warmup: int | None = option(
-        None, "pretrain: LR warmup steps [default: 10k].", panel=PRETRAIN_PANEL, kind=int, bound=limits(int, 0)
+        None,
+        "pretrain: LR warmup steps [default: 10k].",
+        panel=PRETRAIN_PANEL,
+        kind=int,
+        bound=limits(int, 0, INT32_MAX),
     )
     lr_decay: str | None = option(None, "pretrain: linear or cosine after the warmup.", panel=PRETRAIN_PANEL, kind=str)
     weight_decay: float | None = option(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vitbench.protocols.bounds import INT32_MAX
+from vitbench.protocols.bounds import INT32_MAX, MAX_BATCH
 from vitbench.protocols.options import FINETUNE_PANEL, WHAT_PANEL, ProtocolOptions, limits, option
 
 SEEDS = (0, 1, 2)  # the paper's three runs per setting (App. B; big_vision's few-shot seeds)
@@ -34,14 +34,14 @@ class TrainingOptions(SeededOptions):
         "finetune, pretrain: global batch over all devices [512 / 4096].",
         panel=FINETUNE_PANEL,
         kind=int,
-        bound=limits(int, 1),
+        bound=limits(int, 1, MAX_BATCH),
     )
     micro_batch: int | None = option(
         None,
         "finetune: images per pass per device; the rest is accumulated.",
         panel=FINETUNE_PANEL,
         kind=int,
-        bound=limits(int, 1),
+        bound=limits(int, 1, MAX_BATCH),
     )
     lr: float | None = option(
         None,
@@ -60,5 +60,5 @@ class TrainingOptions(SeededOptions):
         "finetune: steps between resumable checkpoints [default: steps/10, 50..500].",
         panel=FINETUNE_PANEL,
         kind=int,
-        bound=limits(int, 1),
+        bound=limits(int, 1, INT32_MAX),
     )
