@@ -18,11 +18,14 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from PIL import Image
 
 from vitbench.cli import config as cfg
 from vitbench.cli.run import run as run_command
-from vitbench.datasets import Split
+from vitbench.datasets import Split, imagenet
 from vitbench.datasets.cifar import read_cifar_batch
+from vitbench.datasets.imagenet import imagenet_synsets
+from vitbench.datasets.pets import load_pets
 from vitbench.engine import dedup
 from vitbench.errors import UserError
 from vitbench.execution.lease import UNREADABLE_GRACE, Lease
@@ -31,12 +34,17 @@ from vitbench.weights.loading import check_weights_file, read_state_dict
 
 FUZZ = settings(derandomize=True, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 FIFO = b"<fifo>"  # in place of contents: the file is made a FIFO
+FOLDER = b"<folder>"  # in place of contents: a folder of the file's name
 
 
 def _write(path: Path, content: bytes) -> Path:
+    if path.is_dir() and not path.is_symlink():
+        path.rmdir()
     path.unlink(missing_ok=True)
     if content == FIFO:
         os.mkfifo(path)
+    elif content == FOLDER:
+        path.mkdir()
     else:
         path.write_bytes(content)
     return path
@@ -247,3 +255,57 @@ def test_image_folders_with_hostile_entries_load_or_fail_in_one_line(tmp_path_fa
             assert decode(path).mode == "RGB"
         except CorruptImage as e:
             assert path in str(e) and "\n" not in str(e)
+
+
+# Issue 71, item 8: the label files of ImageNet (synset_words.txt, real.json) and Pets (annotations/*.txt).
+# Before: a FIFO hung `run --dry-run` and `doctor`; a folder, binary bytes or a wrong JSON type
+# (`[5, ...]`) was a traceback, even in a dry run.
+SYNSETS = "".join(f"{synset} a class\n" for synset in imagenet_synsets(Path("/nonexistent"))).encode()
+REAL = json.dumps([[i % 1000] for i in range(50_000)]).encode()
+HOSTILE_REAL = [json.dumps(v).encode() for v in ([5] * 50_000, [[1000]] * 50_000, [[-1]] * 50_000, [["a"]] * 50_000,
+                                                 [[True]] * 50_000, {"a": 1}, [[1]] * 49_999)]  # fmt: skip
+PETS = b"#Image CLASS-ID SPECIES BREED ID\nAbyssinian_1 1 1 1\n"
+LABEL_FILES = {"synset_words.txt": SYNSETS, "real.json": REAL, "annotations/trainval.txt": PETS}
+
+
+def _read_label_file(root: Path, name: str):
+    if name == "synset_words.txt":
+        return imagenet_synsets(root)
+    if name == "real.json":
+        return imagenet.read_real_labels(root, ["val/ILSVRC2012_val_00000002.JPEG"])[0]
+    return load_pets(root, "train").labels.tolist()
+
+
+@settings(FUZZ, max_examples=45)
+@given(name=st.sampled_from(sorted(LABEL_FILES)), content=st.one_of(
+    st.sampled_from(sorted(LABEL_FILES)).flatmap(lambda n: _damaged(LABEL_FILES[n][:4000])),
+    st.sampled_from(HOSTILE_REAL), st.just(FOLDER), st.just(FIFO)))  # fmt: skip
+def test_label_files_read_correctly_or_in_one_line(tmp_path_factory, name, content):
+    root = tmp_path_factory.mktemp("labels")
+    (root / "annotations").mkdir()
+    (root / "images").mkdir()
+    Image.new("RGB", (8, 8)).save(root / "images" / "Abyssinian_1.jpg")
+    path = _write(root / name, content)
+    start = time.monotonic()
+    try:
+        found = _read_label_file(root, name)
+    except Exception as e:
+        _one_line(e, path)
+        return
+    finally:
+        assert time.monotonic() - start < 60  # a FIFO is refused, not read until someone writes to it
+    expected = {"synset_words.txt": 1000, "real.json": 1, "annotations/trainval.txt": 1}[name]
+    assert len(found) == expected  # only a well-formed file reads
+    if name == "real.json":
+        assert found == [[1]] and content not in HOSTILE_REAL
+
+
+@pytest.mark.parametrize("name", sorted(LABEL_FILES))
+def test_each_label_file_reads_when_valid(tmp_path, name):
+    (tmp_path / "annotations").mkdir()
+    (tmp_path / "images").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "images" / "Abyssinian_1.jpg")
+    _write(tmp_path / name, LABEL_FILES[name])
+    found = _read_label_file(tmp_path, name)
+    assert found == {"synset_words.txt": imagenet_synsets(Path("/nonexistent")), "real.json": [[1]],
+                     "annotations/trainval.txt": [0]}[name]  # fmt: skip

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from vitbench.atomic import read_regular
 from vitbench.errors import UserError
 from vitbench.provenance import fingerprint_files, sha256_text
 
@@ -347,13 +348,32 @@ def require_dir(path: Path, what: str) -> Path:
     return path
 
 
-def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of the non-blank, non-comment lines of a list file."""
-    require(path, "list file")
+MAX_LABEL_FILE_BYTES = 256 * 2**20  # ImageNet train's file list is some 40 MB; ReaL's JSON 1.6 MB
+
+
+def read_label_file(path: Path, what: str = "list file") -> str:
+    """The text of a dataset's list or label file (Pets' annotations, ImageNet's synset_words.txt and
+    real.json, flat val labels), checked before it is read: a regular file (a FIFO hung `run
+    --dry-run` and `doctor`; a folder was a traceback), of a bounded size, UTF-8 text."""
+    require(path, what)
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder, expected the {what}")
     try:
-        text = path.read_text()
+        size = path.stat().st_size
+        if size > MAX_LABEL_FILE_BYTES:
+            raise UserError(f"{path}: {size:,} bytes, expected the {what} (at most {MAX_LABEL_FILE_BYTES:,})")
+        raw = read_regular(path)
+    except OSError as e:
+        raise UserError(f"{path}: {e.strerror or e}, expected the {what} (a regular file)") from None
+    try:
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise UserError(f"{path}: not a text file") from None
+        raise UserError(f"{path}: not a text file, expected the {what}") from None
+
+
+def numbered_lines(path: Path, what: str = "list file") -> Iterator[tuple[int, str]]:
+    """(line number, text) of the non-blank, non-comment lines of a list file."""
+    text = read_label_file(path, what)
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip() and not line.lstrip().startswith("#"):
             yield number, line.strip()

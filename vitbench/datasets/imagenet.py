@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.datasets.base import Split, fingerprinted, numbered_lines, require_dir
+from vitbench.datasets.base import Split, fingerprinted, numbered_lines, read_label_file, require_dir
 from vitbench.datasets.image_folders import class_folders, image_files, say_left_out
-from vitbench.errors import UserError
+from vitbench.errors import UserError, one_line
 from vitbench.provenance import sha256_file
 
 log = logging.getLogger("vitbench")
@@ -34,8 +34,8 @@ def timm_info(name: str) -> Path:
 def imagenet_synsets(root: Path) -> list[str]:
     """The canonical class order: `synset_words.txt` beside the data wins, else timm's copy."""
     local = root / "synset_words.txt"
-    source = local if local.exists() else timm_info("imagenet_synsets.txt")
-    synsets = [line.split()[0] for line in source.read_text().splitlines() if line.strip()]
+    source = local if local.exists() or local.is_symlink() else timm_info("imagenet_synsets.txt")
+    synsets = [line.split()[0] for _, line in numbered_lines(source, "ImageNet synset list")]
     if len(synsets) != 1000:
         raise UserError(f"{source}: expected 1000 synsets, found {len(synsets)}")
     return synsets
@@ -44,7 +44,7 @@ def imagenet_synsets(root: Path) -> list[str]:
 def real_labels_file(root: Path) -> Path:
     """ReaL labels (Beyer et al. 2020): a `real.json` beside the data wins, else timm's bundled copy."""
     local = root / "real.json"
-    return local if local.exists() else timm_info("imagenet_real_labels.json")
+    return local if local.exists() or local.is_symlink() else timm_info("imagenet_real_labels.json")
 
 
 def read_real_labels(root: Path, paths: list[str]) -> tuple[list[list[int]] | None, Path]:
@@ -52,11 +52,16 @@ def read_real_labels(root: Path, paths: list[str]) -> tuple[list[list[int]] | No
     names do not carry the official val numbers."""
     source = real_labels_file(root)
     try:
-        table = json.loads(source.read_text())
+        table = json.loads(read_label_file(source, "ReaL labels JSON file"))
     except ValueError as e:
-        raise UserError(f"{source}: not a ReaL labels JSON file ({e})") from None
+        raise UserError(f"{source}: not a ReaL labels JSON file ({one_line(e, 80)})") from None
     if not isinstance(table, list) or len(table) != 50_000:
         raise UserError(f"{source}: expected a list of 50,000 label lists (one per val image)")
+    bad = next((i for i, entry in enumerate(table) if not _class_list(entry)), None)
+    if bad is not None:
+        raise UserError(
+            f"{source}: entry {bad} is {str(table[bad])[:40]!r}, expected a list of class indices from 0 to 999"
+        )
     labels = []
     for path in paths:
         match = VAL_NUMBER.search(os.path.basename(path))
@@ -65,6 +70,11 @@ def read_real_labels(root: Path, paths: list[str]) -> tuple[list[list[int]] | No
             return None, source
         labels.append([int(v) for v in table[int(match.group(1)) - 1]])
     return labels, source
+
+
+def _class_list(entry: object) -> bool:
+    """A ReaL entry: a list (maybe empty: no label agreed) of class indices 0..999."""
+    return isinstance(entry, list) and all(type(i) is int and 0 <= i < 1000 for i in entry)
 
 
 def _flat_labels(root: Path, folder: Path) -> tuple[Path, dict[str, int]]:

@@ -21,12 +21,14 @@ def load_pets(root: Path | None, split: str) -> Split:
     images = require_dir(root / "images", "Pets images folder")
     entries: list[tuple[int, str]] = []
     labels: list[int] = []
-    for number, line in numbered_lines(listing):
+    for number, line in numbered_lines(listing, f"Pets {split} annotation file"):
         parts = line.split()
         if len(parts) < 2 or not parts[1].isdigit():
             raise UserError(f"{listing}:{number}: expected 'name class_id species breed_id', got {line!r}")
         entries.append((number, str(images / f"{parts[0]}.jpg")))
         labels.append(int(parts[1]) - 1)  # class ids are 1-based
+    if not entries:  # an empty split would fail later, far from its cause
+        raise UserError(f"{listing}: lists no image, expected 'name class_id species breed_id' lines")
     check_listed(listing, entries)
     paths = [path for _, path in entries]
     fingerprint = fingerprinted(root, paths, sha256_file(listing)[:16])

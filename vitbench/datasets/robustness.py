@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.datasets.base import DatasetSpec, Split, fingerprinted, require, require_dir
+from vitbench.datasets.base import DatasetSpec, Split, fingerprinted, read_label_file, require_dir
 from vitbench.datasets.image_folders import image_files, say_left_out
 from vitbench.datasets.imagenet import imagenet_synsets, synset_folders, timm_info
-from vitbench.errors import UserError
+from vitbench.errors import UserError, one_line
 from vitbench.provenance import sha256_file
 
 IMAGENET_CLASSES = 1000
@@ -104,9 +104,9 @@ def _load_sketch(root: Path | None, _split_name: str) -> Split:
 
 def _json_object(path: Path) -> dict:
     try:
-        found = json.loads(require(path, "ObjectNet mapping file").read_text())
-    except (ValueError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: not a JSON file ({e})") from None
+        found = json.loads(read_label_file(path, "ObjectNet mapping file"))
+    except ValueError as e:
+        raise UserError(f"{path}: not a JSON file ({one_line(e, 80)})") from None
     if not isinstance(found, dict):
         raise UserError(f"{path}: expected a JSON object (as ObjectNet's mappings/ ship it)")
     return found
@@ -125,8 +125,9 @@ def objectnet_classes(root: Path) -> dict[str, list[int]]:
         except (TypeError, ValueError):
             where = maps / OBJECTNET_MAPPINGS[2]
             raise UserError(f"{where}: expected class index -> line number pairs, got {index!r}: {line!r}") from None
-    names_file = require(maps / OBJECTNET_MAPPINGS[3], "ObjectNet mapping file")
-    line_of = {name.strip(): number for number, name in enumerate(names_file.read_text().splitlines())}
+    names_file = maps / OBJECTNET_MAPPINGS[3]
+    names = read_label_file(names_file, "ObjectNet mapping file").splitlines()
+    line_of = {name.strip(): number for number, name in enumerate(names)}
     classes: dict[str, list[int]] = {}
     for label, names in to_imagenet.items():
         if label not in folder_of:
