@@ -309,3 +309,59 @@ def test_each_label_file_reads_when_valid(tmp_path, name):
     found = _read_label_file(tmp_path, name)
     assert found == {"synset_words.txt": imagenet_synsets(Path("/nonexistent")), "real.json": [[1]],
                      "annotations/trainval.txt": [0]}[name]  # fmt: skip
+
+
+# Issue 71, item 9: audit shards of valid structure and hostile values. Before: `n_test_flagged: 5000`
+# of 797 merged and the tables showed ¶5000; -5 hid the mark; NaN thresholds merged.
+@pytest.fixture(scope="module")
+def audit_shard(tmp_path_factory) -> tuple[Path, dict]:
+    """A real audit shard: digits' test set against its train set (sixty near-duplicate pairs)."""
+    import vitbench.api as api
+
+    results = tmp_path_factory.mktemp("audit") / "results"
+    api.dedup("digits", results=results)
+    (path,) = (results / "audits").glob("*.json")
+    return path, json.loads(path.read_text())
+
+
+HOSTILE = st.one_of(st.sampled_from([-5, 5000, 2**40, float("nan"), float("inf"), -1.5, 2.5, "5", True, None, [], 0]),
+                    st.integers(-10, 2000), st.floats(allow_nan=True))  # fmt: skip
+AUDIT_FIELDS = ("n_test", "n_audited", "n_pairs", "n_test_flagged", "skipped_images", "threshold", "seconds")
+PAIR_FIELDS = {1: "test_index", 3: "duplicate_index", 5: "distance", 6: "exact"}
+
+
+@settings(FUZZ, max_examples=60)
+@given(where=st.one_of(st.sampled_from(AUDIT_FIELDS), st.sampled_from(sorted(PAIR_FIELDS))), value=HOSTILE)
+def test_audit_shards_with_hostile_values_merge_only_when_in_range(audit_shard, tmp_path_factory, where, value):
+    from vitbench.store.audit_shards import BadAudit, read_audit_shard
+
+    source, document = audit_shard
+    document = json.loads(json.dumps(document))
+    if isinstance(where, str):
+        document["audit"][where] = value
+    else:
+        document["pairs"][0][where] = value
+    path = tmp_path_factory.mktemp("hostile") / source.name
+    path.write_text(json.dumps(document))
+    try:
+        audit, pairs = read_audit_shard(path)
+    except BadAudit as e:
+        assert "\n" not in str(e)
+        return
+    flagged, n_test = audit["n_test_flagged"], audit["n_test"]
+    assert type(flagged) is int and 0 <= flagged <= n_test and audit["n_pairs"] == len(pairs)
+    assert -1 <= audit["threshold"] <= 1 and all(0 <= p["distance"] <= 2 for p in pairs)
+    assert all(0 <= p["test_index"] < n_test and 0 <= p["duplicate_index"] < audit["n_audited"] for p in pairs)
+    assert all(type(p["exact"]) is bool for p in pairs)
+
+
+def test_an_audit_shard_past_its_size_bound_is_not_read(audit_shard, tmp_path, monkeypatch):
+    from vitbench.store import audit_shards
+
+    source, _ = audit_shard
+    path = tmp_path / source.name
+    path.write_bytes(source.read_bytes())
+    monkeypatch.setattr(audit_shards, "MAX_AUDIT_BYTES", path.stat().st_size - 1)
+    monkeypatch.setattr(audit_shards, "read_regular", lambda p: pytest.fail("read past the bound"))
+    with pytest.raises(audit_shards.BadAudit, match="more than an audit shard holds"):
+        audit_shards.read_audit_shard(path)

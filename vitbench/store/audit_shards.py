@@ -10,6 +10,7 @@ rows, its name its audit_key); one that fails is quarantined, as a run's shard i
 from __future__ import annotations
 
 import json
+import math
 import os
 from datetime import datetime
 from pathlib import Path
@@ -60,8 +61,22 @@ class BadAudit(ValueError):
     """An audit shard that cannot be merged; the message says why."""
 
 
+MAX_AUDIT_BYTES = 128 * 2**20  # some 800,000 pairs: far more than a test set's near-duplicates
+COUNTS = ("n_test", "n_audited", "n_pairs", "n_test_flagged", "skipped_images")
+TEXTS = ("audit_key", "test_dataset", "test_split", "test_source", "test_fingerprint", "audited_dataset",
+         "audited_split", "audited_source", "audited_fingerprint")  # fmt: skip
+INT32_MAX = 2**31 - 1
+
+
 def read_audit_shard(path: Path) -> tuple[dict, list[dict]]:
-    """(audit row, pairs) of a checked shard; BadAudit (or OSError) where it is not one."""
+    """(audit row, pairs) of a checked shard; BadAudit (or OSError) where it is not one. Its size is
+    bounded before it is read (a 137 MB shard took 1.9 GB), and every value is in its range: counts
+    whole and not negative, no more flagged test images than test images, a threshold and distances
+    a correlation's, indices within their splits (a shard claiming 5,000 flagged of 797 put ¶5000
+    in the tables; -5 hid the mark; NaN thresholds merged)."""
+    size = path.stat().st_size
+    if size > MAX_AUDIT_BYTES:
+        raise BadAudit(f"{size:,} bytes, more than an audit shard holds ({MAX_AUDIT_BYTES:,})")
     try:
         document = json.loads(read_regular(path))
     except (UnicodeDecodeError, ValueError) as e:
@@ -75,7 +90,55 @@ def read_audit_shard(path: Path) -> tuple[dict, list[dict]]:
         raise BadAudit("its audit_key is not its file name (a copy?)")
     if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == len(PAIR_COLUMNS) for p in pairs):
         raise BadAudit(f"'pairs' is not a list of rows of {len(PAIR_COLUMNS)} values")
-    return audit, [dict(zip(PAIR_COLUMNS, p, strict=True)) for p in pairs]
+    rows = [dict(zip(PAIR_COLUMNS, p, strict=True)) for p in pairs]
+    _check_audit(audit, len(rows))
+    for number, pair in enumerate(rows):
+        _check_pair(pair, audit, number)
+    return audit, rows
+
+
+def _whole(value: object, high: int = INT32_MAX) -> bool:
+    return type(value) is int and 0 <= value <= high
+
+
+def _finite(value: object, low: float, high: float) -> bool:
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and low <= value <= high
+    )
+
+
+def _check_audit(audit: dict, n_pairs: int) -> None:
+    for name in TEXTS:
+        if not isinstance(audit[name], str) or not audit[name]:
+            raise BadAudit(f"audit.{name} is missing or not text")
+    for name in COUNTS:
+        if not _whole(audit[name]):
+            raise BadAudit(f"audit.{name} = {str(audit[name])[:20]} is not a whole number from 0 to {INT32_MAX}")
+    if audit["n_test_flagged"] > audit["n_test"]:
+        raise BadAudit(
+            f"audit.n_test_flagged = {audit['n_test_flagged']} is more than its {audit['n_test']} test images"
+        )
+    if audit["n_pairs"] != n_pairs:
+        raise BadAudit(f"audit.n_pairs = {audit['n_pairs']}, but it holds {n_pairs} pairs")
+    if not _finite(audit["threshold"], -1.0, 1.0):
+        raise BadAudit(f"audit.threshold = {audit['threshold']!r} is not a correlation from -1 to 1")
+    for name in ("seconds", "images_per_second"):
+        if audit[name] is not None and not _finite(audit[name], 0.0, math.inf):
+            raise BadAudit(f"audit.{name} = {audit[name]!r} is not a finite number ≥ 0")
+
+
+def _check_pair(pair: dict, audit: dict, number: int) -> None:
+    where = f"pair {number}"
+    if pair["audit_key"] != audit["audit_key"]:
+        raise BadAudit(f"{where} belongs to another audit")
+    if not (
+        _whole(pair["test_index"], audit["n_test"] - 1) and _whole(pair["duplicate_index"], audit["n_audited"] - 1)
+    ):
+        raise BadAudit(f"{where}: an image index outside its split ({audit['n_test']} and {audit['n_audited']} images)")
+    if not isinstance(pair["test_image"], str) or not isinstance(pair["duplicate"], str):
+        raise BadAudit(f"{where}: an image name is not text")
+    if not _finite(pair["distance"], 0.0, 2.0) or type(pair["exact"]) is not bool:
+        raise BadAudit(f"{where}: distance {pair['distance']!r} is not 1 - a correlation, or exact is not true/false")
 
 
 def save_audit(con: duckdb.DuckDBPyConnection, audit: dict, pairs: list[dict]) -> None:
