@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 
+from vitbench.text_safety import visible
+
 log = logging.getLogger("vitbench")
 
 
@@ -18,6 +20,14 @@ class _StderrHandler(logging.StreamHandler):
     @stream.setter
     def stream(self, value) -> None:
         pass
+
+
+class _Shown(logging.Formatter):
+    """The message with its control characters shown as `\\xNN` (a file's name is data, never a
+    terminal sequence: vitbench/text_safety.py)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record))
 
 
 class _OncePerCommand(logging.Filter):
@@ -45,7 +55,7 @@ def configure_logging() -> None:
     handler = next((h for h in log.handlers if isinstance(h, _StderrHandler)), None)
     if handler is None:
         handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(_Shown("%(message)s"))
         handler.addFilter(_OncePerCommand())
         log.addHandler(handler)
     for once in handler.filters:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from vitbench.atomic import write_atomic
 from vitbench.errors import UserError
+from vitbench.text_safety import visible
 
 
 def check_out_file(path: Path, option: str = "--out") -> Path:
@@ -71,5 +72,26 @@ def write_figure(fig, path: Path, option: str = "--out", **savefig) -> Path:
     or not at all (a temp file renamed over it): a link or a FIFO of that name inside an output
     folder is refused like one named by --out, never written through."""
     check_out_file(path, option)
+    no_mathtext(fig)
     write_atomic(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip("."), **savefig))
     return path
+
+
+def no_mathtext(fig) -> None:
+    """Every text of the figure drawn as written: matplotlib reads `$…$` as mathtext, so a dataset
+    named `m$\\undefinedcmd{$x` ended `report` and every `plot` in a traceback, and `$` pairs in
+    names set them in italics. The tick labels are matplotlib's own (a log axis writes its powers of
+    ten in mathtext) and keep it. Control characters are shown as `\\xNN`, as on a terminal."""
+    from matplotlib.text import Text
+
+    ticks = {
+        id(label)
+        for axes in fig.axes
+        for axis in (axes.xaxis, axes.yaxis)
+        for tick in axis.get_major_ticks() + axis.get_minor_ticks()
+        for label in (tick.label1, tick.label2)
+    }
+    for text in fig.findobj(Text):
+        if id(text) not in ticks:
+            text.set_parse_math(False)
+            text.set_text(visible(text.get_text()))  # no font has a glyph for ESC: shown as \x1b

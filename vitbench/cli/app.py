@@ -6,8 +6,11 @@ import os
 from typing import Annotated
 
 import typer
-from rich.console import Console, RenderableType
+from rich.console import Console, ConsoleRenderable, RenderableType, RenderHook
+from rich.measure import Measurement
+from rich.segment import Segment
 
+from vitbench.text_safety import visible
 from vitbench.version import __version__
 
 app = typer.Typer(
@@ -17,8 +20,38 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-out = Console()
-err = Console(stderr=True)
+
+
+class _Shown:
+    """A renderable whose text reaches the terminal with its control characters shown as `\\xNN`:
+    names from the store are data (an OSC 52 sequence in a file's name wrote the clipboard and
+    cleared the screen). rich's own control codes (styles, cursor moves) pass as rich made them."""
+
+    def __init__(self, inner: RenderableType):
+        self.inner = inner
+
+    def __rich_console__(self, console, options):
+        for segment in console.render(self.inner, options):
+            yield segment if segment.control else Segment(visible(segment.text), segment.style)
+
+    def __rich_measure__(self, console, options):
+        return Measurement.get(console, options, self.inner)
+
+
+class _ShowControls(RenderHook):
+    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
+        return [_Shown(r) for r in renderables]
+
+
+def console(**settings) -> Console:
+    """A Console that shows control characters in what it prints (see `_Shown`)."""
+    made = Console(**settings)
+    made.push_render_hook(_ShowControls())
+    return made
+
+
+out = console()
+err = console(stderr=True)
 # wide enough for any table vitbench draws; a pipe or a file gets the table's own width, not 80 columns
 UNWRAPPED = 10_000
 
@@ -42,7 +75,7 @@ def print_table(renderable: RenderableType) -> None:
     natural = out.measure(renderable, options=out.options.update_width(UNWRAPPED)).maximum
     # a console of that width, or of the COLUMNS the user set: Console.print(width=) is capped at the
     # console's own width
-    Console(file=out.file, width=max(min(natural, table_width() or natural), 1)).print(renderable)
+    console(file=out.file, width=max(min(natural, table_width() or natural), 1)).print(renderable)
 
 
 def _version(value: bool) -> None:

@@ -17,6 +17,7 @@ from vitbench.cli.options import option
 from vitbench.cli.run_options import DataSource
 from vitbench.dedup_method import Method
 from vitbench.errors import UserError
+from vitbench.text_safety import csv_frame
 
 DEFAULT_THRESHOLD = Method.threshold  # (dedup_method.py loads no torch: --help stays light)
 
@@ -93,7 +94,9 @@ def dedup_cmd(
             )
     if out_csv is not None:
         frame = pairs_csv(audits)
-        write_atomic(out_csv, frame.to_csv(index=False))  # a path it cannot write: one line (the audit is stored)
+        write_atomic(
+            out_csv, csv_frame(frame).to_csv(index=False)
+        )  # a path it cannot write: one line (the audit is stored)
         out.print(f"{len(frame)} pair(s) written to {out_csv}", markup=False, highlight=False)
 
 

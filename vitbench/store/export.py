@@ -23,6 +23,7 @@ from vitbench.errors import UserError, one_line
 from vitbench.store import duck
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import apply_where, json_field
+from vitbench.text_safety import csv_frame
 
 FORMATS = {"parquet": "(FORMAT parquet)", "csv": "(FORMAT csv, HEADER true)", "json": "(FORMAT json, ARRAY true)"}
 # the JSON export's per-run document (docs/results-schema.json): bump on change. 2: `shots` is among
@@ -94,7 +95,7 @@ def _write(frame: pd.DataFrame, fmt: str, out: Path) -> None:
     """`frame` to `out` in `fmt`, atomically, through DuckDB."""
     con = duck.connect()
     try:
-        con.register("export_frame", frame)
+        con.register("export_frame", csv_frame(frame) if fmt == "csv" else frame)  # formulas as text
         write_atomic(out, lambda tmp: con.execute(f"COPY export_frame TO '{_quote(tmp)}' {FORMATS[fmt]}"))
     except (duckdb.Error, OSError) as e:
         raise UserError(f"--out {out}: cannot write ({one_line(e)})") from None

@@ -14,7 +14,7 @@ import pandas as pd
 
 from vitbench.datasets import CorruptImage, Split
 from vitbench.datasets.base import decode
-from vitbench.out_paths import write_figure
+from vitbench.out_paths import no_mathtext, write_figure
 from vitbench.views.figure_kit import DPI, pyplot
 
 PAIRS_SHOWN = 12  # half the nearest pairs, half those nearest the threshold
@@ -83,6 +83,7 @@ def write_sheet(audit: dict, test: Split, audited: Split, out: Path) -> Path | N
         f"{len(chosen)} of {audit['n_pairs']} pair(s), threshold {threshold:g} (distance ≤ {1 - threshold:.3f})",
         fontsize=9, x=0.01, ha="left",
     )  # fmt: skip
+    no_mathtext(fig)  # before the layout is measured: measuring parses the titles
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)  # the results folder's own sheets/ folder
     write_figure(fig, out, "the contact sheet", dpi=DPI)

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vitbench.atomic import write_atomic
-from vitbench.out_paths import check_out_file, write_figure
+from vitbench.out_paths import check_out_file, no_mathtext, write_figure
+from vitbench.text_safety import csv_frame
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -168,6 +169,7 @@ def save(
 ) -> list[Path]:  # fmt: skip
     """The figure in each format, and `points` (one row per point drawn) as CSV beside them."""
     lines = textwrap.wrap(caption, CAPTION_WIDTH) if look.caption_in_image else []
+    no_mathtext(fig)  # before the legend is measured: measuring parses it
     if getattr(fig, "vitbench_grid", False):
         _fit_grid(fig, len(lines))
     elif look.caption_in_image:
@@ -187,7 +189,7 @@ def save(
     pyplot().close(fig)
     if points is not None:
         path = out_dir / f"{stem}.csv"
-        write_atomic(check_out_file(path), points.to_csv(index=False))
+        write_atomic(check_out_file(path), csv_frame(points).to_csv(index=False))
         files.append(path)
     return files
 

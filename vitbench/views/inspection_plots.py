@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.out_paths import write_figure
+from vitbench.out_paths import no_mathtext, write_figure
 from vitbench.views.plots import pyplot  # matplotlib on Agg, loaded when a figure is drawn
 
 DPI = 100
@@ -67,6 +67,7 @@ def attention_distance(distances: np.ndarray, n_images: int, path: Path, title: 
     ax.set_title(f"Mean attention distance over {n_images} images\n{title}", fontsize=9)
     if heads <= 16:
         ax.legend(fontsize=8, ncol=2)  # read on a page at its own size: 8 pt, not 6
+    no_mathtext(fig)  # the title holds the model's name: drawn as written
     fig.tight_layout()
     return _save(fig, path)
 

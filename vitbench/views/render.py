@@ -10,6 +10,7 @@ import re
 import pandas as pd
 
 from vitbench.errors import UserError
+from vitbench.text_safety import csv_frame, visible
 from vitbench.views.cells import Cell, TableData
 
 FORMATS = ("rich", "md", "latex", "csv", "html")
@@ -33,8 +34,11 @@ _HTML_OPENING = re.compile(r"<(?=[A-Za-z/!?])")
 def _md_text(text: str) -> str:
     """Text from names (folders, weights files, classes) made inert in Markdown: Markdown renderers
     draw raw HTML, so a class folder named `<img src=x onerror=...>` would run there; its "<" is
-    written as the entity, which renders as the same character."""
-    return _HTML_OPENING.sub("&lt;", text)
+    written as the entity, which renders as the same character. A "](" is escaped (`[x](javascript:…)`
+    would be a link; "[sha]" footnotes stay as they read), a newline is a space (it split a table's
+    row), and control characters are shown as `\\xNN`."""
+    text = visible(text.replace("\r\n", " ").replace("\n", " ").replace("\r", " "))
+    return _HTML_OPENING.sub("&lt;", text).replace("](", "\\](")
 
 
 def _md_cell(text: str) -> str:
@@ -89,7 +93,7 @@ _LATEX = {
 
 
 def latex_escape(s: str) -> str:
-    return "".join(_LATEX.get(ch, ch) for ch in s)
+    return "".join(_LATEX.get(ch, ch) for ch in visible(s, one_line=True))
 
 
 def _latex_header(column: str) -> str:
@@ -168,7 +172,7 @@ def to_csv(t: TableData) -> str:
             interval = t.cells[(str(record["row"]), str(record["column"]))].interval
             record["ci_low"], record["ci_high"] = (interval[0] * 100, interval[1] * 100) if interval else (None, None)
     buf = io.StringIO()
-    pd.DataFrame(records, columns=columns).to_csv(buf, index=False, float_format="%.6g")
+    csv_frame(pd.DataFrame(records, columns=columns)).to_csv(buf, index=False, float_format="%.6g")
     return buf.getvalue()
 
 
