@@ -199,3 +199,26 @@ def test_inspect_deit_tiny_on_shared_imagenet_images(cli, tmp_path):
     assert len(df) == 36 and df["images"].iloc[0].endswith("imagenet/val") and not df["random_init"].any()
     first = df[df["layer"] == 12]["distance_px"]
     assert first.min() > 80  # the last layer of a trained ViT attends globally
+
+
+def test_inspect_decodes_images_as_a_run_does(tmp_path, monkeypatch):
+    """Issue 71, item 12. Before: `inspect --images DIR` read a 16-bit PNG as solid white (PIL's
+    convert("RGB") clips its values at 255) and a decompression bomb was a traceback. Now it decodes
+    as `run` does (datasets/base.decode): the grey kept, the bomb one line naming the file."""
+    import numpy as np
+    from PIL import Image
+
+    from vitbench.errors import UserError
+    from vitbench.execution.inspection import collect_images
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    Image.fromarray(np.full((16, 16), 30_000, dtype=np.uint16)).save(folder / "grey16.png")
+    assert Image.open(folder / "grey16.png").mode.startswith("I")
+    _, images, _, _ = collect_images(folder, None, None, 4)
+    assert np.asarray(images[0]).max() == round(30_000 / 257)  # 117, not 255 (white)
+    Image.new("L", (100, 100)).save(folder / "bomb.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1_000)  # 100 x 100 is past twice that: a bomb
+    with pytest.raises(UserError, match="bomb.png: not a readable image") as raised:
+        collect_images(folder, None, None, 4)
+    assert "\n" not in str(raised.value)

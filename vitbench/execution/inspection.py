@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from vitbench.datasets import IMAGE_SUFFIXES
+from vitbench.datasets import IMAGE_SUFFIXES, CorruptImage
+from vitbench.datasets.base import decode
 from vitbench.engine.progress import track
 from vitbench.errors import UserError
 from vitbench.provenance import canonical_json, environment, fingerprint_files, sha256_text
@@ -122,8 +123,6 @@ def collect_images(images_dir, dataset: str | None, data_dir, limit: int):
     or the first images of a dataset's test split."""
     from pathlib import Path
 
-    from PIL import Image
-
     if (images_dir is None) == (dataset is None):
         raise UserError("give --images DIR or --dataset NAME (one of them)")
     if images_dir is not None:
@@ -137,12 +136,11 @@ def collect_images(images_dir, dataset: str | None, data_dir, limit: int):
         if not files:
             raise UserError(f"--images {root}: no image files ({', '.join(sorted(IMAGE_SUFFIXES))})")
         images = []
-        for f in files:
+        for f in files:  # decoded as `run` decodes them: 16-bit PNGs scaled (not clipped to white), bombs refused
             try:
-                with Image.open(f) as img:
-                    images.append(img.convert("RGB"))
-            except OSError as e:
-                raise UserError(f"{f}: not a readable image ({e})") from None
+                images.append(decode(f))
+            except CorruptImage as e:
+                raise UserError(f"{f}: not a readable image ({' '.join(str(e.reason).split())[:100]})") from None
         return [f.stem for f in files], images, str(root.resolve()), fingerprint_files(root, files, content=False)
     spec = get_dataset(str(dataset))
     split = spec.load_split(data_dir, spec.transfer_splits[1])
