@@ -211,6 +211,25 @@ def test_imagefolder_dataset_with_and_without_val(tmp_path):
         spec.load_split(None, "test")
 
 
+def test_imagefolder_reads_the_images_of_subfolders_as_torchvision_does(tmp_path):
+    """Issue 71, item 13. Before: a class folder's subfolders were skipped, silently (2 of 6 images
+    read). Now every image under a class folder is read, in the order torchvision's ImageFolder
+    (whose conventions the README promises) lists them, and a link back up is walked once."""
+    from torchvision.datasets import ImageFolder
+
+    root = tmp_path / "pics"
+    for rel in ("cat/0.png", "cat/a/1.png", "cat/a/deeper/2.png", "cat/b-x/3.png", "dog/4.png", "dog/z/5.png"):
+        for split in ("train", "test"):
+            write_image(root / split / rel, seed=len(rel))
+    test = get_dataset(f"folder:{root}").load_split(None, "test")
+    expected = ImageFolder(str(root / "test")).samples
+    assert (
+        len(test) == 6 and test.paths == [p for p, _ in expected] and test.labels.tolist() == [c for _, c in expected]
+    )
+    (root / "test" / "cat" / "a" / "up").symlink_to(root / "test" / "cat")  # a loop: walked once, not forever
+    assert len(get_dataset(f"folder:{root}").load_split(None, "test")) == 6
+
+
 def test_imagefolder_needs_train_and_test(tmp_path):
     (tmp_path / "pics" / "train").mkdir(parents=True)
     with pytest.raises(UserError, match=r"missing 'test' folder of the ImageFolder tree: .*pics/test"):
