@@ -66,8 +66,10 @@ def test_export_predictions_and_a_changed_file_is_named(cli, tmp_path):
     key = next(iter(runs(results).index))
     path = predictions_path(results, key)
     path.write_bytes(path.read_bytes()[:-10])
-    code, _, err = cli("export", "--predictions", "--out", tmp_path / "again.parquet", "--results", results)
-    assert code != 0 and f"{path}: changed since run {key[:12]} wrote it" in err and "Traceback" not in err
+    # issue 71, item 11: one changed file costs its own run, named, not the export (as in the report)
+    code, text, err = cli("export", "--predictions", "--out", tmp_path / "again.parquet", "--results", results)
+    assert code == 0 and f"{path}: changed since run {key[:12]} wrote it" in err and "Traceback" not in err
+    assert "of 1 run(s)" in text
 
 
 def test_a_store_from_before_predictions_were_kept_exports_none(cli, tmp_path):
@@ -129,3 +131,40 @@ def test_per_class_rows_name_folder_classes_and_markdown_keeps_names_inert(cli, 
     assert "<img" not in md
     code, text, err = cli("table", "--per-class", dataset, "--results", results)
     assert code == 0 and "class 0: <img src=x onerror=alert(1)>" in text and "class 2: dog|wolf" in text, err
+
+
+def test_predictions_with_labels_out_of_range_are_named_not_used(cli, tmp_path):
+    """Issue 71, item 11. Before: a predictions file whose labels were 2e9 or -5 (its shard's record
+    made to match) was a `table --per-class` traceback, and `plot confusion` asked for 26.8 GiB; one
+    such file made `export --predictions`, `compare` and `--per-class` fail outright. Now it is one
+    line naming the file; the commands that read many runs read around it."""
+    import pandas as pd
+
+    from vitbench.provenance import sha256_file
+    from vitbench.store.shards import shard_dir
+
+    results = tmp_path / "results"
+    assert cli("run", *FAST, "--shots", "5", "--seeds", "0,1", "--results", results)[0] == 0
+    key = sorted(runs(results).index)[0]
+    path = predictions_path(results, key)
+    con = duckdb.connect()
+    table = con.execute(f"SELECT * FROM read_parquet('{path}')").df()
+    for bad in (2_000_000_000, -5):
+        table.loc[0, ["label", "top1"]] = bad
+        con.register("t", pd.DataFrame(table))
+        con.execute(f"COPY t TO '{path}' (FORMAT parquet)")
+        con.unregister("t")
+        shard = shard_dir(results) / f"{key}.json"
+        record = json.loads(shard.read_text())
+        record["run"]["notes"]["predictions"]["sha256"] = sha256_file(path)  # as if vitbench had written it
+        shard.write_text(json.dumps(record))
+        store.ingest(store.connect(results), [shard])
+        code, md, err = cli("table", "--per-class", "digits", "--format", "md", "--results", results)
+        assert code == 0 and f"{path}: not the predictions of run {key[:12]} (label values outside" in err, err
+        assert "(n=1)" in md and "Traceback" not in err
+        code, _, err = cli("plot", "confusion", "--run", key[:12], "--out", tmp_path / "p", "--results", results)
+        assert code == 2 and "label values outside the classes" in err and len(err.strip().splitlines()) == 1, err
+        code, text, err = cli("export", "--predictions", "--out", tmp_path / "p.csv", "-f", "csv", "--results", results)
+        assert code == 0 and "of 1 run(s)" in text, err
+        code, out, err = cli("compare", "seed=0", "seed=1", "--results", results)
+        assert code != 0 and "Traceback" not in err and "label values outside" in out + err, err

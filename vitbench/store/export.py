@@ -11,6 +11,7 @@ format is written atomically.
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from vitbench.store import duck
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import apply_where, json_field
 from vitbench.text_safety import csv_frame
+
+log = logging.getLogger("vitbench")
 
 FORMATS = {"parquet": "(FORMAT parquet)", "csv": "(FORMAT csv, HEADER true)", "json": "(FORMAT json, ARRAY true)"}
 # the JSON export's per-run document (docs/results-schema.json): bump on change. 2: `shots` is among
@@ -118,11 +121,18 @@ def export_predictions(results: Path, fmt: str, out: Path, where: list[str] | No
     _check(fmt, out)
     store.sync(results)
     runs = apply_where(store.read_results(results), where).drop_duplicates("run_key")
-    parts = []
+    parts, lost = [], []
     for run in runs.itertuples():
-        found = read_predictions(results, str(run.run_key), json_field(run.notes).get("predictions"))
+        try:
+            found = read_predictions(results, str(run.run_key), json_field(run.notes).get("predictions"))
+        except UserError as e:  # one changed or damaged file costs its own run, not the export
+            log.warning("%s; left out of the export", e)
+            lost.append(e)
+            continue
         if found is not None:
             parts.append(found.assign(**{f: getattr(run, f) for f in RUN_FIELDS}))
+    if not parts and lost:
+        raise lost[0]
     if not parts:
         raise UserError(
             f"no stored run in {results} kept per-image predictions" + (" matching --where" if where else "")

@@ -92,8 +92,36 @@ def read_predictions(results: Path, run_key: str, recorded: dict | None) -> pd.D
         raise UserError(f"{path}: changed since run {run_key[:12]} wrote it (sha256 differs from its shard's record)")
     con = duck.connect()
     try:
-        return con.execute(f"SELECT * FROM read_parquet('{_quote(path)}')").df()
+        table = con.execute(f"SELECT * FROM read_parquet('{_quote(path)}')").df()
     except duckdb.Error as e:
         raise UserError(f"{path}: unreadable predictions ({str(e).splitlines()[0]})") from None
     finally:
         con.close()
+    problem = _problem(table, recorded)
+    if problem:
+        raise UserError(f"{path}: not the predictions of run {run_key[:12]} ({problem})")
+    return table
+
+
+COLUMNS = ("id", "label", "top1", "topk", "correct")
+MAX_CLASSES = 100_000  # ImageNet-21k has 21,843; a label past this is no class (2e9 asked for 26.8 GiB)
+
+
+def _problem(table: pd.DataFrame, recorded: dict) -> str | None:
+    """What makes a predictions table unusable, or None: its columns, its row count (the shard's
+    record), labels and predicted classes whole numbers from 0 (below the run's class count where it
+    kept the names, else MAX_CLASSES), and `correct` what they say."""
+    if any(c not in table.columns for c in COLUMNS):
+        return f"expected the columns {', '.join(COLUMNS)}"
+    if recorded.get("rows") is not None and len(table) != recorded["rows"]:
+        return f"{len(table)} rows, its run recorded {recorded['rows']}"
+    classes = len(recorded["classes"]) if isinstance(recorded.get("classes"), list) else MAX_CLASSES
+    for column in ("label", "top1"):
+        values = table[column]
+        if not np.issubdtype(values.dtype, np.integer) or (
+            len(values) and not 0 <= values.min() <= values.max() < classes
+        ):
+            return f"{column} values outside the classes 0..{classes - 1}"
+    if not (table["correct"].astype(bool) == (table["label"] == table["top1"])).all():
+        return "'correct' does not match label and top1"
+    return None

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,9 @@ from vitbench.views import figure_kit, plots
 from vitbench.views.cells import Cell, TableData
 from vitbench.views.columns import measured_columns
 from vitbench.views.footnotes import provenance_footnotes
+
+log = logging.getLogger("vitbench")
+MAX_DRAWN_CLASSES = 2_000  # a (k, k) matrix drawn: ImageNet's 1,000 fit; 2e9 asked for 26.8 GiB
 
 MEAN_PER_CLASS = "mean per-class accuracy"
 
@@ -41,10 +45,16 @@ def per_class_view(df: pd.DataFrame, dataset: str, results: Path, protocol: str 
     data = TableData(title=f"Per-class top-1 accuracy (%) on {dataset}")
     classes: dict[str, list[np.ndarray]] = {}
     names: list = []
+    lost: list[str] = []  # one changed or damaged file costs its own run, not the table (as in the report)
     for col, part in m.acc.groupby("column", sort=False):
         for run in part.drop_duplicates("run_key").itertuples():
             recorded = json_field(run.notes).get("predictions")
-            table = read_predictions(results, str(run.run_key), recorded)
+            try:
+                table = read_predictions(results, str(run.run_key), recorded)
+            except UserError as e:
+                log.warning("%s; left out of the per-class table", e)
+                lost.append(str(e))
+                continue
             if table is not None:
                 classes.setdefault(str(col), []).append(_per_class(table, int(table["label"].max()) + 1))
                 names = names or (recorded or {}).get("classes") or []
@@ -61,6 +71,7 @@ def per_class_view(df: pd.DataFrame, dataset: str, results: Path, protocol: str 
             data.cells[(rows[c], col)] = _cell(values[:, c])
         data.cells[(MEAN_PER_CLASS, col)] = _cell(np.nanmean(values, axis=1))
     data.footnotes.append("cells: per-class top-1 accuracy (%), mean ± std over seeds (n runs), from kept predictions")
+    data.footnotes += [f"left out: {line}" for line in lost]
     provenance_footnotes(data, m)
     return data
 
@@ -117,6 +128,8 @@ def confusion_figure(df: pd.DataFrame, results: Path, out_dir: Path, formats: tu
     if table is None:
         raise UserError(f"--run {run}: the run kept no per-image predictions (stored before they were kept)")
     k = int(max(table["label"].max(), table["top1"].max())) + 1
+    if k > MAX_DRAWN_CLASSES:
+        raise UserError(f"--run {run}: {k:,} classes; a confusion matrix draws at most {MAX_DRAWN_CLASSES:,}")
     counts = np.zeros((k, k))
     np.add.at(counts, (table["label"].to_numpy(), table["top1"].to_numpy()), 1)
     share = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)

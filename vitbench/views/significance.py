@@ -9,6 +9,7 @@ Runs without predictions (stored before they were kept) get neither, and a footn
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from vitbench.views.shot_counts import cell_effective_shots
 
 SIGNIFICANT_MARK = "*"
 # rows not scored on the kept labels: ReaL (its labels are not in the predictions) gets no interval
+log = logging.getLogger("vitbench")
 DERIVED_ROWS = {"imagenet_real"}
 ALPHA = 0.05
 
@@ -201,8 +203,11 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path, ev
         sides, alone = _with_settings(sides)
     else:
         sides = {n: p.assign(unit=p["dataset"]) for n, p in sides.items()}
-    kept = outcomes(results, pd.concat(sides.values()))
-    rows, notes = [], []
+    lost: list[str] = []  # one changed or damaged file costs its own runs, not the comparison
+    kept = outcomes(results, pd.concat(sides.values()), lost)
+    for line in lost:
+        log.warning("%s; left out of the comparison", line)
+    rows, notes = [], [f"left out: {line}" for line in lost]
     for unit in sorted(set(sides["A"]["unit"]) & set(sides["B"]["unit"]), key=natural_order):
         parts = {n: p[p["unit"] == unit] for n, p in sides.items()}
         found = {n: _side(part, n, unit, kept, clauses[n]) for n, part in parts.items()}
