@@ -395,3 +395,28 @@ def test_a_results_folder_named_like_a_duckdb_url_is_a_local_folder(cli, tmp_pat
         assert accuracy(tmp_path / name) > 0
     code, _, err = cli(*RUN, "--shots", "1", "--seeds", "0", "--results", "a?b")
     assert code == 2 and "'?'" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "a?b").exists(), err
+
+
+def test_two_threads_running_on_a_fresh_folder_both_store_their_runs(tmp_path):
+    """Issue 71, item 17. Before: two threads calling `vitbench.run` on a fresh folder: one failed
+    ("cannot write there": both used one probe file's name; then "damaged … Catalog write-write
+    conflict": both created the tables), its runs never done, though the database was healthy."""
+    import threading
+
+    import vitbench
+
+    results, errors = tmp_path / "fresh", []
+
+    def run(seed: int) -> None:
+        try:
+            vitbench.run(model="vit-ti/16", weights="random", datasets="digits", res=32, workers=0, shots=(1,),
+                         seeds=(seed,), results=results)  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - what the other thread raised is the failure shown
+            errors.append(f"{type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and sorted(vitbench.results(results)["seed"]) == [0, 1]

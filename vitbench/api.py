@@ -106,7 +106,7 @@ def writable_results(results: Path) -> Path:
             raise UserError(f"--results {results}: {results / name} is a file, expected a folder vitbench keeps there")
     try:
         results.mkdir(parents=True, exist_ok=True)
-        probe = results / f".write-test-{os.getpid()}"
+        probe = results / f".write-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # two threads: two probes
         probe.write_text("")
         probe.unlink()
     except OSError as e:

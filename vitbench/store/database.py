@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -68,6 +69,9 @@ def _damaged(path: Path, error: BaseException) -> str:
     )
 
 
+_MIGRATING = threading.Lock()  # DuckDB's catalog takes one writer at a time within a process
+
+
 def connect(results: Path) -> duckdb.DuckDBPyConnection:
     """Open (creating or migrating) the store for writing. StoreLocked while another process
     holds it; a damaged file is a UserError suggesting `ingest --rebuild` (and is not touched)."""
@@ -87,9 +91,10 @@ def connect(results: Path) -> duckdb.DuckDBPyConnection:
             ) from None
         raise UserError(_damaged(path, e) if path.exists() else f"{path}: cannot create it ({one_line(e)})") from None
     try:
-        version = schema_version(con)
-        check_not_newer(path, version)
-        migrate(con, version)
+        with _MIGRATING:  # two threads of one process opening a new store both created its tables: a conflict
+            version = schema_version(con)
+            check_not_newer(path, version)
+            migrate(con, version)
         done_keys(con)  # a file damaged inside opens, and fails at its first real read: fail here instead
     except duckdb.Error as e:
         con.close()
