@@ -265,3 +265,39 @@ def test_small_images_need_a_closer_match_than_their_upscaled_thumbnails_suggest
     import torch
 
     assert method.threshold_for(torch.tensor([8, 32, 500])).tolist() == pytest.approx([1 - 0.23 / 4, 0.77, 0.77])
+
+
+def test_a_second_dedup_of_the_same_pair_waits_and_reads_the_first_ones_audit(cli, tmp_path):
+    """Issue 71, item 18. Before: two concurrent `dedup`s of one pair both ran the whole search (audits
+    took no lease). Now the second waits for the first's lease and reads its stored audit back. The
+    first is played by this test: it holds the audit's lease, then stores the audit (a copy of one
+    searched in another folder) and lets go."""
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from vitbench.execution.lease import Lease
+
+    first = tmp_path / "first"
+    assert cli("dedup", "--dataset", "digits", "--results", first, "--workers", "0")[0] == 0
+    (shard,) = (first / "audits").glob("*.json")
+    results = tmp_path / "results"
+    lease = Lease(results, f"audit-{shard.stem}")
+    assert lease.acquire()
+    second = subprocess.Popen([sys.executable, "-m", "vitbench", "dedup", "--dataset", "digits", "--results",
+                               str(results), "--workers", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    try:
+        waited, deadline = "", time.monotonic() + 120
+        while "waiting for it" not in waited and time.monotonic() < deadline:
+            waited += second.stderr.readline()
+        assert "being searched by process" in waited, waited
+        (results / "audits").mkdir(parents=True)
+        shutil.copy(shard, results / "audits" / shard.name)
+    finally:
+        lease.release()
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert "│ stored" in out and len(store.read_audits(results)) == 1  # read back, not searched again
+    assert not (results / "dedup").exists() or not list((results / "dedup").glob("*.pt"))

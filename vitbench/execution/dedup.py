@@ -4,6 +4,7 @@ its pairs); an audit already stored for the same files and settings is read back
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from vitbench.engine import dedup
 from vitbench.engine.progress import track
 from vitbench.errors import UserError
 from vitbench.execution import recorder
+from vitbench.execution.lease import Lease
 from vitbench.provenance import canonical_json, environment, sha256_text
 
 log = logging.getLogger("vitbench")
@@ -98,12 +100,47 @@ def run(
         test, audited = split(audit.test_dataset, audit.test_split), split(audit.audited_dataset, audit.audited_split)
         key = audit_key(test, audited, method)
         if not rerun and key in set(stored["audit_key"]):
-            row = stored[stored["audit_key"] == key].iloc[0].to_dict()
-            rows.append({**row, "pairs": store.read_pairs(results, [key]), "stored": True, "splits": (test, audited)})
+            rows.append(_read_back(results, stored, key, (test, audited)))
             continue
-        found = measure(audit, test, audited, key, method, workers, data_dir, results)
+        with _audit_lease(results, key, str(audit)) as taken:
+            if not taken:  # another process searched it meanwhile: its result, read back
+                rows.append(_read_back(results, store.read_audits(results), key, (test, audited)))
+                continue
+            found = measure(audit, test, audited, key, method, workers, data_dir, results)
         rows.append({**found, "stored": False, "splits": (test, audited)})
     return rows
+
+
+def _read_back(results: Path, stored: pd.DataFrame, key: str, splits: tuple[Split, Split]) -> dict:
+    row = stored[stored["audit_key"] == key].iloc[0].to_dict()
+    return {**row, "pairs": store.read_pairs(results, [key]), "stored": True, "splits": splits}
+
+
+WAIT_SECONDS = 2.0  # how often a second `dedup` of the same pair looks whether the first has finished
+
+
+@contextlib.contextmanager
+def _audit_lease(results: Path, key: str, what: str):
+    """The audit's lease, as a run's (execution/lease.py): True once taken. Where another live process
+    holds it, this one waits for it to finish (two `dedup`s of one pair both searched the whole
+    pair); False when that process stored the audit meanwhile, so it is read back, not searched again."""
+    lease = Lease(results, f"audit-{key}")
+    told = False
+    while not lease.acquire():
+        if not told:
+            holder = lease.holder()
+            log.info("dedup %s: being searched by process %s on %s; waiting for it", what, holder.get("pid", "?"),
+                     holder.get("host", "?"))  # fmt: skip
+            told = True
+        time.sleep(WAIT_SECONDS)
+    try:
+        store.sync(results)  # the other process's audit, if it stored one while this one waited
+        if told and key in set(store.read_audits(results)["audit_key"]):
+            yield False
+        else:
+            yield True
+    finally:
+        lease.release()
 
 
 def measure(
