@@ -138,6 +138,9 @@ def run(
     (pre-training: few-shot transfer of the weights each run wrote, beside random init), planned
     once that exists (a dry run plans them by name), into the same store. A stage that did not
     finish here (cluster jobs still waiting or failed; a torchrun world) plans no next stage."""
+    for name, value in (("rerun", rerun), ("dry_run", dry_run)):
+        if not isinstance(value, bool):  # dry_run="no" is truthy: it planned instead of running
+            raise UserError(f"vitbench.run: {name}={value!r:.40}: expected True or False")
     req = request_of(req, options, "vitbench.run")
     summary = Summary([], set(), req.results)
     suite = suite_of(req)  # its pinned CPU threads hold for every stage (the demo's few-shot)
@@ -304,10 +307,13 @@ def results(
     and metric (`metric`, `value`)."""
     if not isinstance(results, str | os.PathLike):
         raise UserError(f"vitbench.results({results!r}): expected a results folder (a str or Path)")
+    clauses = [where] if isinstance(where, str) else where
+    if clauses is not None and not (isinstance(clauses, list | tuple) and all(isinstance(c, str) for c in clauses)):
+        raise UserError(f"vitbench.results(where={where!r:.40}): expected a clause (str) or a list of them")
     path = Path(results)
     store.sync(path)
     stored = with_axes(store.read_results(path))
-    selected = with_json_parsed(apply_where(stored, [where] if isinstance(where, str) else where))
+    selected = with_json_parsed(apply_where(stored, clauses))
     return selected if long else per_run(selected)
 
 

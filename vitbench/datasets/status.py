@@ -32,6 +32,18 @@ class SplitCount:
         return f"{self.split} {self.count:,}{official}" + (" (subset)" if self.is_subset else "")
 
 
+def empty_files(paths: list[str]) -> list[str]:
+    """The files of a split that hold no byte (os.stat each: doctor's cost, not a run's)."""
+    found = []
+    for path in paths:
+        try:
+            if os.stat(path).st_size == 0:
+                found.append(path)
+        except OSError:
+            continue  # vanished since listed: the run names it when it reads it
+    return found
+
+
 def find_status(spec: DatasetSpec, data_dir: Path | None) -> str:
     """found / incomplete (naming the first missing file, relative to data_dir, and how many are
     missing) / absent, from the presence of the key files alone (nothing is loaded). Relative,
@@ -63,7 +75,13 @@ def dataset_status(spec: DatasetSpec, data_dir: Path | None) -> tuple[str, list[
     try:
         for split, official in spec.official_sizes.items():
             try:
-                counts.append(SplitCount(split, len(spec.load_split(data_dir, split)), official))
+                loaded = spec.load_split(data_dir, split)
+                empty = empty_files(loaded.paths or [])
+                if empty:  # 200,000 empty files were "found (subset)": no image in them
+                    raise UserError(
+                        f"{len(empty):,} of {len(loaded):,} image files are empty (0 bytes), e.g. {empty[0]}"
+                    )
+                counts.append(SplitCount(split, len(loaded), official))
             except UserError as e:  # named relative to data_dir, as the status is
                 where = f"{data_dir}{os.sep}" if data_dir is not None else ""
                 counts.append(SplitCount(split, None, official, str(e).replace(where, "")))

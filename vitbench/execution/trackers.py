@@ -23,6 +23,7 @@ from pathlib import Path
 
 from vitbench.errors import UserError, one_line
 from vitbench.protocols.registry import protocols
+from vitbench.text_safety import visible
 
 log = logging.getLogger("vitbench")
 
@@ -60,7 +61,13 @@ def run_name(run: dict) -> str:
     value = run["hparams"].get(axis.name) if axis is not None else None
     setting = f"-{axis.text(value)}" if axis is not None and value is not None else ""
     parts = (run["run_key"][:12], run["model"], run["dataset"], f"{stage}{setting}", f"seed{run['seed']}")
-    return "-".join(p.replace("/", "_") for p in parts)
+    name = "-".join(visible(p, one_line=True).replace("/", "_").replace("\\", "_") for p in parts)
+    # a file name (TensorBoard's folder) holds 255 bytes: a 240-character dataset name was never logged;
+    # the run key's start, first, keeps a shortened name unique
+    return name if len(name.encode()) <= MAX_NAME_BYTES else name.encode()[:MAX_NAME_BYTES].decode(errors="ignore")
+
+
+MAX_NAME_BYTES = 200
 
 
 def last_step(curves: dict[str, list[float]]) -> int:

@@ -4,6 +4,7 @@ options object (`Request.options`), made and so checked before any work."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -66,9 +67,13 @@ def make_request(where: str = "vitbench.run", **given: Any) -> Request:
     for key in COMMA_LISTS:
         if isinstance(given.get(key), list | tuple):
             given[key] = ",".join(str(item) for item in given[key])  # a path, "random", a paper name
-        elif given.get(key) is not None and not isinstance(given[key], str | Path):
+        elif isinstance(given.get(key), os.PathLike):  # weights=Path("w.safetensors"): its text
+            given[key] = os.fspath(given[key])
+        elif given.get(key) is not None and not isinstance(given[key], str):
             raise UserError(f"{where}: {key}={given[key]!r}: expected a name (or a list of names)")
     for key in ("results", "data_dir", "tensorboard"):
+        if given.get(key) is not None and not isinstance(given[key], str | os.PathLike):
+            raise UserError(f"{where}: {key}={given[key]!r:.40}: expected a folder (a str or Path)")
         if given.get(key) is not None:
             if key == "results" and not str(given[key]).strip():
                 raise UserError(f"{where}: results is empty; expected a folder for the results (default: results)")

@@ -119,6 +119,7 @@ def sync(results: Path, strict: bool = False) -> int:
     if not shards and not audits:
         return 0
     path = results / DB_NAME
+    known: set[str] | None = None  # the runs the database holds, where it could be read
     if path.is_file():  # nothing to merge: done without taking the write lock
         try:
             con = duck.connect(path, read_only=True)
@@ -138,7 +139,12 @@ def sync(results: Path, strict: bool = False) -> int:
     except UserError as e:
         if strict:
             raise
-        log.warning("%d result shard(s) not merged yet: %s; tables read the shards meanwhile", len(shards), e)
+        if known is None:  # held by another process: what it lacks cannot be counted, only that merging waits
+            log.warning("result shards not merged now: %s; tables read the shards meanwhile", e)
+        else:  # those the database lacks, not every shard
+            log.warning(
+                "%d result shard(s) not merged yet: %s; tables read the shards meanwhile", len(shards - known), e
+            )
         return 0
     try:
         merged = ingest_pending(con, results)
