@@ -13,11 +13,14 @@ import torch
 import vitbench
 from vitbench import store
 from vitbench.devices import cpu_name, peak_flops
+from vitbench.downloads import cache_root
 from vitbench.engine import bench
 from vitbench.execution import estimate
 from vitbench.store.bench import BENCH_COLUMNS
 
 DIGITS = dict(model="vit-ti/16", weights="random", datasets="digits", res=32, shots=(1, 5), seeds=(0,))
+DIGITS_ARGS = ("--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32", "--shots", "1,5",
+               "--seeds", "0")  # fmt: skip
 
 
 def test_few_shot_runs_cost_their_share_of_one_extraction_at_the_rate_given():
@@ -129,26 +132,80 @@ def test_a_dry_run_plans_imagenet_few_shot_from_its_official_sizes(cli, tmp_path
     assert "to get imagenet: https://image-net.org/download" in out and "40% MFU of H100" in out
 
 
-def test_the_micro_benchmark_is_kept_per_configuration_and_measured_again_when_damaged(results, monkeypatch):
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """A user cache of the test's own: the session's is shared with runs that measured for real."""
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "user-cache"))
+    return tmp_path / "user-cache"
+
+
+def test_the_micro_benchmark_is_kept_per_configuration_and_measured_again_when_damaged(results, monkeypatch, own_cache):
     """A dry run's rate comes from several timed passes (their median; slowest and fastest its
-    range), kept in <results>/cache/micro-rates.json: read back by the next dry run, measured again
-    for another model or resolution, or when the file is damaged."""
+    range), kept in the user's cache (micro-rates.json, per machine: every results folder prices
+    alike): read back by the next dry run, measured again for another model or resolution, or when
+    the file is damaged."""
     calls = []
     monkeypatch.setattr(bench, "forward_rate", lambda spec, res, device: calls.append(res) or ([1e9, 2e9, 4e9], 0.1))
     groups = vitbench.plan(**DIGITS)
     cpu = torch.device("cpu")
-    rate = estimate.micro_rate(groups, cpu, cpu_name(), results / "cache")
+    cache = cache_root()
+    rate = estimate.micro_rate(groups, cpu, cpu_name(), cache)
     assert rate.of("vit-ti/16", 32, "inference") == 2e9 and rate.spread[("vit-ti/16", 32)] == (1e9, 4e9)
     found = estimate.estimate(groups, rate)
     keys = list(found.seconds)
     low, high = found.range(keys)
     assert low == pytest.approx(found.total(keys) / 2) and high == pytest.approx(found.total(keys) * 2)
-    assert estimate.micro_rate(groups, cpu, cpu_name(), results / "cache") == rate and calls == [32]
-    estimate.micro_rate(vitbench.plan(**{**DIGITS, "res": 48}), cpu, cpu_name(), results / "cache")
+    assert estimate.micro_rate(groups, cpu, cpu_name(), cache) == rate and calls == [32]
+    estimate.micro_rate(vitbench.plan(**{**DIGITS, "res": 48}), cpu, cpu_name(), cache)
     assert calls == [32, 48]  # another resolution is measured once, beside the first
-    (results / "cache" / estimate.MICRO_RATES).write_text("{not json")
-    estimate.micro_rate(groups, cpu, cpu_name(), results / "cache")
+    (cache / estimate.MICRO_RATES).write_text("{not json")
+    estimate.micro_rate(groups, cpu, cpu_name(), cache)
     assert calls == [32, 48, 32]
+
+
+HOSTILE_ENTRIES = [
+    "not an object",
+    {"median": "fast"},
+    {"median": float("nan"), "slowest": 1.0, "fastest": 2.0},
+    {"median": -5.0, "slowest": -6.0, "fastest": -1.0},
+    {"median": 1e9, "slowest": 2e9, "fastest": 3e9},
+    {"median": 1e9, "slowest": 5e8, "fastest": 2e9, "passes": 0, "measured": "2026-11-27 10:00 UTC"},
+    {"median": 1e9, "slowest": 5e8, "fastest": 2e9, "passes": 5, "measured": "yesterday"},
+    {"median": 1e9, "slowest": 5e8, "fastest": 2e9, "passes": 5, "measured": "2020-01-01 10:00 UTC"},  # too old
+]
+
+
+@pytest.mark.parametrize("entry", HOSTILE_ENTRIES, ids=range(len(HOSTILE_ENTRIES)))
+def test_a_kept_rate_that_is_no_measurement_is_measured_again(results, monkeypatch, entry, own_cache):
+    """Issue 71, item 10. Before: a micro-rates.json of the wrong shape was a traceback (TypeError,
+    ZeroDivisionError, KeyError), NaN printed "≈ nan days", negative rates "< 1 s", and the first
+    measurement was kept forever."""
+    import json
+
+    calls = []
+    monkeypatch.setattr(bench, "forward_rate", lambda spec, res, device: calls.append(res) or ([1e9, 2e9, 4e9], 0.1))
+    groups = vitbench.plan(**DIGITS)
+    cpu = torch.device("cpu")
+    estimate.micro_rate(groups, cpu, cpu_name(), cache_root())
+    path = cache_root() / estimate.MICRO_RATES
+    (key,) = json.loads(path.read_text())
+    path.write_text(json.dumps({key: entry}))
+    rate = estimate.micro_rate(groups, cpu, cpu_name(), cache_root())
+    assert calls == [32, 32] and rate.of("vit-ti/16", 32, "inference") == 2e9
+    assert estimate.duration(float("nan")) == "unknown" and estimate.duration(-5.0) == "unknown"
+
+
+def test_every_results_folder_on_a_machine_prices_alike(cli, tmp_path, monkeypatch, own_cache):
+    """Issue 69, goal 2: the micro-benchmark runs once per machine, not once per results folder."""
+    calls = []
+    real = bench.forward_rate
+    monkeypatch.setattr(bench, "forward_rate", lambda *a: calls.append(a[1]) or real(*a))
+    lines = []
+    for folder in ("one", "two"):
+        code, out, err = cli("run", *DIGITS_ARGS, "--dry-run", "--results", tmp_path / folder)
+        assert code == 0, err
+        lines.append(next(line for line in out.splitlines() if "estimated device time" in line))
+    assert calls == [32] and lines[0] == lines[1]
 
 
 def test_the_forward_rate_times_several_passes():

@@ -22,6 +22,7 @@ from vitbench.cli.app import app, err, out, print_table
 from vitbench.cli.output import ended_well, print_summary_table
 from vitbench.cli.run_cluster import cluster_options, report
 from vitbench.devices import device_name, resolve_device
+from vitbench.downloads import cache_root
 from vitbench.errors import UserError
 from vitbench.execution import estimate
 from vitbench.protocols.base import Request, RunSpec
@@ -256,10 +257,10 @@ def _print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, dev
     """Each planned run with its state and estimated device time, a row per dataset (images, time,
     whether its data is here and how to get it where not), then the total still to run. The rate:
     --assume-mfu's, what `vitbench bench` measured here, or a few seconds' micro-benchmark (kept
-    in the results folder's cache for the next dry run)."""
+    in the user's cache for every dry run on this machine)."""
     groups = summary.groups
     if rate is None and groups:
-        rate = estimate.micro_rate(groups, resolve_device(device), here, Path(results) / "cache")
+        rate = estimate.micro_rate(groups, resolve_device(device), here, cache_root())  # per machine
     found = estimate.estimate(groups, rate) if rate else None
     absent = {s.run_key for g in groups if g.absent is not None for s in g.specs}
     for s in summary.specs:

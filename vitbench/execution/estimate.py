@@ -6,12 +6,14 @@ disk slower."""
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitbench.atomic import write_atomic
+from vitbench.atomic import read_regular, write_atomic
 from vitbench.devices import PEAK_BF16_FLOPS, peak_flops
 from vitbench.engine.bench_types import MODES
 from vitbench.errors import UserError
@@ -104,7 +106,9 @@ COUNTED = (
     "It counts the model's passes over the planned images, not decoding and resizing them, loading "
     "weights, start-up or the solves of few-shot, k-NN and the linear probe"
 )
-MICRO_RATES = "micro-rates.json"  # in <results>/cache: what a dry run measured, for the next one
+MICRO_RATES = "micro-rates.json"  # in the user's cache: what a dry run measured here, for the next one
+MAX_RATES_BYTES = 2_000_000  # some thousands of (device, model, resolution) entries; 250 MB took 2.1 GB
+KEEP_DAYS = 30  # a measurement this old is measured again (a machine's drivers and load change)
 
 
 def micro_rate(groups: list[Group], device: torch.device, name: str, cache: Path | None = None) -> Rate:
@@ -112,9 +116,12 @@ def micro_rate(groups: list[Group], device: torch.device, name: str, cache: Path
     several timed forward passes per (model, resolution) planned, their slowest and fastest the
     estimate's range), the training rate taken as the forward one (a training step runs below it:
     the estimate is a lower bound there). For a dry run on a device `vitbench bench` has not
-    measured. What it measures is kept in `cache/micro-rates.json` under the results folder, per
-    device, model, resolution, thread count and torch version: the next dry run reads it, so two
-    identical dry runs print the same estimate (a new measurement swung with the machine's load)."""
+    measured. What it measures is kept in the user's cache (`downloads.cache_root()`:
+    VITBENCH_CACHE, else $XDG_CACHE_HOME/vitbench) per device, model, resolution, thread count and
+    torch version, for KEEP_DAYS: every dry run on this machine reads it, whatever its results folder,
+    so identical dry runs print the same estimate (two folders priced one suite 8.3 and 7.3 days).
+    An entry that is not a measurement (wrong shape, not finite, not positive, out of order) is
+    measured again, never used."""
     import statistics
     from datetime import UTC, datetime
 
@@ -123,7 +130,7 @@ def micro_rate(groups: list[Group], device: torch.device, name: str, cache: Path
     from vitbench.engine.bench import forward_rate
 
     path = cache / MICRO_RATES if cache is not None else None
-    kept = _read_json(path)
+    kept = _kept_rates(path)
     measured: dict[tuple[str, int, str], float] = {}
     spread: dict[tuple[str, int], tuple[float, float]] = {}
     passes, dates, changed = 0, set[str](), False
@@ -150,16 +157,44 @@ def micro_rate(groups: list[Group], device: torch.device, name: str, cache: Path
     return Rate({}, basis, measured, spread)
 
 
-def _read_json(path: Path | None) -> dict:
+def _kept_rates(path: Path | None) -> dict:
+    """The kept measurements that are measurements, and recent: {} where there is no file, it is
+    past its size bound, or is not one (each is measured again, and the file rewritten)."""
     import json
+    from datetime import UTC, datetime, timedelta
 
     if path is None:
         return {}
     try:
-        found = json.loads(path.read_text())
+        if path.stat().st_size > MAX_RATES_BYTES:
+            return {}
+        found = json.loads(read_regular(path))
     except (OSError, ValueError):
         return {}  # absent or damaged: measured again
-    return found if isinstance(found, dict) else {}
+    if not isinstance(found, dict):
+        return {}
+    oldest = (datetime.now(UTC) - timedelta(days=KEEP_DAYS)).strftime("%Y-%m-%d %H:%M UTC")
+    return {key: entry for key, entry in found.items() if _is_measurement(entry) and entry["measured"] >= oldest}
+
+
+def _is_measurement(entry: object) -> bool:
+    """{"median", "slowest", "fastest": FLOP/s, finite, positive, slowest ≤ median ≤ fastest;
+    "passes": a count; "measured": "YYYY-MM-DD HH:MM UTC"}."""
+    if not isinstance(entry, dict):
+        return False
+    found = [entry.get(k) for k in ("slowest", "median", "fastest")]
+    if not all(isinstance(r, int | float) and not isinstance(r, bool) for r in found):
+        return False
+    rates = [float(r) for r in found]  # type: ignore[arg-type]
+    passes, measured = entry.get("passes"), entry.get("measured")
+    return (
+        all(math.isfinite(r) and r > 0 for r in rates)
+        and rates[0] <= rates[1] <= rates[2]
+        and type(passes) is int
+        and passes > 0
+        and isinstance(measured, str)
+        and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", measured) is not None
+    )
 
 
 def _write_json(path: Path, value: dict) -> None:
@@ -211,6 +246,8 @@ def _seconds(work: dict[str, float], per_image: int, rate: Rate, model: str, res
 
 def duration(seconds: float) -> str:
     """Seconds as a person reads a budget: 42 s, 12 min, 3.4 h, 2.1 days."""
+    if not math.isfinite(seconds) or seconds < 0:  # no rate makes these; said, never "≈ nan days"
+        return "unknown"
     if seconds < 1:
         return "< 1 s"
     if seconds < 90:
