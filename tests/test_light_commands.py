@@ -151,8 +151,14 @@ def test_what_is_put_off_is_the_real_thing_when_compiling():
         "assert torch.compiler.disable.__module__ == 'torch.compiler'\n"
         "print(ops(torch.randn(1, 1, 8, 8), [torch.tensor([[0, 0, 4, 4.0]])], output_size=2).shape)\n"
     )
+    assert "torch.Size([1, 1, 2, 2])" in in_a_fresh_python(code)
+
+
+def in_a_fresh_python(code: str) -> str:
+    """What `code` prints, run by a Python of its own (what it imports is its own)."""
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and "torch.Size([1, 1, 2, 2])" in proc.stdout, proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
 
 
 def test_an_optimizer_steps_alike_without_and_with_torch_dynamo():
@@ -160,7 +166,7 @@ def test_an_optimizer_steps_alike_without_and_with_torch_dynamo():
     each step as torch's own wrapper gives (run once torch._dynamo is imported), under no_grad, and
     torch's wrapper again once it is imported (its zero_grad and state_dict too)."""
     code = (
-        "import sys, copy, vitbench, timm, torch\n"
+        "import sys, vitbench, timm, torch\n"
         "def steps(make):\n"
         "    torch.manual_seed(0)\n"
         "    w = torch.nn.Parameter(torch.randn(4, 3))\n"
@@ -184,5 +190,4 @@ def test_an_optimizer_steps_alike_without_and_with_torch_dynamo():
         "assert 'as_is_until_dynamo' not in fn.__dynamo_disable.__qualname__\n"
         "print('alike')\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and "alike" in proc.stdout, proc.stderr[-2000:]
+    assert "alike" in in_a_fresh_python(code)
