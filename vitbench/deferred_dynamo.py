@@ -20,8 +20,10 @@ tests/test_light_commands.py checks that no built-in protocol's run imports torc
 
 torch itself wraps some functions in `torch._disable_dynamo`, whose wrapper imports torch._dynamo
 on its first call to make the disabled version it keeps (as `fn.__dynamo_disable`): every
-optimizer's `add_param_group` (in its constructor) and `zero_grad`, and every dispatch mode's
-`__torch_dispatch__` (FlopCounterMode's, counting a network's FLOPs). `defer_disable` gives such a
+optimizer's `add_param_group` (in its constructor), `zero_grad`, `state_dict` and
+`load_state_dict`. (Counting FLOPs on the meta device imports it too, through the many wrappers of
+torch's reference kernels: that count is kept per machine instead, vitbench/flop_counts.py.)
+`defer_disable` gives such a
 wrapper a kept version that calls the function as it is while torch._dynamo is not imported (nothing
 can be compiling then, so there is nothing to disable) and hands back to torch's own from the first
 call after it is. And torch's optimizers wrap `step` in `_use_grad_for_differentiable`, which imports

@@ -25,10 +25,11 @@ def visible(text: str, one_line: bool = False) -> str:
 
 def csv_text(value: object) -> object:
     """A CSV cell: text that a spreadsheet would run as a formula behind an apostrophe, and its
-    control characters visible; numbers and everything else as they are."""
+    control characters visible (a newline or a tab inside a quoted cell is CSV's own: kept);
+    numbers and everything else as they are."""
     if not isinstance(value, str):
         return value
-    value = visible(value, one_line=True)
+    value = visible(value)
     return "'" + value if value.startswith(FORMULA_STARTS) and not _is_number(value) else value
 
 
