@@ -146,8 +146,9 @@ def _checkpoint_size(tmp_path: Path) -> int:
 def test_a_full_disk_at_each_write_of_an_audit_loses_nothing_and_the_rerun_completes(
     cli, disk, seed_one_cached, tmp_path
 ):
-    """dedup writes its checkpoint after each block, then the audit's shard, then the database
-    (issue 63: the audit was lost with its checkpoint when the database could not take it). The
+    """dedup takes the audit's lease (issue 71: two dedups of one pair both searched it), writes its
+    checkpoint after each block, then the audit's shard, then the database (issue 63: the audit
+    was lost with its checkpoint when the database could not take it). The
     checkpoint goes once the shard is written, which frees the disk before the database is asked:
     the database's side is tested held by another process (test_reliability_round4.py), the
     same path a full disk takes there (merge.StoreUnavailable), as the runs' test above fills it."""
@@ -160,7 +161,7 @@ def test_a_full_disk_at_each_write_of_an_audit_loses_nothing_and_the_rerun_compl
     results = disk.root / "results"
     command = ("dedup", "--dataset", "digits", "--workers", "0", "--results", results)
     failures = []
-    for free in (0, checkpoint):  # the checkpoint, the audit's shard
+    for free in (0, PAGE, PAGE + checkpoint):  # the lease (a page), the checkpoint, the audit's shard
         shutil.rmtree(results, ignore_errors=True)
         shutil.copytree(seed_one_cached, results)  # a store with its database: the audit is the only write
         disk.fill(free)
@@ -172,6 +173,8 @@ def test_a_full_disk_at_each_write_of_an_audit_loses_nothing_and_the_rerun_compl
         assert store.read_audits(results)[["audit_key", "n_pairs", "n_test_flagged"]].to_dict("records") == expected
         assert not list((results / "dedup").glob("*.pt"))  # the checkpoint went once the audit was on disk
         assert not (results / "quarantine").exists()
-    assert [code for code, _ in failures] == [2, 2], failures
-    assert "dedup/" in failures[0][1] and ".pt: cannot write it (No space left on device)" in failures[0][1]
-    assert "audits/" in failures[1][1] and ".json: cannot write it (No space left on device)" in failures[1][1]
+    assert [code for code, _ in failures] == [2, 2, 2], failures
+    lease = "cannot take the audit's lease (No space left on device); nothing was searched"
+    assert "leases/audit-" in failures[0][1] and lease in failures[0][1]
+    assert "dedup/" in failures[1][1] and ".pt: cannot write it (No space left on device)" in failures[1][1]
+    assert "audits/" in failures[2][1] and ".json: cannot write it (No space left on device)" in failures[2][1]

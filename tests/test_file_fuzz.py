@@ -365,3 +365,43 @@ def test_an_audit_shard_past_its_size_bound_is_not_read(audit_shard, tmp_path, m
     monkeypatch.setattr(audit_shards, "read_regular", lambda p: pytest.fail("read past the bound"))
     with pytest.raises(audit_shards.BadAudit, match="more than an audit shard holds"):
         audit_shards.read_audit_shard(path)
+
+
+# Issue 71, items 7 and 10: the dry run's kept micro-benchmark rates (micro-rates.json, the user's cache).
+# Before: a file of the wrong shape was a traceback (TypeError, ZeroDivisionError, KeyError), NaN printed
+# "≈ nan days", negative rates "< 1 s", and a file of any size was read whole.
+RATE_KEY = "CPU|vit-ti/16|32|2 threads|torch 2.14.1"
+RATE_ENTRY = {"median": 2e9, "slowest": 1e9, "fastest": 4e9, "passes": 5, "measured": "2099-01-01 00:00 UTC"}
+RATES = json.dumps({RATE_KEY: RATE_ENTRY}).encode()
+RATE_VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 5), st.just("x"),
+                        st.just(None), st.just(True), st.just([]))  # fmt: skip
+
+
+def _one_value_changed(change: tuple[str, object]) -> bytes:
+    name, value = change
+    return json.dumps({RATE_KEY: {**RATE_ENTRY, name: value}}).encode()  # NaN and Infinity written as such
+
+
+@settings(FUZZ, max_examples=60)
+@given(content=st.one_of(_damaged(RATES), st.tuples(st.sampled_from(sorted(RATE_ENTRY)), RATE_VALUES).map(
+    _one_value_changed)))  # fmt: skip
+def test_kept_rates_are_measurements_or_measured_again(tmp_path_factory, content):
+    from vitbench.execution import estimate
+
+    path = _write(tmp_path_factory.mktemp("rates") / estimate.MICRO_RATES, content)
+    kept = estimate._kept_rates(path)  # never raises: what is not a measurement is measured again
+    for entry in kept.values():
+        assert 0 < entry["slowest"] <= entry["median"] <= entry["fastest"] < float("inf")
+        assert type(entry["passes"]) is int and entry["passes"] > 0
+        assert estimate.duration(1e9 / entry["median"]) != "unknown"
+
+
+def test_kept_rates_past_their_size_bound_are_not_read(tmp_path, monkeypatch):
+    from vitbench.execution import estimate
+
+    path = tmp_path / estimate.MICRO_RATES
+    path.write_bytes(RATES)
+    assert estimate._kept_rates(path)
+    monkeypatch.setattr(estimate, "MAX_RATES_BYTES", len(RATES) - 1)
+    monkeypatch.setattr(estimate, "read_regular", lambda p: pytest.fail("read past the bound"))
+    assert estimate._kept_rates(path) == {}

@@ -124,7 +124,7 @@ def _audit_lease(results: Path, key: str, what: str):
     """The audit's lease, as a run's (execution/lease.py): True once taken. Where another live process
     holds it, this one waits for it to finish (two `dedup`s of one pair both searched the whole
     pair); False when that process stored the audit meanwhile, so it is read back, not searched again."""
-    lease = Lease(results, f"audit-{key}")
+    lease = Lease(results, f"audit-{key}", what="audit")
     told = False
     while not lease.acquire():
         if not told:

@@ -48,7 +48,8 @@ def lease_dir(results: Path) -> Path:
 
 
 class Lease:
-    def __init__(self, results: Path, run_key: str, seconds: float | None = None):
+    def __init__(self, results: Path, run_key: str, seconds: float | None = None, what: str = "run"):
+        self.what = what  # what the lease is for, in its error: a run, or a dedup audit
         self.path = lease_dir(results) / f"{run_key}.lease"
         self.run_key = run_key
         self.seconds = seconds if seconds is not None else lease_seconds()
@@ -113,7 +114,10 @@ class Lease:
         try:
             return self._acquire()
         except OSError as e:
-            raise UserError(f"{self.path}: cannot take the run's lease ({e.strerror or e}); nothing was run") from None
+            reason, done = e.strerror or e, "searched" if self.what == "audit" else "run"
+            raise UserError(
+                f"{self.path}: cannot take the {self.what}'s lease ({reason}); nothing was {done}"
+            ) from None
 
     def _acquire(self) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)

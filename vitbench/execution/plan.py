@@ -136,7 +136,7 @@ def check_plan_size(req: Request, protocols: list, groups: int) -> None:
             if isinstance(value, tuple | list | range) and len(value) > 1:
                 lengths[name] = len(value)
         total += groups * math.prod(lengths.values())
-        products.append(" x ".join(f"{n:,} {name}" for name, n in lengths.items()) or "1")
+        products.append(" x ".join(f"{n:,} {name}" for name, n in sorted(lengths.items())) or "1")
     if total > MAX_RUNS:
         raise UserError(
             f"the plan is {total:,} runs ({groups:,} model x weights x dataset group(s), each "
