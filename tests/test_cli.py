@@ -1,5 +1,6 @@
 """The CLI end to end (real models, real data, real DuckDB) and every user mistake from the issue."""
 
+import re
 import shutil
 
 import duckdb
@@ -268,6 +269,8 @@ def test_the_summary_shows_the_runs_this_command_planned(cli, results):
     assert code == 0, err
     assert "Digits 5–9" in out and "Digits (8x8" not in out
     assert "[1/1] vit-ti/16 (random init) digits5-9 fewshot shots=1 seed 0: accuracy" in err
+    # issue 69, goal 4: each run's line says the images/s it achieved (its shard's images over its device time)
+    assert re.search(r"digits5-9 fewshot shots=1 seed 0: accuracy [\d.]+% · [\d,]+ images/s", err), err
     code, out, _ = cli("table", "--results", results)  # the folder's table still has both
     assert code == 0 and "Digits 5–9" in out and "Digits (8x8" in out
 

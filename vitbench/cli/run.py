@@ -4,6 +4,7 @@ which runs this same command once per device)."""
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import sys
 import typing
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from vitbench.atomic import read_regular
 from vitbench.cli import config as cfg
 from vitbench.cli import options as o
 from vitbench.cli import protocol_flags
@@ -232,7 +234,7 @@ def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | No
     here = device_name(resolve_device(req.device))
     if rate is None and world().is_main:  # what `vitbench bench` measured here, read before the run holds the store
         rate = estimate.measured_rate(req.results, here)
-    progress = _Progress(None if dry_run else rate)
+    progress = _Progress(None if dry_run else rate, req.results)
     try:
         summary = api.run(req, rerun=rerun, dry_run=dry_run, on_plan=progress.planned, on_result=progress)
     except KeyboardInterrupt:
@@ -360,7 +362,8 @@ class _Progress:
     Each plan counts on its own: a session's follow-up (few-shot after pre-training) is planned
     only once its weights exist, so `[1/1]` for the pre-training, then `[1/24]` … `[24/24]`."""
 
-    def __init__(self, rate: estimate.Rate | None = None) -> None:
+    def __init__(self, rate: estimate.Rate | None = None, results: Path | None = None) -> None:
+        self.results = results  # where each finished run's shard says what it achieved
         self.finished = 0  # in the whole session (what an interruption reports)
         self.todo: list[RunSpec] = []
         self.step, self.steps = 0, 0  # in the plan now running
@@ -382,11 +385,25 @@ class _Progress:
         # deterministic one (eval, k-NN, the linear probe) has seed 0 only
         seed = f"seed {spec.seed}" if "seeds" in protocol.Options.names() else ""
         what = " ".join(part for part in (spec.protocol, protocol.describe(spec), seed) if part)
-        shown = progress_text(protocol.metrics, metrics)
+        shown = progress_text(protocol.metrics, metrics) + self._speed(spec.run_key)
         self.left.pop(spec.run_key, None)
         eta = f" (≈ {estimate.duration(sum(self.left.values()))} of device time left, estimated)" if self.left else ""
         log.info("[%d/%s] %s (%s) %s %s: %s%s", self.step, self.steps or "?", spec.model, _weights(spec),
                  spec.dataset, what, shown, eta)  # fmt: skip
+
+    def _speed(self, run_key: str) -> str:
+        """` · 1,234 images/s`: the images the run passed through the model over its device time, as
+        its shard records them (flops / flops per image); nothing where it passed none itself (a
+        k-NN run on the features another run extracted) or the shard cannot be read."""
+        if self.results is None:
+            return ""
+        try:
+            run = json.loads(read_regular(self.results / "runs" / f"{run_key}.json"))["run"]
+            images = run["flops"] / run["flops_per_image"]
+            seconds = float(run["device_seconds"])
+        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+            return ""
+        return f" · {images / seconds:,.0f} images/s" if images >= 1 and seconds > 0 else ""
 
 
 def _weights(spec: RunSpec) -> str:
