@@ -234,7 +234,7 @@ def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | No
     here = device_name(resolve_device(req.device))
     if rate is None and world().is_main:  # what `vitbench bench` measured here, read before the run holds the store
         rate = estimate.measured_rate(req.results, here)
-    progress = _Progress(None if dry_run else rate, req.results)
+    progress = _Progress(None if dry_run else rate, req.results, here)
     try:
         summary = api.run(req, rerun=rerun, dry_run=dry_run, on_plan=progress.planned, on_result=progress)
     except KeyboardInterrupt:
@@ -262,7 +262,8 @@ def _print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, dev
     in the user's cache for every dry run on this machine)."""
     groups = summary.groups
     if rate is None and groups:
-        rate = estimate.micro_rate(groups, resolve_device(device), here, cache_root())  # per machine
+        precision = groups[0].runtime.precision if groups else None  # bf16 on a CPU: priced at its own rate
+        rate = estimate.micro_rate(groups, resolve_device(device), here, cache_root(), precision)  # per machine
     found = estimate.estimate(groups, rate) if rate else None
     absent = {s.run_key for g in groups if g.absent is not None for s in g.specs}
     for s in summary.specs:
@@ -362,8 +363,9 @@ class _Progress:
     Each plan counts on its own: a session's follow-up (few-shot after pre-training) is planned
     only once its weights exist, so `[1/1]` for the pre-training, then `[1/24]` … `[24/24]`."""
 
-    def __init__(self, rate: estimate.Rate | None = None, results: Path | None = None) -> None:
+    def __init__(self, rate: estimate.Rate | None = None, results: Path | None = None, here: str | None = None):
         self.results = results  # where each finished run's shard says what it achieved
+        self.here = here  # this device's name: the key of its kept micro-benchmarks
         self.finished = 0  # in the whole session (what an interruption reports)
         self.todo: list[RunSpec] = []
         self.step, self.steps = 0, 0  # in the plan now running
@@ -371,6 +373,10 @@ class _Progress:
         self.left: dict[str, float] = {}  # run_key -> estimated device-seconds, of the runs not yet finished
 
     def planned(self, summary: api.Summary) -> None:
+        if summary.todo and self.here is not None:  # a setting much slower on this device, said before it runs
+            warning = estimate.slower_setting(summary.groups, self.here, cache_root())
+            if warning:
+                log.warning("%s", warning)
         self.todo += summary.todo  # a session's follow-up runs join the count
         self.step, self.steps = 0, len(summary.todo)
         if self.rate is not None and summary.todo:

@@ -77,7 +77,9 @@ def _fresh_model(spec: ModelSpec, res: int, num_classes: int) -> nn.Module:
 RATE_IMAGES, RATE_PASSES, RATE_SECONDS, RATE_MAX_PASSES = 8, 5, 2.0, 12
 
 
-def forward_rate(spec: ModelSpec, res: int, device: torch.device) -> tuple[list[float], float]:
+def forward_rate(
+    spec: ModelSpec, res: int, device: torch.device, precision: str | None = None
+) -> tuple[list[float], float]:
     """A few seconds' micro-benchmark: the FLOP/s of each timed forward pass of random images
     through the model at random init, fp32 on a CPU, bf16 autocast on an accelerator, and the
     seconds it all took, the model's making included. What a dry run estimates with where `vitbench
@@ -85,11 +87,12 @@ def forward_rate(spec: ModelSpec, res: int, device: torch.device) -> tuple[list[
     seconds after an untimed one, so that their median holds still and their spread says how
     steady this machine is now (one timed image, as before, swung 60-fold on a loaded 2-core
     machine). The untimed pass is of one image; a model whose RATE_IMAGES would take over 2 s at
-    that pace (a ViT-L at 384 px on a CPU) is timed an image a pass."""
+    that pace (a ViT-L at 384 px on a CPU) is timed an image a pass. `precision`: another than the
+    device's own (bf16 on a CPU: what a run with `--precision bf16` pays)."""
     assert spec.backend is not None
     start = time.perf_counter()
     model = _fresh_model(spec, res, 1000).to(device).eval()
-    precision = "bf16" if device.type != "cpu" else "fp32"
+    precision = precision or ("bf16" if device.type != "cpu" else "fp32")
     with torch.inference_mode(), autocast(device, precision):
         one = torch.randn(1, 3, res, res, device=device)
         images = RATE_IMAGES if _timed(lambda: model(one), device) * RATE_IMAGES <= 2.0 else 1

@@ -111,7 +111,9 @@ MAX_RATES_BYTES = 2_000_000  # some thousands of (device, model, resolution) ent
 KEEP_DAYS = 30  # a measurement this old is measured again (a machine's drivers and load change)
 
 
-def micro_rate(groups: list[Group], device: torch.device, name: str, cache: Path | None = None) -> Rate:
+def micro_rate(
+    groups: list[Group], device: torch.device, name: str, cache: Path | None = None, precision: str | None = None
+) -> Rate:
     """A rate from a few seconds' micro-benchmark here (engine/bench.py `forward_rate`: the median of
     several timed forward passes per (model, resolution) planned, their slowest and fastest the
     estimate's range), the training rate taken as the forward one (a training step runs below it:
@@ -121,7 +123,8 @@ def micro_rate(groups: list[Group], device: torch.device, name: str, cache: Path
     torch version, for KEEP_DAYS: every dry run on this machine reads it, whatever its results folder,
     so identical dry runs print the same estimate (two folders priced one suite 8.3 and 7.3 days).
     An entry that is not a measurement (wrong shape, not finite, not positive, out of order) is
-    measured again, never used."""
+    measured again, never used. `precision`: measured under it where it is not the device's own
+    (bf16 on a CPU), and kept apart."""
     import statistics
     from datetime import UTC, datetime
 
@@ -136,8 +139,10 @@ def micro_rate(groups: list[Group], device: torch.device, name: str, cache: Path
     passes, dates, changed = 0, set[str](), False
     for model, res in dict.fromkeys((g.model, g.res) for g in groups):
         key = f"{name}|{model.name}|{res}|{torch.get_num_threads()} threads|torch {torch.__version__}"
+        own = precision is None or precision == ("fp32" if device.type == "cpu" else "bf16")
+        key += "" if own else f"|{precision}"
         if key not in kept:
-            rates, _ = forward_rate(model, res, device)
+            rates, _ = forward_rate(model, res, device) if own else forward_rate(model, res, device, precision)
             when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
             kept[key] = {"median": statistics.median(rates), "slowest": min(rates), "fastest": max(rates),
                          "passes": len(rates), "measured": when}  # fmt: skip
@@ -155,6 +160,28 @@ def micro_rate(groups: list[Group], device: torch.device, name: str, cache: Path
         + "; training taken at the forward rate; `vitbench bench` measures the whole loop"
     )
     return Rate({}, basis, measured, spread)
+
+
+SLOWER = 1.5  # a setting this much slower than the device's own is said before the runs
+
+
+def slower_setting(groups: list[Group], name: str, cache: Path | None) -> str | None:
+    """The warning a plan prints where its precision is much slower on this device than the one the
+    device computes best in (bf16 on a CPU ran 4x slower than fp32, 12 min instead of 3, without a
+    word), with the factor measured here (both micro-benchmarks kept, as a dry run's); else None."""
+    slow = [g for g in groups if g.runtime.device.type == "cpu" and g.runtime.precision == "bf16"]
+    if not slow:
+        return None
+    group = slow[0]
+    device, model, res = group.runtime.device, group.model.name, group.res
+    own = micro_rate([group], device, name, cache).of(model, res, "inference")
+    asked = micro_rate([group], device, name, cache, precision="bf16").of(model, res, "inference")
+    if not own or not asked or own / asked < SLOWER:
+        return None
+    return (
+        f"--precision bf16 on this CPU: {own / asked:.1f}x slower than fp32, measured here ({model} at {res} px: "
+        f"{asked / 1e9:.2f} against {own / 1e9:.2f} GFLOP/s); --precision fp32 (auto's choice on a CPU) is faster"
+    )
 
 
 def _kept_rates(path: Path | None) -> dict:
