@@ -228,3 +228,32 @@ def test_a_precision_much_slower_on_this_cpu_is_said_before_the_runs(cli, tmp_pa
     assert code == 0 and "slower than fp32" not in err
     rates["bf16"] = [5e9, 6e9, 7e9]  # where bf16 is not slower (this machine's AMX), nothing is said either
     assert estimate.slower_setting(vitbench.plan(**DIGITS, precision="bf16"), "another CPU", own_cache) is None
+
+
+NO_DATA = ("--weights", "random", "--dry-run")
+
+
+def test_price_on_a_gpu_one_does_not_have_from_the_rates_vitbench_ships(cli, tmp_path):
+    """Issue 69, goal 3: `--price-on h100` prices ViT-B/16 eval on ImageNet val and the VTAB-1k
+    fine-tuning suite from the rows measured on an H100 (results/measured/gpu-rates.csv), naming
+    them; a configuration never measured there is priced by --assume-mfu, or said not to be."""
+    data = tmp_path / "no-data"
+    data.mkdir()
+    common = (*NO_DATA, "--data-dir", data, "--results", tmp_path / "r", "--price-on", "h100")
+    code, out, err = cli("run", "--model", "vit-b/16", "--dataset", "imagenet", "--protocol", "eval", *common)
+    assert code == 0, err
+    text = " ".join(out.split())
+    # 50,000 val images at the 5,973.9 images/s ViT-B/16 inference measured there: 8.4 s
+    assert "1 run(s) to do, estimated device time 8 s" in text and "measured on an NVIDIA H100 80GB HBM3" in text
+    code, out, err = cli("run", "--suite", "vtab", "--model", "vit-b/16", *common)
+    assert code == 0, err
+    text = " ".join(out.split())
+    # 19 tasks x 3 seeds of 2,500 steps of 512 images at 384 px (872.2 images/s training there), plus dev/test
+    assert re.search(r"57 run\(s\) to do, estimated device time 2[34]\.\d h", text), text[-600:]
+    code, out, err = cli("run", "--model", "vit-s/16", "--dataset", "imagenet", "--protocol", "eval", *common)
+    assert code == 0 and "1 run(s) to do, none priced" in " ".join(out.split()), out
+    code, out, err = cli("run", "--model", "vit-s/16", "--dataset", "imagenet", "--protocol", "eval", *common,
+                         "--assume-mfu", "0.3@H100")  # fmt: skip
+    assert code == 0 and "where none was measured there: assumed 30% MFU of H100" in " ".join(out.split())
+    code, _, err = cli("run", "--model", "vit-b/16", "--dataset", "imagenet", *NO_DATA, "--price-on", "a100")
+    assert code == 2 and "--price-on a100: no rates measured there ship with vitbench; expected h100" in err

@@ -57,6 +57,7 @@ def _shared_options(
     rerun: ro.Rerun = False,
     dry_run: ro.DryRun = False,
     assume_mfu: ro.AssumeMfu = None,
+    price_on: ro.PriceOn = None,
     config: ro.Config = None,
     print_config: ro.PrintConfig = False,
     data_dir: ro.RunDataDir,
@@ -196,10 +197,14 @@ def _dispatch(ctx: typer.Context, given: dict, command: Callable[..., None]) -> 
 
 
 def _rate(g: dict, req: Request) -> estimate.Rate | None:
-    """--assume-mfu's rate (checked before any work, as every option is), or None."""
-    if g["assume_mfu"] is None:
-        return None
-    return estimate.parse_assume_mfu(g["assume_mfu"], device_name(resolve_device(req.device)))
+    """--price-on's rate (the shipped measurements, --assume-mfu's for the rest), --assume-mfu's, or
+    None (checked before any work, as every option is)."""
+    assumed = None
+    if g["assume_mfu"] is not None:
+        assumed = estimate.parse_assume_mfu(g["assume_mfu"], device_name(resolve_device(req.device)))
+    if g.get("price_on") is not None:
+        return estimate.price_on(g["price_on"], assumed)
+    return assumed
 
 
 def _with_config(ctx: typer.Context, given: dict, command: Callable[..., None]) -> tuple[dict, str]:
@@ -286,6 +291,11 @@ def _print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, dev
         return
     span = found.range(todo)
     between = f" ({estimate.duration(span[0])} to {estimate.duration(span[1])})" if span else ""
+    unpriced = sum(key not in found.seconds for key in todo)
+    if todo and unpriced == len(todo):  # never "< 1 s" for what was not priced at all
+        out.print(f"{len(todo)} run(s) to do, none priced: the rate is {found.basis}", markup=False, soft_wrap=True)
+        return
+    between += f", {unpriced} of them not priced" if unpriced else ""
     out.print(
         f"{len(todo)} run(s) to do, estimated device time {estimate.duration(found.total(todo))}{between} "
         f"(an estimate: counted FLOPs at the rate of {found.basis}. {estimate.COUNTED})",

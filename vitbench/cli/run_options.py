@@ -177,6 +177,15 @@ AssumeMfu = Annotated[
         "[default: the rate `vitbench bench` stored for this device].",
     ),
 ]
+PriceOn = Annotated[
+    str | None,
+    option(
+        "--price-on",
+        panel=WHAT,
+        help="--dry-run's estimate on a GPU you do not have, from the rates vitbench measured there and ships: h100 "
+        "(the rest at --assume-mfu's rate where given).",
+    ),
+]
 Config = Annotated[
     Path | None,
     option(

@@ -75,6 +75,36 @@ def parse_assume_mfu(text: str, device_name: str) -> Rate:
     return Rate(dict.fromkeys(MODES, mfu * peak), basis)
 
 
+def price_on(kind: str, fallback: Rate | None = None) -> Rate:
+    """`--price-on h100`: the rates vitbench ships for that GPU (vitbench/shipped_rates.py), as FLOP/s
+    of each measured (model, resolution, mode): images/s x the FLOPs vitbench counts per image (3
+    forward passes for a training image). Configurations never measured there take `fallback`'s
+    (--assume-mfu) where given; else they are not priced."""
+    from vitbench.registry import get_model
+    from vitbench.shipped_rates import rows_for
+
+    rows = rows_for(kind)
+    measured = {}
+    for row in rows:
+        spec = get_model(row.model)
+        assert spec.backend is not None
+        passes = 3 if row.mode == "train" else 1
+        measured[(row.model, row.res, row.mode)] = (
+            row.images_per_second * passes * spec.backend.flops_per_image(spec, row.res)
+        )
+    dates = sorted({r.measured for r in rows})
+    basis = (
+        f"`vitbench bench` rows measured on an {rows[0].device} ({', '.join(dates)}; bf16, batch {rows[0].batch}; "
+        f"results/measured/gpu-rates.csv names each row's section of docs/performance.md), shipped with vitbench; "
+        + (
+            f"where none was measured there: {fallback.basis}"
+            if fallback
+            else "a configuration never measured there is not priced (add --assume-mfu 0.4@H100)"
+        )
+    )
+    return Rate(dict(fallback.flops_per_second) if fallback else {}, basis, measured)
+
+
 def measured_rate(results: Path, device_name: str) -> Rate | None:
     """The FLOP/s `vitbench bench` stored for this device: vitbench's own loop, on real data where
     it was measured (else on the synthetic batch); per mode, the median over configurations."""
@@ -254,7 +284,10 @@ def estimate(groups: list[Group], rate: Rate) -> Estimate:
         per_image = group.model.backend.flops_per_image(group.model, group.res)
         name, res = group.model.name, group.res
         for spec, work in get_protocol(group.protocol).work(group).images.items():
-            seconds[spec] = _seconds(work, per_image, rate, name, res)
+            priced = _seconds(work, per_image, rate, name, res)
+            if priced is None:  # no rate for a mode it needs (--price-on: never measured there)
+                continue
+            seconds[spec] = priced
             if (name, res) in rate.spread and seconds[spec]:
                 slowest, fastest = rate.spread[(name, res)]
                 median = rate.of(name, res, "inference") or 0.0
@@ -262,12 +295,15 @@ def estimate(groups: list[Group], rate: Rate) -> Estimate:
     return Estimate(seconds, rate.basis, bounds)
 
 
-def _seconds(work: dict[str, float], per_image: int, rate: Rate, model: str, res: int) -> float:
+def _seconds(work: dict[str, float], per_image: int, rate: Rate, model: str, res: int) -> float | None:
+    """The device-seconds of a run's images at `rate`; None where a mode it passes images in has no rate."""
     total = 0.0
     for mode, images in work.items():
         achieved = rate.of(model, res, mode)
         if achieved:
             total += images * per_image * (3 if mode == "train" else 1) / achieved
+        elif images:
+            return None
     return total
 
 
