@@ -20,7 +20,7 @@ import pytest
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("pyproject.toml", "README.md", "vitbench", "plugins", "results/paper")
+SOURCES = ("pyproject.toml", "README.md", "vitbench", "plugins", "results/paper", "results/measured")
 
 
 def _run(*command, cwd: Path | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -61,13 +61,14 @@ def clean_env(tmp_path_factory) -> Path:
 def test_the_built_wheel_installs_and_runs_from_a_clean_venv(clean_env, tmp_path):
     python = clean_env / "bin" / "python"
     # from an empty folder: `python -c` puts the current folder first on sys.path (a checkout would win)
-    code = "import vitbench, vitbench_plugins, vitbench.paper as p; "
-    code += "print(vitbench.__file__, vitbench_plugins.__file__, p.paper_dir(), sep='\\n')"
+    code = "import vitbench, vitbench_plugins, vitbench.paper as p, vitbench.shipped_rates as r; "
+    code += "print(vitbench.__file__, vitbench_plugins.__file__, p.paper_dir(), r.measured_dir(), sep='\\n')"
     where = _run(str(python), "-c", code, cwd=tmp_path)
     assert where.returncode == 0, where.stderr
-    module, plugins, paper = where.stdout.split()
-    assert all(Path(p).is_relative_to(clean_env) for p in (module, plugins, paper)), where.stdout
+    module, plugins, paper, measured = where.stdout.split()
+    assert all(Path(p).is_relative_to(clean_env) for p in (module, plugins, paper, measured)), where.stdout
     assert Path(paper) == clean_env / "share" / "vitbench" / "paper"  # the data files came with the wheel
+    assert Path(measured) == clean_env / "share" / "vitbench" / "measured"  # --price-on's rates too
 
     # a run through a built-in backend (an entry point of the wheel's metadata), stored, then tabled
     # beside the paper's column (a data file of the wheel); the demo itself is the README walk's
