@@ -19,6 +19,8 @@ from vitbench.engine.bench_types import MODES
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group
 from vitbench.protocols.registry import get_protocol
+from vitbench.registry import get_model
+from vitbench.shipped_rates import rows_for
 
 if TYPE_CHECKING:
     import torch
@@ -80,9 +82,6 @@ def price_on(kind: str, fallback: Rate | None = None) -> Rate:
     of each measured (model, resolution, mode): images/s x the FLOPs vitbench counts per image (3
     forward passes for a training image). Configurations never measured there take `fallback`'s
     (--assume-mfu) where given; else they are not priced."""
-    from vitbench.registry import get_model
-    from vitbench.shipped_rates import rows_for
-
     rows = rows_for(kind)
     measured = {}
     for row in rows:
