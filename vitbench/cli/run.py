@@ -4,7 +4,6 @@ which runs this same command once per device)."""
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import sys
 import typing
@@ -15,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from vitbench.atomic import read_regular
 from vitbench.cli import config as cfg
 from vitbench.cli import options as o
 from vitbench.cli import protocol_flags
@@ -23,18 +21,16 @@ from vitbench.cli import run_options as ro
 from vitbench.cli.app import app, err, out, print_table
 from vitbench.cli.output import ended_well, print_summary_table
 from vitbench.cli.run_cluster import cluster_options, report
+from vitbench.cli.run_progress import Progress, weights_label
 from vitbench.devices import device_name, resolve_device
 from vitbench.downloads import cache_root
 from vitbench.errors import UserError
 from vitbench.execution import estimate
-from vitbench.protocols.base import Request, RunSpec
-from vitbench.protocols.measures import progress_text
+from vitbench.protocols.base import Request
 from vitbench.protocols.registry import get_protocol, option_table
 from vitbench.protocols.requests import SHARED, make_request
 from vitbench.protocols.shared_options import TrainingOptions
 from vitbench.store.shards import checkpoint_path
-from vitbench.weights.names import RANDOM
-from vitbench.weights.resolved import ABSENT
 
 # The API, the engine and torch load inside the command, once it runs: `--help` never pays for them.
 if TYPE_CHECKING:
@@ -239,7 +235,7 @@ def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | No
     here = device_name(resolve_device(req.device))
     if rate is None and world().is_main:  # what `vitbench bench` measured here, read before the run holds the store
         rate = estimate.measured_rate(req.results, here)
-    progress = _Progress(None if dry_run else rate, req.results, here)
+    progress = Progress(None if dry_run else rate, req.results, here)
     try:
         summary = api.run(req, rerun=rerun, dry_run=dry_run, on_plan=progress.planned, on_result=progress)
     except KeyboardInterrupt:
@@ -279,7 +275,7 @@ def _print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, dev
         key = "(no data yet)" if s.run_key in absent else s.run_key[:12]  # a key of no files: not the real one's
         # the weights on every line: two weights of one model plan lines that would otherwise read the same
         line = (
-            f"{key:13s} {s.model:12s} {_weights(s):16s} {s.dataset:18s} {s.protocol}{detail} seed={s.seed}  "
+            f"{key:13s} {s.model:12s} {weights_label(s):16s} {s.dataset:18s} {s.protocol}{detail} seed={s.seed}  "
             f"{state}{cost}"
         )
         out.print(line, markup=False, soft_wrap=True)
@@ -365,66 +361,3 @@ def _check_before_launch(req: Request, devices: int) -> None:
             raise UserError(f"--devices {devices}: {api.not_data_parallel(group.protocol)}")
         for spec in (s for s in group.specs if "batch" in s.hparams):  # training's batch splits over the devices
             micro_batch_size(spec.hparams["batch"], devices, TrainingOptions.of(req).micro_batch, device_type)
-
-
-class _Progress:
-    """The `[k/n] model (weights) dataset what: result` line after each stored run, with the
-    estimated device time still to go where a rate is known (the one `--dry-run` estimates with).
-    Each plan counts on its own: a session's follow-up (few-shot after pre-training) is planned
-    only once its weights exist, so `[1/1]` for the pre-training, then `[1/24]` … `[24/24]`."""
-
-    def __init__(self, rate: estimate.Rate | None = None, results: Path | None = None, here: str | None = None):
-        self.results = results  # where each finished run's shard says what it achieved
-        self.here = here  # this device's name: the key of its kept micro-benchmarks
-        self.finished = 0  # in the whole session (what an interruption reports)
-        self.todo: list[RunSpec] = []
-        self.step, self.steps = 0, 0  # in the plan now running
-        self.rate = rate
-        self.left: dict[str, float] = {}  # run_key -> estimated device-seconds, of the runs not yet finished
-
-    def planned(self, summary: api.Summary) -> None:
-        if summary.todo and self.here is not None:  # a setting much slower on this device, said before it runs
-            warning = estimate.slower_setting(summary.groups, self.here, cache_root())
-            if warning:
-                log.warning("%s", warning)
-        self.todo += summary.todo  # a session's follow-up runs join the count
-        self.step, self.steps = 0, len(summary.todo)
-        if self.rate is not None and summary.todo:
-            found = estimate.estimate(summary.groups, self.rate)
-            self.left |= {s.run_key: found.seconds.get(s.run_key, 0.0) for s in summary.todo}
-
-    def __call__(self, spec: RunSpec, metrics: dict) -> None:
-        self.finished += 1
-        self.step += 1
-        protocol = get_protocol(spec.protocol)
-        # the seed where the protocol takes seeds (few-shot's draws, a training run's); a
-        # deterministic one (eval, k-NN, the linear probe) has seed 0 only
-        seed = f"seed {spec.seed}" if "seeds" in protocol.Options.names() else ""
-        what = " ".join(part for part in (spec.protocol, protocol.describe(spec), seed) if part)
-        shown = progress_text(protocol.metrics, metrics) + self._speed(spec.run_key)
-        self.left.pop(spec.run_key, None)
-        eta = f" (≈ {estimate.duration(sum(self.left.values()))} of device time left, estimated)" if self.left else ""
-        log.info("[%d/%s] %s (%s) %s %s: %s%s", self.step, self.steps or "?", spec.model, _weights(spec),
-                 spec.dataset, what, shown, eta)  # fmt: skip
-
-    def _speed(self, run_key: str) -> str:
-        """` · 1,234 images/s`: the images the run passed through the model over its device time, as
-        its shard records them (flops / flops per image); nothing where it passed none itself (a
-        k-NN run on the features another run extracted) or the shard cannot be read."""
-        if self.results is None:
-            return ""
-        try:
-            run = json.loads(read_regular(self.results / "runs" / f"{run_key}.json"))["run"]
-            images = run["flops"] / run["flops_per_image"]
-            seconds = float(run["device_seconds"])
-        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
-            return ""
-        return f" · {images / seconds:,.0f} images/s" if images >= 1 and seconds > 0 else ""
-
-
-def _weights(spec: RunSpec) -> str:
-    """Which weights a progress line's run used: `random init`, or the start of the file's sha256
-    (as the tables show it)."""
-    if spec.weights_sha256.startswith(ABSENT):  # a dry run's weights not fetched yet: by the name given
-        return f"{spec.weights_sha256.removeprefix(ABSENT)} (not here)"
-    return "random init" if spec.weights_sha256 == RANDOM else f"weights {spec.weights_sha256[:8]}"
