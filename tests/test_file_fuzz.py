@@ -397,11 +397,12 @@ def test_kept_rates_are_measurements_or_measured_again(tmp_path_factory, content
 
 
 def test_kept_rates_past_their_size_bound_are_not_read(tmp_path, monkeypatch):
+    from vitbench import atomic
     from vitbench.execution import estimate
 
     path = tmp_path / estimate.MICRO_RATES
     path.write_bytes(RATES)
     assert estimate._kept_rates(path)
     monkeypatch.setattr(estimate, "MAX_RATES_BYTES", len(RATES) - 1)
-    monkeypatch.setattr(estimate, "read_regular", lambda p: pytest.fail("read past the bound"))
+    monkeypatch.setattr(atomic, "read_regular", lambda p: pytest.fail("read past the bound"))  # the cache's reader
     assert estimate._kept_rates(path) == {}

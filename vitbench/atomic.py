@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from collections.abc import Callable
@@ -43,3 +44,27 @@ def read_regular(path: Path) -> bytes:
             return f.read()
     finally:
         os.close(fd)
+
+
+def read_json_object(path: Path, max_bytes: int) -> dict:
+    """A small JSON object a cache keeps (FLOP counts, micro-benchmark rates): {} where there is no
+    file, it is past `max_bytes` (read whole otherwise: a 250 MB one took 2.1 GB), not a regular
+    file, not JSON or not an object. The caller checks each entry: a cache is made again, never trusted."""
+    try:
+        if path.stat().st_size > max_bytes:
+            return {}
+        found = json.loads(read_regular(path))
+    except (OSError, ValueError):  # absent, a FIFO, damaged (UnicodeDecodeError is a ValueError)
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def keep_json(path: Path, value: dict) -> bool:
+    """Write a cache's JSON object whole, where it can be: a cache that cannot be written (a
+    read-only home, a full disk) only means computing again next time. True when written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(value, indent=0, sort_keys=True))
+    except (OSError, UserError):  # write_atomic names the file in a UserError
+        return False
+    return True

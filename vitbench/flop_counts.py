@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from vitbench.atomic import read_regular, write_atomic
+from vitbench.atomic import keep_json, read_json_object
 from vitbench.downloads import cache_root
-from vitbench.errors import UserError
 
 log = logging.getLogger("vitbench")
 FILE = "flop-counts.json"
@@ -47,28 +45,14 @@ def counted(key: str, count: Callable[[], int]) -> int:
     if key in kept:
         return kept[key]
     value = count()
-    kept = {**_read(path), key: value}  # another process may have added its own meanwhile
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(kept, sort_keys=True, indent=0))
-    except (OSError, UserError) as e:
-        log.debug("%s: not written (%s); the count is made again next time", path, e)
+    if not keep_json(path, {**_read(path), key: value}):  # another process may have added its own meanwhile
+        log.debug("%s: not written; the count is made again next time", path)
     return value
 
 
 def _read(path: Path) -> dict[str, int]:
     """The kept counts, those of the right shape; {} where there is no file or it is not one."""
-    try:
-        if not path.exists():
-            return {}
-        if path.stat().st_size > MAX_BYTES:
-            raise ValueError(f"larger than {MAX_BYTES} bytes")
-        table = json.loads(read_regular(path))
-    except (OSError, UserError, ValueError, UnicodeDecodeError) as e:
-        log.debug("%s: not read (%s); counting again", path, e)
-        return {}
-    if not isinstance(table, dict):
-        return {}
+    table = read_json_object(path, MAX_BYTES)
     return {
         str(k): int(v)
         for k, v in table.items()

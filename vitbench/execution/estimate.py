@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitbench.atomic import read_regular, write_atomic
+from vitbench.atomic import keep_json, read_json_object
 from vitbench.devices import PEAK_BF16_FLOPS, peak_flops
 from vitbench.engine.bench_types import MODES
 from vitbench.errors import UserError
@@ -181,7 +181,7 @@ def micro_rate(
         spread[(model.name, res)] = (float(entry["slowest"]), float(entry["fastest"]))
         passes, dates = passes + int(entry["passes"]), dates | {entry["measured"]}
     if changed and path is not None:
-        _write_json(path, kept)
+        keep_json(path, kept)
     basis = (
         f"a micro-benchmark on {name}: the median of {passes} timed forward passes of random images at random "
         f"init (their slowest and fastest give the range), measured {', '.join(sorted(dates))}"
@@ -216,19 +216,11 @@ def slower_setting(groups: list[Group], name: str, cache: Path | None) -> str | 
 def _kept_rates(path: Path | None) -> dict:
     """The kept measurements that are measurements, and recent: {} where there is no file, it is
     past its size bound, or is not one (each is measured again, and the file rewritten)."""
-    import json
     from datetime import UTC, datetime, timedelta
 
     if path is None:
         return {}
-    try:
-        if path.stat().st_size > MAX_RATES_BYTES:
-            return {}
-        found = json.loads(read_regular(path))
-    except (OSError, ValueError):
-        return {}  # absent or damaged: measured again
-    if not isinstance(found, dict):
-        return {}
+    found = read_json_object(path, MAX_RATES_BYTES)
     oldest = (datetime.now(UTC) - timedelta(days=KEEP_DAYS)).strftime("%Y-%m-%d %H:%M UTC")
     return {key: entry for key, entry in found.items() if _is_measurement(entry) and entry["measured"] >= oldest}
 
@@ -251,17 +243,6 @@ def _is_measurement(entry: object) -> bool:
         and isinstance(measured, str)
         and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", measured) is not None
     )
-
-
-def _write_json(path: Path, value: dict) -> None:
-    """Kept where it can be; a results folder that cannot be written only means measuring again."""
-    import json
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(value, indent=1, sort_keys=True))
-    except OSError:
-        pass
 
 
 def planned_images(groups: list[Group]) -> dict[str, float]:
