@@ -80,8 +80,14 @@ def planted_folder(tmp_path_factory, planted):
 def test_the_command_audits_a_folder_stores_it_and_writes_every_pair(planted_folder, cli, tmp_path):
     small, root = planted_folder
     results, out_csv = tmp_path / "results", tmp_path / "pairs.csv"
-    code, out, err = cli("dedup", "--dataset", f"folder:{root}", "--out", out_csv, "--results", results,
-                         "--workers", "0")  # fmt: skip
+    # --dry-run: the audit with its time measured here (issue 69), nothing searched or written
+    args = ("dedup", "--dataset", f"folder:{root}", "--out", out_csv, "--results", results, "--workers", "0")
+    code, out, err = cli(*args, "--dry-run")
+    line = " ".join(out.split())
+    assert code == 0 and re.search(r"120 test x \d+ images todo ≈", line), err
+    assert re.search(r"1 audit\(s\) to do, estimated time [^:]+: thumbnails [^,]+, search [^,]+, start-up", line)
+    assert not results.exists() and not out_csv.exists()
+    code, out, err = cli(*args)
     assert code == 0, err
     assert "skipped 1 unreadable image" in err
     with out_csv.open() as f:
@@ -107,6 +113,8 @@ def test_the_command_audits_a_folder_stores_it_and_writes_every_pair(planted_fol
     # the same audit again is read back, not searched again; --rerun searches
     code, out, _ = cli("dedup", "--dataset", f"folder:{root}", "--results", results, "--workers", "0")
     assert code == 0 and "stored" in out and len(store.read_audits(results)) == 1
+    code, out, _ = cli("dedup", "--dataset", f"folder:{root}", "--results", results, "--dry-run")
+    assert code == 0 and "images  stored" in out and "0 audit(s) to do" in out  # read back: nothing to price
     code, out, _ = cli("dedup", "--dataset", f"folder:{root}", "--results", results, "--workers", "0", "--rerun")
     assert code == 0 and "│ stored" not in out and len(store.read_audits(results)) == 1
 

@@ -58,18 +58,31 @@ def test_dry_run_prints_each_runs_estimate_and_the_total(cli, results, monkeypat
     code, out, _ = cli(*args)
     # a CPU `vitbench bench` never measured: a few seconds' micro-benchmark gives the rate, and says
     # so, with its range and what it counts and leaves out
-    assert code == 0 and out.count("≈") == 2 and "2 run(s) to do, estimated device time" in out
+    assert code == 0 and out.count("≈") == 2 and "2 run(s) to do, estimated time" in out
     assert "micro-benchmark on CPU" in out and "`vitbench bench` measures the whole loop" in out
-    assert re.search(r"estimated device time [^(]+ \([^)]+ to [^)]+\) \(an estimate", out), out
-    assert "not decoding and resizing them, loading weights, start-up" in out
-    # kept for the next dry run: the same command prints the same estimate, however busy the machine
+    # the whole wait, its range, then each part on its own (issue 69, goal 1), and what it leaves out
+    parts = r"model passes [^,]+, decoding and resizing [^,]+, weights [^,]+, start-up [^(]+"
+    assert re.search(rf"estimated time [^(]+ \([^)]+ to [^)]+\): {parts} \(an estimate", out), out
+    assert "decoding and resizing them (timed here on a sample of their own files)" in out
+    assert "not the solves of few-shot, k-NN and the linear probe" in out
+    # kept for the next dry run: the same command prices the model's passes the same, however busy the
+    # machine (what it measures each time, the start-up and decoding, may move a little)
     monkeypatch.setattr(bench, "forward_rate", lambda *a: pytest.fail("measured again"))
-    assert cli(*args)[1] == out
-    code, out, _ = cli(*args, "--assume-mfu", "0.4@H100")
+    assert _model_passes(cli(*args)[1]) == _model_passes(out)
+    code, out, _ = cli(*args, "--assume-mfu", "0.4@H100")  # another machine's: its device time alone
     assert code == 0 and out.count("≈") == 2 and "2 run(s) to do, estimated device time" in out
+    assert "not decoding and resizing them, loading weights or start-up (measured on this machine only)" in out
     assert "an estimate" in out and "40% MFU of H100" in out
     code, _, err = cli(*args, "--assume-mfu", "2")
     assert code == 2 and "--assume-mfu 2: expected a fraction" in err and len(err.strip().splitlines()) == 1
+
+
+def _model_passes(out: str) -> str:
+    """The plan's model passes and their range, from its last line: what the kept rate decides."""
+    line = " ".join(out.split())
+    found = re.search(r"estimated time [^(]+ (\([^)]+ to [^)]+\))?: (model passes [^,]+),", line)
+    assert found, line[-500:]
+    return found.group(2)
 
 
 def test_a_stored_bench_measurement_of_this_device_sets_the_rate(cli, results):
@@ -90,7 +103,7 @@ def test_a_stored_bench_measurement_of_this_device_sets_the_rate(cli, results):
     assert found.total(found.seconds) == pytest.approx((50 + 797) / 100.0)  # images at the measured images/s
     code, out, _ = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
                        "--shots", "1,5", "--seeds", "0", "--results", results, "--dry-run")  # fmt: skip
-    assert code == 0 and "estimated device time 8 s" in out and f"`vitbench bench` on {cpu_name()}" in out
+    assert code == 0 and "model passes 8 s" in out and f"`vitbench bench` on {cpu_name()}" in out
     code, _, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
                        "--shots", "1,5", "--seeds", "0", "--results", results, "--workers", "0")  # fmt: skip
     assert code == 0 and "[1/2]" in err and "of device time left, estimated" in err  # the dry run's rate
@@ -112,9 +125,11 @@ def test_a_dry_run_plans_every_vtab_task_without_its_files(cli, tmp_path):
     assert code == 0, err
     rows = _rows(out)
     assert len(rows) == 19 and rows[0][0] == "vtab/caltech101" and rows[-1][0] == "vtab/smallnorb_elev"
-    for _, runs, images, time, data in rows:
+    for _, runs, images, time, decode, weights, data in rows:  # priced here: each part, decoding not measured
         assert runs == "3" and int(images.replace(",", "")) > 3 * 2500 * 512  # 3 seeds × steps × batch, then test
         assert time.endswith("days") and data.startswith("missing: no ") and "official split sizes" in data
+        assert decode == "not measured" and weights.endswith("s")
+    assert "decoding not measured for vtab/caltech101, " in " ".join(out.split())  # no files to time it on
     assert "to get vtab/caltech101 … vtab/smallnorb_elev (19 datasets): `--data-source tfds --download`" in out
     assert "vtab-1k/<task>/ with train800.txt" in out and "micro-benchmark" in out
     assert "(no data yet) vit-b/16     paper (not here)" in out  # no run key for files that are not there
@@ -163,6 +178,7 @@ def test_the_micro_benchmark_is_kept_per_configuration_and_measured_again_when_d
     assert calls == [32, 48, 32]
 
 
+TODAY = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
 HOSTILE_ENTRIES = [
     "not an object",
     {"median": "fast"},
@@ -172,6 +188,8 @@ HOSTILE_ENTRIES = [
     {"median": 1e9, "slowest": 5e8, "fastest": 2e9, "passes": 0, "measured": "2026-11-27 10:00 UTC"},
     {"median": 1e9, "slowest": 5e8, "fastest": 2e9, "passes": 5, "measured": "yesterday"},
     {"median": 1e9, "slowest": 5e8, "fastest": 2e9, "passes": 5, "measured": "2020-01-01 10:00 UTC"},  # too old
+    {"median": 1e9, "slowest": 5e8, "fastest": 2e9, "passes": 5, "measured": TODAY},  # made before builds were timed
+    {"median": 1e9, "slowest": 5e8, "fastest": 2e9, "passes": 5, "measured": TODAY, "build": -1},
 ]
 
 
@@ -204,7 +222,7 @@ def test_every_results_folder_on_a_machine_prices_alike(cli, tmp_path, monkeypat
     for folder in ("one", "two"):
         code, out, err = cli("run", *DIGITS_ARGS, "--dry-run", "--results", tmp_path / folder)
         assert code == 0, err
-        lines.append(next(line for line in out.splitlines() if "estimated device time" in line))
+        lines.append(_model_passes(out))
     assert calls == [32] and lines[0] == lines[1]
 
 
@@ -257,3 +275,49 @@ def test_price_on_a_gpu_one_does_not_have_from_the_rates_vitbench_ships(cli, tmp
     assert code == 0 and "where none was measured there: assumed 30% MFU of H100" in " ".join(out.split())
     code, _, err = cli("run", "--model", "vit-b/16", "--dataset", "imagenet", *NO_DATA, "--price-on", "a100")
     assert code == 2 and "--price-on a100: no rates measured there ship with vitbench; expected h100" in err
+
+
+def test_an_extraction_protocols_share_is_priced_once_where_the_run_extracts_it(tmp_path):
+    """Issue 69, goal 1: few-shot, k-NN and the linear probe read one cache entry per split. The plan
+    charges each image once, to the first protocol that extracts it (few-shot's drawn images and the
+    test split, then k-NN the rest of train, the probe nothing), and nothing for what the entry
+    holds: after a real few-shot run, k-NN is priced for the train images few-shot did not draw."""
+    from vitbench.engine.features import cache_entry, held_images
+
+    common = dict(model="vit-ti/16", weights="random", datasets="digits", res=32, seeds=(0,),
+                  results=tmp_path / "r", workers=0)  # fmt: skip
+    groups = vitbench.plan(**common, protocol="fewshot,knn,linear", shots=(1, 5), knn_k=(1, 5))
+    images = estimate.planned_images(groups)
+    fewshot, knn, linear = ([images[s.run_key] for s in g.specs] for g in groups)
+    assert sum(fewshot) == 5 * 10 + 797 and sum(knn) == 1000 - 50 and linear == [0.0]
+    (alone,) = vitbench.plan(**common, protocol="knn", knn_k=(1, 5))
+    assert sum(estimate.planned_images([alone]).values()) == 1000 + 797
+    vitbench.run(**common, protocol="fewshot", shots=(1, 5))
+    drawn = held_images(cache_entry(alone, "train"))
+    assert 50 <= drawn <= 60 and held_images(cache_entry(alone, "test")) == 797  # the run's own entries
+    assert sum(estimate.planned_images([alone]).values()) == 1000 - drawn
+
+
+def test_the_plan_counts_decoding_weights_and_start_up_measured_here(tmp_path, monkeypatch):
+    """Issue 69, goal 1: beside the model's passes, what a run pays is measured here and counted,
+    each part on its own: decoding and resizing (the group's own images through its preprocessing),
+    the weights (making the model, reading the file: timed on the file) and the start-up."""
+    from vitbench.execution import overheads
+
+    (group,) = vitbench.plan(**DIGITS)
+    pace = overheads.decode_seconds(group)
+    assert pace is not None and 0 < pace < 1
+    weights = tmp_path / "w.bin"
+    weights.write_bytes(b"\0" * 2**20)
+    assert overheads.read_seconds(str(weights)) > 0 and overheads.read_seconds(str(tmp_path / "absent")) == 0
+    found = estimate.estimate([group], estimate.Rate({"inference": 1e9}, "test rate"))
+    images = estimate.planned_images([group])
+    monkeypatch.setattr(overheads, "decode_seconds", lambda g: 0.01)  # (the arithmetic, at a pace of its own)
+    found.beside = overheads.measure([group], images, found.seconds, {("vit-ti/16", 32): 0.5}, 2.0, workers=2)
+    first, second = (s.run_key for s in group.specs)
+    assert found.beside.decode[first] == pytest.approx(images[first] * 0.01)  # on a CPU: all of a core's time
+    assert found.beside.weights == {first: 0.5}  # random init: the model made once for the group, no file
+    keys = [first, second]
+    assert found.wall(keys) == pytest.approx(
+        found.total(keys) + 2.0 + 0.5 + found.beside.decode[first] + found.beside.decode[second]
+    )

@@ -13,6 +13,10 @@ The Python API (vitbench/api.py), loaded on first use so that `import vitbench` 
 """
 
 import os as _os
+import time as _time
+
+# when this process began, near enough (the first vitbench import): a dry run counts its start-up from here
+STARTED = _time.perf_counter()
 
 # Never touch the network: timm and huggingface_hub read this when they are imported, so it must be
 # set before either is. Weights come from explicit files or an already-populated local cache only.

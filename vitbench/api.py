@@ -5,9 +5,8 @@ cluster workers and a notebook call it.
     summary = vitbench.run(model="vit-ti/16", weights="random", datasets=("digits",), shots=(5,), seeds=(0,))
     frame = vitbench.results("results")        # every stored run x metric, with its provenance
 
-`run` checks that the results folder is writable, plans, merges pending shards, skips finished
-runs, leases, executes (here, under torchrun, or as submitit jobs), stores and closes the store.
-"""
+`run`: check the results folder is writable, plan, merge shards, skip what is done, lease, execute
+(here, under torchrun, or as submitit jobs), store."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ class Summary:
     results: Path
     ran: int = 0
     failed: list[str] = field(default_factory=list)  # one line per failed cluster job or protocol
-    # why the database could not take this session's results (they stay as shards, merged later)
-    store_problem: str | None = None
+    store_problem: str | None = None  # why the database could not take the results (kept as shards)
     waiting: int = 0  # cluster runs without a result yet (leased elsewhere, or waiting for their sweep)
     groups: list[Group] = field(default_factory=list)  # the plan behind `specs` (a dry run's cost estimate reads it)
 
@@ -376,20 +374,22 @@ def dedup(
     rerun: bool = False,
     verify_data: bool = False,
     data_source: str | None = None,
-) -> list[dict]:
-    """Near-duplicate audits (execution/dedup.py, method in engine/dedup.py): `dataset`'s train
-    (and dev) splits against its test split, or, with `against`, every image of `dataset` against
-    each of those datasets' test splits. Each audit is stored (`vitbench.store.read_audits`) with
-    its pairs; one already stored for the same files and settings is read back unless `rerun`.
-    Returns one dict per audit (store.AUDIT_COLUMNS, `pairs`: a DataFrame, `stored`, `sheet`: the
-    contact sheet's PNG, `<results>/dedup/<audit_key>.png`, where the audit found pairs)."""
+    dry_run: bool = False,
+) -> list:
+    """Near-duplicate audits (execution/dedup.py): `dataset`'s train (and dev) splits against its test
+    split, or every image of `dataset` against each `against` test split, each stored with its pairs
+    (`vitbench.store.read_audits`), or read back unless `rerun`: a dict per audit (store.AUDIT_COLUMNS,
+    `pairs`, `stored`, `sheet`: a contact sheet PNG); `dry_run`: a `PricedAudit` each, nothing written."""
     from vitbench.engine.dedup import Method
     from vitbench.execution import dedup as dedup_audits  # (torch: loaded when images are compared)
+    from vitbench.execution.dedup_price import price
 
     method = Method() if threshold is None else Method(threshold=threshold)
     if not 0.0 < method.threshold <= 1.0:
         raise UserError(f"--threshold {method.threshold}: expected a correlation in (0, 1]")
     audits = dedup_audits.plan(dataset, tuple(against))
+    if dry_run:  # each audit priced here, nothing searched or written
+        return price(audits, dedup_audits.split_loader(data_dir, data_source, verify_data), results, method, workers)
     writable_results(Path(results))
     found = dedup_audits.run(audits, data_dir, Path(results), method, workers, rerun, verify_data, data_source)
     for audit in found:  # pairs a person can check: each test image beside what it copies

@@ -8,8 +8,9 @@ import sys
 
 import typer
 
+import vitbench
 from vitbench.cli import backbones, bench, compare, dedup, info, report, run, tables  # noqa: F401  (each registers its commands)
-from vitbench.cli.app import app, err, out
+from vitbench.cli.app import app, err, mark_process_start, out
 from vitbench.errors import UserError
 from vitbench.logs import configure_logging
 
@@ -43,6 +44,7 @@ app.registered_commands.sort(key=_place)
 
 
 def main() -> None:
+    mark_process_start(vitbench.STARTED)  # a dry run's start-up: this process's imports included
     configure_logging()
     try:
         code = app(standalone_mode=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Annotated
 
 import typer
@@ -41,6 +42,20 @@ class _Shown:
 class _ShowControls(RenderHook):
     def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
         return [_Shown(r) for r in renderables]
+
+
+_process_start: list[float] = []  # where `vitbench` is the process: when it started (cli.main marks it)
+
+
+def mark_process_start(at: float) -> None:
+    _process_start[:] = [at]
+
+
+def command_began() -> float:
+    """When the command began (perf_counter): the process's start where `vitbench` is the process,
+    its imports included; else (a command called in a running process: a notebook, a test's
+    CliRunner) now. A dry run counts its start-up from here."""
+    return _process_start[0] if _process_start else time.perf_counter()
 
 
 def console(**settings) -> Console:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -12,11 +13,12 @@ from rich.table import Table
 
 from vitbench.atomic import write_atomic
 from vitbench.cli import options as o
-from vitbench.cli.app import app, out, print_table
+from vitbench.cli.app import app, command_began, out, print_table
 from vitbench.cli.options import option
 from vitbench.cli.run_options import DataSource
 from vitbench.dedup_method import Method
 from vitbench.errors import UserError
+from vitbench.execution.estimate import duration
 from vitbench.text_safety import csv_frame
 
 DEFAULT_THRESHOLD = Method.threshold  # (dedup_method.py loads no torch: --help stays light)
@@ -49,6 +51,14 @@ Threshold = Annotated[
 Examples = Annotated[int, option("--examples", min=0, help="Example pairs shown per audit.")]
 Workers = Annotated[int, option("--workers", min=0, help="DataLoader worker processes decoding image files.")]
 Rerun = Annotated[bool, option("--rerun", help="Search again even where the same audit is stored.")]
+DryRun = Annotated[
+    bool,
+    option(
+        "--dry-run",
+        help="List the audits with the time each will take here (thumbnails and search, measured on a sample)"
+        " and stop: nothing searched or written.",
+    ),
+]
 
 
 @app.command("dedup")
@@ -63,6 +73,7 @@ def dedup_cmd(
     workers: Workers = 2,
     rerun: Rerun = False,
     results: o.Results = Path("results"),
+    dry_run: DryRun = False,
 ) -> None:
     """Near-duplicates of test images (re-encoded, resized, cropped, shifted or colour-shifted
     copies) in a dataset's train split, or in a pre-training set (--against): a summary per test
@@ -72,12 +83,16 @@ def dedup_cmd(
     tests = o.words(against)
     if against is not None and not tests:  # `--against ,,` ran the self-audit
         raise UserError(f"--against {against!r}: expected a comma list of dataset names (e.g. cifar10,pets)")
-    if out_csv is not None:  # before the search, not after it
+    if out_csv is not None and not dry_run:  # before the search, not after it
         o.check_out_file(out_csv)
+    began = command_began()
     audits = api.dedup(
         dataset, tests, data_dir=o.check_data_dir(data_dir), results=results, threshold=threshold,
-        workers=workers, rerun=rerun, data_source=data_source,
+        workers=workers, rerun=rerun, data_source=data_source, dry_run=dry_run,
     )  # fmt: skip
+    if dry_run:
+        print_priced(audits, time.perf_counter() - began, rerun)
+        return
     print_table(summary_table(audits))
     for audit in audits:
         if audit.get("sheet"):
@@ -98,6 +113,24 @@ def dedup_cmd(
             out_csv, csv_frame(frame).to_csv(index=False)
         )  # a path it cannot write: one line (the audit is stored)
         out.print(f"{len(frame)} pair(s) written to {out_csv}", markup=False, highlight=False)
+
+
+def print_priced(priced: list, startup: float, rerun: bool) -> None:
+    """`--dry-run`: each audit with its images and estimated time, then the whole wait and its parts."""
+    for p in priced:
+        state = "stored" if p.stored and not rerun else f"todo  ≈ {duration(p.seconds(rerun))}"
+        out.print(f"{p.audit}: {p.n_test:,} test x {p.n_audited:,} images  {state}", markup=False, highlight=False)
+    todo = [p for p in priced if rerun or not p.stored]
+    thumbnails, search = sum(p.thumbnails for p in todo), sum(p.search for p in todo)
+    out.print(
+        f"{len(todo)} audit(s) to do, estimated time {duration(thumbnails + search + startup)}: thumbnails "
+        f"{duration(thumbnails)}, search {duration(search)}, start-up {duration(startup)} (an estimate, measured "
+        "here: thumbnails timed on a sample of each split's own files, the search on random thumbnails, start-up "
+        "this command's own; not storing the pairs or drawing their contact sheets)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def summary_table(audits: list[dict]) -> Table:

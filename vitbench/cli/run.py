@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
+import time
 import typing
 from collections.abc import Callable
 from dataclasses import fields
@@ -18,14 +19,14 @@ from vitbench.cli import config as cfg
 from vitbench.cli import options as o
 from vitbench.cli import protocol_flags
 from vitbench.cli import run_options as ro
-from vitbench.cli.app import app, err, out, print_table
+from vitbench.cli.app import app, command_began, err, out, print_table
 from vitbench.cli.output import ended_well, print_summary_table
 from vitbench.cli.run_cluster import cluster_options, report
 from vitbench.cli.run_progress import Progress, weights_label
 from vitbench.devices import device_name, resolve_device
 from vitbench.downloads import cache_root
 from vitbench.errors import UserError
-from vitbench.execution import estimate
+from vitbench.execution import estimate, overheads
 from vitbench.protocols.base import Request
 from vitbench.protocols.registry import get_protocol, option_table
 from vitbench.protocols.requests import SHARED, make_request
@@ -164,6 +165,7 @@ for command, sources in ((run, (_shared_options, _torchrun_options)), (submit, (
 
 def _dispatch(ctx: typer.Context, given: dict, command: Callable[..., None]) -> None:
     """The command's work: print the config, or run here, under torchrun or on a cluster."""
+    began = command_began()
     from vitbench import api
     from vitbench.execution import launch
 
@@ -182,14 +184,14 @@ def _dispatch(ctx: typer.Context, given: dict, command: Callable[..., None]) -> 
         report(api.run(req, rerun=g["rerun"], cluster_options=jobs), jobs.wait)
         return
     if command is submit:  # a dry run plans here, as `vitbench run --dry-run` does
-        _run_here(req, g["rerun"], True, _rate(g, req))
+        _run_here(req, g["rerun"], True, _rate(g, req), began)
         return
     if g["devices"] > 1 or g["nnodes"] > 1:  # the same command, once per device, under torchrun
         _check_before_launch(req, g["devices"] * g["nnodes"])
         rdzv = launch.Rendezvous(g["nnodes"], g["node_rank"], g["rdzv_endpoint"], g["rdzv_id"], g["rdzv_backend"])
         argv = launch.strip_devices(sys.argv[1:])
         raise typer.Exit(launch.launch(g["devices"], argv, rdzv, log_dir=Path(req.results) / "logs"))
-    _run_here(req, g["rerun"], g["dry_run"], _rate(g, req))
+    _run_here(req, g["rerun"], g["dry_run"], _rate(g, req), began)
 
 
 def _rate(g: dict, req: Request) -> estimate.Rate | None:
@@ -226,9 +228,11 @@ def _as_on_the_command_line(ctx: typer.Context, param, value, config: Path):
         raise UserError(f"{config}: key '{param.name}': {e.message}") from None
 
 
-def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | None = None) -> None:
+def _run_here(
+    req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | None = None, began: float | None = None
+) -> None:
     """This process (or this torchrun rank): the API's session, its progress lines, then the
-    planned runs (dry run) or the summary table."""
+    planned runs (dry run) or the summary table. `began`: when the command began (perf_counter)."""
     from vitbench import api
     from vitbench.engine.distributed import world
 
@@ -250,28 +254,39 @@ def _run_here(req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | No
         )
         raise typer.Exit(130) from None
     if dry_run:
-        _print_plan(summary, here, rate, req.device, req.results)
+        startup = time.perf_counter() - (began if began is not None else time.perf_counter())
+        _print_plan(summary, here, rate, req, startup)
     elif world().is_main:  # the runs this command planned (stored before or now), not the whole folder
         print_summary_table(req.results, {s.run_key for s in summary.specs})
         ended_well(summary)
 
 
-def _print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, device: str, results: Path) -> None:
-    """Each planned run with its state and estimated device time, a row per dataset (images, time,
-    whether its data is here and how to get it where not), then the total still to run. The rate:
-    --assume-mfu's, what `vitbench bench` measured here, or a few seconds' micro-benchmark (kept
-    in the user's cache for every dry run on this machine)."""
-    groups = summary.groups
+def _print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, req: Request, startup: float) -> None:
+    """Each planned run with its state and estimated time, a row per dataset (images, each part of
+    the time, whether its data is here and how to get it where not), then the total still to run.
+    The rate: --assume-mfu's, what `vitbench bench` measured here, or a few seconds' micro-benchmark
+    (kept in the user's cache for every dry run on this machine). Priced here, the estimate adds what
+    the runs pay beside the model's passes, measured here (execution/overheads.py), and `startup`:
+    this command's seconds before the plan, as the run will spend them."""
+    groups, todo = summary.groups, [s.run_key for s in summary.todo]
+    device = resolve_device(req.device)
+    precision = groups[0].runtime.precision if groups else None  # bf16 on a CPU: priced at its own rate
     if rate is None and groups:
-        precision = groups[0].runtime.precision if groups else None  # bf16 on a CPU: priced at its own rate
-        rate = estimate.micro_rate(groups, resolve_device(device), here, cache_root(), precision)  # per machine
-    found = estimate.estimate(groups, rate) if rate else None
+        rate = estimate.micro_rate(groups, device, here, cache_root(), precision)  # per machine
+    found = estimate.estimate(groups, rate, set(todo)) if rate else None
+    if found is not None and rate is not None and rate.here and groups:
+        build = rate.build or estimate.micro_rate(groups, device, here, cache_root(), precision).build
+        images = estimate.planned_images(groups, set(todo))
+        found.beside = overheads.measure(
+            groups, {k: images.get(k, 0.0) for k in todo}, found.seconds, build, startup, req.workers
+        )
     absent = {s.run_key for g in groups if g.absent is not None for s in g.specs}
     for s in summary.specs:
         detail = get_protocol(s.protocol).describe(s)
         detail = f" {detail}" if detail else ""
         state = "done" if s.run_key in summary.done else "todo"
-        cost = f"  ≈ {estimate.duration(found.seconds[s.run_key])}" if found and s.run_key in found.seconds else ""
+        priced = found is not None and state == "todo" and s.run_key in found.seconds
+        cost = f"  ≈ {estimate.duration(found.run_seconds(s.run_key))}" if priced and found else ""
         key = "(no data yet)" if s.run_key in absent else s.run_key[:12]  # a key of no files: not the real one's
         # the weights on every line: two weights of one model plan lines that would otherwise read the same
         line = (
@@ -279,41 +294,68 @@ def _print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, dev
             f"{state}{cost}"
         )
         out.print(line, markup=False, soft_wrap=True)
-    todo = [s.run_key for s in summary.todo]
     if len({g.dataset.name for g in groups}) > 1 or absent:
         _print_datasets(summary, found)
     if found is None:
         out.print(f"{len(todo)} run(s) to do", markup=False, soft_wrap=True)
         return
-    span = found.range(todo)
-    between = f" ({estimate.duration(span[0])} to {estimate.duration(span[1])})" if span else ""
     unpriced = sum(key not in found.seconds for key in todo)
     if todo and unpriced == len(todo):  # never "< 1 s" for what was not priced at all
         out.print(f"{len(todo)} run(s) to do, none priced: the rate is {found.basis}", markup=False, soft_wrap=True)
         return
+    out.print(_total_line(found, todo, unpriced), markup=False, soft_wrap=True)
+
+
+def _total_line(found: estimate.Estimate, todo: list[str], unpriced: int) -> str:
+    """The plan's last line: the whole wait (its range) and its parts where measured here, else the device time."""
+    span = found.range(todo)
+    between = f" ({estimate.duration(span[0])} to {estimate.duration(span[1])})" if span else ""
     between += f", {unpriced} of them not priced" if unpriced else ""
-    out.print(
-        f"{len(todo)} run(s) to do, estimated device time {estimate.duration(found.total(todo))}{between} "
-        f"(an estimate: counted FLOPs at the rate of {found.basis}. {estimate.COUNTED})",
-        markup=False,
-        soft_wrap=True,
+    if found.beside is None:
+        return (
+            f"{len(todo)} run(s) to do, estimated device time {estimate.duration(found.total(todo))}{between} "
+            f"(an estimate: counted FLOPs at the rate of {found.basis}. {estimate.COUNTED_ELSEWHERE})"
+        )
+    beside = found.beside
+    unmeasured = (
+        f"; decoding not measured for {', '.join(dict.fromkeys(beside.unmeasured))} (no files here)"
+        if beside.unmeasured
+        else ""
+    )
+    decode, weights = (sum(part.get(k, 0.0) for k in todo) for part in (beside.decode, beside.weights))
+    parts = (
+        f"model passes {estimate.duration(found.total(todo))}, decoding and resizing {estimate.duration(decode)}, "
+        f"weights {estimate.duration(weights)}, start-up {estimate.duration(beside.startup)}"
+    )
+    return (
+        f"{len(todo)} run(s) to do, estimated time {estimate.duration(found.wall(todo))}{between}: {parts} "
+        f"(an estimate: counted FLOPs at the rate of {found.basis}. {estimate.COUNTED}{unmeasured})"
     )
 
 
 def _print_datasets(summary: api.Summary, found: estimate.Estimate | None) -> None:
-    """A row per dataset of the plan: runs to do, images through the model, estimated device time,
-    and whether its data is here; then, for what is missing, where it is published and how it
+    """A row per dataset of the plan: runs to do, images through the model, each part of the
+    estimated time (the model's passes; decoding and resizing, and the weights, where measured
+    here), and whether its data is here; then, for what is missing, where it is published and how it
     becomes the folder vitbench reads (one line for datasets that share the instructions)."""
     from rich.table import Table
 
-    images = estimate.planned_images(summary.groups)
     todo = {s.run_key for s in summary.todo}
-    table = Table("dataset", "runs to do", "images", "est. device time", "data", title="per dataset")
+    images = estimate.planned_images(summary.groups, todo)
+    beside = found.beside if found else None
+    parts = ["model passes", "decode & resize", "weights"] if beside else ["est. device time"]
+    table = Table("dataset", "runs to do", "images", *parts, "data", title="per dataset")
     missing: dict[str, list[str]] = {}
     for name in dict.fromkeys(g.dataset.name for g in summary.groups):
         groups = [g for g in summary.groups if g.dataset.name == name]
         keys = [s.run_key for g in groups for s in g.specs if s.run_key in todo]
-        seconds = found.total(keys) if found else None
+        seconds = [estimate.duration(found.total(keys))] if found else [""]
+        if beside:
+            decoded = [k for k in keys if k in beside.decode]
+            seconds += [
+                estimate.duration(sum(beside.decode[k] for k in decoded)) if decoded else "not measured",
+                estimate.duration(sum(beside.weights.get(k, 0.0) for k in keys)),
+            ]
         absent = next((g.absent for g in groups if g.absent is not None), None)
         if absent is not None:
             missing.setdefault(groups[0].dataset.how_to_get or "see `vitbench ls datasets`", []).append(name)
@@ -321,7 +363,7 @@ def _print_datasets(summary: api.Summary, found: estimate.Estimate | None) -> No
             name,
             str(len(keys)),
             f"{sum(images.get(k, 0.0) for k in keys):,.0f}",
-            estimate.duration(seconds) if seconds is not None else "",
+            *seconds,
             f"missing: no {absent} (planned from the official split sizes)" if absent else "here",
         )
     print_table(table)

@@ -47,7 +47,7 @@ class Progress:
         self.todo += summary.todo  # a session's follow-up runs join the count
         self.step, self.steps = 0, len(summary.todo)
         if self.rate is not None and summary.todo:
-            found = estimate.estimate(summary.groups, self.rate)
+            found = estimate.estimate(summary.groups, self.rate, {s.run_key for s in summary.todo})
             self.left |= {s.run_key: found.seconds.get(s.run_key, 0.0) for s in summary.todo}
 
     def __call__(self, spec: RunSpec, metrics: dict) -> None:

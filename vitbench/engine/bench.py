@@ -81,17 +81,19 @@ def forward_rate(
     spec: ModelSpec, res: int, device: torch.device, precision: str | None = None
 ) -> tuple[list[float], float]:
     """A few seconds' micro-benchmark: the FLOP/s of each timed forward pass of random images
-    through the model at random init, fp32 on a CPU, bf16 autocast on an accelerator, and the
-    seconds it all took, the model's making included. What a dry run estimates with where `vitbench
-    bench` has measured nothing on this device. At least RATE_PASSES passes and RATE_SECONDS
-    seconds after an untimed one, so that their median holds still and their spread says how
-    steady this machine is now (one timed image, as before, swung 60-fold on a loaded 2-core
-    machine). The untimed pass is of one image; a model whose RATE_IMAGES would take over 2 s at
-    that pace (a ViT-L at 384 px on a CPU) is timed an image a pass. `precision`: another than the
-    device's own (bf16 on a CPU: what a run with `--precision bf16` pays)."""
+    through the model at random init, fp32 on a CPU, bf16 autocast on an accelerator. What a dry
+    run estimates with where `vitbench bench` has measured nothing on this device. At least
+    RATE_PASSES passes and RATE_SECONDS seconds after an untimed one, so that their median holds
+    still and their spread says how steady this machine is now (one timed image, as before,
+    swung 60-fold on a loaded 2-core machine). The untimed pass is of one image; a model whose
+    RATE_IMAGES would take over 2 s at that pace (a ViT-L at 384 px on a CPU) is timed an image
+    a pass. `precision`: another than the device's own (bf16 on a CPU: what a run with
+    `--precision bf16` pays). Returns the FLOP/s and the seconds making the model took (its
+    layers' random init: what loading weights into it adds to reading the file)."""
     assert spec.backend is not None
     start = time.perf_counter()
     model = _fresh_model(spec, res, 1000).to(device).eval()
+    made = time.perf_counter() - start
     precision = precision or ("bf16" if device.type != "cpu" else "fp32")
     with torch.inference_mode(), autocast(device, precision):
         one = torch.randn(1, 3, res, res, device=device)
@@ -101,7 +103,7 @@ def forward_rate(
         while len(times) < RATE_MAX_PASSES and (len(times) < RATE_PASSES or sum(times) < RATE_SECONDS):
             times.append(_timed(lambda: model(batch), device))
     flops = images * spec.backend.flops_per_image(spec, res)
-    return [flops / max(t, 1e-9) for t in times], time.perf_counter() - start
+    return [flops / max(t, 1e-9) for t in times], made
 
 
 def _repeat(split: Split, n: int, name: str) -> Split:

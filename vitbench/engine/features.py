@@ -156,6 +156,27 @@ def _cache_key(group, split_name: str, runtime: Runtime, cache_parts: dict) -> t
     return cache, key
 
 
+def feature_parts(recorded: dict) -> dict:
+    """What of a run's hparams keys its features' cache entry (defaults left out, as entries were first keyed)."""
+    return keyed_hparams(ANY, {k: v for k, v in recorded.items() if k in ("representation", "precision", "decoder")})
+
+
+def cache_entry(group, split_name: str) -> Path:
+    """The file of the cache entry `frozen_features` reads and grows for this group's split: what a
+    dry run looks in (what it holds is not extracted again) and shares between protocols."""
+    cache, key = _cache_key(group, split_name, group.runtime, feature_parts(group.specs[0].hparams))
+    return cache.path(key)
+
+
+def held_images(path: Path) -> int:
+    """How many images a cache entry holds (0: none, or not readable: the run extracts them again)."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return len(f["indices"])
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return 0
+
+
 def _computed(group, split_name: str, runtime: Runtime, clock: Clock, fn, model: LazyModel, chunks: list[np.ndarray]):
     """The outputs over the split's images at the positions of each of `chunks`, chunk by chunk
     (indexed by split position), from one pass over them all: one DataLoader for the split, its
@@ -363,7 +384,7 @@ def frozen_features(group, runtime: Runtime, split_names: tuple[str, ...], wante
     recorded = group.specs[0].hparams
     precision, device = recorded["precision"], runtime.device
     # the cache entry's key: what the features depend on, defaults left out as entries were first keyed
-    parts = keyed_hparams(ANY, {k: v for k, v in recorded.items() if k in ("representation", "precision", "decoder")})
+    parts = feature_parts(recorded)
 
     def features(m: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
         with autocast(device, precision):

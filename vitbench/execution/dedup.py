@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -88,13 +89,7 @@ def run(
     and audited splits, for a contact sheet)."""
     store.sync(results)  # audits an earlier command kept as shards (the database was held or full)
     stored = store.read_audits(results)
-    loaded: dict[tuple[str, str], Split] = {}
-
-    def split(spec: DatasetSpec, name: str) -> Split:
-        if (spec.name, name) not in loaded:
-            loaded[spec.name, name] = spec.load_split(data_dir, name, source, verify)
-        return loaded[spec.name, name]
-
+    split = split_loader(data_dir, source, verify)
     rows = []
     for audit in audits:
         test, audited = split(audit.test_dataset, audit.test_split), split(audit.audited_dataset, audit.audited_split)
@@ -109,6 +104,18 @@ def run(
             found = measure(audit, test, audited, key, method, workers, data_dir, results)
         rows.append({**found, "stored": False, "splits": (test, audited)})
     return rows
+
+
+def split_loader(data_dir: Path | None, source: str | None, verify: bool) -> Callable[[DatasetSpec, str], Split]:
+    """`load(dataset, split_name)`: each split loaded once, however many audits read it."""
+    loaded: dict[tuple[str, str], Split] = {}
+
+    def load(spec: DatasetSpec, name: str) -> Split:
+        if (spec.name, name) not in loaded:
+            loaded[spec.name, name] = spec.load_split(data_dir, name, source, verify)
+        return loaded[spec.name, name]
+
+    return load
 
 
 def _read_back(results: Path, stored: pd.DataFrame, key: str, splits: tuple[Split, Split]) -> dict:

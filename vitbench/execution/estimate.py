@@ -25,6 +25,8 @@ from vitbench.shipped_rates import rows_for
 if TYPE_CHECKING:
     import torch
 
+    from vitbench.execution.overheads import Beside
+
 
 @dataclass(frozen=True)
 class Rate:
@@ -36,6 +38,11 @@ class Rate:
     measured: dict[tuple[str, int, str], float] = field(default_factory=dict)
     # (model, res) -> (slowest, fastest) FLOP/s of the timed passes behind `measured`: the estimate's range
     spread: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
+    # (model, res) -> seconds making the model took here (random init): part of loading its weights
+    build: dict[tuple[str, int], float] = field(default_factory=dict)
+    # measured on this machine (here, `vitbench bench` or the micro-benchmark; --assume-mfu of its own
+    # peak): what a run pays beside the model's passes is then measured here too (execution/overheads.py)
+    here: bool = True
 
     def of(self, model: str, res: int, mode: str) -> float | None:
         return self.measured.get((model, res, mode)) or self.flops_per_second.get(mode)
@@ -47,6 +54,16 @@ class Estimate:
     basis: str
     # run_key -> (fewest, most) device-seconds, where the rate was measured with a spread
     bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # what the runs pay beside the model's passes, measured here; None: priced for another machine
+    beside: Beside | None = None
+
+    def run_seconds(self, key: str) -> float:
+        """One run's wall-clock seconds: its device-seconds and, where measured, what it pays beside them."""
+        return self.seconds.get(key, 0.0) + (self.beside.of(key) if self.beside else 0.0)
+
+    def wall(self, keys: Iterable[str]) -> float:
+        """The command's seconds for `keys`: theirs, and its start-up where measured."""
+        return sum(self.run_seconds(k) for k in keys) + (self.beside.startup if self.beside else 0.0)
 
     def total(self, keys: Iterable[str]) -> float:
         return sum(self.seconds.get(k, 0.0) for k in keys)
@@ -56,7 +73,8 @@ class Estimate:
         keys = [k for k in keys if k in self.seconds]
         if not keys or not all(k in self.bounds for k in keys):
             return None
-        return sum(self.bounds[k][0] for k in keys), sum(self.bounds[k][1] for k in keys)
+        beside = self.wall(keys) - self.total(keys)  # measured, not spread: added to both ends
+        return sum(self.bounds[k][0] for k in keys) + beside, sum(self.bounds[k][1] for k in keys) + beside
 
 
 def parse_assume_mfu(text: str, device_name: str) -> Rate:
@@ -74,7 +92,7 @@ def parse_assume_mfu(text: str, device_name: str) -> Rate:
         known = ", ".join(key for key, _ in PEAK_BF16_FLOPS)
         raise UserError(f"--assume-mfu {text}: no bf16 peak known for {name!r}; name one: 0.4@H100 ({known})")
     basis = f"assumed {mfu:.0%} MFU of {name}'s bf16 peak ({peak / 1e12:.0f} TFLOP/s)"
-    return Rate(dict.fromkeys(MODES, mfu * peak), basis)
+    return Rate(dict.fromkeys(MODES, mfu * peak), basis, here=not accelerator.strip())
 
 
 def price_on(kind: str, fallback: Rate | None = None) -> Rate:
@@ -101,7 +119,7 @@ def price_on(kind: str, fallback: Rate | None = None) -> Rate:
             else "a configuration never measured there is not priced (add --assume-mfu 0.4@H100)"
         )
     )
-    return Rate(dict(fallback.flops_per_second) if fallback else {}, basis, measured)
+    return Rate(dict(fallback.flops_per_second) if fallback else {}, basis, measured, here=False)
 
 
 def measured_rate(results: Path, device_name: str) -> Rate | None:
@@ -130,10 +148,17 @@ def measured_rate(results: Path, device_name: str) -> Rate | None:
     return Rate(per_mode, f"`vitbench bench` on {device_name} ({len(latest)} measurement(s))", measured)
 
 
-# what every estimate counts, and what it leaves out (said with it)
+# what every estimate counts, and what it leaves out (said with it): priced on this machine, and for another
 COUNTED = (
-    "It counts the model's passes over the planned images, not decoding and resizing them, loading "
-    "weights, start-up or the solves of few-shot, k-NN and the linear probe"
+    "It counts the model's passes over the planned images (an extraction that protocols share, once), "
+    "decoding and resizing them (timed here on a sample of their own files), loading the weights (making the "
+    "model, reading the file) and this command's start-up (timed), not the solves of few-shot, k-NN and the "
+    "linear probe"
+)
+COUNTED_ELSEWHERE = (
+    "It counts the model's passes over the planned images (an extraction that protocols share, once), not "
+    "decoding and resizing them, loading weights or start-up (measured on this machine only) or the solves of "
+    "few-shot, k-NN and the linear probe"
 )
 MICRO_RATES = "micro-rates.json"  # in the user's cache: what a dry run measured here, for the next one
 MAX_RATES_BYTES = 2_000_000  # some thousands of (device, model, resolution) entries; 250 MB took 2.1 GB
@@ -165,20 +190,22 @@ def micro_rate(
     kept = _kept_rates(path)
     measured: dict[tuple[str, int, str], float] = {}
     spread: dict[tuple[str, int], tuple[float, float]] = {}
+    build: dict[tuple[str, int], float] = {}
     passes, dates, changed = 0, set[str](), False
     for model, res in dict.fromkeys((g.model, g.res) for g in groups):
         key = f"{name}|{model.name}|{res}|{torch.get_num_threads()} threads|torch {torch.__version__}"
         own = precision is None or precision == ("fp32" if device.type == "cpu" else "bf16")
         key += "" if own else f"|{precision}"
         if key not in kept:
-            rates, _ = forward_rate(model, res, device) if own else forward_rate(model, res, device, precision)
+            rates, made = forward_rate(model, res, device) if own else forward_rate(model, res, device, precision)
             when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
             kept[key] = {"median": statistics.median(rates), "slowest": min(rates), "fastest": max(rates),
-                         "passes": len(rates), "measured": when}  # fmt: skip
+                         "passes": len(rates), "measured": when, "build": made}  # fmt: skip
             changed = True
         entry = kept[key]
         measured |= {(model.name, res, mode): float(entry["median"]) for mode in MODES}
         spread[(model.name, res)] = (float(entry["slowest"]), float(entry["fastest"]))
+        build[(model.name, res)] = float(entry["build"])
         passes, dates = passes + int(entry["passes"]), dates | {entry["measured"]}
     if changed and path is not None:
         keep_json(path, kept)
@@ -188,7 +215,7 @@ def micro_rate(
         + (f" and kept in {path}" if path is not None else "")
         + "; training taken at the forward rate; `vitbench bench` measures the whole loop"
     )
-    return Rate({}, basis, measured, spread)
+    return Rate({}, basis, measured, spread, build)
 
 
 SLOWER = 1.5  # a setting this much slower than the device's own is said before the runs
@@ -227,16 +254,19 @@ def _kept_rates(path: Path | None) -> dict:
 
 def _is_measurement(entry: object) -> bool:
     """{"median", "slowest", "fastest": FLOP/s, finite, positive, slowest ≤ median ≤ fastest;
-    "passes": a count; "measured": "YYYY-MM-DD HH:MM UTC"}."""
+    "build": the seconds making the model took, finite, not negative (an entry kept before it was
+    measured is measured again); "passes": a count; "measured": "YYYY-MM-DD HH:MM UTC"}."""
     if not isinstance(entry, dict):
         return False
-    found = [entry.get(k) for k in ("slowest", "median", "fastest")]
+    found = [entry.get(k) for k in ("slowest", "median", "fastest", "build")]
     if not all(isinstance(r, int | float) and not isinstance(r, bool) for r in found):
         return False
     rates = [float(r) for r in found]  # type: ignore[arg-type]
     passes, measured = entry.get("passes"), entry.get("measured")
     return (
-        all(math.isfinite(r) and r > 0 for r in rates)
+        all(math.isfinite(r) and r > 0 for r in rates[:3])
+        and math.isfinite(rates[3])
+        and rates[3] >= 0
         and rates[0] <= rates[1] <= rates[2]
         and type(passes) is int
         and passes > 0
@@ -245,30 +275,52 @@ def _is_measurement(entry: object) -> bool:
     )
 
 
-def planned_images(groups: list[Group]) -> dict[str, float]:
+def _priced(groups: list[Group], todo: set[str] | None = None) -> list[tuple[Group, dict[str, dict[str, float]]]]:
+    """Each group with run_key -> mode -> images its runs pass through the model. An image of a
+    cache entry several groups read (`Work.shared`: the frozen features of a split) is charged once,
+    as the run extracts it once: to the first group in run order that needs it, shared by that
+    group's runs still to do (`todo`; all where None); what the entry holds already, to none."""
+    from vitbench.engine.features import held_images  # (the store's and torch's: `run --help` reads neither)
+
+    held: dict[str, float] = {}
+    priced = []
+    for group in groups:
+        work = get_protocol(group.protocol).work(group)
+        if not work.shared:
+            priced.append((group, work.images))
+            continue
+        runs = [key for key in work.images if todo is None or key in todo]
+        extracted = 0.0
+        for path, needed in work.shared.items() if runs else ():  # a group with nothing to do reads nothing
+            have = held[path] if path in held else float(held_images(Path(path)))
+            extracted += max(0.0, needed - have)
+            held[path] = max(have, needed)
+        each = {key: {"inference": extracted / len(runs) if key in runs else 0.0} for key in work.images}
+        priced.append((group, each))
+    return priced
+
+
+def planned_images(groups: list[Group], todo: set[str] | None = None) -> dict[str, float]:
     """run_key -> images each planned run passes through the model (training images once each)."""
-    return {
-        key: sum(work.values())
-        for group in groups
-        for key, work in get_protocol(group.protocol).work(group).images.items()
-    }
+    return {key: sum(work.values()) for _, images in _priced(groups, todo) for key, work in images.items()}
 
 
-def estimate(groups: list[Group], rate: Rate) -> Estimate:
-    """Every planned run's device-seconds: its protocol's planned images × the model's counted
-    FLOPs per image (3 forward passes for a training image) ÷ the rate for that mode."""
+def estimate(groups: list[Group], rate: Rate, todo: set[str] | None = None) -> Estimate:
+    """Every planned run's device-seconds: the images its protocol passes (an extraction shared
+    between protocols charged once, `_priced`) × the model's counted FLOPs per image (3 forward
+    passes for a training image) ÷ the rate for that mode."""
     seconds: dict[str, float] = {}
     bounds: dict[str, tuple[float, float]] = {}
-    for group in groups:
+    for group, images in _priced(groups, todo):
         assert group.model.backend is not None
         per_image = group.model.backend.flops_per_image(group.model, group.res)
         name, res = group.model.name, group.res
-        for spec, work in get_protocol(group.protocol).work(group).images.items():
+        for spec, work in images.items():
             priced = _seconds(work, per_image, rate, name, res)
             if priced is None:  # no rate for a mode it needs (--price-on: never measured there)
                 continue
             seconds[spec] = priced
-            if (name, res) in rate.spread and seconds[spec]:
+            if (name, res) in rate.spread:
                 slowest, fastest = rate.spread[(name, res)]
                 median = rate.of(name, res, "inference") or 0.0
                 bounds[spec] = (seconds[spec] * median / fastest, seconds[spec] * median / slowest)

@@ -200,11 +200,16 @@ class Work:
     """How a group's runs are done and divided: the images each passes through the model, by mode
     ("train": a training image, three forward passes' FLOPs; "inference": one), for the dry run's
     cost estimate; the cluster jobs they run in, as waves (each waits for the one before); and
-    whether torchrun's processes can share out the work (`--devices N`)."""
+    whether torchrun's processes can share out the work (`--devices N`). `shared`: where the group's
+    images come from a cache entry other groups read too (the frozen features of a split, one entry
+    for few-shot, k-NN and the linear probe), that entry's file and how many of its images the group
+    needs; the estimate then charges each image once, to the first group that extracts it, as the run
+    does (execution/estimate.py `priced_images`). Empty: `images` is what the group passes."""
 
     images: dict[str, dict[str, float]]  # run_key -> mode -> images
     waves: list[list[list[RunSpec]]]
     data_parallel: bool = True
+    shared: dict[str, float] = field(default_factory=dict)  # cache entry's file -> images of it needed
 
     def of(self, run_keys: set[str]) -> list[list[list[RunSpec]]]:
         """The waves of jobs holding only the runs `run_keys` names (those still to do)."""
@@ -300,6 +305,19 @@ class Protocol:
             group.model.name, weights_sha, group.dataset.name, first.source, first.fingerprint, self.name,
             self.version, explicit_hparams(self.name, hparams), seed,
         )  # fmt: skip
+
+
+def frozen_work(protocol: Protocol, group: Group, needed: dict[str, float] | None = None) -> Work:
+    """`work` of a protocol that reads frozen features (engine/features.py `frozen_features`):
+    `needed` images of each of its splits (default: all), from the split's cache entry that other
+    protocols share."""
+    from vitbench.engine.features import cache_entry
+
+    if needed is None:
+        needed = {name: float(len(group.splits[name])) for name in protocol.splits(group.dataset)}
+    each = {s.run_key: {"inference": sum(needed.values()) / len(group.specs)} for s in group.specs}
+    shared = {str(cache_entry(group, name)): images for name, images in needed.items()}
+    return Work(each, [[group.specs]] if group.specs else [], shared=shared)
 
 
 class Trainer(Protocol):

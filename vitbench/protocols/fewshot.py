@@ -21,7 +21,17 @@ from vitbench.datasets.base import DEV_SEED
 from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.errors import UserError
-from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec, Work, frozen_result
+from vitbench.protocols.base import (
+    Group,
+    Protocol,
+    Recorder,
+    Request,
+    Result,
+    RunSpec,
+    Work,
+    frozen_result,
+    frozen_work,
+)
 from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import FEWSHOT_PANEL, WHAT_PANEL, limits, option
@@ -158,11 +168,11 @@ class FewShot(Protocol):
 
     def work(self, group: Group) -> Work:
         """Only the drawn train images are extracted (at most shots × classes per seed), then the test split."""
-        train, test = (self._as_planned(group, group.specs[0]).splits[name] for name in self.splits(group.dataset))
+        planned = self._as_planned(group, group.specs[0])  # the split the runs draw from: its own cache entry
+        train_name, test_name = self.splits(group.dataset)
         shots, seeds = max(s.hparams["shots"] for s in group.specs), {s.seed for s in group.specs}
-        drawn = min(len(train), shots * group.dataset.num_classes * len(seeds))
-        each = {s.run_key: {"inference": (drawn + len(test)) / len(group.specs)} for s in group.specs}
-        return replace(super().work(group), images=each)
+        drawn = min(len(planned.splits[train_name]), shots * group.dataset.num_classes * len(seeds))
+        return frozen_work(self, planned, {train_name: drawn, test_name: len(planned.splits[test_name])})
 
     def _as_planned(self, group: Group, spec: RunSpec) -> Group:
         """A copy of the group whose train split is the part the shots are drawn from, as `plan`

@@ -16,7 +16,17 @@ from vitbench.datasets import DatasetSpec
 from vitbench.datasets.base import dev_holdout
 from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
-from vitbench.protocols.base import Group, Protocol, Recorder, Request, Result, RunSpec, frozen_result
+from vitbench.protocols.base import (
+    Group,
+    Protocol,
+    Recorder,
+    Request,
+    Result,
+    RunSpec,
+    Work,
+    frozen_result,
+    frozen_work,
+)
 from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, option
 
@@ -77,6 +87,10 @@ class LinearProbe(Protocol):
             **({"linear_fit": GPU_FIT} if group.runtime.device.type == "cuda" else {}),
         }
         return [self.base_spec(group, first, weights_sha, hparams, seed=0)]
+
+    def work(self, group: Group) -> Work:
+        """Every image of both splits, from the cache entries few-shot, k-NN and the linear probe share."""
+        return frozen_work(self, group)
 
     def run(
         self, group: Group, todo: list[RunSpec], req: Request, runtime: Runtime, recorder: Recorder
