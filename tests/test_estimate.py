@@ -160,7 +160,9 @@ def test_the_micro_benchmark_is_kept_per_configuration_and_measured_again_when_d
     alike): read back by the next dry run, measured again for another model or resolution, or when
     the file is damaged."""
     calls = []
-    monkeypatch.setattr(bench, "forward_rate", lambda spec, res, device: calls.append(res) or ([1e9, 2e9, 4e9], 0.1))
+    monkeypatch.setattr(
+        bench, "forward_rate", lambda spec, res, device, *_: calls.append(res) or ([1e9, 2e9, 4e9], 0.1)
+    )
     groups = vitbench.plan(**DIGITS)
     cpu = torch.device("cpu")
     cache = cache_root()
@@ -201,7 +203,9 @@ def test_a_kept_rate_that_is_no_measurement_is_measured_again(results, monkeypat
     import json
 
     calls = []
-    monkeypatch.setattr(bench, "forward_rate", lambda spec, res, device: calls.append(res) or ([1e9, 2e9, 4e9], 0.1))
+    monkeypatch.setattr(
+        bench, "forward_rate", lambda spec, res, device, *_: calls.append(res) or ([1e9, 2e9, 4e9], 0.1)
+    )
     groups = vitbench.plan(**DIGITS)
     cpu = torch.device("cpu")
     estimate.micro_rate(groups, cpu, cpu_name(), cache_root())
@@ -230,6 +234,30 @@ def test_the_forward_rate_times_several_passes():
     (group,) = vitbench.plan(**DIGITS)
     rates, seconds = bench.forward_rate(group.model, 32, torch.device("cpu"))
     assert len(rates) >= bench.RATE_PASSES and all(r > 0 for r in rates) and seconds > 0
+    rates, _ = bench.forward_rate(group.model, 32, torch.device("cpu"), None, 16, "train")  # training steps
+    assert len(rates) >= bench.RATE_PASSES and all(r > 0 for r in rates)
+
+
+def test_a_plan_that_trains_is_priced_at_timed_training_steps(monkeypatch, own_cache):
+    """Issue 69, goal 1: a training image was priced at the forward rate (3 passes' FLOPs), a lower
+    bound that made the demo's pre-training half as long as it ran; a plan that trains now times
+    training steps too (kept beside the forward passes), and a plan that does not, does not."""
+    calls = []
+
+    def timed(spec, res, device, precision, batch, mode):
+        calls.append(mode)
+        return ([1e9, 2e9, 4e9] if mode == "inference" else [3e8, 4e8, 5e8]), 0.1
+
+    monkeypatch.setattr(bench, "forward_rate", timed)
+    groups = vitbench.plan(model="vit-ti/16", weights="random", datasets="digits", protocol="finetune", smoke=True,
+                           lr=0.01, seeds=(0,))  # fmt: skip
+    cpu, res = torch.device("cpu"), groups[0].res
+    rate = estimate.micro_rate(groups, cpu, cpu_name(), cache_root())
+    assert calls == ["inference", "train"]
+    assert rate.of("vit-ti/16", res, "train") == 4e8 and rate.of("vit-ti/16", res, "inference") == 2e9
+    assert estimate.micro_rate(groups, cpu, cpu_name(), cache_root()) == rate and len(calls) == 2  # kept
+    estimate.micro_rate(vitbench.plan(**DIGITS), cpu, cpu_name(), cache_root())
+    assert calls == ["inference", "train", "inference"]  # few-shot trains nothing: forward passes alone
 
 
 def test_a_precision_much_slower_on_this_cpu_is_said_before_the_runs(cli, tmp_path, monkeypatch, own_cache):
@@ -237,7 +265,7 @@ def test_a_precision_much_slower_on_this_cpu_is_said_before_the_runs(cli, tmp_pa
     with the factor measured here (the forward micro-benchmark under each precision, both kept). This
     machine's CPU has AMX and computes bf16 faster, so its slow case is the measurement's stand-in."""
     rates = {"fp32": [4e9, 5e9, 6e9], "bf16": [1e9, 1.2e9, 1.5e9]}
-    monkeypatch.setattr(bench, "forward_rate", lambda spec, res, device, precision=None: (rates[precision or "fp32"],
+    monkeypatch.setattr(bench, "forward_rate", lambda spec, res, device, precision, *_: (rates[precision or "fp32"],
                                                                                           0.1))  # fmt: skip
     code, out, err = cli("run", *DIGITS_ARGS, "--precision", "bf16", "--dry-run", "--results", tmp_path / "r")
     assert code == 0, err
@@ -268,6 +296,10 @@ def test_price_on_a_gpu_one_does_not_have_from_the_rates_vitbench_ships(cli, tmp
     text = " ".join(out.split())
     # 19 tasks x 3 seeds of 2,500 steps of 512 images at 384 px (872.2 images/s training there), plus dev/test
     assert re.search(r"57 run\(s\) to do, estimated device time 2[34]\.\d h", text), text[-600:]
+    code, out, err = cli("run", "--model", "vit-b/16", "--dataset", "imagenet", "--protocol", "eval",
+                         *common[:-1], "h200")  # fmt: skip
+    text = " ".join(out.split())  # 50,000 images at the 8,674.2 images/s measured on an H200: 5.8 s
+    assert code == 0 and "1 run(s) to do, estimated device time 6 s" in text and "on an NVIDIA H200" in text, err
     code, out, err = cli("run", "--model", "vit-s/16", "--dataset", "imagenet", "--protocol", "eval", *common)
     assert code == 0 and "1 run(s) to do, none priced" in " ".join(out.split()), out
     code, out, err = cli("run", "--model", "vit-s/16", "--dataset", "imagenet", "--protocol", "eval", *common,

@@ -370,8 +370,9 @@ def test_an_audit_shard_past_its_size_bound_is_not_read(audit_shard, tmp_path, m
 # Issue 71, items 7 and 10: the dry run's kept micro-benchmark rates (micro-rates.json, the user's cache).
 # Before: a file of the wrong shape was a traceback (TypeError, ZeroDivisionError, KeyError), NaN printed
 # "≈ nan days", negative rates "< 1 s", and a file of any size was read whole.
-RATE_KEY = "CPU|vit-ti/16|32|2 threads|torch 2.14.1"
-RATE_ENTRY = {"median": 2e9, "slowest": 1e9, "fastest": 4e9, "passes": 5, "measured": "2099-01-01 00:00 UTC"}
+RATE_KEY = "CPU|vit-ti/16|32|2 threads|torch 2.14.1|batch 64"
+RATE_ENTRY = {"median": 2e9, "slowest": 1e9, "fastest": 4e9, "passes": 5, "measured": "2099-01-01 00:00 UTC",
+              "build": 0.05}  # fmt: skip
 RATES = json.dumps({RATE_KEY: RATE_ENTRY}).encode()
 RATE_VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 5), st.just("x"),
                         st.just(None), st.just(True), st.just([]))  # fmt: skip
@@ -393,6 +394,7 @@ def test_kept_rates_are_measurements_or_measured_again(tmp_path_factory, content
     for entry in kept.values():
         assert 0 < entry["slowest"] <= entry["median"] <= entry["fastest"] < float("inf")
         assert type(entry["passes"]) is int and entry["passes"] > 0
+        assert 0 <= entry["build"] < float("inf") and not isinstance(entry["build"], bool)
         assert estimate.duration(1e9 / entry["median"]) != "unknown"
 
 

@@ -169,22 +169,17 @@ def micro_rate(
     groups: list[Group], device: torch.device, name: str, cache: Path | None = None, precision: str | None = None
 ) -> Rate:
     """A rate from a few seconds' micro-benchmark here (engine/bench.py `forward_rate`: the median of
-    several timed forward passes per (model, resolution) planned, their slowest and fastest the
-    estimate's range), the training rate taken as the forward one (a training step runs below it:
-    the estimate is a lower bound there). For a dry run on a device `vitbench bench` has not
-    measured. What it measures is kept in the user's cache (`downloads.cache_root()`:
-    VITBENCH_CACHE, else $XDG_CACHE_HOME/vitbench) per device, model, resolution, thread count and
-    torch version, for KEEP_DAYS: every dry run on this machine reads it, whatever its results folder,
-    so identical dry runs print the same estimate (two folders priced one suite 8.3 and 7.3 days).
-    An entry that is not a measurement (wrong shape, not finite, not positive, out of order) is
-    measured again, never used. `precision`: measured under it where it is not the device's own
-    (bf16 on a CPU), and kept apart."""
-    import statistics
-    from datetime import UTC, datetime
-
+    several timed forward passes per (model, resolution) planned, in batches of the run's extraction
+    batch, their slowest and fastest the estimate's range; and timed training steps where the plan
+    trains that model: the forward rate had priced the demo's pre-training at half its time). For a
+    dry run on a device `vitbench bench` has not measured. What it measures is kept in the user's
+    cache (`downloads.cache_root()`: VITBENCH_CACHE, else $XDG_CACHE_HOME/vitbench) per device,
+    model, resolution, thread count, torch version, batch and mode, for KEEP_DAYS: every dry run on
+    this machine reads it, whatever its results folder, so identical dry runs price the model's
+    passes alike (two folders priced one suite 8.3 and 7.3 days). An entry that is not a measurement
+    (wrong shape, not finite, not positive, out of order) is measured again, never used.
+    `precision`: measured under it where it is not the device's own (bf16 on a CPU), kept apart."""
     import torch
-
-    from vitbench.engine.bench import forward_rate
 
     path = cache / MICRO_RATES if cache is not None else None
     kept = _kept_rates(path)
@@ -192,30 +187,55 @@ def micro_rate(
     spread: dict[tuple[str, int], tuple[float, float]] = {}
     build: dict[tuple[str, int], float] = {}
     passes, dates, changed = 0, set[str](), False
-    for model, res in dict.fromkeys((g.model, g.res) for g in groups):
-        key = f"{name}|{model.name}|{res}|{torch.get_num_threads()} threads|torch {torch.__version__}"
-        own = precision is None or precision == ("fp32" if device.type == "cpu" else "bf16")
-        key += "" if own else f"|{precision}"
-        if key not in kept:
-            rates, made = forward_rate(model, res, device) if own else forward_rate(model, res, device, precision)
-            when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-            kept[key] = {"median": statistics.median(rates), "slowest": min(rates), "fastest": max(rates),
-                         "passes": len(rates), "measured": when, "build": made}  # fmt: skip
-            changed = True
-        entry = kept[key]
-        measured |= {(model.name, res, mode): float(entry["median"]) for mode in MODES}
-        spread[(model.name, res)] = (float(entry["slowest"]), float(entry["fastest"]))
-        build[(model.name, res)] = float(entry["build"])
-        passes, dates = passes + int(entry["passes"]), dates | {entry["measured"]}
+    own = precision is None or precision == ("fp32" if device.type == "cpu" else "bf16")
+    for (model, res, batch), modes in _modes(groups).items():
+        for mode in modes:  # inference first: its spread is the range, its build the model's making
+            key = f"{name}|{model.name}|{res}|{torch.get_num_threads()} threads|torch {torch.__version__}|batch {batch}"
+            key += ("" if own else f"|{precision}") + ("|train" if mode == "train" else "")
+            if key not in kept:
+                kept[key], changed = _measure(model, res, device, None if own else precision, batch, mode), True
+            entry = kept[key]
+            for priced in MODES if mode == "inference" else (mode,):  # training at the forward rate unless timed
+                measured[(model.name, res, priced)] = float(entry["median"])
+            if mode == "inference":
+                spread[(model.name, res)] = (float(entry["slowest"]), float(entry["fastest"]))
+                build[(model.name, res)] = float(entry["build"])
+            passes, dates = passes + int(entry["passes"]), dates | {entry["measured"]}
     if changed and path is not None:
         keep_json(path, kept)
     basis = (
-        f"a micro-benchmark on {name}: the median of {passes} timed forward passes of random images at random "
-        f"init (their slowest and fastest give the range), measured {', '.join(sorted(dates))}"
+        f"a micro-benchmark on {name}: the median of {passes} timed passes of random images at random init "
+        f"(forward passes, and training steps where the plan trains; the forward passes' slowest and fastest give "
+        f"the range), measured {', '.join(sorted(dates))}"
         + (f" and kept in {path}" if path is not None else "")
-        + "; training taken at the forward rate; `vitbench bench` measures the whole loop"
+        + "; `vitbench bench` measures the whole loop"
     )
     return Rate({}, basis, measured, spread, build)
+
+
+def _modes(groups: list[Group]) -> dict[tuple, list[str]]:
+    """(model, resolution, extraction batch) -> the modes the plan passes images in: inference always
+    (first), train where a run trains."""
+    found: dict[tuple, list[str]] = {}
+    for group in groups:
+        modes = found.setdefault((group.model, group.res, group.runtime.extraction_batch), ["inference"])
+        works = get_protocol(group.protocol).work(group).images.values()
+        if "train" not in modes and any(work.get("train") for work in works):
+            modes.append("train")
+    return found
+
+
+def _measure(model, res: int, device: torch.device, precision: str | None, batch: int, mode: str) -> dict:
+    """One kept entry: `forward_rate`'s passes, summed up, with the moment they were measured."""
+    import statistics
+    from datetime import UTC, datetime
+
+    from vitbench.engine.bench import forward_rate
+
+    rates, made = forward_rate(model, res, device, precision, batch, mode)
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return {"median": statistics.median(rates), "slowest": min(rates), "fastest": max(rates),
+            "passes": len(rates), "measured": when, "build": made}  # fmt: skip
 
 
 SLOWER = 1.5  # a setting this much slower than the device's own is said before the runs
@@ -340,13 +360,15 @@ def _seconds(work: dict[str, float], per_image: int, rate: Rate, model: str, res
 
 
 def duration(seconds: float) -> str:
-    """Seconds as a person reads a budget: 42 s, 12 min, 3.4 h, 2.1 days."""
+    """Seconds as a person reads a budget: 42 s, 1.6 min, 12 min, 3.4 h, 2.1 days."""
     if not math.isfinite(seconds) or seconds < 0:  # no rate makes these; said, never "≈ nan days"
         return "unknown"
     if seconds < 1:
         return "< 1 s"
     if seconds < 90:
         return f"{seconds:.0f} s"
+    if seconds < 600:  # a tenth of a minute: 95 s is not "2 min"
+        return f"{seconds / 60:.1f} min"
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     if seconds < 2 * 86400:
