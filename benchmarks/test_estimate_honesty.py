@@ -1,8 +1,12 @@
-"""The dry run's price against the run it prices (`nox -s bench`): the README's two runnable
-examples on this machine — the demo (`vitbench run`) and DeiT-Ti few-shot on the shared CIFAR-10
-subset — each dry-run twice (the same estimate both times), then run, each command a process of
-its own as typed; the run's wall time must lie within 2x of the estimate. With
-`--benchmark-disable` (CI) only the demo's dry run happens: no training, no ratio."""
+"""The dry run's price against the run it prices (`nox -s bench`; issue 69, goal 1): each command a
+researcher plans with — the README's runnable examples (the demo, DeiT-Ti few-shot on the shared
+CIFAR-10 subset, its eval on the 500 ImageNet JPEGs, the few-shot suite on every shared dataset),
+k-NN and the linear probe on Pets and Flowers, few-shot on Pets and Flowers at 224 px, the
+fine-tuning smoke and a dedup audit — dry-run in a fresh results folder, then run, each a process
+of its own as typed. The run's whole wall time (as `time` measures it, start-up included) must lie
+within 1.5x of the estimate, either way. With `--benchmark-disable` (CI) only the dry runs happen:
+the demo's, and the k-NN + linear plan's in two fresh folders, whose estimates must agree within
+10 % (the machine's rates are kept per machine, not per folder)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,61 +22,82 @@ import pytest
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 WEIGHTS = SHARED / "weights" / "deit_tiny_patch16_224.safetensors"
+DEIT = ("--model", "deit-ti/16", "--weights", str(WEIGHTS), "--data-dir", str(SHARED))
 EXAMPLES = {
-    "demo": [],
-    "fewshot": [
-        "--model",
-        "deit-ti/16",
-        "--weights",
-        str(WEIGHTS),
+    "demo": ["run"],
+    "readme-fewshot-cifar10": ["run", *DEIT, "--dataset", "cifar10", "--protocol", "fewshot"],
+    "readme-eval-imagenet": ["run", *DEIT, "--dataset", "imagenet", "--protocol", "eval"],
+    "readme-fewshot-suite": ["run", *DEIT, "--suite", "fewshot", "--skip-missing"],
+    "knn-linear-pets-flowers": [
+        "run",
+        *DEIT,
         "--dataset",
-        "cifar10",
-        "--data-dir",
-        str(SHARED),
+        "pets,flowers102",
         "--protocol",
-        "fewshot",
+        "knn,linear",
+        "--knn-k",
+        "1,5,20,50",
     ],  # fmt: skip
+    "fewshot-pets-flowers": ["run", *DEIT, "--dataset", "pets,flowers102", "--protocol", "fewshot"],
+    "finetune-smoke": ["run", *DEIT, "--dataset", "cifar10", "--protocol", "finetune", "--smoke"],
+    "dedup-flowers": ["dedup", "--dataset", "flowers102", "--data-dir", str(SHARED)],
 }
+WITHIN = 1.5  # the run's wall time / the estimate, either way
 SECONDS = {"s": 1, "min": 60, "h": 3600, "days": 86400}
+# the user's cache of this run alone: its micro-benchmark measured now, beside the runs it prices (one
+# kept from a busier hour would price them all at that hour's pace for 30 days)
+CACHE = tempfile.mkdtemp(prefix="vitbench-honesty-cache-")
 
 
 def vitbench(*args) -> tuple[int, str]:
     """`vitbench ARGS` as a person types it: a process of its own (its start-up is part of the wait)."""
-    done = subprocess.run([sys.executable, "-m", "vitbench", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "1000"})  # fmt: skip
+    env = {**os.environ, "COLUMNS": "1000", "VITBENCH_CACHE": CACHE}
+    done = subprocess.run([sys.executable, "-m", "vitbench", *map(str, args)], capture_output=True, text=True, env=env)
     return done.returncode, done.stdout + done.stderr
 
 
-def dry_run(args: list[str], results: Path) -> tuple[float, str]:
-    code, out = vitbench("run", *args, "--results", results, "--dry-run")
+def dry_run(args: list[str], results: Path) -> float:
+    """The plan's estimated seconds: its whole wait where it is priced here ("estimated time")."""
+    code, out = vitbench(*args, "--results", results, "--dry-run")
     assert code == 0, out
-    line = next(x for x in out.splitlines() if "estimated device time" in x)
-    value, unit = re.search(r"estimated device time ([\d.]+) (s|min|h|days)", line).groups()
-    return float(value) * SECONDS[unit], line
+    found = re.search(r"estimated (?:device )?time (< 1|[\d.]+) (s|min|h|days)", " ".join(out.split()))
+    assert found, out[-800:]
+    value, unit = found.groups()
+    return (0.5 if value == "< 1" else float(value)) * SECONDS[unit]
 
 
-@pytest.mark.parametrize("example", sorted(EXAMPLES))
-def test_the_dry_runs_estimate_is_within_twice_the_run(benchmark, example, tmp_path, capsys):
-    if example == "fewshot" and not WEIGHTS.exists():
+@pytest.mark.parametrize("example", list(EXAMPLES))
+def test_the_dry_runs_estimate_is_within_one_and_a_half_times_the_run(benchmark, example, tmp_path, capsys):
+    if example != "demo" and not WEIGHTS.exists():
         pytest.skip("../shared/data is not present")
     if benchmark.disabled and example != "demo":
         pytest.skip("--benchmark-disable: the demo's dry run alone keeps the path working")
     results = tmp_path / "results"
-    estimate, first = dry_run(EXAMPLES[example], results)
+    estimate = dry_run(EXAMPLES[example], results)
     assert estimate > 0
     if benchmark.disabled:
         return
-    assert dry_run(EXAMPLES[example], results)[1] == first  # the kept rate: the same estimate
 
     def real():
         start = time.perf_counter()
-        code, out = vitbench("run", *EXAMPLES[example], "--results", results)
+        code, out = vitbench(*EXAMPLES[example], "--results", results)
         assert code == 0, out
         return time.perf_counter() - start
 
     took = benchmark.pedantic(real, rounds=1, iterations=1)
     took = benchmark.stats.stats.max if took is None else took
     ratio = took / estimate
+    benchmark.extra_info.update(estimate=estimate, ran=took, ratio=ratio)
     with capsys.disabled():
         print(f"\n{example}: estimated {estimate:.0f} s, ran {took:.0f} s (run / estimate {ratio:.2f})")
-    assert 0.5 <= ratio <= 2.0, (estimate, took)
+    assert 1 / WITHIN <= ratio <= WITHIN, (estimate, took)
+
+
+def test_two_fresh_results_folders_price_one_plan_alike(tmp_path):
+    """Issue 69: the dry run of the k-NN + linear command, and of the same with a fresh --results,
+    give the same estimate within 10 % (their model passes at the rate kept per machine; what each
+    measures anew, the start-up and decoding, moves a little)."""
+    if not WEIGHTS.exists():
+        pytest.skip("../shared/data is not present")
+    first, second = (dry_run(EXAMPLES["knn-linear-pets-flowers"], tmp_path / name) for name in ("one", "two"))
+    assert abs(first - second) <= 0.1 * max(first, second), (first, second)

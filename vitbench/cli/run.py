@@ -350,10 +350,10 @@ def _print_datasets(summary: api.Summary, found: estimate.Estimate | None) -> No
         groups = [g for g in summary.groups if g.dataset.name == name]
         keys = [s.run_key for g in groups for s in g.specs if s.run_key in todo]
         seconds = [estimate.duration(found.total(keys))] if found else [""]
-        if beside:
-            decoded = [k for k in keys if k in beside.decode]
+        if beside:  # decoding is timed on the files: a dataset not here has none to time it on
+            decode = sum(beside.decode.get(k, 0.0) for k in keys)
             seconds += [
-                estimate.duration(sum(beside.decode[k] for k in decoded)) if decoded else "not measured",
+                "not measured" if name in beside.unmeasured else estimate.duration(decode),
                 estimate.duration(sum(beside.weights.get(k, 0.0) for k in keys)),
             ]
         absent = next((g.absent for g in groups if g.absent is not None), None)

@@ -166,7 +166,12 @@ NoWait = Annotated[
 ]
 DryRun = Annotated[
     bool,
-    option("--dry-run", panel=WHAT, help="Show the planned runs, each with its estimated device time, and stop."),
+    option(
+        "--dry-run",
+        panel=WHAT,
+        help="Show the planned runs, each with its estimated time (model passes, decoding, weights, start-up),"
+        " and stop.",
+    ),
 ]
 AssumeMfu = Annotated[
     str | None,
@@ -182,8 +187,8 @@ PriceOn = Annotated[
     option(
         "--price-on",
         panel=WHAT,
-        help="--dry-run's estimate on a GPU you do not have, from the rates vitbench measured there and ships: h100 "
-        "(the rest at --assume-mfu's rate where given).",
+        help="--dry-run's estimate on a GPU you do not have, from the rates vitbench measured there and ships: h100, "
+        "h200 (inference only) (the rest at --assume-mfu's rate where given).",
     ),
 ]
 Config = Annotated[
