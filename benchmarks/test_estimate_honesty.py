@@ -77,6 +77,8 @@ def test_the_dry_runs_estimate_is_within_one_and_a_half_times_the_run(benchmark,
     assert estimate > 0
     if benchmark.disabled:
         return
+    # the k-NN + linear plan again from another fresh folder: alike, and as near the run (issue 69)
+    estimates = [estimate, dry_run(EXAMPLES[example], tmp_path / "fresh")] if example.startswith("knn") else [estimate]
 
     def real():
         start = time.perf_counter()
@@ -90,7 +92,8 @@ def test_the_dry_runs_estimate_is_within_one_and_a_half_times_the_run(benchmark,
     benchmark.extra_info.update(estimate=estimate, ran=took, ratio=ratio)
     with capsys.disabled():
         print(f"\n{example}: estimated {estimate:.0f} s, ran {took:.0f} s (run / estimate {ratio:.2f})")
-    assert 1 / WITHIN <= ratio <= WITHIN, (estimate, took)
+    assert all(1 / WITHIN <= took / e <= WITHIN for e in estimates), (estimates, took)
+    assert max(estimates) - min(estimates) <= 0.1 * max(estimates), estimates
 
 
 def test_two_fresh_results_folders_price_one_plan_alike(tmp_path):
