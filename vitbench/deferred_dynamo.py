@@ -21,19 +21,22 @@ tests/test_light_commands.py checks that no built-in protocol's run imports torc
 torch itself wraps some functions in `torch._disable_dynamo`, whose wrapper imports torch._dynamo
 on its first call to make the disabled version it keeps (as `fn.__dynamo_disable`): every
 optimizer's `add_param_group` (in its constructor), `zero_grad`, `state_dict` and
-`load_state_dict`. (Counting FLOPs on the meta device imports it too, through the many wrappers of
-torch's reference kernels: that count is kept per machine instead, vitbench/flop_counts.py.)
-`defer_disable` gives such a
+`load_state_dict`, and the many reference kernels that run a network on the meta device (a FLOP
+count, vitbench/flop_counts.py). `defer_disable` gives such a
 wrapper a kept version that calls the function as it is while torch._dynamo is not imported (nothing
 can be compiling then, so there is nothing to disable) and hands back to torch's own from the first
 call after it is. And torch's optimizers wrap `step` in `_use_grad_for_differentiable`, which imports
 torch._dynamo on every call for two `graph_break()`s (no-ops unless compiling): `defer_step` gives SGD
 and Adam (AdamW's too) a `step` that does the rest of what that wrapper does (the grad mode the
-optimizer asks for) and calls torch's own wrapper once torch._dynamo is imported.
+optimizer asks for) and calls torch's own wrapper once torch._dynamo is imported. The reference
+kernels' wrappers are too many to find one by one (and are made inside others): while a FLOP count
+runs, `disable_only()` puts a stand-in at torch._dynamo whose `disable` gives each the same kept
+version as `defer_disable`; any other name asked of it loads the real module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.abc
@@ -132,14 +135,70 @@ def defer_disable(wrapper: Any) -> None:
     fn = getattr(wrapper, "__wrapped__", None)
     if fn is None or DYNAMO in sys.modules or getattr(fn, KEPT, None) is not None:
         return
+    setattr(fn, KEPT, _as_is_until_dynamo(fn, lambda real: wrapper))
+
+
+def _as_is_until_dynamo(fn: Any, then: Any) -> Any:
+    """What a `torch._disable_dynamo` wrapper keeps for `fn` while torch._dynamo is not imported (or
+    is the stand-in): `fn` as it is (nothing can be compiling); from the first call after the real
+    module is imported, `then(module)`'s function, and torch's wrapper makes its own from then on."""
 
     def as_is_until_dynamo(*args, **kwargs):
-        if DYNAMO in sys.modules:  # something may compile now: torch's wrapper makes its own from here on
+        real = sys.modules.get(DYNAMO)
+        if real is not None and not isinstance(real, _DisableOnly):
             fn.__dict__.pop(KEPT, None)
-            return wrapper(*args, **kwargs)
+            return then(real)(*args, **kwargs)
         return fn(*args, **kwargs)
 
-    setattr(fn, KEPT, as_is_until_dynamo)
+    return as_is_until_dynamo
+
+
+def _disable(fn: Any, recursive: bool = True, wrapping: bool = True, **_: Any) -> Any:
+    """The stand-in's `torch._dynamo.disable`, as torch's wrappers call it."""
+    return _as_is_until_dynamo(fn, lambda real: real.disable(fn, recursive, wrapping=wrapping))
+
+
+class _DisableOnly(types.ModuleType):
+    """`torch._dynamo` while a network runs on the meta device: `disable` alone; any other name
+    loads the real module (removing the stand-in first) and answers from it."""
+
+    disable = staticmethod(_disable)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        _remove(self)
+        return getattr(importlib.import_module(DYNAMO), name)
+
+
+def _remove(stand_in: types.ModuleType) -> None:
+    import torch
+
+    if sys.modules.get(DYNAMO) is stand_in:
+        del sys.modules[DYNAMO]
+    if torch.__dict__.get("_dynamo") is stand_in:
+        del torch._dynamo
+
+
+@contextlib.contextmanager
+def disable_only():
+    """torch._dynamo as the `_DisableOnly` stand-in for the block (see the top): a FLOP count on the
+    meta device without its import (a second of every fresh machine's first dry run). Nothing is
+    done where torch._dynamo is already imported. timm and torchvision are imported first: their
+    deferred import needs torch._dynamo absent, not a stand-in."""
+    import timm  # noqa: F401
+    import torch
+
+    if DYNAMO in sys.modules:
+        yield
+        return
+    stand_in = _DisableOnly(DYNAMO)
+    sys.modules[DYNAMO] = stand_in
+    torch._dynamo = stand_in  # what `import torch._dynamo` then reads
+    try:
+        yield
+    finally:
+        _remove(stand_in)
 
 
 def defer_step(optimizer: Any) -> None:
