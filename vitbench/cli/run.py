@@ -19,14 +19,14 @@ from vitbench.cli import config as cfg
 from vitbench.cli import options as o
 from vitbench.cli import protocol_flags
 from vitbench.cli import run_options as ro
-from vitbench.cli.app import app, command_began, err, out, print_table
+from vitbench.cli.app import app, command_began, err
 from vitbench.cli.output import ended_well, print_summary_table
 from vitbench.cli.run_cluster import cluster_options, report
-from vitbench.cli.run_progress import Progress, weights_label
+from vitbench.cli.run_plan import print_plan
+from vitbench.cli.run_progress import Progress
 from vitbench.devices import device_name, resolve_device
-from vitbench.downloads import cache_root
 from vitbench.errors import UserError
-from vitbench.execution import estimate, overheads
+from vitbench.execution import estimate
 from vitbench.protocols.base import Request
 from vitbench.protocols.registry import get_protocol, option_table
 from vitbench.protocols.requests import SHARED, make_request
@@ -35,7 +35,7 @@ from vitbench.store.shards import checkpoint_path
 
 # The API, the engine and torch load inside the command, once it runs: `--help` never pays for them.
 if TYPE_CHECKING:
-    from vitbench import api
+    pass
 
 log = logging.getLogger("vitbench")
 
@@ -255,121 +255,10 @@ def _run_here(
         raise typer.Exit(130) from None
     if dry_run:
         startup = time.perf_counter() - (began if began is not None else time.perf_counter())
-        _print_plan(summary, here, rate, req, startup)
+        print_plan(summary, here, rate, req, startup)
     elif world().is_main:  # the runs this command planned (stored before or now), not the whole folder
         print_summary_table(req.results, {s.run_key for s in summary.specs})
         ended_well(summary)
-
-
-def _print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, req: Request, startup: float) -> None:
-    """Each planned run with its state and estimated time, a row per dataset (images, each part of
-    the time, whether its data is here and how to get it where not), then the total still to run.
-    The rate: --assume-mfu's, what `vitbench bench` measured here, or a few seconds' micro-benchmark
-    (kept in the user's cache for every dry run on this machine). Priced here, the estimate adds what
-    the runs pay beside the model's passes, measured here (execution/overheads.py), and `startup`:
-    this command's seconds before the plan, as the run will spend them."""
-    groups, todo = summary.groups, [s.run_key for s in summary.todo]
-    device = resolve_device(req.device)
-    precision = groups[0].runtime.precision if groups else None  # bf16 on a CPU: priced at its own rate
-    if rate is None and groups:
-        rate = estimate.micro_rate(groups, device, here, cache_root(), precision)  # per machine
-    found = estimate.estimate(groups, rate, set(todo)) if rate else None
-    if found is not None and rate is not None and rate.here and groups:
-        build = rate.build or estimate.micro_rate(groups, device, here, cache_root(), precision).build
-        images = estimate.planned_images(groups, set(todo))
-        found.beside = overheads.measure(
-            groups, {k: images.get(k, 0.0) for k in todo}, found.seconds, build, startup, req.workers
-        )
-    absent = {s.run_key for g in groups if g.absent is not None for s in g.specs}
-    for s in summary.specs:
-        detail = get_protocol(s.protocol).describe(s)
-        detail = f" {detail}" if detail else ""
-        state = "done" if s.run_key in summary.done else "todo"
-        priced = found is not None and state == "todo" and s.run_key in found.seconds
-        cost = f"  ≈ {estimate.duration(found.run_seconds(s.run_key))}" if priced and found else ""
-        key = "(no data yet)" if s.run_key in absent else s.run_key[:12]  # a key of no files: not the real one's
-        # the weights on every line: two weights of one model plan lines that would otherwise read the same
-        line = (
-            f"{key:13s} {s.model:12s} {weights_label(s):16s} {s.dataset:18s} {s.protocol}{detail} seed={s.seed}  "
-            f"{state}{cost}"
-        )
-        out.print(line, markup=False, soft_wrap=True)
-    if len({g.dataset.name for g in groups}) > 1 or absent:
-        _print_datasets(summary, found)
-    if found is None:
-        out.print(f"{len(todo)} run(s) to do", markup=False, soft_wrap=True)
-        return
-    unpriced = sum(key not in found.seconds for key in todo)
-    if todo and unpriced == len(todo):  # never "< 1 s" for what was not priced at all
-        out.print(f"{len(todo)} run(s) to do, none priced: the rate is {found.basis}", markup=False, soft_wrap=True)
-        return
-    out.print(_total_line(found, todo, unpriced), markup=False, soft_wrap=True)
-
-
-def _total_line(found: estimate.Estimate, todo: list[str], unpriced: int) -> str:
-    """The plan's last line: the whole wait (its range) and its parts where measured here, else the device time."""
-    span = found.range(todo)
-    between = f" ({estimate.duration(span[0])} to {estimate.duration(span[1])})" if span else ""
-    between += f", {unpriced} of them not priced" if unpriced else ""
-    if found.beside is None:
-        return (
-            f"{len(todo)} run(s) to do, estimated device time {estimate.duration(found.total(todo))}{between} "
-            f"(an estimate: counted FLOPs at the rate of {found.basis}. {estimate.COUNTED_ELSEWHERE})"
-        )
-    beside = found.beside
-    unmeasured = (
-        f"; decoding not measured for {', '.join(dict.fromkeys(beside.unmeasured))} (no files here)"
-        if beside.unmeasured
-        else ""
-    )
-    decode, weights = (sum(part.get(k, 0.0) for k in todo) for part in (beside.decode, beside.weights))
-    parts = (
-        f"model passes {estimate.duration(found.total(todo))}, decoding and resizing {estimate.duration(decode)}, "
-        f"weights {estimate.duration(weights)}, start-up {estimate.duration(beside.startup)}"
-    )
-    return (
-        f"{len(todo)} run(s) to do, estimated time {estimate.duration(found.wall(todo))}{between}: {parts} "
-        f"(an estimate: counted FLOPs at the rate of {found.basis}. {estimate.COUNTED}{unmeasured})"
-    )
-
-
-def _print_datasets(summary: api.Summary, found: estimate.Estimate | None) -> None:
-    """A row per dataset of the plan: runs to do, images through the model, each part of the
-    estimated time (the model's passes; decoding and resizing, and the weights, where measured
-    here), and whether its data is here; then, for what is missing, where it is published and how it
-    becomes the folder vitbench reads (one line for datasets that share the instructions)."""
-    from rich.table import Table
-
-    todo = {s.run_key for s in summary.todo}
-    images = estimate.planned_images(summary.groups, todo)
-    beside = found.beside if found else None
-    parts = ["model passes", "decode & resize", "weights"] if beside else ["est. device time"]
-    table = Table("dataset", "runs to do", "images", *parts, "data", title="per dataset")
-    missing: dict[str, list[str]] = {}
-    for name in dict.fromkeys(g.dataset.name for g in summary.groups):
-        groups = [g for g in summary.groups if g.dataset.name == name]
-        keys = [s.run_key for g in groups for s in g.specs if s.run_key in todo]
-        seconds = [estimate.duration(found.total(keys))] if found else [""]
-        if beside:  # decoding is timed on the files: a dataset not here has none to time it on
-            decode = sum(beside.decode.get(k, 0.0) for k in keys)
-            seconds += [
-                "not measured" if name in beside.unmeasured else estimate.duration(decode),
-                estimate.duration(sum(beside.weights.get(k, 0.0) for k in keys)),
-            ]
-        absent = next((g.absent for g in groups if g.absent is not None), None)
-        if absent is not None:
-            missing.setdefault(groups[0].dataset.how_to_get or "see `vitbench ls datasets`", []).append(name)
-        table.add_row(
-            name,
-            str(len(keys)),
-            f"{sum(images.get(k, 0.0) for k in keys):,.0f}",
-            *seconds,
-            f"missing: no {absent} (planned from the official split sizes)" if absent else "here",
-        )
-    print_table(table)
-    for how, names in missing.items():
-        listed = ", ".join(names) if len(names) <= 3 else f"{names[0]} … {names[-1]} ({len(names)} datasets)"
-        out.print(f"to get {listed}: {how}", markup=False, soft_wrap=True)
 
 
 def _request(given: dict) -> Request:
