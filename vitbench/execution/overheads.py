@@ -83,6 +83,7 @@ def measure(
     and weights (made once per group that passes images, or once per run of a protocol that trains
     its own copy), as `Beside`."""
     beside = Beside(startup=startup)
+    reads: dict[str, float] = {}  # a weights file several groups load is timed once
     for group in groups:
         keys = [s.run_key for s in group.specs if images.get(s.run_key, 0.0) > 0]
         if not keys:
@@ -98,7 +99,9 @@ def measure(
                 beside.decode[key] = one_core
             else:
                 beside.decode[key] = max(0.0, one_core / workers - device_seconds.get(key, 0.0))
-        load = build.get((group.model.name, group.res), 0.0) + read_seconds(group.weights.path)
+        if group.weights.path not in reads:
+            reads[group.weights.path] = read_seconds(group.weights.path)
+        load = build.get((group.model.name, group.res), 0.0) + reads[group.weights.path]
         for key in keys if isinstance(get_protocol(group.protocol), Trainer) else keys[:1]:
             beside.weights[key] = load
     return beside
