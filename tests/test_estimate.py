@@ -14,7 +14,7 @@ import vitbench
 from vitbench import store
 from vitbench.devices import cpu_name, peak_flops
 from vitbench.downloads import cache_root
-from vitbench.engine import bench
+from vitbench.engine import micro_rate
 from vitbench.execution import estimate
 from vitbench.store.bench import BENCH_COLUMNS
 
@@ -67,7 +67,7 @@ def test_dry_run_prints_each_runs_estimate_and_the_total(cli, results, monkeypat
     assert "not the solves of few-shot, k-NN and the linear probe" in out
     # kept for the next dry run: the same command prices the model's passes the same, however busy the
     # machine (what it measures each time, the start-up and decoding, may move a little)
-    monkeypatch.setattr(bench, "forward_rate", lambda *a: pytest.fail("measured again"))
+    monkeypatch.setattr(micro_rate, "forward_rate", lambda *a: pytest.fail("measured again"))
     assert _model_passes(cli(*args)[1]) == _model_passes(out)
     code, out, _ = cli(*args, "--assume-mfu", "0.4@H100")  # another machine's: its device time alone
     assert code == 0 and out.count("≈") == 2 and "2 run(s) to do, estimated device time" in out
@@ -161,7 +161,7 @@ def test_the_micro_benchmark_is_kept_per_configuration_and_measured_again_when_d
     the file is damaged."""
     calls = []
     monkeypatch.setattr(
-        bench, "forward_rate", lambda spec, res, device, *_: calls.append(res) or ([1e9, 2e9, 4e9], 0.1)
+        micro_rate, "forward_rate", lambda spec, res, device, *_: calls.append(res) or ([1e9, 2e9, 4e9], 0.1)
     )
     groups = vitbench.plan(**DIGITS)
     cpu = torch.device("cpu")
@@ -204,7 +204,7 @@ def test_a_kept_rate_that_is_no_measurement_is_measured_again(results, monkeypat
 
     calls = []
     monkeypatch.setattr(
-        bench, "forward_rate", lambda spec, res, device, *_: calls.append(res) or ([1e9, 2e9, 4e9], 0.1)
+        micro_rate, "forward_rate", lambda spec, res, device, *_: calls.append(res) or ([1e9, 2e9, 4e9], 0.1)
     )
     groups = vitbench.plan(**DIGITS)
     cpu = torch.device("cpu")
@@ -220,8 +220,8 @@ def test_a_kept_rate_that_is_no_measurement_is_measured_again(results, monkeypat
 def test_every_results_folder_on_a_machine_prices_alike(cli, tmp_path, monkeypatch, own_cache):
     """Issue 69, goal 2: the micro-benchmark runs once per machine, not once per results folder."""
     calls = []
-    real = bench.forward_rate
-    monkeypatch.setattr(bench, "forward_rate", lambda *a: calls.append(a[1]) or real(*a))
+    real = micro_rate.forward_rate
+    monkeypatch.setattr(micro_rate, "forward_rate", lambda *a: calls.append(a[1]) or real(*a))
     lines = []
     for folder in ("one", "two"):
         code, out, err = cli("run", *DIGITS_ARGS, "--dry-run", "--results", tmp_path / folder)
@@ -232,10 +232,10 @@ def test_every_results_folder_on_a_machine_prices_alike(cli, tmp_path, monkeypat
 
 def test_the_forward_rate_times_several_passes():
     (group,) = vitbench.plan(**DIGITS)
-    rates, seconds = bench.forward_rate(group.model, 32, torch.device("cpu"))
-    assert len(rates) >= bench.RATE_PASSES and all(r > 0 for r in rates) and seconds > 0
-    rates, _ = bench.forward_rate(group.model, 32, torch.device("cpu"), None, 16, "train")  # training steps
-    assert len(rates) >= bench.RATE_PASSES and all(r > 0 for r in rates)
+    rates, seconds = micro_rate.forward_rate(group.model, 32, torch.device("cpu"))
+    assert len(rates) >= micro_rate.RATE_PASSES and all(r > 0 for r in rates) and seconds > 0
+    rates, _ = micro_rate.forward_rate(group.model, 32, torch.device("cpu"), None, 16, "train")  # training steps
+    assert len(rates) >= micro_rate.RATE_PASSES and all(r > 0 for r in rates)
 
 
 def test_a_plan_that_trains_is_priced_at_timed_training_steps(monkeypatch, own_cache):
@@ -248,7 +248,7 @@ def test_a_plan_that_trains_is_priced_at_timed_training_steps(monkeypatch, own_c
         calls.append(mode)
         return ([1e9, 2e9, 4e9] if mode == "inference" else [3e8, 4e8, 5e8]), 0.1
 
-    monkeypatch.setattr(bench, "forward_rate", timed)
+    monkeypatch.setattr(micro_rate, "forward_rate", timed)
     groups = vitbench.plan(model="vit-ti/16", weights="random", datasets="digits", protocol="finetune", smoke=True,
                            lr=0.01, seeds=(0,))  # fmt: skip
     cpu, res = torch.device("cpu"), groups[0].res
@@ -265,8 +265,8 @@ def test_a_precision_much_slower_on_this_cpu_is_said_before_the_runs(cli, tmp_pa
     with the factor measured here (the forward micro-benchmark under each precision, both kept). This
     machine's CPU has AMX and computes bf16 faster, so its slow case is the measurement's stand-in."""
     rates = {"fp32": [4e9, 5e9, 6e9], "bf16": [1e9, 1.2e9, 1.5e9]}
-    monkeypatch.setattr(bench, "forward_rate", lambda spec, res, device, precision, *_: (rates[precision or "fp32"],
-                                                                                          0.1))  # fmt: skip
+    monkeypatch.setattr(micro_rate, "forward_rate", lambda spec, res, device, precision, *_: (
+        rates[precision or "fp32"], 0.1))  # fmt: skip
     code, out, err = cli("run", *DIGITS_ARGS, "--precision", "bf16", "--dry-run", "--results", tmp_path / "r")
     assert code == 0, err
     assert "--precision bf16 on this CPU: 4.2x slower than fp32, measured here (vit-ti/16 at 32 px" in err, err
@@ -314,7 +314,7 @@ def test_an_extraction_protocols_share_is_priced_once_where_the_run_extracts_it(
     charges each image once, to the first protocol that extracts it (few-shot's drawn images and the
     test split, then k-NN the rest of train, the probe nothing), and nothing for what the entry
     holds: after a real few-shot run, k-NN is priced for the train images few-shot did not draw."""
-    from vitbench.engine.features import cache_entry, held_images
+    from vitbench.engine.feature_cache import cache_entry, held_images
 
     common = dict(model="vit-ti/16", weights="random", datasets="digits", res=32, seeds=(0,),
                   results=tmp_path / "r", workers=0)  # fmt: skip

@@ -10,7 +10,7 @@ import vitbench
 from vitbench import store
 from vitbench.datasets import Split
 from vitbench.engine import ridge
-from vitbench.engine.features import FeatureCache
+from vitbench.engine.feature_cache import FeatureCache
 from vitbench.engine.inference import Outputs
 from vitbench.errors import UserError
 from vitbench.protocols import fewshot as fewshot_protocol

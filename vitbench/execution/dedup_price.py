@@ -18,9 +18,8 @@ from vitbench import store
 from vitbench.datasets import Split
 from vitbench.engine import dedup
 from vitbench.execution.dedup import Audit, audit_key
+from vitbench.execution.overheads import seconds_per_item
 
-SAMPLE_IMAGES = 16  # thumbnails timed per split, spread over it
-SAMPLE_SECONDS = 1.0  # or fewer where they take longer
 SEARCH_SAMPLE = (256, 2048)  # test x audited random thumbnails the search is timed on (fewer where the audit has)
 BLOCK = 8192  # audited images per block, as engine/dedup.py `audit` is called
 
@@ -41,17 +40,8 @@ class PricedAudit:
 
 
 def thumbnail_seconds(split: Split) -> float:
-    """One core's seconds per image making the split's thumbnails, timed on up to SAMPLE_IMAGES of it."""
-    if not len(split):
-        return 0.0
-    made = dedup._Thumbnailed(split)
-    start, timed = time.perf_counter(), 0
-    for index in np.unique(np.linspace(0, len(split) - 1, min(len(split), SAMPLE_IMAGES)).astype(int)):
-        made[int(index)]
-        timed += 1
-        if time.perf_counter() - start > SAMPLE_SECONDS:
-            break
-    return (time.perf_counter() - start) / timed
+    """One core's seconds per image making the split's thumbnails, timed on a sample spread over it."""
+    return seconds_per_item(len(split), dedup._Thumbnailed(split).__getitem__) if len(split) else 0.0
 
 
 def search_seconds(n_test: int, n_audited: int, method: dedup.Method) -> float:

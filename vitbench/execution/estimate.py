@@ -168,7 +168,7 @@ KEEP_DAYS = 30  # a measurement this old is measured again (a machine's drivers 
 def micro_rate(
     groups: list[Group], device: torch.device, name: str, cache: Path | None = None, precision: str | None = None
 ) -> Rate:
-    """A rate from a few seconds' micro-benchmark here (engine/bench.py `forward_rate`: the median of
+    """A rate from a few seconds' micro-benchmark here (engine/micro_rate.py `forward_rate`: the median of
     several timed forward passes per (model, resolution) planned, in batches of the run's extraction
     batch, their slowest and fastest the estimate's range; and timed training steps where the plan
     trains that model: the forward rate had priced the demo's pre-training at half its time). For a
@@ -230,7 +230,7 @@ def _measure(model, res: int, device: torch.device, precision: str | None, batch
     import statistics
     from datetime import UTC, datetime
 
-    from vitbench.engine.bench import forward_rate
+    from vitbench.engine.micro_rate import forward_rate
 
     rates, made = forward_rate(model, res, device, precision, batch, mode)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -300,7 +300,7 @@ def _priced(groups: list[Group], todo: set[str] | None = None) -> list[tuple[Gro
     cache entry several groups read (`Work.shared`: the frozen features of a split) is charged once,
     as the run extracts it once: to the first group in run order that needs it, shared by that
     group's runs still to do (`todo`; all where None); what the entry holds already, to none."""
-    from vitbench.engine.features import held_images  # (the store's and torch's: `run --help` reads neither)
+    from vitbench.engine.feature_cache import held_images  # (the store's and torch's: `run --help` reads neither)
 
     held: dict[str, float] = {}
     priced = []

@@ -311,13 +311,21 @@ def frozen_work(protocol: Protocol, group: Group, needed: dict[str, float] | Non
     """`work` of a protocol that reads frozen features (engine/features.py `frozen_features`):
     `needed` images of each of its splits (default: all), from the split's cache entry that other
     protocols share."""
-    from vitbench.engine.features import cache_entry
+    from vitbench.engine.feature_cache import cache_entry
 
     if needed is None:
         needed = {name: float(len(group.splits[name])) for name in protocol.splits(group.dataset)}
     each = {s.run_key: {"inference": sum(needed.values()) / len(group.specs)} for s in group.specs}
     shared = {str(cache_entry(group, name)): images for name, images in needed.items()}
     return Work(each, [[group.specs]] if group.specs else [], shared=shared)
+
+
+class FrozenFeatureProtocol(Protocol):
+    """A protocol that reads the frozen features of every image of its splits (k-NN, the linear
+    probe): its work is that extraction, from the cache entries it shares with the others."""
+
+    def work(self, group: Group) -> Work:
+        return frozen_work(self, group)
 
 
 class Trainer(Protocol):

@@ -13,17 +13,7 @@ from typing import TYPE_CHECKING
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
-from vitbench.protocols.base import (
-    Group,
-    Protocol,
-    Recorder,
-    Request,
-    Result,
-    RunSpec,
-    Work,
-    frozen_result,
-    frozen_work,
-)
+from vitbench.protocols.base import FrozenFeatureProtocol, Group, Recorder, Request, Result, RunSpec, frozen_result
 from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, limits, option
@@ -53,7 +43,7 @@ class KnnOptions(ProtocolOptions):
     )
 
 
-class KNearestNeighbours(Protocol):
+class KNearestNeighbours(FrozenFeatureProtocol):
     name = "knn"
     Options = KnnOptions
     # 2: big_vision's resize without antialiasing, the weights' value range only;
@@ -75,10 +65,6 @@ class KNearestNeighbours(Protocol):
         return [
             self.base_spec(group, first, weights_sha, {**hparams, "knn_k": k}, seed=0) for k in KnnOptions.of(req).knn_k
         ]
-
-    def work(self, group: Group) -> Work:
-        """Every image of both splits, from the cache entries few-shot, k-NN and the linear probe share."""
-        return frozen_work(self, group)
 
     def run(
         self, group: Group, todo: list[RunSpec], req: Request, runtime: Runtime, recorder: Recorder

@@ -16,17 +16,7 @@ from vitbench.datasets import DatasetSpec
 from vitbench.datasets.base import dev_holdout
 from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
-from vitbench.protocols.base import (
-    Group,
-    Protocol,
-    Recorder,
-    Request,
-    Result,
-    RunSpec,
-    Work,
-    frozen_result,
-    frozen_work,
-)
+from vitbench.protocols.base import FrozenFeatureProtocol, Group, Recorder, Request, Result, RunSpec, frozen_result
 from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, option
 
@@ -50,7 +40,7 @@ class LinearOptions(ProtocolOptions):
     )
 
 
-class LinearProbe(Protocol):
+class LinearProbe(FrozenFeatureProtocol):
     name = "linear"
     # 2: big_vision's resize without antialiasing, the weights' value range only; 3: CLIP's A.3 recipe
     # (raw features, λ = scikit-learn's 1/C over 1e-6..1e6 to an eighth of a decade), z-scoring an option;
@@ -87,10 +77,6 @@ class LinearProbe(Protocol):
             **({"linear_fit": GPU_FIT} if group.runtime.device.type == "cuda" else {}),
         }
         return [self.base_spec(group, first, weights_sha, hparams, seed=0)]
-
-    def work(self, group: Group) -> Work:
-        """Every image of both splits, from the cache entries few-shot, k-NN and the linear probe share."""
-        return frozen_work(self, group)
 
     def run(
         self, group: Group, todo: list[RunSpec], req: Request, runtime: Runtime, recorder: Recorder
