@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import signal
 from dataclasses import dataclass
 
 import torch
@@ -49,7 +50,15 @@ def setup(device: torch.device) -> tuple[World, torch.device]:
         dist.init_process_group(backend, timeout=datetime.timedelta(hours=2))
     if not w.is_main:  # one copy of each progress line: the other ranks report warnings only
         logging.getLogger("vitbench").setLevel(logging.WARNING)
+    # torchrun stops the other ranks with SIGTERM when one dies; Python's default ends a process
+    # there without unwinding, so rank 0's leases stayed behind (a flaky CI failure) whenever the
+    # signal came before gloo's own error did. Raised as SystemExit, the `with` blocks release them
+    signal.signal(signal.SIGTERM, _exit_on_terminate)
     return w, device
+
+
+def _exit_on_terminate(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def broadcast(value, w: World):
