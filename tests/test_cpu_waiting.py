@@ -40,12 +40,23 @@ def test_busy_reads_the_runnable_processes_now():
         import time
 
         time.sleep(0.3)
-        seen = [cpu_waiting.busy() for _ in range(20)]
+        seen = [cpu_waiting.busy() for _ in range(5)]
     finally:
         for process in spinning:
             process.kill()
             process.wait()
     assert any(seen)  # runnable now: not a minute's average
+
+
+@pytest.mark.parametrize("looks, busy", [([1, 0, 1, 1, 1], False), ([1, 1, 1, 1, 0], False), ([2, 1, 1, 3, 1], True)])
+def test_a_process_runnable_for_a_moment_is_not_a_busy_machine(monkeypatch, looks, busy):
+    """One look that sees another process runnable (a shell starting this one, a process ending)
+    is not enough: busy only when every look over 0.1 s sees one (here on a 2-CPU affinity)."""
+    seen = iter(looks)
+    monkeypatch.setattr(cpu_waiting, "_others_runnable", lambda: next(seen))
+    monkeypatch.setattr(cpu_waiting, "LOOK_EVERY", 0.0)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert cpu_waiting.busy() is busy
 
 
 def test_import_vitbench_sets_it_before_torch_loads():

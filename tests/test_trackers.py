@@ -168,3 +168,28 @@ def test_a_tracker_that_is_not_installed_or_unknown_is_one_line(cli, tmp_path, m
     code, _, err = cli(*FINETUNE, "--tracker", "wandb", "--results", tmp_path)
     assert code == 2 and "--tracker wandb: needs the wandb package (pip install 'vitbench[wandb]')" in err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # checked before any work
+
+
+def test_tensorboard_events_are_written_without_importing_tensorflow(tmp_path):
+    """TensorBoard's stub of the TensorFlow API writes the event files: a tracked run does not import
+    TensorFlow (installed here by the tfds extra; 7 s of a tracked run's 9 s SummaryWriter)."""
+    import subprocess
+    import sys
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    args = ["run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32", "--shots",
+            "1", "--seeds", "0", "--workers", "0", "--tracker", "tensorboard", "--results", str(tmp_path)]  # fmt: skip
+    code = (
+        "import sys\nfrom vitbench.cli import main\n"
+        f"sys.argv = ['vitbench', *{args!r}]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print(sorted(m for m in ('tensorflow', 'tensorflow.python') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    (folder,) = (tmp_path / "tensorboard").iterdir()
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    assert events.Scalars("test/accuracy")[0].value == pytest.approx(read_results(tmp_path)["value"].iloc[0])

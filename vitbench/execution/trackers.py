@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
+import types
 from pathlib import Path
 
 from vitbench.errors import UserError, one_line
@@ -98,6 +100,15 @@ def _tag(metric: str, split: str) -> str:
     return f"{split}/{metric}"
 
 
+def _without_tensorflow() -> None:
+    """TensorBoard's own stub of the TensorFlow API for its event writer, unless TensorFlow is
+    loaded already: local event files need nothing more, and importing TensorFlow (where the tfds
+    extra installed it) took 7 of the 9 s a tracked run's first SummaryWriter took here. The marker
+    module is TensorBoard's switch for it (tensorboard/compat/__init__.py, `tensorboard.compat.notf`)."""
+    if "tensorflow" not in sys.modules:
+        sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
+
+
 class Trackers:
     """The trackers a request names, each called once per stored run."""
 
@@ -113,6 +124,7 @@ class Trackers:
                 log.warning("--tracker %s: run %s not logged (%s)", name, record["run"]["run_key"][:12], one_line(e))
 
     def _tensorboard(self, record: dict) -> None:
+        _without_tensorflow()
         from torch.utils.tensorboard import SummaryWriter
 
         curves, final = scalars(record)
