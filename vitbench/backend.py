@@ -155,8 +155,8 @@ class Backend:
 
     def _count_flops(self, spec: ModelSpec, img_size: int) -> int:
         import torch
-        from torch.utils.flop_counter import FlopCounterMode
 
+        FlopCounterMode = deferred_dynamo.flop_counter_mode()  # noqa: N806 (torch's class)
         # torch's meta-device reference kernels would import torch._dynamo on their first call
         with deferred_dynamo.disable_only(), torch.device("meta"):
             model = self.create(spec, num_classes=0, img_size=img_size).eval()  # batch-norm nets take one image

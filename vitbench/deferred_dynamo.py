@@ -239,3 +239,27 @@ def install() -> None:
     if any(isinstance(f, _Finder) for f in sys.meta_path):
         return
     sys.meta_path.insert(0, _Finder())
+
+
+def flop_counter_mode() -> type:
+    """torch's FlopCounterMode, its module loaded without triton: torch.utils.flop_counter imports
+    `triton.runtime.jit` as it loads (0.3 s, a fresh machine's first dry run) only to register FLOP
+    formulas for user-written triton kernels, which a count of an eager network on the meta device
+    never meets. Where triton is not imported yet, it is hidden for that import (torch then takes
+    it as absent, as on a machine without it, and its warning that it is, is held back); a later
+    `import triton` (`--compile` on a GPU) is the real one."""
+    import logging
+
+    module = "torch.utils.flop_counter"
+    if module in sys.modules or "triton" in sys.modules:
+        return importlib.import_module(module).FlopCounterMode
+    said = logging.getLogger(module)
+    level = said.level
+    sys.modules["triton"] = None  # type: ignore[assignment]  # an import of it raises ImportError
+    said.setLevel(logging.ERROR)
+    try:
+        return importlib.import_module(module).FlopCounterMode
+    finally:
+        said.setLevel(level)
+        if sys.modules.get("triton", 0) is None:
+            del sys.modules["triton"]
