@@ -46,6 +46,10 @@ _BUILTIN: list[Suite] = [
             "weight_decay": 0.05,
             "dropout": 0.0,
             "transfer_shots": (1, 5, 10, 25),
+            # the digits are arrays in memory, 8x8: a DataLoader worker process costs more than it
+            # saves (quiet 39-42 s against 41-43 s; beside two busy processes 87-90 s against
+            # 100-121 s, the worker one more process to schedule); the images are the same either way
+            "workers": 0,
             # a folder of its own (unless --results names one): the demo's digits runs never mix
             # into the tables of a person's own results
             "results": Path("results") / "demo",
