@@ -420,3 +420,34 @@ def test_two_threads_running_on_a_fresh_folder_both_store_their_runs(tmp_path):
     for thread in threads:
         thread.join()
     assert errors == [] and sorted(vitbench.results(results)["seed"]) == [0, 1]
+
+
+def test_two_threads_writing_one_file_at_once_both_succeed(tmp_path):
+    """CI, stop 76: the two-thread run above failed now and then ("features/….npz: cannot write
+    it (No such file or directory)"): both threads extracted the same features and wrote them
+    through one temp file named by the process alone, so one moved the other's away. Here the two
+    writes are made to overlap every time: each writes its temp file, then waits for the other."""
+    import threading
+
+    from vitbench.atomic import write_atomic
+
+    both_written, errors = threading.Barrier(2, timeout=10), []
+    target = tmp_path / "features.bin"
+
+    def write(content: bytes) -> None:
+        def fill(tmp: Path) -> None:
+            tmp.write_bytes(content)
+            both_written.wait()  # both temp files exist before either is moved into place
+
+        try:
+            write_atomic(target, fill)
+        except Exception as e:  # noqa: BLE001 - the failure shown is what the thread raised
+            errors.append(f"{type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=write, args=(bytes([n]) * 64,)) for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and target.read_bytes() in (b"\x01" * 64, b"\x02" * 64)
+    assert [p.name for p in tmp_path.iterdir()] == ["features.bin"]  # no temp file left behind

@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import stat
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +17,9 @@ def write_atomic(path: Path, text: str | Callable[[Path], object]) -> None:
     """Readers see the old file or the new one, never half of one (temp file + os.replace).
     `text` is the content, or a function that writes the file it is given (e.g. torch.save).
     A write that fails (a full disk) leaves no temp file behind and is one line naming the file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # The thread too: two threads of one process writing one file (two `vitbench.run` calls
+    # extracting the same features) each need a temp file of their own, or one moves the other's.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_native_id()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(text, str):
