@@ -37,7 +37,7 @@ from torch import nn
 from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import Split
 from vitbench.devices import autocast, device_name, peak_flops, resolve_precision
-from vitbench.engine import training
+from vitbench.engine import optimization, training
 from vitbench.engine.bench_timm import timm_row
 from vitbench.engine.bench_types import Config, Options, Row
 from vitbench.engine.device_data import choose, decodes_on_device
@@ -154,7 +154,7 @@ def train_bare(spec: ModelSpec, cfg: Config, opts: Options, micro: int, checkpoi
         model.set_grad_checkpointing(True)  # type: ignore[operator]
     forward = torch.compile(model) if opts.compile else model
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.SGD(params, lr=1e-3, momentum=training.MOMENTUM)
+    optimizer = torch.optim.SGD(params, lr=1e-3, momentum=training.MOMENTUM, fused=optimization.fusable(params))
     generator = torch.Generator().manual_seed(0)
     x = (torch.rand(micro, 3, cfg.res, cfg.res, generator=generator) * 2 - 1).to(device)
     y = torch.randint(0, num_classes, (micro,), generator=generator).to(device)

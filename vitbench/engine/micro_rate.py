@@ -10,6 +10,7 @@ import torch
 from vitbench.backend import ModelSpec
 from vitbench.devices import autocast
 from vitbench.engine.bench import _fresh_model, _timed
+from vitbench.engine.optimization import fusable
 
 # the forward rate a dry run estimates with: batches of this many images (extraction runs 64; one
 # image left a CPU's threads half idle), one untimed, then timed until both counts below are reached
@@ -44,7 +45,8 @@ def forward_rate(
     precision = precision or ("bf16" if device.type != "cpu" else "fp32")
     training = mode == "train"
     model.train(training)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9) if training else None
+    params = list(model.parameters())  # fused where the run is (optimization.fusable)
+    optimizer = torch.optim.SGD(params, lr=1e-4, momentum=0.9, fused=fusable(params)) if training else None
 
     def one_pass(images: torch.Tensor) -> None:
         if optimizer is None:
