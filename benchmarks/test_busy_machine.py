@@ -1,7 +1,8 @@
 """A busy machine, a short process (issue 70, goal 1; `nox -s bench`): the demo and the README's
 DeiT-Ti few-shot example, each a process of its own as typed, on a quiet machine and beside two
-busy processes (a core's worth of pure-Python spinning each), in one run. vitbench's OpenMP threads
-spin briefly before they sleep, more briefly where other processes are runnable
+busy processes (a core's worth of pure-Python spinning each), in one run (each quiet figure the
+faster of two runs, alternating: a stricter quiet time for the loaded ratio too). vitbench's
+OpenMP threads spin briefly before they sleep, more briefly where other processes are runnable
 (vitbench/cpu_waiting.py): loaded, each must finish within 2.5x its quiet wall time and
 use no more than 1.3x its quiet CPU time; quiet, within 1.05x of libgomp's own default (spinning),
 measured beside it (`OMP_WAIT_POLICY=` empty: libgomp's default, as before). With
@@ -61,8 +62,11 @@ def test_a_run_beside_two_busy_processes(benchmark, example, tmp_path, capsys):
     if example == "fewshot" and not WEIGHTS.exists():
         pytest.skip("../shared/data is not present")
     args = EXAMPLES[example]
-    spinning = timed(args, tmp_path / "default", env=LIBGOMP_DEFAULT)  # quiet, libgomp's default: before
-    quiet = timed(args, tmp_path / "quiet")
+    # quiet, libgomp's default (before) and vitbench's choice, alternating, each the faster of two: one
+    # quiet run of either swung by up to 8 % here (the few-shot example 0.94x-1.08x over nine runs)
+    pairs = [(timed(args, tmp_path / f"default{n}", env=LIBGOMP_DEFAULT), timed(args, tmp_path / f"quiet{n}"))
+             for n in range(2)]  # fmt: skip
+    spinning, quiet = min(p[0] for p in pairs), min(p[1] for p in pairs)
     loaded = benchmark.pedantic(lambda: timed(args, tmp_path / "loaded", busy=2), rounds=1, iterations=1)
     line = (
         f"| {example} | {spinning[0]:.1f} s / {spinning[1]:.1f} s | {quiet[0]:.1f} s / {quiet[1]:.1f} s "
