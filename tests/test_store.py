@@ -51,6 +51,8 @@ def test_ingest_is_idempotent_and_a_rerun_replaces(tmp_path):
     con.close()
     df = store.read_results(tmp_path)
     assert len(df) == 1 and df.iloc[0]["value"] == 0.75
+    # a folder named as a str reads the same (it raised TypeError, `str / str`, where vitbench.results took it)
+    assert store.read_results(str(tmp_path)).equals(df)
 
 
 def test_pending_shards_are_ingested(tmp_path):

@@ -286,9 +286,10 @@ def open_for_reading(results: Path) -> duckdb.DuckDBPyConnection | None:
     return con
 
 
-def read_table(results: Path, since_version: int, sql: str, columns: list[str]) -> pd.DataFrame:
+def read_table(results: Path | str, since_version: int, sql: str, columns: list[str]) -> pd.DataFrame:
     """`sql` on the store opened for reading; an empty frame when the store, or the table (added by
-    migration `since_version`), is not there yet."""
+    migration `since_version`), is not there yet. `results` a Path or a str (a notebook's "results")."""
+    results = Path(results)
     con = open_for_reading(results)
     if con is None:
         return pd.DataFrame(columns=columns)
@@ -307,7 +308,7 @@ def read_table(results: Path, since_version: int, sql: str, columns: list[str]) 
         con.close()
 
 
-def read_results(results: Path) -> pd.DataFrame:
+def read_results(results: Path | str) -> pd.DataFrame:
     """Every finished run joined with its metrics (one row per metric), read-only.
     An absent store is an empty frame, never an error."""
     return read_table(
