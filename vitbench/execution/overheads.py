@@ -52,16 +52,21 @@ def decode_seconds(group: Group) -> float | None:
 
 def seconds_per_item(n: int, item: Callable[[int], object], finish: Callable[[list], object] | None = None) -> float:
     """Seconds per item of `item(position)` over up to SAMPLE_IMAGES positions spread from the first
-    of `n` to the last (fewer where they take over SAMPLE_SECONDS), `finish(items)` included."""
-    items = []
+    of `n` to the last (fewer where they take over SAMPLE_SECONDS), `finish(items)` included. The
+    median item's time, not the mean: on a machine doing other work a few items wait for a core,
+    and the mean of sixteen moved two dry runs of one plan 10 % apart (CI, the k-NN + linear plan)."""
+    items, seconds = [], []
     start = time.perf_counter()
     for index in np.unique(np.linspace(0, n - 1, min(n, SAMPLE_IMAGES)).astype(int)):
+        began = time.perf_counter()
         items.append(item(int(index)))
+        seconds.append(time.perf_counter() - began)
         if time.perf_counter() - start > SAMPLE_SECONDS:
             break
+    began = time.perf_counter()
     if finish is not None:
         finish(items)
-    return (time.perf_counter() - start) / len(items)
+    return float(np.median(seconds)) + (time.perf_counter() - began) / len(items)
 
 
 def read_seconds(path: str) -> float:
