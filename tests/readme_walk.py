@@ -118,14 +118,11 @@ ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "amx_tile")
 
 def cpu_fingerprint() -> str:
     """This machine's `VENDOR flag flag …` (of ISA_FLAGS), from /proc/cpuinfo; "unknown" elsewhere."""
-    try:
-        info = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return "unknown"
-    fields = dict(line.split(":", 1) for line in info if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    flags = set(fields.get("flags", "").split())
-    return " ".join([fields.get("vendor_id", "unknown"), *[f for f in ISA_FLAGS if f in flags]])
+    from vitbench.devices import cpu_info
+
+    info = cpu_info()
+    flags = set(info.get("flags", "").split())
+    return " ".join([info.get("vendor_id", "unknown"), *[f for f in ISA_FLAGS if f in flags]])
 
 
 def _bash_steps(body: list[str], first_line: int) -> list[Step]:

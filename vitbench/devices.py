@@ -116,13 +116,19 @@ def cpu_threads(count: int | None, device_type: str) -> Iterator[None]:
 
 def cpu_name() -> str:
     """This machine's CPU as runs on it record it: `CPU: <model name> (<n> cores)`."""
+    name = cpu_info().get("model name") or platform.processor() or platform.machine()
+    return f"CPU: {name} ({os.cpu_count()} cores)"
+
+
+def cpu_info() -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo ("model name", "vendor_id", "flags", …); {}
+    where there is none (not Linux)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"CPU: {line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
-    return f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+        return {}
+    first = text.split("\n\n", 1)[0]
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines()) if _}
 
 
 class Clock:
