@@ -120,6 +120,25 @@ def cpu_name() -> str:
     return f"CPU: {name} ({os.cpu_count()} cores)"
 
 
+# the vector extensions by which torch's CPU kernels (ATen's AVX2/AVX-512 builds), MKL's GEMMs and
+# oneDNN's convolutions pick their code: two CPUs that differ in one round a trained model's sums
+# another way (so do the vendor, MKL taking other paths on AMD, and the generation, oneDNN choosing
+# its blocking by the model)
+ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+
+
+def cpu_kernels() -> str:
+    """What decides a CPU-trained number's last bits, beside the thread count a run records:
+    `VENDOR FAMILY/MODEL flag flag …` (of ISA_FLAGS), e.g. `AuthenticAMD 25/17 avx2 avx512f …`;
+    "unknown" where /proc/cpuinfo is not there. Runs on a CPU record it (execution/recorder.py)."""
+    info = cpu_info()
+    if not info:
+        return "unknown"
+    flags = set(info.get("flags", "").split())
+    generation = f"{info.get('cpu family', '?')}/{info.get('model', '?')}"
+    return " ".join([info.get("vendor_id", "unknown"), generation, *[f for f in ISA_FLAGS if f in flags]])
+
+
 def cpu_info() -> dict[str, str]:
     """The first processor's fields in /proc/cpuinfo ("model name", "vendor_id", "flags", …); {}
     where there is none (not Linux)."""

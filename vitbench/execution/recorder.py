@@ -16,7 +16,7 @@ import torch
 
 from vitbench import store
 from vitbench.atomic import write_atomic
-from vitbench.devices import device_name, peak_flops
+from vitbench.devices import cpu_kernels, device_name, peak_flops
 from vitbench.engine.distributed import World
 from vitbench.errors import UserError
 from vitbench.execution.lease import Leases
@@ -80,9 +80,12 @@ class Recorder:
         return shard_metric_values(self.req.results, run_keys, name)
 
     def _threads(self) -> dict:
-        """A CPU run's intra-op thread count: float sums split over threads round differently, so a
-        trained CPU result is reproducible at one count only (the demo: 2 threads, see suites.py)."""
-        return {"cpu_threads": torch.get_num_threads()} if self.device.type == "cpu" else {}
+        """A CPU run's intra-op thread count and the CPU's kernels: float sums split over threads, or
+        taken by other vector instructions, round differently, so a trained CPU result is reproducible
+        at one count on one kind of CPU only (the demo: 2 threads, see suites.py; README.md)."""
+        if self.device.type != "cpu":
+            return {}
+        return {"cpu_threads": torch.get_num_threads(), "cpu_kernels": cpu_kernels()}
 
     def record(self, group: Group, result: Result) -> None:
         """Store one finished run: its shard (atomic), its ingest, its trackers, its lease released."""
