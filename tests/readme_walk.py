@@ -12,11 +12,14 @@ which GitHub does not show:
   is what COMMAND prints at that point (it runs then; such a command only reads results);
 - `<!-- docs-test: tolerance N -->` before a quote: its numbers may differ from the printed ones by
   up to N (results trained on a CPU: see the README for why);
-- `<!-- docs-test: tolerance N on cpu "FINGERPRINT", any on others -->`: so on a CPU of that
-  fingerprint (`cpu_fingerprint()`: the vendor and the vector extensions torch's and MKL's kernels
-  choose their code by); on another, the float sums of training round another way and the trained
-  numbers come out elsewhere (the README's demo: up to 12 points), so there only the quote's words
-  are held, and a test of its own holds what it claims (tests/test_readme.py);
+- `<!-- docs-test: tolerance N on cpu "FINGERPRINT", any on others -->`: a quote of numbers trained
+  on a CPU. On a CPU of that fingerprint (`vitbench.devices.cpu_kernels()`: the vendor, generation
+  and vector extensions torch's, MKL's and oneDNN's kernels choose their code by) its numbers hold
+  within N; on another the float sums of training round another way and the trained numbers come
+  out elsewhere (the README's demo: up to 12 points), so there the quote is an example whose words
+  and shape are held, and a test of its own holds what it claims on every CPU (tests/test_readme.py).
+  `…, any on others; exact where "TEXT"` keeps the numbers of the quote's lines that hold TEXT
+  exact on every CPU (what is not trained, e.g. a random-init row: the same everywhere);
 - `<!-- docs-test: skip … -->` before a block: not run (it needs a GPU, or data CI does not have).
 
 A quote matches when its words appear, in order and consecutively, among the words the command
@@ -45,6 +48,17 @@ class Quote:
     tolerance: float
     line: int  # in README.md, for the failure message
     cpu: str | None = None  # the CPU fingerprint the numbers hold on; on another, only the words
+    exact_where: str | None = None  # ... save the lines holding this text: exact on every CPU
+
+    def tolerances(self) -> list[float]:
+        """Each of the quote's words' tolerance here: the quote's own on its CPU (or on any, where
+        it names none), any on another CPU, 0 in the lines that must be exact everywhere."""
+        here = self.tolerance if self.cpu in (None, cpu_fingerprint()) else math.inf
+        return [
+            0.0 if self.exact_where and self.exact_where in line else here
+            for line in self.text.splitlines()
+            for _ in _words(line)
+        ]
 
 
 @dataclass
@@ -98,31 +112,24 @@ def parse(readme: Path) -> tuple[list[Step], list[str]]:
     return steps, skipped
 
 
-ON_CPU = re.compile(r'^(\S+) on cpu "([^"]+)", any on others\b')
+ON_CPU = re.compile(r'^(\S+) on cpu "([^"]+)", any on others(?:; exact where "([^"]+)")?')
 
 
 def _quote(body: list[str], pending: dict[str, str], line: int) -> Quote:
-    """A quote with the tolerance its marker gives, and the CPU fingerprint it holds on (None: every CPU)."""
+    """A quote with the tolerance its marker gives, the CPU fingerprint it holds on (None: every
+    CPU) and the text of its lines that are exact on every CPU."""
     value = pending.get("tolerance", "0")
     on_cpu = ON_CPU.match(value)
     if on_cpu:
-        return Quote("\n".join(body), float(on_cpu.group(1)), line, on_cpu.group(2))
+        return Quote("\n".join(body), float(on_cpu.group(1)), line, on_cpu.group(2), on_cpu.group(3))
     return Quote("\n".join(body), float(value.split()[0]), line)
 
 
-# the vector extensions by which torch's CPU kernels (ATen's AVX2/AVX-512 builds), MKL's GEMMs and
-# oneDNN's convolutions pick their code: two CPUs that differ in one round a trained model's sums
-# another way (so does the vendor: MKL takes other paths on AMD)
-ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "amx_tile")
-
-
 def cpu_fingerprint() -> str:
-    """This machine's `VENDOR flag flag …` (of ISA_FLAGS), from /proc/cpuinfo; "unknown" elsewhere."""
-    from vitbench.devices import cpu_info
+    """This machine's CPU as a quote's marker names it: `VENDOR FAMILY/MODEL flag flag …`."""
+    from vitbench.devices import cpu_kernels
 
-    info = cpu_info()
-    flags = set(info.get("flags", "").split())
-    return " ".join([info.get("vendor_id", "unknown"), *[f for f in ISA_FLAGS if f in flags]])
+    return cpu_kernels()
 
 
 def _bash_steps(body: list[str], first_line: int) -> list[Step]:
@@ -177,13 +184,12 @@ def mismatch(quote: Quote, printed: str) -> str | None:
     the tolerance, any on a CPU other than the quote's; `…` stands for what differs from machine to
     machine: a bare `…` for one to twelve words, `(git …)` for one word); else what the closest
     stretch of output says instead."""
-    want, have = _words(quote.text), _words(printed)
+    want, have, tolerances = _words(quote.text), _words(printed), quote.tolerances()
     if not want:
         return None
-    tolerance = quote.tolerance if quote.cpu in (None, cpu_fingerprint()) else math.inf
     best, best_at = -1, 0
     for start in range(len(have)):
-        agree = _agree(want, have, start, tolerance)
+        agree = _agree(want, have, start, tolerances)
         if agree == len(want):
             return None
         if agree > best:
@@ -202,13 +208,14 @@ def _words(text: str) -> list[str]:
     return re.findall(r"[^\s,;]+|[,;]", text)
 
 
-def _agree(want: list[str], have: list[str], at: int, tolerance: float, i: int = 0) -> int:
-    """How many of `want[i:]` match `have` from `at` on (all of them: len(want) - i)."""
+def _agree(want: list[str], have: list[str], at: int, tolerances: list[float], i: int = 0) -> int:
+    """How many of `want[i:]` match `have` from `at` on (all of them: len(want) - i); `tolerances`
+    is each wanted word's."""
     while i < len(want):
         if want[i] == "…":  # one to twelve words: the longest agreement over the choices
-            tries = [_agree(want, have, at + n, tolerance, i + 1) for n in range(1, 13) if at + n <= len(have)]
+            tries = [_agree(want, have, at + n, tolerances, i + 1) for n in range(1, 13) if at + n <= len(have)]
             return max(tries, default=i)
-        if at >= len(have) or not _same(want[i], have[at], tolerance):
+        if at >= len(have) or not _same(want[i], have[at], tolerances[i]):
             return i
         i, at = i + 1, at + 1
     return i
@@ -239,6 +246,7 @@ def main() -> None:
     under the README line it belongs to: what to paste when a quote must change."""
     import os
     import tempfile
+    import time
     from contextlib import chdir
 
     readme = Path(__file__).resolve().parents[1] / "README.md"
@@ -252,8 +260,11 @@ def main() -> None:
         os.environ.pop(k, None)
     with chdir(root / "checkout"):
         for step in steps:
+            began = time.perf_counter()
             run_step(step)
-            print(f"===== README.md:{step.line}: {step.source.splitlines()[0]} (exit {step.code})", file=sys.__stdout__)
+            took = time.perf_counter() - began
+            print(f"===== README.md:{step.line}: {step.source.splitlines()[0]} (exit {step.code}, {took:.1f} s)",
+                  file=sys.__stdout__)  # fmt: skip
             print(step.output, file=sys.__stdout__)
             for quote in step.quotes:
                 print(f"----- quote at README.md:{quote.line}: {mismatch(quote, step.output) or 'matches'}",
