@@ -12,26 +12,16 @@ The Python API (vitbench/api.py), loaded on first use so that `import vitbench` 
   run x metric).
 """
 
-import os as _os
 import time as _time
 
 # when this process began, near enough (the first vitbench import): a dry run counts its start-up from here
 STARTED = _time.perf_counter()
 
-# Never touch the network: timm and huggingface_hub read this when they are imported, so it must be
-# set before either is. Weights come from explicit files or an already-populated local cache only.
-_os.environ["HF_HUB_OFFLINE"] = "1"
-
-from vitbench import cpu_waiting as _cpu_waiting  # noqa: E402
-from vitbench import deferred_dynamo as _deferred_dynamo  # noqa: E402
+# A library changes nothing of its host: importing vitbench sets no environment variable, installs
+# no import hook and replaces nothing of torch's. Reaching the network is a property of vitbench's
+# own calls (local files only, unless `--download`); tuning the process (the OpenMP spin count) is
+# the `vitbench` command's, in its own entry (vitbench/cli/__init__.py: entry).
 from vitbench.version import __version__  # noqa: E402
-
-# timm and torchvision import torch._dynamo (and triton) for code that runs only under torch.compile:
-# a second of every process's start, put off until something compiles (vitbench/deferred_dynamo.py)
-_deferred_dynamo.install()
-# torch's OpenMP threads spin briefly, not 300,000 iterations, before they sleep: beside other work a
-# spinning thread held the cores others needed (vitbench/cpu_waiting.py; before torch is imported)
-_cpu_waiting.choose()
 
 API = ("plan", "request", "results", "run", "Summary")
 __all__ = ["__version__", *API]

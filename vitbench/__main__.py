@@ -1,3 +1,3 @@
-from vitbench.cli import main
+from vitbench.cli import entry
 
-main()
+entry()

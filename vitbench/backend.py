@@ -10,7 +10,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from vitbench import deferred_dynamo, flop_counts
+from vitbench import flop_counts
 from vitbench.errors import UserError
 from vitbench.preprocessing import BIG_VISION_FEWSHOT, Preprocessing
 
@@ -155,10 +155,9 @@ class Backend:
 
     def _count_flops(self, spec: ModelSpec, img_size: int) -> int:
         import torch
+        from torch.utils.flop_counter import FlopCounterMode
 
-        FlopCounterMode = deferred_dynamo.flop_counter_mode()  # noqa: N806 (torch's class)
-        # torch's meta-device reference kernels would import torch._dynamo on their first call
-        with deferred_dynamo.disable_only(), torch.device("meta"):
+        with torch.device("meta"):
             model = self.create(spec, num_classes=0, img_size=img_size).eval()  # batch-norm nets take one image
             images = torch.empty(1, 3, img_size, img_size)
             with FlopCounterMode(display=False) as counter:

@@ -11,7 +11,9 @@ and beside two busy processes a spin of 1,000 finished in 98 s on 74 s of CPU (p
 s; 10,000: 115 s on 104 s of CPU) but costs 1.5x when the machine is quiet. So: SHORT where other
 processes are runnable as this one starts and stay so for 0.1 s (Linux counts them in
 /proc/loadavg, now, not as a minute's average), else QUIET. A wait policy or spin count of the
-user's own (OMP_WAIT_POLICY, GOMP_SPINCOUNT) holds. `choose()` runs when `vitbench` is imported (vitbench/__init__.py).
+user's own (OMP_WAIT_POLICY, GOMP_SPINCOUNT) holds. `choose()` runs in the `vitbench` command's own
+entry (vitbench/cli/__init__.py: entry), never on `import vitbench`: a library leaves its host's
+environment as it found it.
 """
 
 from __future__ import annotations

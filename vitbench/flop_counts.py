@@ -1,15 +1,14 @@
 """The forward FLOPs of a (backbone family, architecture, image size), counted once per machine.
 
-A count builds the network on the meta device and runs torch's FlopCounterMode over it (without
-importing torch._dynamo, which torch's meta-device kernels would on their first use: a second of
-start-up, two under load; vitbench/deferred_dynamo.py), and a ViT-H at 518 px takes a while to
-count. The number depends only on the code that builds and runs the network, so it is kept in the
-user's cache (`downloads.cache_root()`: VITBENCH_CACHE, else $XDG_CACHE_HOME/vitbench), keyed by
-that code: the backend's class, the timm architecture, the size, the torch and timm versions and the
-sha256 of the files that define the backend (an edit to them counts again). A backend that builds
-its own network (a plugin's `create`, an nn.Module of its own) is counted anew in each process: its
-network's code is its own to change. The file is read with a size bound and checked entry by entry;
-one that cannot be read is only a cache: counted again, and rewritten.
+A count builds the network on the meta device and runs torch's FlopCounterMode over it, and a
+ViT-H at 518 px takes a while to count. The number depends only on the code that builds and runs
+the network, so it is kept in the user's cache (`downloads.cache_root()`: VITBENCH_CACHE, else
+$XDG_CACHE_HOME/vitbench), keyed by that code: the backend's class, the timm architecture, the size,
+the torch and timm versions and the sha256 of the files that define the backend (an edit to them
+counts again). A backend that builds its own network (a plugin's `create`, an nn.Module of its own)
+is counted anew in each process: its network's code is its own to change. The file is read with a
+size bound and checked entry by entry; one that cannot be read is only a cache: counted again, and
+rewritten.
 """
 
 from __future__ import annotations

@@ -9,12 +9,13 @@ import sys
 import typer
 
 import vitbench
+from vitbench import cpu_waiting
 from vitbench.cli import backbones, bench, compare, dedup, info, report, run, tables  # noqa: F401  (each registers its commands)
 from vitbench.cli.app import app, err, mark_process_start, out
 from vitbench.errors import UserError
 from vitbench.logs import configure_logging
 
-__all__ = ["app", "err", "main", "out"]
+__all__ = ["app", "entry", "err", "main", "out"]
 
 # `vitbench --help` lists the commands in the order a person reaches for them (typer keeps the order
 # of registration, which is the order of the imports above)
@@ -43,7 +44,16 @@ def _place(command) -> int:
 app.registered_commands.sort(key=_place)
 
 
+def entry() -> None:
+    """The `vitbench` command (and `python -m vitbench`): the process is the command's own, so it is
+    tuned for it here, before torch loads, and never by `import vitbench` in someone else's process:
+    how long torch's OpenMP threads spin before they sleep (vitbench/cpu_waiting.py)."""
+    cpu_waiting.choose()
+    main()
+
+
 def main() -> None:
+    """The command line's work on `sys.argv`, in this process as it is (tests call it in-process)."""
     mark_process_start(vitbench.STARTED)  # a dry run's start-up: this process's imports included
     configure_logging()
     try:

@@ -1,7 +1,9 @@
 """timm weight tags (`timm:<arch>.<tag>`) and Hugging Face Hub repositories (`hf-hub:<org>/<name>`,
-timm's own prefix) from the Hugging Face cache. vitbench/__init__.py sets HF_HUB_OFFLINE=1 before
-timm or huggingface_hub is imported, so nothing is fetched unless downloads are allowed
-(`--download`, downloads.py). Then huggingface_hub asks the Hub for the file's metadata, and
+timm's own prefix) from the Hugging Face cache. vitbench's own look-up reads the cache only
+(`try_to_load_from_cache`), so nothing is fetched unless downloads are allowed (`--download`,
+downloads.py), whatever the process's HF_HUB_OFFLINE says (vitbench leaves it as the user set it; a
+download under the user's HF_HUB_OFFLINE=1 is refused in one line). Then huggingface_hub asks the
+Hub for the file's metadata, and
 vitbench fetches it itself (downloads.fetch: resumed, size- and md5-checked) into the cache's own
 layout (blobs/<ETag>, snapshots/<commit>/<file>, refs/main), where huggingface_hub finds it
 offline. The ETag and commit become folder and file names, so each must be a hash before anything
@@ -12,8 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from vitbench import downloads
@@ -86,19 +86,6 @@ def cached_or_downloaded(repo: str, weights: str, download: bool) -> Path:
     )
 
 
-@contextmanager
-def _online() -> Iterator[None]:
-    """huggingface_hub reads its offline switch at each request: lifted for one download only."""
-    from huggingface_hub import constants
-
-    before = constants.HF_HUB_OFFLINE
-    constants.HF_HUB_OFFLINE = False
-    try:
-        yield
-    finally:
-        constants.HF_HUB_OFFLINE = before
-
-
 GIT_OR_LFS_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a small file's git blob hash, an LFS file's sha256
 COMMIT = re.compile(r"[0-9a-f]{40}")
 
@@ -110,23 +97,27 @@ def _download(repo: str, weights: str) -> Path:
     # HF_ENDPOINT (a mirror) read now, not when huggingface_hub was imported
     endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
     where = f"{endpoint}/{repo}"
-    with _online():
-        for filename in FILES:
-            url = hf_hub_url(repo, filename, endpoint=endpoint)
-            try:
-                meta = get_hf_file_metadata(url)
-            except EntryNotFoundError:
-                continue  # an older repository keeps pytorch_model.bin only
-            except RepositoryNotFoundError:
-                raise UserError(f"--weights {weights}: no repository {where} (or it is private)") from None
-            except (HfHubHTTPError, OSError, ValueError) as e:
-                raise UserError(
-                    f"--weights {weights}: cannot download from {where} ({one_line(e, 160)}); run the same command "
-                    f"again to resume, or offline: huggingface-cli download {repo} on a connected machine"
-                ) from None
-            path = _store(repo, filename, url, meta, weights, where)
-            _check_blob(path, weights, where)
-            return path
+    if constants.HF_HUB_OFFLINE:  # the user's own switch, which vitbench never lifts
+        raise UserError(
+            f"--weights {weights}: not in the local Hugging Face cache, and HF_HUB_OFFLINE is set in this "
+            f"environment, so huggingface_hub may not ask {where}; unset it to --download"
+        )
+    for filename in FILES:
+        url = hf_hub_url(repo, filename, endpoint=endpoint)
+        try:
+            meta = get_hf_file_metadata(url)
+        except EntryNotFoundError:
+            continue  # an older repository keeps pytorch_model.bin only
+        except RepositoryNotFoundError:
+            raise UserError(f"--weights {weights}: no repository {where} (or it is private)") from None
+        except (HfHubHTTPError, OSError, ValueError) as e:
+            raise UserError(
+                f"--weights {weights}: cannot download from {where} ({one_line(e, 160)}); run the same command "
+                f"again to resume, or offline: huggingface-cli download {repo} on a connected machine"
+            ) from None
+        path = _store(repo, filename, url, meta, weights, where)
+        _check_blob(path, weights, where)
+        return path
     raise UserError(f"--weights {weights}: {where} has neither {' nor '.join(FILES)}")
 
 

@@ -1,0 +1,105 @@
+"""vitbench as a library is a good guest: `import vitbench`, `vitbench.plan(...)`, `vitbench.run(...)`
+and `vitbench.results(...)` in a researcher's own process leave it as they found it — its environment
+variables, `sys.meta_path`, torch's optimizers and compiler functions, thread settings, warning filters
+and root logger — save the modules vitbench imports. The check runs in a fresh interpreter, as a
+notebook's kernel would, with the user's own `HF_HUB_OFFLINE=0` set; on main 5649ac2 it failed on
+`import vitbench` alone (GOMP_SPINCOUNT and HF_HUB_OFFLINE set)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+NOTEBOOK = r"""
+import json, logging, os, sys, warnings
+import torch, torch.optim, torch.compiler
+# a researcher's notebook that uses timm, torchvision, scikit-learn and huggingface_hub itself: what
+# their imports do to the process (timm's and torchvision's import torch._inductor, which sets
+# TORCHINDUCTOR_CACHE_DIR; scikit-learn sets KMP_INIT_AT_FORK) is theirs, before vitbench comes in
+import timm, torchvision, sklearn, huggingface_hub
+
+OPTIMIZERS = ("SGD", "Adam", "AdamW")
+OPTIMIZER_METHODS = ("step", "zero_grad", "add_param_group", "state_dict", "load_state_dict")
+
+
+def host():
+    "What a library must leave as it found it, by identity where it is a function."
+    functions = {f"{o}.{m}": id(getattr(getattr(torch.optim, o), m)) for o in OPTIMIZERS for m in OPTIMIZER_METHODS}
+    functions.update({name: id(getattr(torch.compiler, name)) for name in ("disable", "is_compiling")})
+    functions.update({"torch.compile": id(torch.compile), "torch._disable_dynamo": id(torch._disable_dynamo)})
+    root = logging.getLogger()
+    return {
+        "environment": dict(os.environ),
+        "meta_path": [f"{type(f).__module__}.{type(f).__qualname__}@{id(f)}" for f in sys.meta_path],
+        "path_hooks": [repr(h) for h in sys.path_hooks],
+        "functions": functions,
+        "threads": [torch.get_num_threads(), torch.get_num_interop_threads()],
+        "warning filters": [repr(f) for f in warnings.filters],
+        "root logger": [root.level, [repr(h) for h in root.handlers]],
+        "stand-ins in sys.modules": sorted(n for n, m in sys.modules.items() if n.startswith("torch") and m is not None
+                                           and type(m).__name__ != "module"),
+    }
+
+
+before = host()
+import vitbench
+
+after_import = host()
+results = sys.argv[1]
+options = dict(model="vit-ti/16", weights="random", datasets="digits", shots=(1,), seeds=(0,), res=32, workers=0,
+               results=results)
+planned = vitbench.plan(**options)
+summary = vitbench.run(**options)
+frame = vitbench.results(results, where=["protocol=fewshot"])
+after_use = host()
+# the user's own work goes on as before: their torch.compile, their optimizer
+step = torch.compile(lambda a: a * 2 + 1, backend="eager")
+assert step(torch.ones(2)).tolist() == [3.0, 3.0]
+print("REPORT " + json.dumps({"before": before, "after import": after_import, "after use": after_use,
+                              "ran": summary.ran, "rows": len(frame)}))
+"""
+
+
+def test_import_plan_run_and_results_leave_the_host_process_as_they_found_it(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "0", "VITBENCH_CACHE": str(tmp_path / "cache")}
+    env.pop("GOMP_SPINCOUNT", None)
+    done = subprocess.run(
+        [sys.executable, "-c", NOTEBOOK, str(tmp_path / "results")],
+        capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("REPORT ")).removeprefix("REPORT "))
+    assert report["ran"] == 1 and report["rows"] == 1  # the API did its work
+    before = report["before"]
+    for moment in ("after import", "after use"):
+        for what, was in before.items():
+            now = report[moment][what]
+            if what == "environment":
+                changed = {k for k in was.keys() | now.keys() if was.get(k) != now.get(k)}
+                assert not changed, f"{moment}: environment variables changed: {sorted(changed)}"
+            elif what == "functions":
+                replaced = [name for name in was if was[name] != now[name]]
+                assert not replaced, f"{moment}: torch's {replaced} replaced"
+            else:
+                assert now == was, f"{moment}: {what} changed: {was} -> {now}"
+    assert before["environment"]["HF_HUB_OFFLINE"] == "0"  # the user's own setting, kept
+
+
+def test_import_vitbench_first_installs_nothing_and_imports_nothing_heavy():
+    """Imported before torch (a script's first line), vitbench installs no import hook, sets nothing
+    and loads no torch: the torch, timm and torchvision the script imports next are their own."""
+    code = (
+        "import os, sys\n"
+        "environment, hooks = dict(os.environ), list(sys.meta_path)\n"
+        "import vitbench\n"
+        "assert dict(os.environ) == environment and sys.meta_path == hooks\n"
+        "assert not {'torch', 'timm', 'torchvision', 'huggingface_hub'} & set(sys.modules)\n"
+        "import timm, torch\n"
+        "assert sys.meta_path == hooks and torch.compiler.disable.__module__ == 'torch.compiler'\n"
+        "print('guest')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and "guest" in done.stdout, done.stderr[-2000:]
