@@ -170,6 +170,18 @@ def test_hub_weights_download_into_the_hugging_face_cache(server, tmp_path):
             check_weights_arg(f"hf-hub:{name}", download=True)
 
 
+def test_the_users_own_hf_hub_offline_holds_even_with_download(server, monkeypatch):
+    """vitbench never lifts the process's HF_HUB_OFFLINE=1 (huggingface_hub reads it as it is
+    imported): `--download` then says so in one line, and nothing is asked of the server."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # as HF_HUB_OFFLINE=1 at its import
+    server.state.hub_repos |= {"org/model"}
+    with pytest.raises(UserError, match=r"hf-hub:org/model: not in the local Hugging Face cache, and HF_HUB_OFFLINE"):
+        check_weights_arg("hf-hub:org/model", download=True)
+    assert server.state.requests == []
+
+
 def test_a_hostile_hub_cannot_write_outside_the_cache(server, tmp_path):
     """Before: with `ETag: "../../../../tmp/x/PWNED"` huggingface_hub wrote the body to that path
     (its blob is blobs/<ETag>), linked the snapshot to it and vitbench loaded it (issue 49, item 1).
