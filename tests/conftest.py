@@ -31,7 +31,7 @@ needs_shared_data = pytest.mark.skipif(not DEIT_WEIGHTS.exists(), reason="../sha
 
 # `nox -s tests` runs the suite on two xdist workers. A test file is one unit of work, except that
 # the files sharing a costly session fixture are one unit together (the fixture is built once, on
-# one worker). The README walk, the longest unit, is handed out first.
+# one worker). The README's walk and the docs' walk, the longest units, are handed out first.
 SHARED_FIXTURE_GROUPS = {
     "test_cli.py": "deit-cifar10",  # deit_cifar10_linear
     "test_linear_probe.py": "deit-cifar10",
@@ -40,11 +40,12 @@ SHARED_FIXTURE_GROUPS = {
     "test_robustness.py": "deit-imagenet",
     "test_conformance.py": "deit-imagenet",
 }
-FIRST = "test_readme.py"
+FIRST = ("test_readme.py", "test_docs_walk.py")
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    items.sort(key=lambda item: item.path.name != FIRST)  # stable: every other file keeps its order
+    # stable: every other file keeps its order
+    items.sort(key=lambda item: FIRST.index(item.path.name) if item.path.name in FIRST else len(FIRST))
 
 
 @pytest.hookimpl(optionalhook=True)

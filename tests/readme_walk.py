@@ -1,7 +1,8 @@
 """The README as a program: its commands in order, in one results folder, and the output it quotes.
 
-README.md marks what the docs test (tests/test_readme.py) runs and compares with HTML comments,
-which GitHub does not show:
+README.md, and the pages of docs/ that show commands (WALKED), mark what the docs test
+(tests/test_readme.py, tests/test_docs_walk.py) runs and compares with HTML comments, which GitHub
+does not show:
 
 - a fenced ```bash block: each `vitbench …` command in it runs, in order (`pip …` and `nox …` do
   not: the test is already in the installed environment). A full-line `# …` comment under a
@@ -33,6 +34,7 @@ import math
 import re
 import shlex
 import sys
+import time
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,9 +48,10 @@ PUNCTUATION = "()[]:%"
 class Quote:
     text: str
     tolerance: float
-    line: int  # in README.md, for the failure message
+    line: int  # in its page, for the failure message
     cpu: str | None = None  # the CPU fingerprint the numbers hold on; on another, only the words
     exact_where: str | None = None  # ... save the lines holding this text: exact on every CPU
+    page: str = "README.md"
 
     def tolerances(self) -> list[float]:
         """Each of the quote's words' tolerance here: the quote's own on its CPU (or on any, where
@@ -67,13 +70,31 @@ class Step:
     source: str  # the command line or the script
     line: int
     quotes: list[Quote] = field(default_factory=list)
+    page: str = "README.md"
     output: str = ""
     code: int | None = None
+    seconds: float = 0.0
+
+
+ROOT = Path(__file__).resolve().parents[1]
+# the pages the docs test walks: the README, then (in a folder of their own) the pages of docs/ that
+# show commands and what they print
+README = ROOT / "README.md"
+WALKED_DOCS = tuple(ROOT / "docs" / name for name in ("finetune.md", "pretraining.md", "downloads.md"))
 
 
 def parse(readme: Path) -> tuple[list[Step], list[str]]:
-    """The README's steps in order, and the blocks it marks as not run (with their reasons)."""
-    lines = readme.read_text().splitlines()
+    """A page's steps in order, and the blocks it marks as not run (with their reasons)."""
+    page = str(readme.resolve().relative_to(ROOT))
+    steps, skipped = _parse(readme.read_text().splitlines(), page)
+    for step in steps:
+        step.page = page
+        for quote in step.quotes:
+            quote.page = page
+    return steps, skipped
+
+
+def _parse(lines: list[str], page: str) -> tuple[list[Step], list[str]]:
     steps: list[Step] = []
     skipped: list[str] = []
     pending: dict[str, str] = {}
@@ -97,7 +118,7 @@ def parse(readme: Path) -> tuple[list[Step], list[str]]:
             end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
             body = lines[i + 1 : end]
             if "skip" in pending:
-                skipped.append(f"README.md:{i + 1}: {pending['skip']}")
+                skipped.append(f"{page}:{i + 1}: {pending['skip']}")
             elif language == "bash":
                 block = _bash_steps(body, i + 2)
                 steps += block
@@ -158,7 +179,7 @@ def run_step(step: Step) -> None:
     printed = io.StringIO()
     with redirect_stdout(printed), redirect_stderr(printed):
         if step.kind == "python":
-            exec(compile(step.source, "README.md", "exec"), {"__name__": "__readme__"})
+            exec(compile(step.source, step.page, "exec"), {"__name__": "__readme__"})
             step.code = 0
         else:
             step.code = _vitbench(shlex.split(step.source)[1:])
@@ -195,9 +216,9 @@ def mismatch(quote: Quote, printed: str) -> str | None:
         if agree > best:
             best, best_at = agree, start
     if best < 0:
-        return f"README.md:{quote.line}: the command printed nothing"
+        return f"{quote.page}:{quote.line}: the command printed nothing"
     return (
-        f"README.md:{quote.line}: after {' '.join(want[max(0, best - 6) : best])!r} the README says "
+        f"{quote.page}:{quote.line}: after {' '.join(want[max(0, best - 6) : best])!r} the page says "
         f"{' '.join(want[best : best + 12])!r}; the closest output, from its word {best_at}, goes on "
         f"{' '.join(have[best_at + best : best_at + best + 12])!r}"
     )
@@ -240,36 +261,72 @@ def _number(text: str) -> float:
     return float(text.replace(",", "").replace("−", "-"))
 
 
-def main() -> None:
-    """`python tests/readme_walk.py [FOLDER]`: run the README's steps in FOLDER (a fresh temporary
-    one by default, laid out as a checkout with ../shared beside it) and print what each printed,
-    under the README line it belongs to: what to paste when a quote must change."""
+def walk(pages: tuple[Path, ...], root: Path) -> tuple[list[Step], list[str]]:
+    """Every step of `pages`, in order, run in root/checkout laid out as a checkout with ../shared
+    beside it (the steps that read ../shared are left out where it is not there), with what a pipe
+    receives: no results or data folder of the caller's, and no COLUMNS (pytest-xdist sets COLUMNS=80
+    in its workers; a table honours it, split to fit). Returns the steps run and those left out."""
     import os
-    import tempfile
-    import time
     from contextlib import chdir
 
-    readme = Path(__file__).resolve().parents[1] / "README.md"
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="readme-"))
-    (root / "checkout").mkdir(parents=True, exist_ok=True)
-    shared = readme.parent.parent / "shared"
+    checkout = root / "checkout"
+    checkout.mkdir(parents=True, exist_ok=True)
+    shared = ROOT.parent / "shared"
     if shared.exists() and not (root / "shared").exists():
         (root / "shared").symlink_to(shared, target_is_directory=True)
-    steps, skipped = parse(readme)
-    for k in ("VITBENCH_RESULTS", "VITBENCH_DATA", "COLUMNS"):  # what a pipe receives (no COLUMNS: unsplit)
-        os.environ.pop(k, None)
-    with chdir(root / "checkout"):
-        for step in steps:
-            began = time.perf_counter()
-            run_step(step)
-            took = time.perf_counter() - began
-            print(f"===== README.md:{step.line}: {step.source.splitlines()[0]} (exit {step.code}, {took:.1f} s)",
-                  file=sys.__stdout__)  # fmt: skip
+    ran, left_out = [], []
+    env = {k: os.environ.pop(k) for k in ("VITBENCH_RESULTS", "VITBENCH_DATA", "COLUMNS") if k in os.environ}
+    try:
+        with chdir(checkout):
+            for page in pages:
+                for step in parse(page)[0]:
+                    if "../shared" in step.source and not (root / "shared").exists():
+                        left_out.append(f"{step.page}:{step.line}: reads ../shared/data, which is not present")
+                        continue
+                    began = time.perf_counter()
+                    run_step(step)
+                    step.seconds = time.perf_counter() - began
+                    ran.append(step)
+    finally:
+        os.environ.update(env)
+    return ran, left_out
+
+
+def failed_steps(ran: list[Step]) -> list[str]:
+    """What a walk's failed commands printed last, each under its page and line."""
+    return [f"{s.page}:{s.line}: {s.source} exited {s.code}\n{s.output[-2000:]}" for s in ran if s.code != 0]
+
+
+def check_quote(ran: list[Step], step: Step, quote: Quote) -> None:
+    """A test's assertion that `quote` is what its step printed in the walk `ran` (skipped where the
+    walk left the step out: it reads ../shared/data, which is not present)."""
+    import pytest
+
+    done = next((s for s in ran if (s.page, s.line) == (step.page, step.line)), None)
+    if done is None:
+        pytest.skip("reads ../shared/data, which is not present")
+    problem = mismatch(quote, done.output)
+    assert problem is None, f"{problem}\n(the command: {step.source})"
+
+
+def main() -> None:
+    """`python tests/readme_walk.py [FOLDER]`: walk the README (in FOLDER/readme) and the walked
+    pages of docs/ (in FOLDER/docs), FOLDER a fresh temporary one by default, and print what each
+    step printed under the line it belongs to: what to paste when a quote must change."""
+    import tempfile
+
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="readme-"))
+    for name, pages in (("readme", (README,)), ("docs", WALKED_DOCS)):
+        ran, left_out = walk(pages, root / name)
+        for step in ran:
+            head = f"{step.page}:{step.line}: {step.source.splitlines()[0]}"
+            print(f"===== {head} (exit {step.code}, {step.seconds:.1f} s)", file=sys.__stdout__)
             print(step.output, file=sys.__stdout__)
             for quote in step.quotes:
-                print(f"----- quote at README.md:{quote.line}: {mismatch(quote, step.output) or 'matches'}",
+                print(f"----- quote at {quote.page}:{quote.line}: {mismatch(quote, step.output) or 'matches'}",
                       file=sys.__stdout__)  # fmt: skip
-    print("\n".join(f"not run: {reason}" for reason in skipped), file=sys.__stdout__)
+        skipped = [reason for page in pages for reason in parse(page)[1]]
+        print("\n".join(f"not run: {reason}" for reason in skipped + left_out), file=sys.__stdout__)
 
 
 if __name__ == "__main__":

@@ -5,18 +5,25 @@ per session; the demo's own checks read the folder it leaves."""
 from __future__ import annotations
 
 import json
-import os
-from contextlib import chdir
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA
-from readme_walk import Quote, Step, cpu_fingerprint, mismatch, parse, run_step
+from readme_walk import (
+    README,
+    WALKED_DOCS,
+    Quote,
+    Step,
+    check_quote,
+    cpu_fingerprint,
+    failed_steps,
+    mismatch,
+    parse,
+    walk,
+)
 
 from vitbench import store
 from vitbench.views.axes import with_axes
 
-README = Path(__file__).resolve().parents[1] / "README.md"
 STEPS, SKIPPED = parse(README)
 QUOTED = [(s, q) for s in STEPS for q in s.quotes]
 
@@ -26,32 +33,17 @@ def readme_walk(tmp_path_factory) -> tuple[Path, list[Step]]:
     """Every step of the README, in order, from a fresh folder laid out as a checkout with
     `../shared` beside it. Without the shared data, the steps that read it are left out."""
     root = tmp_path_factory.mktemp("readme")
-    checkout = root / "checkout"
-    checkout.mkdir()
-    if SHARED_DATA.exists():
-        (root / "shared").symlink_to(SHARED_DATA.parent, target_is_directory=True)
-    ran = []
-    # what a pipe receives: no results or data folder of the caller's, and no COLUMNS (pytest-xdist sets
-    # COLUMNS=80 in its workers; a table honours it, split to fit)
-    env = {k: os.environ.pop(k) for k in ("VITBENCH_RESULTS", "VITBENCH_DATA", "COLUMNS") if k in os.environ}
-    try:
-        with chdir(checkout):
-            for step in STEPS:
-                if "../shared" in step.source and not SHARED_DATA.exists():
-                    continue
-                run_step(step)
-                ran.append(step)
-    finally:
-        os.environ.update(env)
-    return checkout, ran
+    ran, _ = walk((README,), root)
+    return root / "checkout", ran
 
 
 def test_the_readme_marks_its_commands_and_quotes():
-    """The parse finds the walk: the quick start's demo first, a quote per table it shows, and a
-    reason for every block it does not run."""
+    """The parse finds the walk: the quick start's demo first, a quote per table it shows; the walked
+    pages of docs/ give a reason for every block they do not run."""
     assert STEPS[0].source == "vitbench run" and STEPS[0].quotes
     assert len(QUOTED) >= 8 and all(q.text.strip() for _, q in QUOTED)
-    assert SKIPPED and all("needs" in reason for reason in SKIPPED)
+    skipped = SKIPPED + [reason for page in WALKED_DOCS for reason in parse(page)[1]]
+    assert skipped and all("needs" in reason for reason in skipped)
 
 
 def test_a_quote_made_on_one_cpu_holds_its_numbers_there_and_its_words_elsewhere():
@@ -71,32 +63,30 @@ def test_a_quote_made_on_one_cpu_holds_its_numbers_there_and_its_words_elsewhere
 
 
 def test_every_cpu_trained_quote_names_its_cpu_and_keeps_random_init_exact():
-    """The README's quotes of numbers trained on a CPU (the demo, the smoke fine-tune and the smoke
-    pre-training) each name the CPU they were printed on, keep their random-init rows exact on every
-    CPU, and tolerate at most 3 points where they hold; every other quote is held on every CPU."""
-    trained = [q for _, q in QUOTED if q.cpu]
+    """The quotes of numbers trained on a CPU (the README's demo, docs/finetune.md's smoke fine-tune,
+    docs/pretraining.md's smoke pre-training) each name the CPU they were printed on, keep their
+    random-init rows exact on every CPU, and tolerate at most 3 points where they hold; every other
+    quote is held on every CPU."""
+    quotes = [q for page in (README, *WALKED_DOCS) for s in parse(page)[0] for q in s.quotes]
+    trained = [q for q in quotes if q.cpu]
+    assert {q.page for q in trained} == {"README.md", "docs/finetune.md", "docs/pretraining.md"}
     assert len(trained) == 3
     for quote in trained:
         assert quote.cpu.split()[0] in ("GenuineIntel", "AuthenticAMD") and quote.tolerance <= 3
         assert "/" in quote.cpu.split()[1]  # the CPU's family/model: its generation
         assert quote.exact_where is None or quote.exact_where in quote.text
     assert sum(q.exact_where == "random init" for q in trained) == 2  # the demo's and pre-training's rows
-    assert all(q.cpu is None for _, q in QUOTED if q not in trained)
+    assert all(q.cpu is None for q in quotes if q not in trained)
 
 
 def test_every_readme_command_succeeds(readme_walk):
     _, ran = readme_walk
-    failed = [f"README.md:{s.line}: {s.source} exited {s.code}\n{s.output[-2000:]}" for s in ran if s.code != 0]
-    assert not failed, "\n".join(failed)
+    assert not failed_steps(ran), "\n".join(failed_steps(ran))
 
 
 @pytest.mark.parametrize("step, quote", QUOTED, ids=[f"README.md:{q.line}" for _, q in QUOTED])
 def test_the_readme_quotes_what_its_command_prints(readme_walk, step, quote):
-    _, ran = readme_walk
-    if step not in ran:
-        pytest.skip("reads ../shared/data, which is not present")
-    problem = mismatch(quote, step.output)
-    assert problem is None, f"{problem}\n(the command: {step.source})"
+    check_quote(readme_walk[1], step, quote)
 
 
 def _mean_accuracy(df, shots: int, random_init: bool) -> float:
@@ -130,34 +120,3 @@ def test_the_demo_pretrains_apart_and_beats_random_init_at_every_shot_count(read
     # the demo's pre-training and the few-shot of its weights stayed apart (its random-init runs are
     # the same runs as the README's API example, which stores them in results/ on purpose)
     assert not mine.empty and not set(mine["run_key"]) & set(df.loc[~df["random_init"], "run_key"])
-
-
-def _walk_accuracies(checkout: Path, protocol: str):
-    """A row per run of `protocol` in the walk's results folder, with its (test) accuracy as `value`."""
-    df = with_axes(store.read_results(checkout / "results"))
-    return df[(df["protocol"] == protocol) & (df["metric"] == "accuracy")].drop_duplicates("run_key")
-
-
-def test_the_smoke_fine_tune_learns_the_digits_on_every_cpu(readme_walk):
-    """What the README says of `--protocol finetune --smoke` on any CPU (its trained mean holds only
-    on a CPU like the one that printed it): 20 steps move DeiT-Ti a long way on the digits, to far
-    above chance (10 %). Printed: 49.35 on an Intel Xeon and 50.02 on an AMD EPYC."""
-    checkout, _ = readme_walk
-    final = _walk_accuracies(checkout, "finetune")
-    final = final[final["hparams"].map(lambda h: json.loads(h)["stage"]) == "final"]
-    assert len(final) == 3 and set(final["dataset"]) == {"digits"}
-    assert final["value"].mean() > 0.30, final["value"].tolist()
-
-
-def test_the_smoke_pretraining_loses_to_random_init_on_every_cpu(readme_walk):
-    """What the README says of the smoke pre-training on any CPU: on 45 to 453 images of digits
-    0-4 the ViT's features are worse for the unseen digits 5-9 than the same network at random
-    init, at every subset (printed: 23-29 % against 50.46 %)."""
-    checkout, _ = readme_walk
-    few = _walk_accuracies(checkout, "fewshot")
-    few = few[few["dataset"] == "digits5-9"]
-    random = few.loc[few["random_init"], "value"]
-    assert len(random) == 3
-    pretrained = few[~few["random_init"]].groupby("weights_sha256")["value"].agg(["mean", "count"])
-    assert len(pretrained) == 3 and set(pretrained["count"]) == {3}
-    assert (pretrained["mean"] < random.mean()).all(), (pretrained, random.mean())
