@@ -11,13 +11,29 @@ from rich.table import Table
 
 from vitbench import store
 from vitbench.cli.app import app, err, out, print_table
-from vitbench.cli.options import DataDir, Device, Results, argument, check_data_dir, check_out_folder, option
+from vitbench.cli.options import (
+    DataDir,
+    Device,
+    Results,
+    argument,
+    check_data_dir,
+    check_out_folder,
+    option,
+    panels,
+)
 from vitbench.cli.output import print_view
 
 # Each command loads the model code (torch, timm) when it runs: `--help` never pays for it.
 
 
 @app.command("inspect")
+@panels(
+    {
+        "What to inspect": ("model", "weights", "res", "device"),
+        "Images": ("images", "dataset", "data_dir", "num_images", "rollout_images"),
+        "Output": ("out_dir", "results"),
+    }
+)
 def inspect_cmd(
     model: Annotated[str, option("--model", "-m", help="A ViT or hybrid (`vitbench ls models`).")],
     weights: Annotated[str, option("--weights", "-w", help="A .npz/.safetensors/.pth file, timm:<tag>, or 'random'.")],

@@ -63,6 +63,14 @@ TimmBenchmark = Annotated[
 
 
 @app.command("bench")
+@o.panels(
+    {
+        "What to measure": ("config", "mode", "batch", "micro_batch", "precision", "compile", "timm_benchmark"),
+        "Timing": ("steps", "warmup", "rounds"),
+        "Data": ("dataset", "data_dir", "input_pipeline", "workers"),
+        "Device and output": ("device", "results"),
+    }
+)
 def bench_cmd(
     config: BenchConfigs = None,
     mode: BenchMode = "both",

@@ -62,6 +62,13 @@ DryRun = Annotated[
 
 
 @app.command("dedup")
+@o.panels(
+    {
+        "What to audit": ("dataset", "against", "threshold", "examples", "rerun", "dry_run"),
+        "Data": ("data_dir", "data_source", "workers"),
+        "Output": ("out_csv", "results"),
+    }
+)
 def dedup_cmd(
     dataset: DedupDataset,
     against: Against = None,

@@ -4,8 +4,11 @@ devices.PRECISIONS, views.render.FORMATS, …) with vitbench's one-line errors."
 
 from __future__ import annotations
 
+import copy
+import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 from rich.markup import escape
@@ -24,6 +27,29 @@ def option(*names: str, help: str, panel: str | None = None, **settings: Any) ->
     `[suites.NAME]` for a style tag and print nothing in its place. `panel`: the group of options
     `--help` shows it in."""
     return typer.Option(*names, help=escape(help), rich_help_panel=panel, **settings)
+
+
+def in_panel(shared: Any, panel: str) -> Any:
+    """An option other commands share (declared below), shown in `panel` of one command's `--help`:
+    a copy, so each command groups its own."""
+    kind, info = get_args(shared)
+    placed = copy.copy(info)
+    placed.rich_help_panel = panel
+    return Annotated[kind, placed]
+
+
+def panels(groups: dict[str, tuple[str, ...]]) -> Callable:
+    """A decorator (under `@app.command`) that shows a command's options in `--help` panels,
+    `{panel: (parameter name, …)}`, in that order: a long list read by what each option is for."""
+
+    def group(command: Callable) -> Callable:
+        hints = typing.get_type_hints(command, include_extras=True)
+        for panel, names in groups.items():
+            for name in names:
+                command.__annotations__[name] = in_panel(hints[name], panel)
+        return command
+
+    return group
 
 
 def argument(*, help: str, **settings: Any) -> Any:

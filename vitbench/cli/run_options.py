@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
-from typing import Annotated, Any, get_args
+from typing import Annotated
 
-from vitbench.cli.options import DataDir, Device, Results, option
+from vitbench.cli.options import DataDir, Device, Results, in_panel, option
 from vitbench.errors import listed
 from vitbench.protocols.options import CLUSTER_PANEL as CLUSTER
 from vitbench.protocols.options import DATA_PANEL as DATA
@@ -20,14 +19,6 @@ from vitbench.protocols.registry import BUILTIN
 # `vitbench run --help` groups its options by what they are for (protocols/options.py has the
 # panels, in order); only the first matters to an ordinary few-shot run. The options a protocol
 # declares are its own flags: cli/protocol_flags.py.
-
-
-def in_panel(shared: Any, panel: str) -> Any:
-    """One of the options other commands share (cli/options.py), shown in `panel` of `run --help`."""
-    kind, info = get_args(shared)
-    placed = copy.copy(info)
-    placed.rich_help_panel = panel
-    return Annotated[kind, placed]
 
 
 RunDataDir = in_panel(DataDir, DATA)

@@ -18,6 +18,7 @@ from vitbench.cli.options import (
     check_out_file,
     check_out_folder,
     option,
+    panels,
     words,
 )
 from vitbench.cli.output import show
@@ -43,6 +44,14 @@ def _view_protocol(protocol: str | None, shots: int | None) -> str | None:
 
 
 @app.command("table")
+@panels(
+    {
+        "What to show": ("view", "which", "compare", "delta_to", "all_rows", "per_class_of", "bench"),
+        "Which runs": ("protocol", "shots", "where", "group_by", "include_marked"),
+        "Statistics": ("ci", "baseline"),
+        "Output": ("fmt", "out_file", "results"),
+    }
+)
 def table_cmd(
     names: Annotated[
         list[str] | None, argument(help="More paper columns after --compare (`--compare bit-l vit-l/16-i21k`).")
