@@ -18,6 +18,7 @@ from vitbench.cli.options import (
     argument,
     check_data_dir,
     check_out_folder,
+    in_panel,  # noqa: F401  (named by the text annotations @panels writes)
     option,
     panels,
 )

@@ -9,7 +9,10 @@ from typing import Annotated
 from vitbench import store
 from vitbench.cli import options as o
 from vitbench.cli.app import app, out
-from vitbench.cli.options import option
+from vitbench.cli.options import (
+    in_panel,  # noqa: F401  (named by the text annotations @panels writes)
+    option,
+)
 from vitbench.cli.output import print_view
 from vitbench.devices import check_pipeline, resolve_device
 from vitbench.engine.bench_types import MODES, Config, Options  # light: the measuring engine loads in the command

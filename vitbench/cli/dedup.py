@@ -14,7 +14,10 @@ from rich.table import Table
 from vitbench.atomic import write_atomic
 from vitbench.cli import options as o
 from vitbench.cli.app import app, command_began, out, print_table
-from vitbench.cli.options import option
+from vitbench.cli.options import (
+    in_panel,  # noqa: F401  (named by the text annotations @panels writes)
+    option,
+)
 from vitbench.cli.run_options import DataSource
 from vitbench.dedup_method import Method
 from vitbench.errors import UserError

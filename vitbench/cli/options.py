@@ -5,7 +5,6 @@ devices.PRECISIONS, views.render.FORMATS, …) with vitbench's one-line errors."
 from __future__ import annotations
 
 import copy
-import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, get_args
@@ -40,13 +39,20 @@ def in_panel(shared: Any, panel: str) -> Any:
 
 def panels(groups: dict[str, tuple[str, ...]]) -> Callable:
     """A decorator (under `@app.command`) that shows a command's options in `--help` panels,
-    `{panel: (parameter name, …)}`, in that order: a long list read by what each option is for."""
+    `{panel: (parameter name, …)}`, in that order: a long list read by what each option is for.
+    The annotations stay text, evaluated when typer reads them (as the command's other ones are):
+    a help text made from the registry (`--view`'s) then names the plugins' entries too. The
+    command's module imports `in_panel`, the name that text calls."""
 
     def group(command: Callable) -> Callable:
-        hints = typing.get_type_hints(command, include_extras=True)
+        if command.__globals__.get("in_panel") is not in_panel:
+            raise TypeError(f"{command.__module__} must import in_panel to group {command.__name__}'s options")
         for panel, names in groups.items():
             for name in names:
-                command.__annotations__[name] = in_panel(hints[name], panel)
+                annotation = command.__annotations__[name]
+                if not isinstance(annotation, str):
+                    raise TypeError(f"{command.__name__}: annotations as text (from __future__ import annotations)")
+                command.__annotations__[name] = f"in_panel({annotation}, {panel!r})"
         return command
 
     return group

@@ -17,6 +17,7 @@ from vitbench.cli.options import (
     check_choice,
     check_out_file,
     check_out_folder,
+    in_panel,  # noqa: F401  (named by the text annotations @panels writes)
     option,
     panels,
     words,
