@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import platform
@@ -127,6 +128,7 @@ def cpu_name() -> str:
 ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
 
 
+@functools.cache  # one CPU a process: read once, not at every run a sweep records
 def cpu_kernels() -> str:
     """What decides a CPU-trained number's last bits, beside the thread count a run records:
     `VENDOR FAMILY/MODEL flag flag …` (of ISA_FLAGS), e.g. `AuthenticAMD 25/17 avx2 avx512f …`;
