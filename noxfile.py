@@ -8,9 +8,10 @@ import nox
 nox.options.sessions = ["tests", "lint", "typing"]
 # torch/torchvision pins: they resolve quickly from the mirror; an unpinned torch pulls GBs of CUDA wheels
 INSTALL = ["-c", ".ci/constraints.txt", "-e", ".[dev]"]
-# the tests also run the real TFDS reader for VTAB (the optional `tfds` extra) and the W&B and MLflow
-# trackers (W&B offline, MLflow's local file store), so CI skips nothing
-TEST_INSTALL = ["-c", ".ci/constraints.txt", "-e", ".[dev,tfds,wandb,mlflow]"]
+# the tests also run the real TFDS reader (the optional `tfds` extra), the Hugging Face, WebDataset and
+# object-store readers (`hf`, `wds`, `remote`) and the W&B and MLflow trackers (W&B offline, MLflow's
+# local file store), so CI skips nothing
+TEST_INSTALL = ["-c", ".ci/constraints.txt", "-e", ".[dev,tfds,hf,wds,remote,wandb,mlflow]"]
 SOURCES = ["vitbench", "plugins", "tests", "benchmarks", "noxfile.py"]
 
 

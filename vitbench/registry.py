@@ -13,6 +13,9 @@ from vitbench.backend import ModelSpec
 from vitbench.datasets import DATASETS, DatasetSpec
 from vitbench.datasets.base import DatasetFormat
 from vitbench.datasets.folder import FORMATS as FOLDER_FORMATS
+from vitbench.datasets.hf_format import FORMATS as HF_FORMATS
+from vitbench.datasets.tfds_format import FORMATS as TFDS_FORMATS
+from vitbench.datasets.wds_format import FORMATS as WDS_FORMATS
 from vitbench.entry_points import BACKENDS, PluginInfo, Registry
 from vitbench.entry_points import DATASETS as DATASET_PLUGINS
 from vitbench.errors import UserError
@@ -83,9 +86,11 @@ MODELS: Registry[ModelSpec] = Registry(
 DATASETS_BY_NAME: Registry[DatasetSpec] = Registry(
     "dataset", _by_name, lambda: DATASETS.values(), _dataset_plugins, of_type=DatasetSpec
 )
+# the container formats researchers keep their data in: Hub parquet / save_to_disk, WebDataset shards, TFDS
+BUILT_IN_FORMATS = [*FOLDER_FORMATS, *HF_FORMATS, *WDS_FORMATS, *TFDS_FORMATS]
 # parametric datasets by prefix: `folder:<path>`, then the plugins' (none may take `timm`, a model prefix)
 DATASET_FORMATS: Registry[DatasetFormat] = Registry(
-    "dataset format", lambda form: form.prefix, lambda: FOLDER_FORMATS, _dataset_plugins, of_type=DatasetFormat,
+    "dataset format", lambda form: form.prefix, lambda: BUILT_IN_FORMATS, _dataset_plugins, of_type=DatasetFormat,
     reserved=frozenset({TIMM_PREFIX.rstrip(":")}),
 )  # fmt: skip
 

@@ -3,6 +3,7 @@ shared rules: decoding to RGB, the deterministic dev hold-out, and one-line erro
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import warnings
@@ -15,6 +16,7 @@ import numpy as np
 from PIL import Image
 
 from vitbench.atomic import read_regular
+from vitbench.datasets.records import Records
 from vitbench.errors import UserError
 from vitbench.provenance import fingerprint_files, sha256_text
 
@@ -25,7 +27,8 @@ DEV_SEED = 0  # the dev hold-out is a fixed permutation of train: the same for e
 
 @dataclass
 class Split:
-    """One split of a dataset: integer labels and the images, in memory or as files."""
+    """One split of a dataset: integer labels and the images, in memory, as files, or as records
+    inside containers (parquet, Arrow, tar shards, TFRecord: records.py)."""
 
     dataset: str
     name: str
@@ -47,6 +50,8 @@ class Split:
     # the fingerprint from the files' contents, for --verify-data (None: `fingerprint` already is
     # one, or the split is in memory); computed only when asked: it reads every byte
     content_fingerprint: Callable[[], str] | None = None
+    # images inside containers, read by row (hf:, wds:, tfds:): neither `images` nor `paths`
+    records: Records | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -56,14 +61,36 @@ class Split:
         return self.official_size is not None and len(self) != self.official_size
 
     def image(self, index: int) -> Image.Image:
+        """Image `index` as the protocols see it (a set's frame cropped: `border`)."""
         if self.images is not None:
             pixels = self.images[index]
             return Image.fromarray(np.asarray(pixels))
-        assert self.paths is not None
-        image = decode(self.paths[index])
+        image = self.decoded(index)
         if self.border:
             image = image.crop((self.border, self.border, image.width - self.border, image.height - self.border))
         return image
+
+    def decoded(self, index: int) -> Image.Image:
+        """Image `index` of a file or a container's record, decoded as stored (no border crop)."""
+        if self.records is not None:
+            return decode(self.records.where(index), self.records.read(index))
+        assert self.paths is not None
+        return decode(self.paths[index])
+
+    def location(self, index: int) -> str:
+        """Where image `index` is read from: its file, or its container's file and member."""
+        if self.records is not None:
+            return self.records.where(index)
+        assert self.paths is not None
+        return str(self.paths[index])
+
+    def encoded(self, index: int) -> bytes:
+        """Image `index` as stored (a file's bytes, a record's): an OSError when it cannot be read."""
+        if self.records is not None:
+            return self.records.read(index)
+        assert self.paths is not None
+        with open(self.paths[index], "rb") as f:
+            return f.read()
 
     def subset(self, name: str, indices: np.ndarray) -> Split:
         """The images at `indices` (kept in order) as a split of their own."""
@@ -79,6 +106,7 @@ class Split:
             labels=self.labels[indices],
             images=images,
             paths=[self.paths[i] for i in indices] if self.paths is not None else None,
+            records=self.records.take(indices) if self.records is not None else None,
             real_labels=[self.real_labels[i] for i in indices] if self.real_labels is not None else None,
             fingerprint=sha256_text(f"{self.fingerprint}|{name}|{indices.tobytes().hex()}")[:16],
             content_fingerprint=None,  # a subset is made of a verified split (DatasetSpec.load_split)
@@ -105,14 +133,15 @@ def to_uint8(pixels: np.ndarray, mode: str) -> np.ndarray:
     return np.round(np.clip(pixels.astype(np.float64), 0, 65535) / 257).astype(np.uint8)
 
 
-def decode(path: str | Path) -> Image.Image:
-    """The image as RGB (greyscale, CMYK and palette images converted), or a CorruptImage naming it."""
+def decode(path: str | Path, data: bytes | None = None) -> Image.Image:
+    """The image as RGB (greyscale, CMYK and palette images converted), or a CorruptImage naming it.
+    `data`: the encoded image itself (a container's record), `path` then only names it."""
     try:
         with warnings.catch_warnings():
             # an image above Pillow's pixel limit is skipped like one above twice it (an error there):
             # its DecompressionBombWarning reached the terminal raw, and the image was decoded
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as img:
+            with Image.open(path if data is None else io.BytesIO(data)) as img:
                 if img.mode in HIGH_BIT_DEPTH:  # PIL's convert("RGB") clips 16-bit values at 255 (white)
                     return Image.fromarray(to_uint8(np.asarray(img), img.mode)).convert("RGB")
                 return img.convert("RGB")

@@ -41,7 +41,6 @@ from PIL import Image
 
 from vitbench.atomic import read_regular, write_atomic
 from vitbench.datasets import CorruptImage, Split
-from vitbench.datasets.base import decode
 from vitbench.dedup_method import Method
 from vitbench.engine.dedup_compare import THUMB, correlation, descriptors, variants
 from vitbench.errors import one_line
@@ -93,8 +92,7 @@ class _Thumbnailed(torch.utils.data.Dataset):
             if self.split.images is not None:
                 pixels = np.asarray(self.split.images[index])
             else:
-                assert self.split.paths is not None
-                pixels = np.asarray(decode(self.split.paths[index]))
+                pixels = np.asarray(self.split.decoded(index))
         except CorruptImage as e:  # an audit reads what it can, and counts the rest
             return index, None, f"{e.path}: unreadable ({e.reason})"
         small, digest = thumbnail(pixels)

@@ -109,7 +109,7 @@ def _decode_bytes(data: torch.Tensor, device: torch.device, where: str) -> torch
         return image.to(device)
     except RuntimeError:
         # torchvision cannot read it: PIL's decoder (palette PNGs, odd JPEGs) or its error
-        pixels = np.asarray(decode(where))
+        pixels = np.asarray(decode(where, data.numpy().tobytes()))
         return torch.from_numpy(pixels).permute(2, 0, 1).contiguous().to(device)
 
 
@@ -163,9 +163,8 @@ class DeviceImages:
         elif split.images is not None:
             self.each = [torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1).to(device) for a in split.images]
         else:
-            assert split.paths is not None
             for packed, _, items in file_loader(split, DECODE_BATCH, workers, decoded=not on_device):
-                paths = [split.paths[i] for i in items]
+                paths = [split.location(i) for i in items]
                 files = unpack(packed, paths, None if on_device else device)
                 for index, image in zip(items, decode_many(files, device, paths) if on_device else files, strict=True):
                     if isinstance(image, CorruptImage):
@@ -260,7 +259,7 @@ def streamed_train_batches(
     )
     for packed, labels, items in loader:
         out, kept, bad = [], [], []
-        paths = [split.paths[index] for index, _ in items]  # type: ignore[index]
+        paths = [split.location(index) for index, _ in items]
         files = unpack(packed, paths, None if on_device else device)
         images = decode_many(files, device, paths) if on_device else files
         for image, label, (index, position) in zip(images, labels.tolist(), items, strict=True):
@@ -302,12 +301,12 @@ class _Files(torch.utils.data.Dataset):
 
     def __getitem__(self, item: int | tuple[int, int]):
         """`item`: a split index, or (split index, stream position) from the training stream."""
-        assert self.split.paths is not None
         index = item[0] if isinstance(item, tuple) else item
-        path = self.split.paths[index]
         data: np.ndarray | str
         try:
-            data = np.asarray(decode(path)) if self.decoded else np.fromfile(path, dtype=np.uint8)
+            # a file or a container's record (hf:, wds:, tfds:): the bytes as stored, decoded as a file is
+            raw = self.split.encoded(index)
+            data = np.asarray(decode(self.split.location(index), raw)) if self.decoded else np.frombuffer(raw, np.uint8)
         except CorruptImage as e:
             data = str(e.reason)
         except UserError:  # decode's other error: the file is gone (as OSError when only read)

@@ -91,7 +91,7 @@ def _eval_batches_here(
         return
     for packed, labels, items in file_loader(split, batch_size, workers, decoded=not on_device):
         decoded, kept, bad = [], [], []
-        where = [split.paths[i] for i in items]  # type: ignore[index]
+        where = [split.location(i) for i in items]
         files = unpack(packed, where, None if on_device else device)
         found = decode_many(files, device, where) if on_device else files
         for position, (image, i) in enumerate(zip(found, items, strict=True)):

@@ -15,9 +15,10 @@ TOP_K = 5
 
 
 def image_ids(split, indices: np.ndarray) -> list[str]:
-    """The ids of a split's images at `indices`: their paths where they are files, else the index."""
-    if split.paths is not None:
-        return [str(split.paths[i]) for i in indices]
+    """The ids of a split's images at `indices`: their paths where they are files, their container's
+    file and member where they are records, else the index."""
+    if split.paths is not None or split.records is not None:
+        return [split.location(int(i)) for i in indices]
     return [str(int(i)) for i in indices]
 
 

@@ -59,6 +59,8 @@ def image_names(split: Split) -> list[str]:
     """How an audit names a split's images: file paths, or `split:index` for images held in arrays."""
     if split.paths is not None:
         return list(split.paths)
+    if split.records is not None:
+        return [split.location(i) for i in range(len(split))]
     return [f"{split.name}:{i}" for i in range(len(split))]
 
 

@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 
 from vitbench.datasets import CorruptImage, Split
-from vitbench.datasets.base import decode
 from vitbench.out_paths import no_mathtext, write_figure
 from vitbench.views.figure_kit import DPI, pyplot
 
@@ -39,14 +38,14 @@ def pixels(split: Split, index: int) -> np.ndarray | None:
     if split.images is not None:
         return np.asarray(split.images[index])
     try:
-        return np.asarray(decode(split.paths[index]))  # type: ignore[index]
+        return np.asarray(split.decoded(index))
     except (CorruptImage, OSError, ValueError):
         return None
 
 
 def where(split: Split, index: int, name: str) -> str:
     """A file's path as stored, or `split:index` and what holds it where the images are arrays."""
-    if split.paths is not None:
+    if split.paths is not None or split.records is not None:
         return name
     return f"{name} ({split.dataset}'s {split.name} split, in its {split.source} arrays)"
 
