@@ -48,10 +48,10 @@ def write_folder(data, root: Path) -> Path:
     return root
 
 
-def hf_dataset_dict(data):
+def hf_dataset_dict(data, classes=CLASSES):
     import datasets
 
-    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=list(CLASSES))})
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=list(classes))})
     return datasets.DatasetDict(
         {
             "validation" if split == "val" else split: datasets.Dataset.from_dict(
@@ -66,9 +66,9 @@ def hf_dataset_dict(data):
     )
 
 
-def write_parquet(data, root: Path, rows_per_group: int = 16) -> Path:
+def write_parquet(data, root: Path, rows_per_group: int = 16, classes=CLASSES) -> Path:
     """The Hub's layout: data/<split>-00000-of-00001.parquet, bytes embedded, small row groups."""
-    for split, ds in hf_dataset_dict(data).items():
+    for split, ds in hf_dataset_dict(data, classes).items():
         (root / "data").mkdir(parents=True, exist_ok=True)
         ds.to_parquet(str(root / "data" / f"{split}-00000-of-00001.parquet"), batch_size=rows_per_group)
     return root
@@ -90,14 +90,14 @@ def write_shards(data, root: Path, per_shard: int = 20) -> Path:
     return root
 
 
-def write_tfds(data, root: Path, name: str = "vitbench_same_bytes") -> Path:
+def write_tfds(data, root: Path, name: str = "vitbench_same_bytes", version: str = "1.0.0", classes=CLASSES) -> Path:
     """A TFDS build of the same bytes (TFDS keeps JPEG bytes given as bytes), in the same order."""
     torchvision_before_tensorflow()
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
     features = tfds.features.FeaturesDict(
-        {"image": tfds.features.Image(encoding_format="jpeg"), "label": tfds.features.ClassLabel(names=list(CLASSES))}
+        {"image": tfds.features.Image(), "label": tfds.features.ClassLabel(names=list(classes))}
     )
     splits = {
         "validation" if split == "val" else split: tf.data.Dataset.from_tensor_slices(
@@ -106,6 +106,6 @@ def write_tfds(data, root: Path, name: str = "vitbench_same_bytes") -> Path:
         for split, items in data.items()
     }
     tfds.dataset_builders.store_as_tfds_dataset(
-        name=name, version="1.0.0", features=features, split_datasets=splits, data_dir=str(root), disable_shuffling=True
+        name=name, version=version, features=features, split_datasets=splits, data_dir=str(root), disable_shuffling=True
     )
-    return root / name / "1.0.0"
+    return root / name / version

@@ -299,3 +299,62 @@ def test_shards_and_parquet_on_an_object_store_read_as_the_local_ones(s3, tmp_pa
     assert not list(tmp_path.glob("cache/**/*.tar")) and not list(tmp_path.glob("cache/**/*.parquet"))  # no copies
     with pytest.raises(UserError, match=r"s3://data/none: matches no .tar shard"):
         get_dataset("wds:s3://data/none")
+
+
+# --- the paper's datasets from the containers: --data-source hf | wds | tfds ----------------------
+
+
+def test_cifar10_from_the_hub_shards_and_tfds_is_the_pickles_cifar10(cifar10_dir, tmp_path, monkeypatch, cli):
+    """The same CIFAR-10 images (PNG, lossless, as the Hub's uoft-cs/cifar10 keeps them) under
+    <data-dir>/hf/cifar10, <data-dir>/wds/cifar10 and a TFDS `cifar10` build: the same labels and
+    pixels as the pickles, and the same few-shot and k-NN numbers, each source in the result's key."""
+    import io as _io
+
+    from PIL import Image
+
+    from vitbench.datasets import DATASETS
+
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
+    spec = DATASETS["cifar10"]
+    pickles = {s: spec.load_split(cifar10_dir, s) for s in ("train", "test")}
+
+    def png(pixels) -> bytes:
+        out = _io.BytesIO()
+        Image.fromarray(pixels).save(out, format="PNG")
+        return out.getvalue()
+
+    data = {s: [(f"{i:05d}", int(split.labels[i]), png(split.images[i])) for i in range(len(split))]
+            for s, split in pickles.items()}  # fmt: skip
+    names = [f"class{i}" for i in range(10)]
+    write_parquet(data, cifar10_dir / "hf" / "cifar10", classes=names)
+    write_shards(data, cifar10_dir / "wds" / "cifar10", per_shard=25)
+    sources = ["hf", "wds"]
+    if _has_tfds():
+        write_tfds(data, cifar10_dir, name="cifar10", version="3.0.2", classes=names)
+        sources.append("tfds")
+    for source in sources:
+        for s, reference in pickles.items():
+            split = spec.load_split(cifar10_dir, s, source)
+            assert split.dataset == "cifar10" and split.source == source
+            assert split.official_size == reference.official_size
+            assert split.labels.tolist() == reference.labels.tolist()
+            assert all(np.array_equal(np.asarray(split.image(i)), reference.images[i]) for i in range(len(split)))
+    results = tmp_path / "results"
+    base = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "cifar10", "--data-dir",
+            str(cifar10_dir), "--res", "32", "--workers", "0", "--shots", "2", "--seeds", "0",
+            "--protocol", "fewshot,knn", "--results", str(results))  # fmt: skip
+    for source in [None, *sources]:
+        code, _, err = cli(*base, *(("--data-source", source) if source else ()))
+        assert code == 0, err
+    runs = store.read_results(results)
+    runs = runs[runs["metric"] == "accuracy"]
+    assert set(runs["data_source"]) == {"cifar-pickle", *sources}
+    for protocol, group in runs.groupby("protocol"):
+        assert group["value"].nunique() == 1, (protocol, group[["data_source", "value"]])
+        assert group["run_key"].nunique() == len(group)  # each source its own result
+    # a source that is not there: one line naming where it was looked for
+    code, _, err = cli(*base[:-2], "--results", str(tmp_path / "r2"), "--dataset", "pets", "--data-source", "wds")
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        f"error: {cifar10_dir / 'wds' / 'oxford-iiit-pet'}: missing; --data-source wds reads pets's shards "
+        f"(<split>-*.tar) there"
+    )

@@ -13,6 +13,7 @@ from vitbench import registry
 from vitbench.cli.app import app, out, print_table
 from vitbench.cli.options import DataDir, argument, check_data_dir, option
 from vitbench.datasets import dataset_status
+from vitbench.datasets.status import source_counts
 from vitbench.datasets.vtab import ROOT_FOLDER as VTAB_ROOT
 from vitbench.devices import cpu_name
 from vitbench.entry_points import AUTOLOAD_ENV, GROUPS, autoload_disabled, plugins
@@ -57,7 +58,8 @@ def ls(
             if not set(d.sweep_splits) <= set(d.split_names):  # a test set only
                 dev = "—"
             notes = [d.group or "", "" if d.train_flip else "no flip", "no crop" if d.train_crop == "none" else ""]
-            notes += [f"also --data-source {s}" for s in d.other_sources] + [d.note]
+            notes += [f"also --data-source {', '.join(d.other_sources)}"] if d.other_sources else []
+            notes += [d.note]
             t.add_row(
                 d.name,
                 d.title,
@@ -109,6 +111,8 @@ def doctor(
             absent_vtab.append(d.name)  # one line for a VTAB-1k that is not there at all, below
             continue
         t.add_row(d.name, status, ", ".join(c.describe() for c in counts))
+        for source, found in source_counts(d, data_dir):  # the same dataset from hf/, wds/ or a TFDS build
+            t.add_row(f"{d.name} --data-source {source}", "found", ", ".join(c.describe() for c in found))
     if absent_vtab:
         t.add_row(f"vtab/* ({len(absent_vtab)} tasks)", f"absent (expected under {VTAB_ROOT}/<task>/)", "")
     print_table(t)

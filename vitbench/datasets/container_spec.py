@@ -113,13 +113,15 @@ def container_spec(
             content_fingerprint=lambda: files_fingerprint(found.files, content=True) + extra_fingerprint,
         )  # fmt: skip
 
-    on_disk = {s: splits[s].official_size for s in ("train", "val", "test") if s in splits}
+    # the sizes the container's metadata gives (parquet footers, _info.json, TFDS's split info): what
+    # `doctor` counts and a dry run plans from without reading an image
+    on_disk: dict[str, int | None] = {s: splits[s].official_size for s in ("train", "val", "test") if s in splits}
     return DatasetSpec(
         name,
         title,
         count,
         None,
-        dict.fromkeys(on_disk),  # the sizes are the container's own: no official size to fall short of
+        on_disk,
         load,
         transfer_splits=("train", test),
         sweep_splits=("train", "val") if has_val and test == "test" else ("subtrain", "dev"),

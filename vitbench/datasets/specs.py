@@ -8,6 +8,7 @@ from vitbench.datasets.cifar import cifar_loader
 from vitbench.datasets.digits import digit_classes, load_digits
 from vitbench.datasets.flowers import load_flowers
 from vitbench.datasets.imagenet import load_imagenet
+from vitbench.datasets.paper_sources import with_container_sources
 from vitbench.datasets.pets import load_pets
 from vitbench.datasets.robustness import ROBUSTNESS
 from vitbench.datasets.vtab import ROOT_FOLDER, TASKS, dataset_name, folder_loader, official_sizes
@@ -160,4 +161,6 @@ VTAB = [
     for task in TASKS
 ]
 
+# the paper's five transfer datasets also from Hub parquet, WebDataset shards and TFDS builds (paper_sources.py)
+CLASSIC = [with_container_sources(spec) for spec in CLASSIC]
 DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in CLASSIC + ROBUSTNESS + VTAB}

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitbench.datasets.base import DatasetSpec
+from vitbench.datasets.paper_sources import metadata_counts, present_sources
 from vitbench.errors import UserError
 
 log = logging.getLogger("vitbench")
@@ -93,3 +94,20 @@ def dataset_status(spec: DatasetSpec, data_dir: Path | None) -> tuple[str, list[
     elif status == "found" and any(c.is_subset for c in counts):
         status = "found (subset)"
     return status, counts
+
+
+def source_counts(spec: DatasetSpec, data_dir: Path | None) -> list[tuple[str, list[SplitCount]]]:
+    """(source, counts) for each container source of a paper dataset found under data_dir (`--data-source
+    hf|wds|tfds`): the counts the container's metadata gives, against the official ones, no image read."""
+    found = []
+    for source in present_sources(spec, data_dir):
+        try:
+            counts = metadata_counts(spec, data_dir, source)
+            found.append(
+                (source, [SplitCount(s, counts.get(s), official) for s, official in spec.official_sizes.items()])
+            )
+        except UserError as e:
+            found.append(
+                (source, [SplitCount(s, None, official, str(e)) for s, official in spec.official_sizes.items()][:1])
+            )
+    return found

@@ -1,0 +1,143 @@
+"""The paper's datasets from the containers researchers keep them in: `--data-source hf|wds|tfds`
+gives ImageNet, CIFAR-10/100, Pets and Flowers-102 from a Hugging Face dataset, WebDataset shards
+or a prepared TFDS build, under the dataset's own name, splits and official sizes (a count that
+differs is flagged as a subset, as for the folders). Where each is looked for, under --data-dir:
+
+- hf:   `<data-dir>/hf/<name>/` (parquet or save_to_disk), else the Hub repo in the local Hub cache
+        (fetched with --download)
+- wds:  `<data-dir>/wds/<name>/` (`<split>-*.tar`, as timm's `imagenet-1k-wds` is laid out)
+- tfds: the TFDS build `<builder>` in the TFDS data_dir `<data-dir>` (what big_vision reads)
+
+The source is each result's `data_source` (part of its key), as `tfds` and `vtab-folder` are."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+
+from vitbench.datasets.base import DatasetSpec, Loader, Split
+from vitbench.datasets.hf_format import hf_spec
+from vitbench.datasets.tfds_format import tfds_spec
+from vitbench.datasets.wds_format import wds_spec
+from vitbench.errors import UserError
+
+SOURCES = ("hf", "wds", "tfds")
+
+
+@dataclass(frozen=True)
+class Published:
+    """Where a paper dataset is published in each container format."""
+
+    hub_repo: str  # the Hub dataset repo (parquet)
+    label: str  # its label column (CIFAR-100: the fine labels)
+    wds_name: str  # its folder of shards under <data-dir>/wds/
+    tfds_builder: str  # the TFDS builder big_vision names
+    splits: dict[str, str]  # vitbench's split -> the container's (validation is `val` in both)
+
+
+PUBLISHED = {
+    "cifar10": Published("uoft-cs/cifar10", "label", "cifar10", "cifar10", {"train": "train", "test": "test"}),
+    "cifar100": Published("uoft-cs/cifar100", "fine_label", "cifar100", "cifar100", {"train": "train", "test": "test"}),
+    "pets": Published(
+        "timm/oxford-iiit-pet", "label", "oxford-iiit-pet", "oxford_iiit_pet", {"train": "train", "test": "test"}
+    ),  # fmt: skip
+    "flowers102": Published(
+        "nelorth/oxford-flowers",
+        "label",
+        "oxford-flowers102",
+        "oxford_flowers102",
+        {"train": "train", "val": "val", "test": "test"},
+    ),  # fmt: skip
+    "imagenet": Published(
+        "ILSVRC/imagenet-1k", "label", "imagenet-1k-wds", "imagenet2012", {"train": "train", "val": "val"}
+    ),
+}
+
+
+def location(name: str, source: str, data_dir: Path | None) -> str:
+    """The `PREFIX:<argument>` that reads dataset `name` from `source`."""
+    published = PUBLISHED[name]
+    if source == "hf":
+        folder = data_dir / "hf" / published.hub_repo.rsplit("/", 1)[-1] if data_dir is not None else None
+        return f"hf:{folder if folder is not None and folder.is_dir() else published.hub_repo}#{published.label}"
+    if data_dir is None:
+        raise UserError(f"--data-source {source} needs --data-dir (the folder holding {source}/ or the TFDS data_dir)")
+    if source == "wds":
+        folder = data_dir / "wds" / published.wds_name
+        if not folder.is_dir():
+            raise UserError(f"{folder}: missing; --data-source wds reads {name}'s shards (<split>-*.tar) there")
+        return f"wds:{folder}"
+    builder = data_dir / published.tfds_builder
+    versions = sorted((p for p in builder.glob("*") if (p / "dataset_info.json").is_file()), key=_version_key)
+    if not versions:
+        raise UserError(f"{builder}: no prepared TFDS {published.tfds_builder} build there (tfds build, or --download)")
+    return f"tfds:{versions[-1]}"
+
+
+def _version_key(path: Path) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in path.name.split("."))
+    except ValueError:
+        return (-1,)
+
+
+@cache
+def _container(argument: str) -> DatasetSpec:
+    prefix, _, rest = argument.partition(":")
+    return {"hf": hf_spec, "wds": wds_spec, "tfds": tfds_spec}[prefix](rest)
+
+
+def container_loader(spec_name: str, num_classes: int, source: str) -> Loader:
+    """Read a paper dataset's split from `source`: its container, checked to hold the dataset's classes."""
+
+    def load(data_dir: Path | None, split: str) -> Split:
+        container = _container(location(spec_name, source, data_dir))
+        if container.num_classes != num_classes:
+            raise UserError(
+                f"{container.name}: {container.num_classes} classes, {spec_name} has {num_classes}: "
+                f"not {spec_name} (--data-source {source})"
+            )
+        theirs = PUBLISHED[spec_name].splits[split]
+        if theirs not in container.split_names:
+            raise UserError(f"{container.name}: has no {theirs} split for {spec_name} {split}")
+        found = container.load_split(None, theirs)
+        return replace(found, dataset=spec_name, name=split)
+
+    return load
+
+
+def with_container_sources(spec: DatasetSpec) -> DatasetSpec:
+    """`spec` able to read its splits from the container sources too (`--data-source hf|wds|tfds`)."""
+    if spec.name not in PUBLISHED:
+        return spec
+    loaders = {s: container_loader(spec.name, spec.num_classes, s) for s in SOURCES}
+    return replace(spec, other_sources={**spec.other_sources, **loaders})
+
+
+def present_sources(spec: DatasetSpec, data_dir: Path | None) -> list[str]:
+    """The container sources of a paper dataset that are there: a folder under --data-dir (hf/,
+    wds/) or a prepared TFDS build in it; a Hub repo only in the Hub cache is not looked up here."""
+    if spec.name not in PUBLISHED or data_dir is None:
+        return []
+    published = PUBLISHED[spec.name]
+    there = {
+        "hf": (data_dir / "hf" / published.hub_repo.rsplit("/", 1)[-1]).is_dir(),
+        "wds": (data_dir / "wds" / published.wds_name).is_dir(),
+        "tfds": any((data_dir / published.tfds_builder).glob("*/dataset_info.json")),
+    }
+    return [s for s in SOURCES if there[s]]
+
+
+def metadata_counts(spec: DatasetSpec, data_dir: Path | None, source: str) -> dict[str, int | None]:
+    """Each split's image count as the container's metadata gives it (parquet footers, _info.json,
+    TFDS's split info), or, for shards without an _info.json, from their index (tar headers only)."""
+    container = _container(location(spec.name, source, data_dir))
+    counts: dict[str, int | None] = {}
+    for ours, theirs in PUBLISHED[spec.name].splits.items():
+        if theirs not in container.split_names:
+            counts[ours] = None
+            continue
+        known = container.official_sizes.get(theirs)
+        counts[ours] = known if known is not None else len(container.load_split(None, theirs))
+    return counts
