@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -358,3 +359,77 @@ def test_cifar10_from_the_hub_shards_and_tfds_is_the_pickles_cifar10(cifar10_dir
         f"error: {cifar10_dir / 'wds' / 'oxford-iiit-pet'}: missing; --data-source wds reads pets's shards "
         f"(<split>-*.tar) there"
     )
+
+
+# --- training from shards: a shard-ordered stream, killed and resumed ------------------------------
+
+
+def test_a_shard_ordered_stream_reads_one_file_at_a_time_and_is_a_function_of_seed_and_epoch():
+    from vitbench.engine.train_data import Stream
+
+    groups = np.repeat(np.arange(6), [5, 7, 3, 9, 4, 6])  # six shards of unequal sizes
+    stream = Stream(len(groups), batch=4, micro=4, seed=3, groups=groups)
+    for epoch in range(3):
+        order = stream._epoch(epoch)
+        assert sorted(order.tolist()) == list(range(len(groups)))  # every image once an epoch
+        files = groups[order]
+        assert (np.diff(files) != 0).sum() == 5  # each file's images together: 5 switches for 6 files
+        assert order.tolist() == Stream(len(groups), 4, 4, 3, groups=groups)._epoch(epoch).tolist()
+    assert not np.array_equal(stream._epoch(0), stream._epoch(1))
+    # ranks take contiguous slices of each global batch: together they read the same stream
+    ranks = [Stream(len(groups), 4, 2, 3, rank=r, world=2, groups=groups) for r in (0, 1)]
+    merged = [i for step in zip(*(r.micro_batches(0, 5) for r in ranks), strict=True) for b in step for i, _ in b]
+    assert merged == [i for b in stream.micro_batches(0, 5) for i, _ in b]
+
+
+@pytest.mark.slow
+def test_a_streamed_finetune_killed_and_resumed_ends_as_an_uninterrupted_one(tmp_path):
+    """`--train-order shards` from WebDataset shards, killed with SIGKILL after a checkpoint and run
+    again: it resumes the stream where the checkpoint left it, step for step as a run never stopped."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from vitbench.store import read_curves
+
+    shards = write_shards(samples({"train": 16, "test": 4}), tmp_path / "shards", per_shard=7)
+    steps = 40
+    args = ["run", "--model", "vit-ti/16", "--weights", "random", "--dataset", f"wds:{shards}", "--protocol",
+            "finetune", "--res", "32", "--batch", "16", "--workers", "0", "--device", "cpu", "--steps", str(steps),
+            "--lr", "0.03", "--seeds", "0", "--checkpoint-every", "5", "--train-order", "shards"]  # fmt: skip
+    env = {**os.environ, "VITBENCH_CACHE": str(tmp_path / "cache")}
+
+    def command(results: str) -> list[str]:
+        return [sys.executable, "-m", "vitbench", *args, "--results", str(tmp_path / results)]
+
+    straight = subprocess.Popen(command("straight"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(command("killed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 180
+    while not list((tmp_path / "killed" / "runs").glob("*/checkpoint.pt")) and time.monotonic() < deadline:
+        assert proc.poll() is None, "the run ended before its first checkpoint"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    resumed = subprocess.run(command("killed"), capture_output=True, text=True, env=env, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed at step" in resumed.stderr
+    assert straight.wait(timeout=600) == 0, straight.stderr.read() if straight.stderr else ""
+    curves = {n: read_curves(tmp_path / n) for n in ("killed", "straight")}
+    losses = [c[c["name"] == "train_loss"]["value"].tolist() for c in curves.values()]
+    assert len(losses[0]) == steps and losses[0] == losses[1]
+    runs = {n: store.read_results(tmp_path / n) for n in ("killed", "straight")}
+    accuracy = {n: r.loc[r["metric"] == "accuracy", "value"].item() for n, r in runs.items()}
+    assert accuracy["killed"] == accuracy["straight"]
+    assert json.loads(runs["killed"]["hparams"].iloc[0])["train_order"].startswith("shards")
+
+
+def test_a_shard_order_for_a_split_not_in_shards_is_refused_as_planned(same_bytes, cli, tmp_path):
+    code, _, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", same_bytes["folder"],
+                       "--protocol", "finetune", "--smoke", "--train-order", "shards", "--dry-run",
+                       "--results", str(tmp_path / "r"))  # fmt: skip
+    assert code == 2 and err.strip().splitlines()[-1].startswith("error: --train-order shards: folder:")
+    code, out, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", same_bytes["wds"],
+                         "--protocol", "finetune", "--smoke", "--train-order", "shards", "--dry-run",
+                         "--results", str(tmp_path / "r"))  # fmt: skip
+    assert code == 0, err

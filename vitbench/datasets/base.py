@@ -92,6 +92,15 @@ class Split:
         with open(self.paths[index], "rb") as f:
             return f.read()
 
+    def file_groups(self) -> np.ndarray:
+        """The container file (shard, row group, TFRecord file) of each image, numbered 0..: what a
+        shard-ordered training stream groups by. Only container splits have them."""
+        if self.records is None:
+            raise UserError(
+                f"--train-order shards: {self.dataset} {self.name} is not in shards (it reads hf:, wds: and tfds: data)"
+            )
+        return self.records.container.groups(self.records.rows)
+
     def subset(self, name: str, indices: np.ndarray) -> Split:
         """The images at `indices` (kept in order) as a split of their own."""
         indices = np.sort(indices)

@@ -149,6 +149,10 @@ class TableImages(Container):
         self._open_block = (k, column)
         return column
 
+    def groups(self, rows: np.ndarray) -> np.ndarray:
+        """A parquet row group (read whole), or an Arrow file."""
+        return np.searchsorted(self.starts, rows, side="right").astype(np.int64) - 1
+
     def _locate(self, row: int) -> tuple[int, int]:
         k = int(np.searchsorted(self.starts, row, side="right")) - 1
         return k, row - int(self.starts[k])

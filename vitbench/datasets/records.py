@@ -42,6 +42,10 @@ class Container(ABC):
     def where(self, row: int) -> str:
         """The file and member (or row) holding `row`, as an error or a prediction names it."""
 
+    @abstractmethod
+    def groups(self, rows: np.ndarray) -> np.ndarray:
+        """The unit each row is read with (its shard, file or row group), numbered 0.., for `rows`."""
+
     def __getstate__(self) -> dict[str, Any]:
         # open files and cached blocks stay in the process that opened them
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_open")}
@@ -134,6 +138,9 @@ class OffsetContainer(Container):
 
     def read(self, row: int) -> bytes:
         return self.raw(row)
+
+    def groups(self, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(self.which[rows], dtype=np.int64)
 
     def within(self, row: int) -> int:
         """`row`'s position in its own file."""

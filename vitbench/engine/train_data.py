@@ -195,13 +195,19 @@ class Stream:
     seed: int
     rank: int = 0
     world: int = 1
+    # the file (shard, parquet row group, TFRecord file) of each split index, for a shard-ordered
+    # stream (--train-order shards); None: each epoch is a permutation of the whole split
+    groups: np.ndarray | None = None
 
     @property
     def accum(self) -> int:
         return self.batch // (self.micro * self.world)
 
     def _epoch(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(self.n)
+        rng = np.random.default_rng([self.seed, epoch])
+        if self.groups is None:
+            return rng.permutation(self.n)
+        return shard_order(self.groups, rng)
 
     def positions(self, step: int) -> range:
         """This process's share of step `step`: a contiguous slice of the global batch."""
@@ -221,6 +227,16 @@ class Stream:
                 items.append((int(order[position % self.n]), position))
             for m in range(self.accum):
                 yield items[m * self.micro : (m + 1) * self.micro]
+
+
+def shard_order(groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """An epoch's order shard by shard (webdataset's shard shuffle, then a shuffle within each shard):
+    the files in a random order, each file's images in a random order. Reads then go through one
+    file at a time, from its start towards its end, as a stream from an object store wants them;
+    the order is a pure function of (seed, epoch), so a resumed run continues it exactly."""
+    rank_of_file = rng.permutation(int(groups.max(initial=-1)) + 1)
+    within = rng.random(len(groups))
+    return np.lexsort((within, rank_of_file[groups]))
 
 
 class MicroBatches(torch.utils.data.Sampler):

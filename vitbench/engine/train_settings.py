@@ -60,6 +60,9 @@ class Settings:
     checkpointing: bool | None = None
     log_every: int = 50
     checkpoint_every: int = 500
+    # the training stream's order: "random" (a permutation of the split each epoch) or "shards" (the
+    # container's files in a shuffled order, each file's images shuffled: train_data.Stream); in hparams
+    train_order: str = "random"
     timed_from: int = 0  # Outcome.timed_seconds counts from this step (a benchmark's warm-up excluded)
 
     def micro(self, world: int, device_type: str = "cpu") -> int:

@@ -114,7 +114,8 @@ class _Feed:
         """Batches from `step` on, in micro-batches of `micro`."""
         s, split, device = self.settings, self.split, self.device
         self.micro = micro
-        self.stream = Stream(len(split), s.batch, micro, s.seed, self.world.rank, self.world.size)
+        groups = split.file_groups() if s.train_order == "shards" else None
+        self.stream = Stream(len(split), s.batch, micro, s.seed, self.world.rank, self.world.size, groups)
         if s.input_pipeline == "synthetic":
             remaining = s.steps - step
             self.batches = synthetic_batches(

@@ -32,7 +32,7 @@ from vitbench.protocols.recipes import (
     sweep_choice,
     training_hparams,
 )
-from vitbench.protocols.shared_options import TrainingOptions
+from vitbench.protocols.shared_options import TrainingOptions, train_order, train_order_hparams
 from vitbench.store.shards import checkpoint_path
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
@@ -159,6 +159,7 @@ class Finetune(Protocol):
             "polyak": o.polyak,
             "dropout": model.dropout,
             "smoke": o.smoke,
+            **train_order_hparams(o, splits[dataset.transfer_splits[0]]),
         }
         if o.polyak_warmup:  # recorded only when asked for: the default keeps its run keys
             if o.polyak is None:
@@ -277,6 +278,7 @@ def _settings(group: Group, seed: int, h: dict, lr: float, req: Request, runtime
         decode_on_device=decodes_on_device(runtime.input_pipeline),
         log_every=max(1, min(50, h["steps"] // 10)),
         checkpoint_every=o.checkpoint_every or checkpoint_interval(h["steps"]),
+        train_order=train_order(h),
     )
 
 

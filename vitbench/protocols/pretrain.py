@@ -29,7 +29,7 @@ from vitbench.protocols.bounds import INT32_MAX, MAX_EPOCHS
 from vitbench.protocols.fewshot import FEWSHOT, FewshotOptions
 from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import PRETRAIN_PANEL, Given, limits, option
-from vitbench.protocols.shared_options import SEEDS, TrainingOptions
+from vitbench.protocols.shared_options import SEEDS, TrainingOptions, train_order_hparams
 from vitbench.registry import get_dataset
 from vitbench.weights import RANDOM
 
@@ -319,6 +319,7 @@ def settings_for(group: Group, req: Request, n_train: int) -> dict:
         "precision": group.runtime.precision,
         **decoder_hparams(group.runtime.input_pipeline, group.runtime.device, None, [*group.splits.values()]),
         "smoke": o.smoke,
+        **train_order_hparams(o, group.splits[group.dataset.sweep_splits[0]]),
     }
 
 

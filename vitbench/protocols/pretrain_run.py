@@ -27,7 +27,7 @@ from vitbench.errors import UserError
 from vitbench.protocols import pretrain_recipe as recipe
 from vitbench.protocols.base import Group, Recorder, Request, Result, RunSpec
 from vitbench.protocols.finetune import checkpoint_interval
-from vitbench.protocols.shared_options import TrainingOptions
+from vitbench.protocols.shared_options import TrainingOptions, train_order
 from vitbench.provenance import sha256_file
 from vitbench.store.shards import checkpoint_path
 from vitbench.weights import RANDOM, RANDOM_INIT_SEED, build_model, pretrained
@@ -104,7 +104,7 @@ def pretrain(
         workers=runtime.workers, input_pipeline=choose_pipeline(runtime.input_pipeline, runtime.device),
         decode_on_device=decodes_on_device(runtime.input_pipeline),
         log_every=max(1, min(50, h["steps"] // 10)),
-        checkpoint_every=o.checkpoint_every or checkpoint_interval(h["steps"]),
+        checkpoint_every=o.checkpoint_every or checkpoint_interval(h["steps"]), train_order=train_order(h),
     )  # fmt: skip
     objective = model.loss() if isinstance(model, MaskedPatchPrediction) else None
     what = f"{group.model.name} · {group.dataset.name} pretrain n={h['subset']} seed={spec.seed}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vitbench.datasets.base import Split
 from vitbench.protocols.bounds import INT32_MAX, MAX_BATCH
 from vitbench.protocols.options import FINETUNE_PANEL, WHAT_PANEL, ProtocolOptions, limits, option
 
@@ -55,6 +56,14 @@ class TrainingOptions(SeededOptions):
         "finetune: 20 steps, batch 32, 64 px (pretrain: 50, 64, 48 px); marked, never compared.",
         panel=FINETUNE_PANEL,
     )
+    train_order: str = option(
+        "random",
+        "finetune, pretrain: random (each epoch a permutation of the split: a folder's numbers from any format) "
+        "or shards (shard by shard, shards then their images shuffled: sequential reads, for shards on an "
+        "object store; hf:, wds:, tfds: splits).",
+        panel=FINETUNE_PANEL,
+        choices=("random", "shards"),
+    )
     checkpoint_every: int | None = option(
         None,
         "finetune: steps between resumable checkpoints [default: steps/10, 50..500].",
@@ -62,3 +71,21 @@ class TrainingOptions(SeededOptions):
         kind=int,
         bound=limits(int, 1, INT32_MAX),
     )
+
+
+# what a run records (and is keyed on) when its training stream goes shard by shard; the default
+# (random) records nothing, so the runs made before the option keep their keys
+SHARD_ORDER = "shards: each epoch the files in a shuffled order, each file's images shuffled"
+
+
+def train_order_hparams(o: TrainingOptions, train: Split) -> dict[str, str]:
+    """The hparams of --train-order; a split not in shards is refused as the run is planned."""
+    if o.train_order != "shards":
+        return {}
+    train.file_groups()  # a one-line error for a split of files or arrays
+    return {"train_order": SHARD_ORDER}
+
+
+def train_order(h: dict) -> str:
+    """The Settings.train_order of a run's hparams."""
+    return "shards" if "train_order" in h else "random"
