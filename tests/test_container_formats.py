@@ -433,3 +433,12 @@ def test_a_shard_order_for_a_split_not_in_shards_is_refused_as_planned(same_byte
                          "--protocol", "finetune", "--smoke", "--train-order", "shards", "--dry-run",
                          "--results", str(tmp_path / "r"))  # fmt: skip
     assert code == 0, err
+
+
+def test_shard_members_are_grouped_by_webdatasets_own_rule():
+    from webdataset.tariterators import base_plus_ext
+
+    from vitbench.datasets.wds_format import _base_plus_ext
+
+    names = ["a.jpg", "dir/a.b.jpg", "x/y/z.seg.png", "noext", ".hidden", "a..b", "d.ir/f.cls", "n0142/img_17.JPEG"]
+    assert [_base_plus_ext(n) for n in names] == [base_plus_ext(n) for n in names]

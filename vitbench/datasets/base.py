@@ -73,7 +73,10 @@ class Split:
     def decoded(self, index: int) -> Image.Image:
         """Image `index` of a file or a container's record, decoded as stored (no border crop)."""
         if self.records is not None:
-            return decode(self.records.where(index), self.records.read(index))
+            try:
+                return decode("", self.records.read(index))
+            except CorruptImage as e:  # named only when it is: where() formats a member's name
+                raise CorruptImage(self.records.where(index), e.reason) from None
         assert self.paths is not None
         return decode(self.paths[index])
 

@@ -153,10 +153,13 @@ def concatenated(parts: list[dict[str, np.ndarray]]) -> tuple[np.ndarray, np.nda
     return which, *(np.concatenate([p[k] for p in parts]) for k in ("offset", "size", "label"))  # type: ignore[return-value]
 
 
-def kept_index(kind: str, url: str, settings: str, build: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def kept_index(
+    kind: str, url: str, settings: str, build: Callable[[], dict[str, np.ndarray]], keys: tuple[str, ...] = ()
+) -> dict[str, np.ndarray]:
     """A file's index (`build()`'s arrays), kept in vitbench's cache under `kind`, keyed by the file's
     path, size and time (an S3 object's ETag) and `settings`: built once, never beside the data,
-    rebuilt when the file changes or the kept copy is damaged."""
+    rebuilt when the file changes or the kept copy is damaged. `keys`: only those arrays are read
+    back (a split needs offsets, sizes and labels; member names only when one is named)."""
     if is_remote(url):
         fs, path = remote_fs(url)
         info = fs.info(path)
@@ -168,7 +171,7 @@ def kept_index(kind: str, url: str, settings: str, build: Callable[[], dict[str,
     if kept.is_file():
         try:
             with np.load(kept) as f:
-                return {k: f[k] for k in f.files}
+                return {k: f[k] for k in (keys or f.files)}
         except (OSError, ValueError, KeyError):
             pass  # damaged: built again
     index = build()
@@ -179,4 +182,4 @@ def kept_index(kind: str, url: str, settings: str, build: Callable[[], dict[str,
 
     with contextlib.suppress(UserError):  # a read-only cache: built again next time, nothing is lost
         write_atomic(kept, save)
-    return index
+    return {k: index[k] for k in keys} if keys else index

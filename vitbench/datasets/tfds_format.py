@@ -10,8 +10,10 @@ read and the Example's bytes as TFDS stored them."""
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -48,14 +50,14 @@ def _example_class():
     return Example
 
 
-def _parse(data: bytes, image_key: str, label_key: str, where: str) -> tuple[bytes, int]:
+def _parse(data: bytes, image_key: str, label_key: str, where: Callable[[], str]) -> tuple[bytes, int]:
     example = _example_class().FromString(data)
     features = example.features.feature
     if image_key not in features or not features[image_key].bytes_list.value:
-        raise UserError(f"{where}: the record has no '{image_key}' image")
+        raise UserError(f"{where()}: the record has no '{image_key}' image")
     labels = features[label_key].int64_list.value if label_key in features else []
     if not labels:
-        raise UserError(f"{where}: the record has no '{label_key}' label")
+        raise UserError(f"{where()}: the record has no '{label_key}' label")
     return bytes(features[image_key].bytes_list.value[0]), int(labels[0])
 
 
@@ -76,7 +78,7 @@ def index_file(path: str, image_key: str, label_key: str) -> dict[str, np.ndarra
                 raise UserError(f"{path}: truncated inside record {len(offsets)}")
             data = f.read(length)
             f.read(4)
-            _, label = _parse(data, image_key, label_key, f"{path}:record {len(offsets)}")
+            _, label = _parse(data, image_key, label_key, functools.partial("{}:record {}".format, path, len(offsets)))
             offsets.append(position + HEADER)
             lengths.append(length)
             labels.append(label)
@@ -102,7 +104,7 @@ class RecordImages(OffsetContainer):
         self.image_key, self.label_key = image_key, label_key
 
     def read(self, row: int) -> bytes:
-        return _parse(self.raw(row), self.image_key, self.label_key, self.where(row))[0]
+        return _parse(self.raw(row), self.image_key, self.label_key, lambda: self.where(row))[0]
 
     def where(self, row: int) -> str:
         return f"{self.files[int(self.which[row])]}:record {self.within(row)}"

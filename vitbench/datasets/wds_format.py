@@ -13,6 +13,7 @@ access for few-shot sampling, extraction and fine-tuning's shuffled stream alike
 from __future__ import annotations
 
 import json
+import re
 import tarfile
 from pathlib import Path
 
@@ -40,12 +41,15 @@ INDEX_VERSION = 1  # bump when the index's arrays change: old cache entries are 
 MAX_LABEL_MEMBER = 1 << 20  # a .cls/.json member is read whole: a larger one is not a label
 
 
+# webdataset's grouping rule (webdataset/tariterators.py, base_plus_ext): the key is the member's
+# name up to the first dot of its last part, the rest its extension. Written out, not imported:
+# importing webdataset imports torch (seconds), and `doctor` and dry runs index shards without it.
+KEY_AND_EXTENSION = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+
+
 def _base_plus_ext(name: str) -> tuple[str | None, str | None]:
-    try:
-        from webdataset.tariterators import base_plus_ext
-    except ImportError:
-        raise UserError("wds: datasets need webdataset: pip install 'vitbench[wds]'") from None
-    return base_plus_ext(name)
+    match = KEY_AND_EXTENSION.match(name)
+    return (match.group(1), match.group(2)) if match else (None, None)
 
 
 def _label_of(member_ext: str, data: bytes, label_key: str | None, where: str) -> int | None:
@@ -136,9 +140,10 @@ def index_shard(shard: str, label_key: str | None) -> dict[str, np.ndarray]:
     }
 
 
-def shard_index(shard: str, label_key: str | None) -> dict[str, np.ndarray]:
-    """`index_shard`'s arrays, from the cache when this shard (unchanged) was indexed before."""
-    return kept_index("wds-index", shard, f"{INDEX_VERSION}|{label_key}", lambda: index_shard(shard, label_key))
+def shard_index(shard: str, label_key: str | None, keys: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """`index_shard`'s arrays (`keys` of them), from the cache when this shard (unchanged) was indexed before."""
+    settings = f"{INDEX_VERSION}|{label_key}"
+    return kept_index("wds-index", shard, settings, lambda: index_shard(shard, label_key), keys)
 
 
 class ShardImages(OffsetContainer):
@@ -159,7 +164,8 @@ class ShardImages(OffsetContainer):
 
 def _split_reader(shards: list[str], label_key: str | None):
     def read() -> tuple[Records, np.ndarray]:
-        container = ShardImages(shards, [shard_index(s, label_key) for s in shards], label_key)
+        parts = [shard_index(s, label_key, ("offset", "size", "label")) for s in shards]
+        container = ShardImages(shards, parts, label_key)
         return Records(container, np.arange(len(container), dtype=np.int64)), container.labels
 
     return read_once(read)

@@ -304,9 +304,11 @@ class _Files(torch.utils.data.Dataset):
         index = item[0] if isinstance(item, tuple) else item
         data: np.ndarray | str
         try:
-            # a file or a container's record (hf:, wds:, tfds:): the bytes as stored, decoded as a file is
-            raw = self.split.encoded(index)
-            data = np.asarray(decode(self.split.location(index), raw)) if self.decoded else np.frombuffer(raw, np.uint8)
+            # a file or a container's record (hf:, wds:, tfds:): decoded as stored, or its bytes
+            if self.decoded:
+                data = np.asarray(self.split.decoded(index))
+            else:
+                data = np.frombuffer(self.split.encoded(index), np.uint8)
         except CorruptImage as e:
             data = str(e.reason)
         except UserError:  # decode's other error: the file is gone (as OSError when only read)
