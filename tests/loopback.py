@@ -1,7 +1,9 @@
 """A file server on 127.0.0.1 that the download tests start themselves (no other address is ever
 contacted): plain files with Google Cloud Storage's headers (`x-goog-hash: md5=`), Range requests
 for resuming, and the Hugging Face Hub's `/<repo>/resolve/<revision>/<file>` answers (the
-X-Repo-Commit / X-Linked-Etag headers huggingface_hub reads). A file can be served corrupt (other
+X-Repo-Commit / X-Linked-Etag headers huggingface_hub reads), for model and dataset repos (a
+dataset repo's listings, `/api/datasets/<repo>/revision/main` and `.../tree/<commit>`, are files the
+test serves). A file can be served corrupt (other
 bytes than its stated checksum) or cut off after some bytes, once, to test a resumed download."""
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def _handler(state: Files):
             state.requests.append((self.command, self.path, self.headers.get("Range")))
             if len(state.requests) > MAX_REQUESTS:
                 return self._fail(429, "")
-            path, hub = self.path, re.fullmatch(r"/([\w.-]+/[\w.-]+)/resolve/[\w.-]+/(.+)", self.path)
+            path, hub = self.path, re.fullmatch(r"/(?:datasets/)?([\w.-]+/[\w.-]+)/resolve/[\w.-]+/(.+)", self.path)
             if hub and hub.group(1) not in state.hub_repos:
                 return self._fail(404, "RepoNotFound")
             if path not in state.files:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from loopback import Server
+from loopback import COMMIT, Server
 
 from vitbench import downloads, registry, store
 from vitbench.errors import UserError
@@ -295,3 +295,39 @@ def _with_rule(vtab_tfds, task, rule):
         return vtab_tfds.tfds_loader(task), vtab_tfds.tfds_fetcher(task)
     finally:
         vtab_tfds.TFDS_TASKS[task.key] = original
+
+
+def test_a_hub_dataset_is_read_from_the_cache_and_fetched_only_with_download(server, tmp_path, cli):
+    """`hf:<owner>/<name>`: the local Hub cache only (no request), one line saying how to fetch it;
+    with --download, huggingface_hub's snapshot of its parquet files into the Hub cache, then a run."""
+    from container_data import samples, write_parquet
+
+    repo = "someone/tiny-pets"
+    folder = write_parquet(samples({"train": 4, "test": 2}), tmp_path / "made")
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.parquet"))
+    server.state.hub_repos.add(repo)
+    listing = [{"type": "file", "path": f, "size": (folder / f).stat().st_size, "oid": "0" * 40} for f in files]
+    server.state.files[f"/api/datasets/{repo}/revision/main"] = json.dumps(
+        {"id": repo, "sha": COMMIT, "siblings": [{"rfilename": f} for f in files]}
+    ).encode()
+    server.state.files[f"/api/datasets/{repo}/tree/{COMMIT}?recursive=true&expand=false"] = json.dumps(listing).encode()
+    for f in files:
+        server.state.files[f"/datasets/{repo}/resolve/{COMMIT}/{f}"] = (folder / f).read_bytes()
+    run = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", f"hf:{repo}", "--res", "32",
+           "--workers", "0", "--protocol", "knn", "--results", str(tmp_path / "results"))  # fmt: skip
+    code, _, err = cli(*run)
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        f"error: hf:{repo}: not in the local Hub cache; add --download (or set VITBENCH_DOWNLOAD=1) to fetch it, "
+        f"or give the folder: hf:<path>"
+    )
+    assert server.state.requests == []  # the cache only: nothing was asked of the Hub
+    code, _, err = cli(*run, "--download")
+    assert code == 0, err
+    snapshot = tmp_path / "hub" / "datasets--someone--tiny-pets" / "snapshots" / COMMIT
+    assert sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*.parquet")) == files
+    asked = len(server.state.requests)
+    code, _, err = cli(*run, "--rerun")  # now from the cache, offline
+    assert code == 0, err
+    assert len(server.state.requests) == asked
+    (row,) = store.read_results(tmp_path / "results").drop_duplicates("run_key").itertuples()
+    assert row.dataset.startswith("hf:tiny-pets@") and row.data_source == "hf"

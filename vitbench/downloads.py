@@ -10,6 +10,8 @@ weights and TFDS builds go through their own libraries (weights/hub.py, datasets
 from __future__ import annotations
 
 import base64
+import contextlib
+import contextvars
 import hashlib
 import http.client
 import logging
@@ -18,6 +20,7 @@ import re
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +33,24 @@ TIMEOUT_S = 60  # per connect and per read: a stalled server ends the download (
 CHUNK = 1 << 20
 
 
+# --download while the planner resolves dataset names (`hf:<repo id>` fetches its snapshot then)
+_REQUESTED: contextvars.ContextVar[bool] = contextvars.ContextVar("vitbench_download", default=False)
+
+
 def allowed(requested: bool) -> bool:
-    """Whether to download: `requested` (a request's --download, handed down by the planner), or
-    VITBENCH_DOWNLOAD=1 in the environment (on everywhere)."""
-    return requested or os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    """Whether to download: `requested` (a request's --download, handed down by the planner), the
+    planner's `permitted` while it resolves datasets, or VITBENCH_DOWNLOAD=1 in the environment."""
+    return requested or _REQUESTED.get() or os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@contextlib.contextmanager
+def permitted(requested: bool) -> Iterator[None]:
+    """Downloads allowed (`requested`: the request's --download) for what runs inside."""
+    token = _REQUESTED.set(requested)
+    try:
+        yield
+    finally:
+        _REQUESTED.reset(token)
 
 
 def cache_root() -> Path:
@@ -42,6 +59,19 @@ def cache_root() -> Path:
     if os.environ.get("VITBENCH_CACHE"):
         return Path(os.environ["VITBENCH_CACHE"]).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "vitbench"
+
+
+def hub_cache() -> Path:
+    """Where huggingface_hub keeps downloads: HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub
+    (read when asked: the environment of the moment, not of huggingface_hub's import)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
+
+
+def hub_endpoint() -> str | None:
+    """The Hub the user points huggingface_hub at (HF_ENDPOINT), read when asked."""
+    return os.environ.get("HF_ENDPOINT") or None
 
 
 @dataclass(frozen=True)

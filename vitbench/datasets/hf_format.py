@@ -254,18 +254,22 @@ def _arrow_split(folder: Path, label_key: str | None, where: str) -> tuple[Conta
 
 
 def _hub_folder(repo_id: str) -> Path:
-    """The local snapshot of a Hub dataset repo: the cache only, unless downloads are allowed."""
+    """The local snapshot of a Hub dataset repo: the cache only, unless downloads are allowed (and
+    the user's own HF_HUB_OFFLINE does not forbid them)."""
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import constants, snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError:
         raise UserError(
             f"hf:{repo_id}: reading the Hub cache needs huggingface_hub: pip install 'vitbench[hf]'"
         ) from None
-    online = downloads.allowed(False)
+    online = downloads.allowed(False) and not constants.HF_HUB_OFFLINE
     try:
-        return Path(snapshot_download(repo_id, repo_type="dataset", local_files_only=not online,
-                                      allow_patterns=["*.parquet", "*.json", "*.md"]))  # fmt: skip
+        folder = snapshot_download(
+            repo_id, repo_type="dataset", local_files_only=not online, cache_dir=downloads.hub_cache(),
+            endpoint=downloads.hub_endpoint(), allow_patterns=["*.parquet", "*.json", "*.md"],
+        )  # fmt: skip
+        return Path(folder)
     except LocalEntryNotFoundError:
         raise UserError(
             f"hf:{repo_id}: not in the local Hub cache; add --download (or set {downloads.ENV}=1) to fetch it, "

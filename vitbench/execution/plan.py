@@ -208,7 +208,8 @@ def _model_groups(
     if not weights.random:
         published = Preprocessing.from_weights_config(weights.path, published)
     preprocessing = inputs.recipe(published)
-    datasets, absent = present_datasets(dataset_names, protocol.name, req, dry_run)
+    with downloads.permitted(fetch):  # a dataset named by a Hub repo id is fetched as its name resolves
+        datasets, absent = present_datasets(dataset_names, protocol.name, req, dry_run)
     if fetch:
         for dataset in datasets:
             dataset.fetch(req.data_dir, req.data_source)

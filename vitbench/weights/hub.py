@@ -19,18 +19,12 @@ from pathlib import Path
 from vitbench import downloads
 from vitbench.atomic import write_atomic
 from vitbench.backend import ModelSpec
+from vitbench.downloads import hub_cache
 from vitbench.errors import UserError, one_line
 from vitbench.provenance import sha256_file
 from vitbench.weights.names import HF_PREFIX, TIMM_PREFIX
 
 FILES = ("model.safetensors", "pytorch_model.bin")
-
-
-def hub_cache() -> Path:
-    """Where huggingface_hub keeps downloads: HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
 
 
 def resolve_timm_tag(weights: str, spec: ModelSpec | None, download: bool = False) -> Path:
