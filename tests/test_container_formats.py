@@ -439,3 +439,16 @@ def test_shard_members_are_grouped_by_webdatasets_own_rule():
 
     names = ["a.jpg", "dir/a.b.jpg", "x/y/z.seg.png", "noext", ".hidden", "a..b", "d.ir/f.cls", "n0142/img_17.JPEG"]
     assert [_base_plus_ext(n) for n in names] == [base_plus_ext(n) for n in names]
+
+
+def test_shards_of_a_paper_dataset_with_few_of_its_classes_keep_the_datasets_classes(tmp_path, monkeypatch):
+    """Shards name no classes; for a paper dataset the count is the dataset's (Pets: 37), not train's
+    largest label + 1 (the shared Pets subset holds 6 of the 37 breeds: it was refused as 6 classes)."""
+    from vitbench.datasets import DATASETS
+
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
+    data = samples({"train": 2, "test": 1})
+    data = {s: [(n, {0: 3, 1: 20, 2: 36}[y], b) for n, y, b in items] for s, items in data.items()}
+    write_shards(data, tmp_path / "wds" / "oxford-iiit-pet")
+    test = DATASETS["pets"].load_split(tmp_path, "test", "wds")
+    assert test.labels.tolist() == [3, 20, 36] and test.source == "wds" and test.is_subset

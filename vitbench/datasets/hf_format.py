@@ -335,8 +335,9 @@ def _remote_splits(url: str, label_key: str | None) -> Found:
     return found
 
 
-def hf_spec(argument: str) -> DatasetSpec:
-    """The spec of `hf:<folder, URL or repo id>[#<label column>]`."""
+def hf_spec(argument: str, known_classes: int | None = None) -> DatasetSpec:
+    """The spec of `hf:<folder, URL or repo id>[#<label column>]`. `known_classes`: the class count
+    where the data names none (a plain integer column) and the dataset is known (`--data-source`)."""
     target, _, label_key = argument.partition("#")
     where = f"hf:{target}"
     if "://" in target:
@@ -358,6 +359,8 @@ def hf_spec(argument: str) -> DatasetSpec:
     def classes() -> int:
         if names:
             return len(names)
+        if known_classes is not None:
+            return known_classes
         _, labels = found.splits["train"].read()
         return int(labels.max(initial=-1)) + 1
 

@@ -83,16 +83,20 @@ def _version_key(path: Path) -> tuple[int, ...]:
 
 
 @cache
-def _container(argument: str) -> DatasetSpec:
+def _container(argument: str, num_classes: int) -> DatasetSpec:
+    """The container's spec; where it does not name its classes, the dataset's count is theirs
+    (a subset's train split may hold fewer of them: the shared Pets holds 6 of 37 breeds)."""
     prefix, _, rest = argument.partition(":")
-    return {"hf": hf_spec, "wds": wds_spec, "tfds": tfds_spec}[prefix](rest)
+    if prefix == "tfds":
+        return tfds_spec(rest)
+    return {"hf": hf_spec, "wds": wds_spec}[prefix](rest, known_classes=num_classes)
 
 
 def container_loader(spec_name: str, num_classes: int, source: str) -> Loader:
     """Read a paper dataset's split from `source`: its container, checked to hold the dataset's classes."""
 
     def load(data_dir: Path | None, split: str) -> Split:
-        container = _container(location(spec_name, source, data_dir))
+        container = _container(location(spec_name, source, data_dir), num_classes)
         if container.num_classes != num_classes:
             raise UserError(
                 f"{container.name}: {container.num_classes} classes, {spec_name} has {num_classes}: "
@@ -132,7 +136,7 @@ def present_sources(spec: DatasetSpec, data_dir: Path | None) -> list[str]:
 def metadata_counts(spec: DatasetSpec, data_dir: Path | None, source: str) -> dict[str, int | None]:
     """Each split's image count as the container's metadata gives it (parquet footers, _info.json,
     TFDS's split info), or, for shards without an _info.json, from their index (tar headers only)."""
-    container = _container(location(spec.name, source, data_dir))
+    container = _container(location(spec.name, source, data_dir), spec.num_classes)
     counts: dict[str, int | None] = {}
     for ours, theirs in PUBLISHED[spec.name].splits.items():
         if theirs not in container.split_names:

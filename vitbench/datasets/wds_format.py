@@ -210,8 +210,9 @@ def _info(folder: Path | None) -> dict:
     return info if isinstance(info, dict) else {}
 
 
-def wds_spec(argument: str) -> DatasetSpec:
-    """The spec of `wds:<folder, pattern or URL>[#<label key>]`."""
+def wds_spec(argument: str, known_classes: int | None = None) -> DatasetSpec:
+    """The spec of `wds:<folder, pattern or URL>[#<label key>]`. `known_classes`: the class count of
+    a dataset read from shards that do not name their classes (a paper dataset's: `--data-source`)."""
     target, _, label_key = argument.partition("#")
     where = f"wds:{target}"
     shards, folder = _shards(target)
@@ -237,6 +238,8 @@ def wds_spec(argument: str) -> DatasetSpec:
             return len(names)
         if isinstance(info.get("num_classes"), int):
             return int(info["num_classes"])
+        if known_classes is not None:
+            return known_classes
         _, labels = splits["train"].read()
         return int(labels.max(initial=-1)) + 1
 
