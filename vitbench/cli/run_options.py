@@ -74,7 +74,12 @@ Res = Annotated[
 Gelu = Annotated[str, option("--gelu", panel=WHAT, help="exact (timm) or tanh (Flax's approximate GELU).")]
 DataSource = Annotated[
     str | None,
-    option("--data-source", panel=DATA, help="tfds: VTAB from prepared TFDS builders [default: the folder layouts]."),
+    option(
+        "--data-source",
+        panel=DATA,
+        help="tfds: VTAB from prepared TFDS builders; hf, wds or tfds: ImageNet, CIFAR, Pets and Flowers from "
+        "<data-dir>/hf/<name>, <data-dir>/wds/<name> or TFDS builds [default: the folder layouts].",
+    ),
 ]
 SkipMissing = Annotated[
     bool, option("--skip-missing", panel=DATA, help="Run the datasets that are there; name the ones skipped.")
