@@ -103,9 +103,29 @@ def _extend(group, split_name: str, runtime: Runtime, clock: Clock, fn, model, c
     cache, key = cache_key
     missing = np.setdiff1d(positions, np.concatenate([have.indices, have.unreadable]))
     for new in _computed(group, split_name, runtime, clock, fn, model, _chunks(missing, len(have.indices))):
+        check_features(new.values, group, split_name)  # before it is cached or solved on
         have = _merge(have, new)
         cache.save(key, have)
     return have, bool(len(missing))
+
+
+def check_features(values: np.ndarray, group, split_name: str) -> None:
+    """A number that cannot be right is never stored: features with a NaN or an infinity (one is
+    enough to make a solve's every prediction chance), or of zero width, stop the run in one line,
+    before they are cached or solved on."""
+    weights = "random init" if group.weights.random else group.weights.path
+    where = f"{group.model.name} ({weights}) on {group.dataset.name} {split_name}"
+    if values.ndim != 2 or (len(values) and values.shape[1] == 0):
+        raise UserError(
+            f"{where}: the backbone's features are {values.shape[1:]} wide, expected one value or more; nothing stored"
+        )
+    bad = ~np.isfinite(values).all(axis=1) if len(values) else np.zeros(0, bool)
+    if bad.any():
+        raise UserError(
+            f"{where}: {int(bad.sum()):,} of {len(values):,} images have non-finite features (NaN or inf), "
+            f"the first at image {int(np.flatnonzero(bad)[0])}; nothing stored (diverged weights, or --precision "
+            f"overflowing: try fp32)"
+        )
 
 
 def _chunks(missing: np.ndarray, held: int) -> list[np.ndarray]:
