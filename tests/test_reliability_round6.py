@@ -59,3 +59,46 @@ def test_item2_zero_width_or_nan_features_are_refused_before_caching():
     with pytest.raises(UserError, match=r"1 of 5 images have non-finite features \(NaN or inf\), the first at image 3"):
         check_features(values, group, "test")
     check_features(np.ones((5, 3), np.float32), group, "test")  # finite: nothing said
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_item8_sigterm_and_sighup_end_a_run_as_ctrl_c_does(tmp_path, name):
+    """Before: SIGTERM killed `vitbench run` in 0.2 s with no line, its leases and the store's WAL left
+    behind, and the next run printed a raw dict per stale lease."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    results = tmp_path / "results"
+    command = [sys.executable, "-m", "vitbench", "run", "--model", "vit-ti/16", "--weights", "random", *FEWSHOT[:-4],
+               "--shots", "1,2", "--seeds", "0,1", "--workers", "1", "--results", str(results)]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list((results / "leases").glob("*")) and time.monotonic() < deadline:  # a run under way
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.02)
+    proc.send_signal(getattr(signal, name))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-1000:]
+    assert err.strip().splitlines()[-1].startswith("interrupted: "), err[-1000:]
+    assert "Traceback" not in err
+    left = {p.name[:12]: p.read_text() for p in (results / "leases").glob("*")}
+    assert not left, f"leases left behind: {left}"
+    assert not (results / "vitbench.duckdb.wal").exists()
+    if name == "SIGHUP":
+        return  # the same code path as SIGTERM's from here
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-1000:]
+    assert "stale lease" not in again.stderr
+    runs = store.read_results(results)
+    assert runs["run_key"].nunique() == 4 and len(runs.drop_duplicates(["run_key", "metric"])) == len(runs)
+
+
+def test_item8_a_stale_lease_is_described_not_dumped():
+    from vitbench.execution.lease import describe_holder
+
+    holder = {"token": "abc", "host": "node7", "pid": 4123, "slurm_job": "991", "taken_at": 1795877000.0}
+    assert describe_holder(holder) == "process 4123 on node7 (SLURM job 991), taken 2026-11-28 14:43 UTC"
+    assert describe_holder({}) == "its file names no holder"

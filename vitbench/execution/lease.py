@@ -70,6 +70,7 @@ class Lease:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
+        self._created = True  # ours, even before it names us (an interruption may come in between)
         owner = {
             "token": self.token,
             "host": socket.gethostname(),
@@ -124,7 +125,7 @@ class Lease:
         if not self._create():
             if not self._stale():
                 return False
-            log.warning("%s: taking over a stale lease (holder %s)", self.run_key[:12], self.holder() or "unknown")
+            log.warning("%s: taking over a stale lease (%s)", self.run_key[:12], describe_holder(self.holder()))
             try:
                 os.rename(self.path, self.path.with_name(f"{self.path.name}.stale-{self.token}"))
             except FileNotFoundError:
@@ -148,7 +149,10 @@ class Lease:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        if self.holder().get("token") == self.token:  # never remove a lease someone else took over
+        holder = self.holder()
+        # never remove a lease someone else took over; one this process made and had not yet written
+        # its name into (interrupted in between) is its own
+        if holder.get("token") == self.token or (getattr(self, "_created", False) and not holder):
             self.path.unlink(missing_ok=True)
 
 
@@ -164,10 +168,11 @@ class Leases:
         taken, busy = [], []
         for key in run_keys:
             lease = Lease(self.results, key)
+            self.held[key] = lease  # held before it is taken: a signal mid-acquire still releases it on exit
             if lease.acquire():
-                self.held[key] = lease
                 taken.append(key)
             else:
+                del self.held[key]
                 busy.append(key)
         return taken, busy
 
@@ -182,3 +187,16 @@ class Leases:
     def __exit__(self, *exc) -> None:
         for key in list(self.held):
             self.release(key)
+
+
+def describe_holder(holder: dict) -> str:
+    """A lease's holder as a person reads it: `process 4123 on node7, taken 2026-11-28 15:02 UTC`."""
+    if not holder.get("token"):
+        return "its file names no holder"
+    where = f"process {holder.get('pid', '?')} on {holder.get('host', '?')}"
+    if holder.get("slurm_job"):
+        where += f" (SLURM job {holder['slurm_job']})"
+    taken = holder.get("taken_at")
+    if isinstance(taken, int | float):
+        where += ", taken " + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(taken))
+    return where
