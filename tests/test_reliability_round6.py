@@ -102,3 +102,24 @@ def test_item8_a_stale_lease_is_described_not_dumped():
     holder = {"token": "abc", "host": "node7", "pid": 4123, "slurm_job": "991", "taken_at": 1795877000.0}
     assert describe_holder(holder) == "process 4123 on node7 (SLURM job 991), taken 2026-11-28 14:43 UTC"
     assert describe_holder({}) == "its file names no holder"
+
+
+def test_item7_two_weights_files_with_the_same_bytes_are_one_set_of_runs(cli, tmp_path):
+    """Before: "2 runs planned … 2 to run", one run done and stored, no word about the other."""
+    import shutil
+
+    import torch
+    from safetensors.torch import save_file
+
+    spec = registry.get_model("vit-ti/16")
+    torch.manual_seed(0)
+    model = spec.backend.create(spec, num_classes=0, img_size=224)
+    first, second = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(first))
+    shutil.copy(first, second)
+    code, _, err = cli("run", "--model", "vit-ti/16", "--weights", f"{first},{second}", *FEWSHOT[:-2],
+                       "--workers", "0", "--results", str(tmp_path / "results"))  # fmt: skip
+    assert code == 0, err
+    assert f"--weights {second}: the same file as {first} (sha256 " in err
+    assert "1 runs planned, 0 already stored, 1 to run" in err
+    assert len(store.read_results(tmp_path / "results").drop_duplicates("run_key")) == 1

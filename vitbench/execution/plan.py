@@ -9,6 +9,7 @@ import glob
 import logging
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from vitbench import downloads
@@ -117,7 +118,24 @@ def plan(req: Request, dry_run: bool = False) -> list[Group]:
         for model_name in models:
             for weights in weights_list:
                 groups += _model_groups(req, runtime, protocol, model_name, weights, dataset_names, dry_run, fetch)
-    return groups
+    return _planned_once(groups)
+
+
+def _planned_once(groups: list[Group]) -> list[Group]:
+    """Each run once: two --weights files with the same bytes are one set of runs (their run keys
+    are equal), said in one line each instead of "2 to run" and one of them silently dropped."""
+    planned: dict[str, str] = {}  # run key -> the weights file that planned it
+    kept = []
+    for group in groups:
+        specs = [s for s in group.specs if s.run_key not in planned]
+        repeated = {planned[s.run_key] for s in group.specs if s.run_key in planned} - {group.weights.path}
+        for first in sorted(repeated):
+            log.warning("--weights %s: the same file as %s (sha256 %s); its runs are planned once",
+                        group.weights.path, first, group.weights.sha256[:12])  # fmt: skip
+        planned.update((s.run_key, group.weights.path) for s in specs)
+        if specs:
+            kept.append(group if len(specs) == len(group.specs) else replace(group, specs=specs))
+    return kept
 
 
 MAX_RUNS = 100_000  # a paper's whole Table 2 and VTAB are some thousands; 10^5 took minutes to plan
