@@ -123,3 +123,28 @@ def test_item7_two_weights_files_with_the_same_bytes_are_one_set_of_runs(cli, tm
     assert f"--weights {second}: the same file as {first} (sha256 " in err
     assert "1 runs planned, 0 already stored, 1 to run" in err
     assert len(store.read_results(tmp_path / "results").drop_duplicates("run_key")) == 1
+
+
+def test_item14_the_dry_run_says_kept_only_where_the_rates_were_kept(cli, tmp_path, monkeypatch):
+    """Before: "kept in <cache>/micro-rates.json" when VITBENCH_CACHE was a file and nothing was kept."""
+    cache = tmp_path / "cache-is-a-file"
+    cache.write_text("not a folder")
+    monkeypatch.setenv("VITBENCH_CACHE", str(cache))
+    args = (
+        "run",
+        "--model",
+        "vit-ti/16",
+        "--weights",
+        "random",
+        *FEWSHOT,
+        "--dry-run",
+        "--results",
+        str(tmp_path / "r"),
+    )
+    code, out, err = cli(*args)
+    assert code == 0, err
+    said = out + err
+    assert f"kept in {cache}" not in said and f"(not kept: {cache / 'micro-rates.json'} cannot be written)" in said
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
+    code, out, err = cli(*args)
+    assert code == 0 and f"kept in {tmp_path / 'cache' / 'micro-rates.json'}" in out + err

@@ -201,13 +201,14 @@ def micro_rate(
                 spread[(model.name, res)] = (float(entry["slowest"]), float(entry["fastest"]))
                 build[(model.name, res)] = float(entry["build"])
             passes, dates = passes + int(entry["passes"]), dates | {entry["measured"]}
-    if changed and path is not None:
-        keep_json(path, kept)
+    # said kept only where it is: a cache that is a file, /dev/full or read-only keeps nothing
+    stored = path is not None and (keep_json(path, kept) if changed else path.is_file())
+    where = f" and kept in {path}" if stored else f" (not kept: {path} cannot be written)" if path is not None else ""
     basis = (
         f"a micro-benchmark on {name}: the median of {passes} timed passes of random images at random init "
         f"(forward passes, and training steps where the plan trains; the forward passes' slowest and fastest give "
         f"the range), measured {', '.join(sorted(dates))}"
-        + (f" and kept in {path}" if path is not None else "")
+        + where
         + "; `vitbench bench` measures the whole loop"
     )
     return Rate({}, basis, measured, spread, build)
