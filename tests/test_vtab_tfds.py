@@ -117,7 +117,11 @@ def test_tfds_source_without_tensorflow_datasets_says_how_to_install(tmp_path, m
         UserError, match=r"--data-source tfds needs TensorFlow Datasets: pip install 'vitbench\[tfds\]'"
     ):
         DATASETS["vtab/dtd"].load_split(tmp_path, "test", "tfds")
-    with pytest.raises(UserError, match=r"--data-source tfds: dataset cifar10 reads cifar-pickle"):
+    with pytest.raises(UserError, match=r"--data-source tfds: dataset digits reads sklearn-digits"):
+        DATASETS["digits"].load_split(tmp_path, "test", "tfds")
+    (tmp_path / "cifar10" / "3.0.2").mkdir(parents=True)  # a build's folder, read without the extra
+    (tmp_path / "cifar10" / "3.0.2" / "dataset_info.json").write_text("{}")
+    with pytest.raises(UserError, match=r"tfds: datasets need TensorFlow Datasets: pip install 'vitbench\[tfds\]'"):
         DATASETS["cifar10"].load_split(tmp_path, "test", "tfds")
 
 

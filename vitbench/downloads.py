@@ -10,8 +10,6 @@ weights and TFDS builds go through their own libraries (weights/hub.py, datasets
 from __future__ import annotations
 
 import base64
-import contextlib
-import contextvars
 import hashlib
 import http.client
 import logging
@@ -20,7 +18,6 @@ import re
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,24 +30,10 @@ TIMEOUT_S = 60  # per connect and per read: a stalled server ends the download (
 CHUNK = 1 << 20
 
 
-# --download while the planner resolves dataset names (`hf:<repo id>` fetches its snapshot then)
-_REQUESTED: contextvars.ContextVar[bool] = contextvars.ContextVar("vitbench_download", default=False)
-
-
 def allowed(requested: bool) -> bool:
-    """Whether to download: `requested` (a request's --download, handed down by the planner), the
-    planner's `permitted` while it resolves datasets, or VITBENCH_DOWNLOAD=1 in the environment."""
-    return requested or _REQUESTED.get() or os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes", "on")
-
-
-@contextlib.contextmanager
-def permitted(requested: bool) -> Iterator[None]:
-    """Downloads allowed (`requested`: the request's --download) for what runs inside."""
-    token = _REQUESTED.set(requested)
-    try:
-        yield
-    finally:
-        _REQUESTED.reset(token)
+    """Whether to download: `requested` (a request's --download, handed down by the planner), or
+    VITBENCH_DOWNLOAD=1 in the environment (on everywhere)."""
+    return requested or os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def cache_root() -> Path:

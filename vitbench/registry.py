@@ -132,5 +132,13 @@ def get_dataset(name: str) -> DatasetSpec:
     return DATASETS_BY_NAME.find(name)
 
 
+def fetch_dataset(name: str) -> None:
+    """--download for a dataset named by a format that fetches (`hf:<repo id>`); nothing for the rest."""
+    prefix, colon, argument = name.partition(":")
+    form = dataset_formats().get(prefix) if colon and name not in datasets() else None
+    if form is not None and form.fetch is not None and argument:
+        form.fetch(argument)
+
+
 def get_suite(name: str) -> Suite:
     return SUITES.find(name)

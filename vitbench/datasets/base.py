@@ -349,6 +349,9 @@ class DatasetFormat:
     prefix: str
     build: Callable[[str], DatasetSpec]
     summary: str  # a line for `vitbench ls datasets`: what the argument is
+    # what --download does for an argument before it is built (hf:<repo id>: the Hub's snapshot into
+    # its cache); None: the format reads what is there
+    fetch: Callable[[str], None] | None = None
 
 
 def dev_holdout(n: int, fraction: float) -> tuple[np.ndarray, np.ndarray]:

@@ -253,9 +253,10 @@ def _arrow_split(folder: Path, label_key: str | None, where: str) -> tuple[Conta
     return ContainerSplit(files, read_once(read), official_size=start), columns
 
 
-def _hub_folder(repo_id: str) -> Path:
-    """The local snapshot of a Hub dataset repo: the cache only, unless downloads are allowed (and
-    the user's own HF_HUB_OFFLINE does not forbid them)."""
+def _hub_folder(repo_id: str, download: bool = False) -> Path:
+    """The local snapshot of a Hub dataset repo: the cache only, unless downloads are allowed
+    (`download`: --download, handed down by the planner; or VITBENCH_DOWNLOAD=1) and the user's own
+    HF_HUB_OFFLINE does not forbid them."""
     try:
         from huggingface_hub import constants, snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
@@ -263,7 +264,7 @@ def _hub_folder(repo_id: str) -> Path:
         raise UserError(
             f"hf:{repo_id}: reading the Hub cache needs huggingface_hub: pip install 'vitbench[hf]'"
         ) from None
-    online = downloads.allowed(False) and not constants.HF_HUB_OFFLINE
+    online = downloads.allowed(download) and not constants.HF_HUB_OFFLINE
     try:
         folder = snapshot_download(
             repo_id, repo_type="dataset", local_files_only=not online, cache_dir=downloads.hub_cache(),
@@ -348,7 +349,7 @@ def hf_spec(argument: str, known_classes: int | None = None) -> DatasetSpec:
             if not path.is_dir():
                 raise UserError(f"{path}: is a file, expected a Hugging Face dataset folder (parquet or save_to_disk)")
             path = path.resolve()
-        elif target.count("/") == 1 and not target.startswith((".", "/", "~")):
+        elif is_repo_id(target):
             path = _hub_folder(target)
         else:
             raise UserError(f"hf:{target}: no such folder (a Hub repo id reads owner/name)")
@@ -371,8 +372,24 @@ def hf_spec(argument: str, known_classes: int | None = None) -> DatasetSpec:
     )  # fmt: skip
 
 
+def is_repo_id(target: str) -> bool:
+    """`owner/name`, not a folder here or a URL."""
+    return target.count("/") == 1 and not target.startswith((".", "/", "~")) and "://" not in target
+
+
+def hf_fetch(argument: str) -> None:
+    """--download for `hf:<owner>/<name>`: the repo's parquet files into the Hub cache (a folder or
+    an object store is read where it is)."""
+    target = argument.partition("#")[0]
+    if is_repo_id(target) and not Path(target).expanduser().exists():
+        _hub_folder(target, download=True)
+
+
 FORMATS = [
     DatasetFormat(
-        PREFIX, hf_spec, "a Hugging Face dataset: parquet folder, save_to_disk folder, Hub repo id or s3:// prefix"
+        PREFIX,
+        hf_spec,
+        "a Hugging Face dataset: parquet folder, save_to_disk folder, Hub repo id or s3:// prefix",
+        fetch=hf_fetch,
     )
 ]

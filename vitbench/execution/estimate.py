@@ -207,9 +207,7 @@ def micro_rate(
     basis = (
         f"a micro-benchmark on {name}: the median of {passes} timed passes of random images at random init "
         f"(forward passes, and training steps where the plan trains; the forward passes' slowest and fastest give "
-        f"the range), measured {', '.join(sorted(dates))}"
-        + where
-        + "; `vitbench bench` measures the whole loop"
+        f"the range), measured {', '.join(sorted(dates))}" + where + "; `vitbench bench` measures the whole loop"
     )
     return Rate({}, basis, measured, spread, build)
 

@@ -19,7 +19,7 @@ from vitbench.devices import Runtime
 from vitbench.errors import UserError
 from vitbench.protocols.base import Group, Request, Trainer
 from vitbench.protocols.registry import get_protocol, option_table
-from vitbench.registry import get_dataset, get_model, get_suite
+from vitbench.registry import fetch_dataset, get_dataset, get_model, get_suite
 from vitbench.suites import Suite
 from vitbench.weights import RANDOM, RANDOM_INIT_SEED, pretrained
 from vitbench.weights.names import is_named
@@ -59,12 +59,15 @@ def resolve(req: Request) -> tuple[str, tuple[str, ...], str, str]:
 
 
 def present_datasets(
-    names: tuple[str, ...], protocol: str, req: Request, dry_run: bool = False
+    names: tuple[str, ...], protocol: str, req: Request, dry_run: bool = False, fetch: bool = False
 ) -> tuple[list[DatasetSpec], dict[str, Path]]:
     """The datasets to run, and those a dry run plans without their files (name -> the first file
     lacking). One lacking a file the protocol's splits need stops the plan before any work, listing
     all of them, unless --skip-missing (then the rest run and the skipped are named); a dry run
     plans it from its official split sizes instead (what it will cost before it is fetched)."""
+    if fetch:  # what a format fetches before it reads (hf:<repo id>: the Hub's snapshot), with --download
+        for name in names:
+            fetch_dataset(name)
     specs = [get_dataset(n) for n in names]
     if req.data_source is not None:  # another source (TFDS) reports its own absence when read
         return specs, {}
@@ -226,8 +229,7 @@ def _model_groups(
     if not weights.random:
         published = Preprocessing.from_weights_config(weights.path, published)
     preprocessing = inputs.recipe(published)
-    with downloads.permitted(fetch):  # a dataset named by a Hub repo id is fetched as its name resolves
-        datasets, absent = present_datasets(dataset_names, protocol.name, req, dry_run)
+    datasets, absent = present_datasets(dataset_names, protocol.name, req, dry_run, fetch)
     if fetch:
         for dataset in datasets:
             dataset.fetch(req.data_dir, req.data_source)
