@@ -148,3 +148,101 @@ def test_item14_the_dry_run_says_kept_only_where_the_rates_were_kept(cli, tmp_pa
     monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
     code, out, err = cli(*args)
     assert code == 0 and f"kept in {tmp_path / 'cache' / 'micro-rates.json'}" in out + err
+
+
+def test_item16_an_audit_named_twice_runs_once():
+    from vitbench.execution import dedup
+
+    once = dedup.plan("digits", ("digits",))
+    assert len(dedup.plan("digits", ("digits", "digits"))) == len(once)  # before: each audit twice
+
+
+def test_item16_a_config_with_a_byte_order_mark_loads(cli, tmp_path):
+    """Before: "not valid TOML (… line 1, column 1)", no word of the BOM a Windows editor writes."""
+    import tomllib
+
+    config = tmp_path / "bom.toml"
+    config.write_bytes(b"\xef\xbb\xbf" + b'model = "vit-ti/16"\nweights = "random"\ndatasets = ["digits"]\n')
+    code, printed, err = cli("run", "--config", str(config), "--print-config")
+    assert code == 0, err
+    assert tomllib.loads(printed)["model"] == ["vit-ti/16"]
+
+
+def test_item16_where_matches_a_name_typed_in_either_unicode_form():
+    """Before: `--where` with the NFD form (macOS's file names) of an NFC-stored name matched nothing."""
+    import pandas as pd
+
+    from vitbench.store.query import apply_where
+
+    runs = pd.DataFrame({"dataset": ["folder:caf\u00e9@1", "folder:tea@2"], "weights": ["caf\u00e9.pt", "t.pt"],
+                         "weights_sha256": ["ab", "cd"]})  # fmt: skip
+    assert apply_where(runs, ["dataset=folder:cafe\u0301@*"])["dataset"].tolist() == ["folder:caf\u00e9@1"]
+    assert apply_where(runs, ["dataset~cafe\u0301"])["dataset"].tolist() == ["folder:caf\u00e9@1"]
+    assert apply_where(runs, ["weights=cafe\u0301.pt"])["weights"].tolist() == ["caf\u00e9.pt"]
+
+
+def test_item16_the_stored_command_is_shell_quoted(monkeypatch):
+    """Before: `vitbench run --where a b` stored as words that no shell reads back as the command."""
+    import shlex
+
+    from vitbench.provenance import environment
+
+    argv = ["/usr/bin/vitbench", "table", "--where", "dataset=folder:my pets", "--title", "it's"]
+    monkeypatch.setattr("sys.argv", argv)
+    command = environment()["command"]
+    assert shlex.split(command) == ["vitbench", *argv[1:]]
+
+
+def test_item15_an_out_name_of_up_to_255_bytes_is_written(cli, tmp_path):
+    """Before: a valid --out name of 236-255 bytes was refused (the temp file's name passed 255 bytes),
+    and the error named the temp file."""
+    from vitbench.atomic import write_atomic
+
+    for length in (236, 250, 255):
+        out = tmp_path / ("r" * (length - 4) + ".csv")
+        write_atomic(out, "a,b\n")
+        assert out.read_text() == "a,b\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp file left
+    results = tmp_path / "results"
+    code, _, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
+                       "--shots", "1", "--seeds", "0", "--workers", "0", "--results", str(results))  # fmt: skip
+    assert code == 0, err
+    out = tmp_path / ("e" * 250 + ".csv")  # 254 bytes
+    code, _, err = cli("export", "--results", str(results), "--format", "csv", "--out", str(out))
+    assert code == 0, err
+    assert out.is_file() and out.read_text().startswith("run_key") or out.stat().st_size > 0
+
+
+def test_item3_and_13_export_cells_keeps_settings_named_like_its_columns_and_huge_integers(cli, tmp_path):
+    """Before: a setting named `mean` took the measurement's column (the mean became `mean_1`, as
+    text); an integer setting beyond int64 was an OverflowError."""
+    import hashlib
+    import json
+    import sys
+
+    import pandas as pd
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from synthetic_store import template
+
+    from vitbench.store.query import json_field
+
+    record = template()
+    runs = tmp_path / "results" / "runs"
+    runs.mkdir(parents=True)
+    for seed in (0, 1):
+        hparams = {**json_field(record["run"]["hparams"]), "mean": 3, "N": 7, "P": "x", "huge": 2**70}
+        key = hashlib.sha256(f"collide{seed}".encode()).hexdigest()
+        run = {**record["run"], "run_key": key, "seed": seed, "hparams": hparams}
+        (runs / f"{key}.json").write_text(json.dumps({**record, "run": run, "metrics": {"accuracy": 0.5 + seed / 10}}))
+    out = tmp_path / "cells.csv"
+    code, _, err = cli(
+        "export", "--cells", "--results", str(tmp_path / "results"), "--format", "csv", "--out", str(out)
+    )
+    assert code == 0, err
+    cells = pd.read_csv(out)
+    assert {"setting:mean", "setting:N", "setting:P", "huge", "mean", "n", "p"} <= set(cells.columns)
+    assert "mean_1" not in cells.columns
+    (row,) = cells.itertuples()
+    assert row.mean == pytest.approx(55.0) and row.n == 2 and row.huge == 2**70
+    assert cells["setting:mean"].tolist() == [3]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import stat
@@ -19,7 +20,7 @@ def write_atomic(path: Path, text: str | Callable[[Path], object]) -> None:
     A write that fails (a full disk) leaves no temp file behind and is one line naming the file."""
     # The thread too: two threads of one process writing one file (two `vitbench.run` calls
     # extracting the same features) each need a temp file of their own, or one moves the other's.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_native_id()}.tmp")
+    tmp = temp_beside(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(text, str):
@@ -33,6 +34,20 @@ def write_atomic(path: Path, text: str | Callable[[Path], object]) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)  # an interruption or a library's own error: no half-written file either
         raise
+
+
+NAME_MAX = 255  # bytes in one file name, on Linux's and macOS's file systems
+
+
+def temp_beside(path: Path) -> Path:
+    """The hidden temp file `path` is written through, in its folder. A name that leaves no room
+    for the temp file's own (a valid 236-255-byte --out) gets its hash instead: before, such a name
+    was refused, and the error named the temp file, not the user's."""
+    suffix = f".{os.getpid()}.{threading.get_native_id()}.tmp"
+    name = f".{path.name}{suffix}"
+    if len(name.encode()) > NAME_MAX:
+        name = f".{hashlib.sha256(path.name.encode()).hexdigest()[:16]}{suffix}"
+    return path.with_name(name)
 
 
 def read_regular(path: Path) -> bytes:

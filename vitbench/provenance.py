@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import socket
 import subprocess
 import sys
@@ -174,5 +175,6 @@ def environment() -> dict[str, str]:
         "timm_version": timm.__version__,
         "python_version": platform.python_version(),
         "hostname": socket.gethostname(),
-        "command": " ".join(Path(sys.argv[0]).name.split() + sys.argv[1:]),
+        # shell-quoted: a value with spaces or quotes reads back as the command that ran
+        "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
     }

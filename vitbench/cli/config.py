@@ -132,7 +132,8 @@ def _parse(path: Path) -> dict:
     if not raw and path.stat().st_size:
         raise UserError(f"{path}: {path.stat().st_size:,} bytes; a config holds options, expected at most 1 MB")
     try:
-        return tomllib.loads(raw.decode("utf-8"))
+        # utf-8-sig: a byte-order mark (Windows editors write one) is read past, as TOML's text
+        return tomllib.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: not UTF-8 text (byte {e.start}); a TOML file is UTF-8") from None
     except tomllib.TOMLDecodeError as e:

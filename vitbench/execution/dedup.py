@@ -51,7 +51,8 @@ def plan(dataset: str, against: tuple[str, ...] = ()) -> list[Audit]:
         if test not in audited.official_sizes or not others:
             raise UserError(f"dataset {audited.name} has no train and test splits to audit against each other")
         return [Audit(audited, test, audited, s) for s in others]
-    tests = [registry.get_dataset(name) for name in against]
+    # a name given twice is one audit (as `run` folds repeated names): before, each ran twice
+    tests = [registry.get_dataset(name) for name in dict.fromkeys(against)]
     return [Audit(t, t.test_split, audited, s) for t in tests for s in audited.official_sizes]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import unicodedata
 
 import pandas as pd
 
@@ -106,7 +107,7 @@ def parse_clause(text: str, option: str = "--where") -> tuple[str, str, str]:
 
 def _matches_weights(df: pd.DataFrame, pattern: str) -> pd.Series:
     """`weights=` matches the path, its file name (globs allowed), the sha256's start, or `random`."""
-    path = df["weights"].astype(str)
+    path = _nfc(df["weights"].astype(str))
     name = path.str.rsplit("/", n=1).str[-1]
     sha = df["weights_sha256"].astype(str)
     return (
@@ -150,6 +151,7 @@ def apply_where(df: pd.DataFrame, clauses: list[str] | tuple[str, ...] | None, o
     (`--baseline`, `compare A`: they take --where's clauses)."""
     for text in clauses or ():
         name, op, value = parse_clause(text, option)
+        value = unicodedata.normalize("NFC", value)  # a name typed as NFD (macOS) matches its NFC form
         if df.empty:  # nothing to keep; a field that does not exist is still named
             field_values(df, name, option)
             continue
@@ -157,9 +159,14 @@ def apply_where(df: pd.DataFrame, clauses: list[str] | tuple[str, ...] | None, o
             hit = _matches_weights(df, value)
             keep = hit if op == "=" else ~hit
         else:
-            keep = _compare(field_values(df, name, option), op, value, name)
+            keep = _compare(_nfc(field_values(df, name, option)), op, value, name)
         df = df[keep.to_numpy()]
     return df
+
+
+def _nfc(values: pd.Series) -> pd.Series:
+    """Text in Unicode's composed form (NFC), as --where's value is: é typed as e + ◌́ matches é."""
+    return values.map(lambda v: unicodedata.normalize("NFC", v) if isinstance(v, str) else v)
 
 
 def split_fields(values: list[str] | None) -> list[str]:

@@ -61,20 +61,29 @@ def cells_frame(
         return frame
     settings = sorted(c for c in frame.columns if c.startswith("setting:"))
     frame = frame[[*FIXED, *settings, *MEASURED]]
-    frame.columns = [*FIXED, *(c.removeprefix("setting:") for c in settings), *MEASURED]
+    # a setting named like a column of the cell's own (`mean`, `N`, `p`: any case) keeps its
+    # `setting:` prefix; before, it took the column and the measured mean became `mean_1`, as text
+    reserved = {c.lower() for c in (*FIXED, *MEASURED)}
+    named = [c if c.removeprefix("setting:").lower() in reserved else c.removeprefix("setting:") for c in settings]
+    frame.columns = [*FIXED, *named, *MEASURED]
     for name in frame.columns[len(FIXED) : len(FIXED) + len(settings)]:
         frame[name] = _typed(frame[name])
     frame["shots"] = _typed(frame["shots"])
     return frame
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # a whole number beyond them is written as text (was an OverflowError)
+
+
 def _typed(values: pd.Series) -> pd.Series:
     """One column of one type, for Parquet: whole numbers as integers, numbers as floats, anything
     else as text (a list or object as its JSON); missing (a protocol without that setting) as null."""
     present = [v for v in values if v is not None and not (isinstance(v, float) and pd.isna(v))]
-    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+    whole = [v for v in present if isinstance(v, int) and not isinstance(v, bool)]
+    huge = any(not INT64_MIN <= v <= INT64_MAX for v in whole)  # neither Int64 nor a float holds it exactly
+    if whole and len(whole) == len(present) and not huge:
         return pd.array([None if v is None or pd.isna(v) else int(v) for v in values], dtype="Int64")
-    if present and all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
+    if present and not huge and all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
         return pd.to_numeric(values, errors="coerce").astype(float)
     return values.map(lambda v: None if v is None or (isinstance(v, float) and pd.isna(v)) else
                       json.dumps(v, sort_keys=True) if isinstance(v, list | dict) else str(v))  # fmt: skip
