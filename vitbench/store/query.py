@@ -165,8 +165,12 @@ def apply_where(df: pd.DataFrame, clauses: list[str] | tuple[str, ...] | None, o
 
 
 def _nfc(values: pd.Series) -> pd.Series:
-    """Text in Unicode's composed form (NFC), as --where's value is: é typed as e + ◌́ matches é."""
-    return values.map(lambda v: unicodedata.normalize("NFC", v) if isinstance(v, str) else v)
+    """Text in Unicode's composed form (NFC), as --where's value is: é typed as e + ◌́ matches é.
+    Other values and dtypes stay as they are (a map would turn a setting's 10 into 10.0)."""
+    if values.dtype != object:
+        return values
+    normal = [unicodedata.normalize("NFC", v) if isinstance(v, str) else v for v in values]
+    return pd.Series(normal, index=values.index, dtype=object)
 
 
 def split_fields(values: list[str] | None) -> list[str]:
