@@ -246,3 +246,273 @@ def test_item3_and_13_export_cells_keeps_settings_named_like_its_columns_and_hug
     (row,) = cells.itertuples()
     assert row.mean == pytest.approx(55.0) and row.n == 2 and row.huge == 2**70
     assert cells["setting:mean"].tolist() == [3]
+
+
+def _sweep(results: Path, checkpoints: int) -> None:
+    """A few-shot run of each of `checkpoints` weights files of one model (a checkpoint sweep's store)."""
+    import hashlib
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from synthetic_store import template
+
+    record = template()
+    runs = results / "runs"
+    runs.mkdir(parents=True)
+    for step in range(checkpoints):
+        weights = f"ckpt/vit-ti-step{step:03d}.safetensors"
+        key = hashlib.sha256(weights.encode()).hexdigest()
+        run = {**record["run"], "run_key": key, "weights": weights, "random_init": False,
+               "weights_sha256": hashlib.sha256(f"sha{step}".encode()).hexdigest(),
+               "finished_at": f"2026-11-28T10:{step // 60:02d}:{step % 60:02d}+00:00"}  # fmt: skip
+        (runs / f"{key}.json").write_text(json.dumps({**record, "run": run, "metrics": {"accuracy": step / 100}}))
+
+
+def test_item1_a_sweep_of_30_checkpoints_keeps_30_columns(cli, tmp_path):
+    """Before: marks (a)…(z) wrapped at 26 and the older checkpoints' runs were folded away as runs
+    "on data whose files have changed": 26 columns in table, export --cells and the report."""
+    import pandas as pd
+
+    from vitbench.views.settings import letters
+
+    assert [letters(i) for i in (0, 25, 26, 27, 51, 52, 701, 702)] == ["a", "z", "aa", "ab", "az", "ba", "zz", "aaa"]
+    results = tmp_path / "results"
+    _sweep(results, 30)
+    out = tmp_path / "cells.csv"
+    code, _, err = cli("export", "--cells", "--results", str(results), "--format", "csv", "--out", str(out))
+    assert code == 0, err
+    cells = pd.read_csv(out)
+    assert len(cells) == 30 and cells["column"].nunique() == 30
+    assert sorted(cells["mean"].round(2)) == [float(s) for s in range(30)]
+    code, table, err = cli("table", "--results", str(results), "--format", "csv")
+    assert code == 0, err
+    assert "earlier run" not in err and "(ad)" in table
+
+
+def test_item5_a_config_suite_with_a_description_prints_back_whole(cli, tmp_path):
+    """Before: written back as `suite = "mine"` without its [suites.mine] table: 'unknown suite'."""
+    import tomllib
+
+    config = tmp_path / "mine.toml"
+    config.write_text('suite = "mine-r6"\nweights = "random"\nmodel = "vit-ti/16"\n\n[suites.mine-r6]\n'
+                      'datasets = ["digits"]\nprotocol = "knn"\ndescription = "my digits check"\n')  # fmt: skip
+    code, printed, err = cli("run", "--config", str(config), "--print-config")
+    assert code == 0, err
+    parsed = tomllib.loads(printed)
+    assert parsed["suites"]["mine-r6"]["description"] == "my digits check"
+    again = tmp_path / "again.toml"
+    again.write_text(printed)
+    code, _, err = cli("run", "--config", str(again), "--dry-run", "--results", str(tmp_path / "r"))
+    assert code == 0, err
+
+
+def test_item6_a_config_suite_named_like_a_built_in_is_refused(cli, tmp_path):
+    """Before: dropped with a warning, and the built-in `demo` (24 runs and a pre-training) ran."""
+    config = tmp_path / "demo.toml"
+    config.write_text('suite = "demo"\n\n[suites.demo]\ndatasets = ["digits"]\nprotocol = "knn"\n')
+    code, _, err = cli("run", "--config", str(config), "--dry-run", "--results", str(tmp_path / "r"))
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (
+        f"error: {config}: suite 'demo': a suite vitbench has is named so (`vitbench ls suites`); name yours "
+        "otherwise, e.g. [suites.my-demo]"
+    )
+
+
+def test_item4_a_plugin_backbones_code_is_part_of_its_runs_and_features_keys(cli, tmp_path, monkeypatch):
+    """Before: --rerun after a plugin backbone's code changed reused the features its old code cached
+    (`features_from_cache: true`): neither the run nor the cache key recorded the plugin's code."""
+    import importlib
+    import json
+    import sys
+
+    from vitbench import plugin_code
+    from vitbench.backend import ModelSpec
+
+    package = tmp_path / "site" / "acme_r6"
+    package.mkdir(parents=True)
+    source = "from vitbench_plugins.vit import ViTBackend\n\nclass AcmeBackend(ViTBackend):\n    pass\n"
+    (package / "__init__.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    acme = importlib.import_module("acme_r6")
+    spec = ModelSpec("acme-r6/16", "vit_tiny_patch16_224", acme.AcmeBackend(), summary="test", input_multiple=16)
+    registry.models().register(spec)
+    try:
+        results = tmp_path / "results"
+        args = ("run", "--model", "acme-r6/16", "--weights", "random", "--protocol", "knn", *FEWSHOT[:4],
+                "--workers", "0", "--results", str(results))  # fmt: skip
+        code, _, err = cli(*args)
+        assert code == 0, err
+        (package / "__init__.py").write_text(source + "\n# the plugin's next version\n")  # its code changed
+        plugin_code._described.cache_clear()  # (a new process reads it afresh)
+        code, _, err = cli(*args)
+        assert code == 0, err
+        runs = store.read_results(results).drop_duplicates("run_key")
+        assert len(runs) == 2  # not "already stored": another code, another run
+        codes = {json.loads(h)["backend_code"] if isinstance(h, str) else h["backend_code"] for h in runs["hparams"]}
+        assert len(codes) == 2 and all(c.startswith("acme_r6 (not installed), source sha256 ") for c in codes)
+        notes = [json.loads(n) if isinstance(n, str) else n for n in runs["notes"]]
+        assert [n.get("features_from_cache") for n in notes] == [False, False]
+    finally:
+        registry.models().unregister("acme-r6/16")
+        sys.modules.pop("acme_r6", None)
+
+
+def test_item13_a_config_suite_with_a_model_that_is_not_a_name_is_one_line(cli, tmp_path):
+    """Before: `model = 5` in a suite was an AttributeError from plan.py."""
+    config = tmp_path / "five.toml"
+    config.write_text('suite = "five-r6"\nweights = "random"\n\n[suites.five-r6]\ndatasets = ["digits"]\nmodel = 5\n')
+    code, _, err = cli("run", "--config", str(config), "--dry-run", "--results", str(tmp_path / "r"))
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"error: {config}: suite 'five-r6': key 'model': expected a name in quotes (e.g. model = \"vit-b/16\"), found 5"
+    )
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (lambda t: t.encode("utf-8")[:-3] + b"\xff\xfe", "not UTF-8 text"),
+        (lambda t: t.replace("images_per_second", "ips", 1).encode(), "not a rate row (KeyError"),
+        (
+            lambda t: (t + "h100,H100,vit-b/16,224,bf16,256,inference,fast,2026-11-25,x\n").encode(),
+            "not a rate row (ValueError",
+        ),
+    ],
+)
+def test_item13_a_damaged_gpu_rates_file_is_one_line(tmp_path, monkeypatch, damage, said):
+    """Before: a ValueError, KeyError or UnicodeDecodeError traceback from `--price-on`."""
+    import re
+
+    from vitbench import shipped_rates
+    from vitbench.errors import UserError
+
+    (tmp_path / shipped_rates.FILE).write_bytes(damage((shipped_rates.measured_dir() / shipped_rates.FILE).read_text()))
+    monkeypatch.setattr(shipped_rates, "measured_dir", lambda: tmp_path)
+    with pytest.raises(UserError, match=re.escape(said)) as e:
+        shipped_rates.rows_for("h100")
+    assert str(e.value).startswith(str(tmp_path / shipped_rates.FILE))
+
+
+@pytest.mark.parametrize("returned", ["list", "3d"])
+def test_item13_plugin_features_of_the_wrong_kind_are_one_line_naming_the_model(cli, tmp_path, returned):
+    """Before: raw tensor or attribute tracebacks from engine/ridge.py that did not name the plugin."""
+    from vitbench_plugins.vit import ViTBackend
+
+    from vitbench.backend import ModelSpec
+
+    class Odd(ViTBackend):
+        def features(self, model, images):
+            out = super().features(model, images)
+            return [out] if returned == "list" else out[:, None, :]
+
+    registry.models().register(ModelSpec("odd-r6/16", "vit_tiny_patch16_224", Odd(), summary="t", input_multiple=16))
+    try:
+        code, _, err = cli("run", "--model", "odd-r6/16", "--weights", "random", *FEWSHOT,
+                           "--results", str(tmp_path / "r"))  # fmt: skip
+    finally:
+        registry.models().unregister("odd-r6/16")
+    assert code == 2 and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    expected = "returned a list; expected a tensor" if returned == "list" else "returned shape ("
+    assert last.startswith("error: odd-r6/16: its backend's features() ") and expected in last
+
+
+def test_item12_a_long_setting_is_shortened_with_its_hash_in_labels_and_whole_in_exports(cli, tmp_path):
+    """Before: a 50 MB setting string went into every label (`table` 104 s and 100 MB of output)."""
+    import hashlib
+    import json
+    import sys
+
+    import pandas as pd
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from synthetic_store import template
+
+    from vitbench.store.query import json_field
+
+    record = template()
+    runs = tmp_path / "results" / "runs"
+    runs.mkdir(parents=True)
+    values = ["x" * 1_000_000, "x" * 999_999 + "y"]  # two settings alike but for their last character
+    for i, value in enumerate(values):
+        key = hashlib.sha256(f"long{i}".encode()).hexdigest()
+        run = {**record["run"], "run_key": key, "hparams": {**json_field(record["run"]["hparams"]), "note": value}}
+        (runs / f"{key}.json").write_text(json.dumps({**record, "run": run, "metrics": {"accuracy": 0.4 + i / 10}}))
+    code, table, err = cli("table", "--results", str(tmp_path / "results"), "--format", "csv")
+    assert code == 0, err
+    # two columns told apart by their hashes, each named in its accuracy row and its cost row
+    assert len(table) < 5_000 and table.count("…#") == 4
+    hashes = {hashlib.sha256(v.encode()).hexdigest()[:8] for v in values}
+    assert all(h in table for h in hashes)
+    out = tmp_path / "cells.csv"
+    code, _, err = cli(
+        "export", "--cells", "--results", str(tmp_path / "results"), "--format", "csv", "--out", str(out)
+    )
+    assert code == 0, err
+    assert sorted(pd.read_csv(out)["note"].str.len()) == [1_000_000, 1_000_000]
+
+
+def test_item11_intervals_over_millions_of_images_hold_memory_and_time_flat():
+    """Before: a 64 x N index matrix per chunk (10M rows: killed at 23.8 GB; 1M rows: 260 s for table --ci).
+    Beyond BY_COUNTS_ABOVE images the resamples are drawn by counts: the same distribution."""
+    import time
+    import tracemalloc
+
+    import numpy as np
+
+    from vitbench import stats
+
+    rng = np.random.default_rng(1)
+    small = (rng.random((3, 40_000)) < np.array([[0.6], [0.62], [0.58]])).astype(np.float64)
+    by_index = stats._resampled_means(small, 4000, np.random.default_rng(0))
+    by_counts = stats._resampled_means_by_counts(small, 4000, np.random.default_rng(0))
+    assert abs(by_index.mean() - by_counts.mean()) < 3e-4 and abs(by_index.std() / by_counts.std() - 1) < 0.06
+    diff = small[:, ::-1] - small  # a paired difference: patterns over {-1, 0, 1}
+    a, b = (
+        stats._resampled_means(diff, 4000, np.random.default_rng(0)),
+        stats._resampled_means_by_counts(diff, 4000, np.random.default_rng(0)),
+    )
+    assert abs(a.std() / b.std() - 1) < 0.06
+    big = (rng.random((1, 5_000_000)) < 0.7).astype(np.float64)  # 5M predictions
+    tracemalloc.start()
+    started = time.perf_counter()
+    low, high = stats.bootstrap_interval(big)
+    seconds = time.perf_counter() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert low < big.mean() < high and high - low < 0.001
+    assert peak < 200 * 2**20 and seconds < 30, (peak, seconds)  # (the input itself is 40 MB)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_items9_10_a_signal_during_export_ends_in_one_line_and_leaves_no_temp_file(tmp_path, name):
+    """Before: SIGINT inside DuckDB's write was a traceback (`Query interrupted`); SIGTERM left the
+    hidden temp file (39 MB for a JSON export) beside the output."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from synthetic_store import write_shards
+
+    results = tmp_path / "results"
+    write_shards(results, 3000)
+    out = tmp_path / "out" / "runs.json"
+    out.parent.mkdir()
+    command = [sys.executable, "-m", "vitbench", "export", "--results", str(results), "--format", "json",
+               "--out", str(out)]  # fmt: skip
+    assert subprocess.run(command, capture_output=True, timeout=600).returncode == 0  # ingested once, written
+    out.unlink()
+    for delay in (0.5, 1.0, 1.5, 2.0):  # moments across the command's life: start-up, reading, writing
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        proc.send_signal(getattr(signal, name))
+        _, err = proc.communicate(timeout=120)
+        assert "Traceback" not in err, err[-2000:]
+        assert proc.returncode in (0, 130), (delay, proc.returncode, err[-500:])
+        if proc.returncode == 130:
+            assert err.strip().splitlines()[-1] == "interrupted", err[-500:]
+        assert [p.name for p in out.parent.iterdir() if p.name != out.name] == []  # no temp file left

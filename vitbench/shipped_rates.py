@@ -43,22 +43,31 @@ def measured_dir() -> Path:
 
 
 def shipped_rows() -> list[ShippedRow]:
-    with open(measured_dir() / FILE, newline="", encoding="utf-8") as f:
-        return [
-            ShippedRow(
-                r["kind"],
-                r["device"],
-                r["model"],
-                int(r["res"]),
-                r["precision"],
-                int(r["batch"]),
-                r["mode"],
-                float(r["images_per_second"]),
-                r["measured"],
-                r["source"],
-            )  # fmt: skip
-            for r in csv.DictReader(f)
-        ]
+    """The file's rows; a damaged file (not UTF-8, a column missing, a number that is not one) is
+    one line naming it and the line, not a ValueError, KeyError or UnicodeDecodeError."""
+    path = measured_dir() / FILE
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return [_row(r, path, line) for line, r in enumerate(csv.DictReader(f), start=2)]
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start}); reinstall vitbench to restore it") from None
+    except (OSError, csv.Error) as e:
+        raise UserError(f"{path}: cannot be read ({e}); reinstall vitbench to restore it") from None
+
+
+def _row(r: dict, path: Path, line: int) -> ShippedRow:
+    try:
+        row = ShippedRow(
+            r["kind"], r["device"], r["model"], int(r["res"]), r["precision"], int(r["batch"]), r["mode"],
+            float(r["images_per_second"]), r["measured"], r["source"],
+        )  # fmt: skip
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(
+            f"{path}:{line}: not a rate row ({type(e).__name__}: {e}); reinstall vitbench to restore it"
+        ) from None
+    if not row.images_per_second > 0 or row.images_per_second == float("inf"):
+        raise UserError(f"{path}:{line}: images_per_second {row.images_per_second} is not a rate")
+    return row
 
 
 def rows_for(kind: str) -> list[ShippedRow]:

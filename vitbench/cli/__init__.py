@@ -92,4 +92,9 @@ def main() -> None:
     except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
         sys.exit(130)
+    if code == INTERRUPTED:  # typer turns a KeyboardInterrupt into exit code 130 and says nothing
+        err.print("interrupted")
     sys.exit(code if isinstance(code, int) else 0)
+
+
+INTERRUPTED = 130  # 128 + SIGINT: the shell's code for a command Ctrl-C ended

@@ -173,6 +173,12 @@ def _register_suites(path: Path, suites) -> None:
         raise UserError(f"{path}: key 'suites': expected tables, e.g. [suites.mine] with datasets = [...]")
     for name, spec in suites.items():
         where = f"{path}: suite '{name}'"
+        if name in SUITES and SUITES.source(name) != "register()":
+            # before: dropped with a plugin's warning, and the built-in ran instead of the file's suite
+            raise UserError(
+                f"{where}: a suite vitbench has is named so (`vitbench ls suites`); name yours otherwise, "
+                f"e.g. [suites.my-{name}]"
+            )
         if not isinstance(spec, dict) or not isinstance(spec.get("datasets"), list) or not spec["datasets"]:
             raise UserError(f'{where}: expected datasets = ["name", ...]')
         unknown = sorted(set(spec) - set(SUITE_KEYS))
@@ -183,6 +189,11 @@ def _register_suites(path: Path, suites) -> None:
         protocol = str(spec.get("protocol", "fewshot"))
         _named(where, "protocol", lambda p=protocol: get_protocol(p))
         defaults = {k: spec[k] for k in ("model", "weights") if k in spec}
+        for key, value in defaults.items():  # `model = 5` was an AttributeError deep in the planner
+            if not isinstance(value, str) or not value.strip():
+                raise UserError(
+                    f"{where}: key '{key}': expected a name in quotes (e.g. {key} = \"vit-b/16\"), found {value!r}"
+                )
         description = str(spec.get("description", f"defined in {path.name}"))
         SUITES.register(Suite(name, tuple(str(d) for d in spec["datasets"]), protocol, description, defaults))
 
@@ -242,7 +253,8 @@ def to_toml(given: dict, kinds: dict[str, str], strict: bool = True) -> str:
             continue
         lines.append(f"{key} = {_toml_value(key, given[key], strict)}")
     suite = SUITES.get(str(given.get("suite")))
-    if suite is not None and suite.description.startswith("defined in "):
+    # a suite a config defined (registered in this process, whatever its description) travels with it
+    if suite is not None and SUITES.source(suite.name) == "register()":
         datasets = ", ".join(toml_string(d, strict) for d in suite.datasets)
         lines += ["", f"[suites.{toml_string(suite.name, strict)}]", f"datasets = [{datasets}]"]
         lines.append(f"protocol = {toml_string(suite.protocol, strict)}")

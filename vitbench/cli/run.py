@@ -252,7 +252,7 @@ def _run_here(
             f"interrupted: {progress.finished} of {len(progress.todo)} runs stored; "
             f"run the same command again to do the rest{hint}"
         )
-        raise typer.Exit(130) from None
+        sys.exit(130)  # its own line said it; an Exit(130) would have main() say "interrupted" again
     if dry_run:
         startup = time.perf_counter() - (began if began is not None else time.perf_counter())
         print_plan(summary, here, rate, req, startup)

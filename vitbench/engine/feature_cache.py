@@ -127,7 +127,8 @@ def cache_key(group, split_name: str, runtime: Runtime, cache_parts: dict) -> tu
 
 def feature_parts(recorded: dict) -> dict:
     """What of a run's hparams keys its features' cache entry (defaults left out, as entries were first keyed)."""
-    return keyed_hparams(ANY, {k: v for k, v in recorded.items() if k in ("representation", "precision", "decoder")})
+    kept = ("representation", "precision", "decoder", "backend_code")
+    return keyed_hparams(ANY, {k: v for k, v in recorded.items() if k in kept})
 
 
 def cache_entry(group, split_name: str) -> Path:

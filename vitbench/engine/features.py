@@ -109,6 +109,19 @@ def _extend(group, split_name: str, runtime: Runtime, clock: Clock, fn, model, c
     return have, bool(len(missing))
 
 
+def checked_batch(out, images: int, model: str) -> torch.Tensor:
+    """A backend's features for a batch: a (batch, width) tensor, or one line naming the model (a
+    plugin's list or a 3-D tensor was an AttributeError or a shape error from the ridge solve)."""
+    if not isinstance(out, torch.Tensor):
+        raise UserError(f"{model}: its backend's features() returned a {type(out).__name__}; expected a tensor")
+    if out.ndim != 2 or out.shape[0] != images:
+        raise UserError(
+            f"{model}: its backend's features() returned shape {tuple(out.shape)} for {images} images; "
+            f"expected ({images}, width)"
+        )
+    return out
+
+
 def check_features(values: np.ndarray, group, split_name: str) -> None:
     """A number that cannot be right is never stored: features with a NaN or an infinity (one is
     enough to make a solve's every prediction chance), or of zero width, stop the run in one line,
@@ -277,7 +290,8 @@ def frozen_features(group, runtime: Runtime, split_names: tuple[str, ...], wante
 
     def features(m: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
         with autocast(device, precision):
-            return backend.features(m, images)
+            out = backend.features(m, images)
+        return checked_batch(out, len(images), group.model.name)
 
     clock = Clock(device, world().size)  # device-seconds: every process of a torchrun world extracts
     model = group_model(group, keep_head=False, compile=runtime.compile)

@@ -17,6 +17,7 @@ from vitbench.backend import Preprocessing
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Runtime
 from vitbench.errors import UserError
+from vitbench.plugin_code import plugin_code
 from vitbench.protocols.base import Group, Request, Trainer
 from vitbench.protocols.registry import get_protocol, option_table
 from vitbench.registry import fetch_dataset, get_dataset, get_model, get_suite
@@ -268,6 +269,7 @@ def _group(
         "preprocessing": preprocessing.describe(),
         "gelu": req.gelu,
         **({"init_seed": RANDOM_INIT_SEED} if weights.random else {}),
+        **plugin_code(model),
         "splits": list(split_names),
         "test_fingerprint": splits[split_names[-1]].fingerprint,
     }

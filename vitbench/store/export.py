@@ -100,6 +100,12 @@ def _write(frame: pd.DataFrame, fmt: str, out: Path) -> None:
     try:
         con.register("export_frame", csv_frame(frame) if fmt == "csv" else frame)  # formulas as text
         write_atomic(out, lambda tmp: con.execute(f"COPY export_frame TO '{_quote(tmp)}' {FORMATS[fmt]}"))
+    except duckdb.InterruptException:  # Ctrl-C, SIGTERM or SIGHUP inside DuckDB's write: the command's
+        raise KeyboardInterrupt from None  # "interrupted" line (the temp file is gone), not a traceback
+    except RuntimeError as e:
+        if "interrupted" in str(e).lower():  # DuckDB's other spelling of the same
+            raise KeyboardInterrupt from None
+        raise
     except (duckdb.Error, OSError) as e:
         raise UserError(f"--out {out}: cannot write ({one_line(e)})") from None
     finally:

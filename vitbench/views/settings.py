@@ -14,6 +14,7 @@ run summary and `vitbench.results` read those labels (docs/tables.md, "One numbe
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pandas as pd
@@ -50,13 +51,22 @@ FIRST_WORD = {"decoder"}
 NAMED_UNLESS_DEFAULT = {"decoder": LIBJPEG}
 
 
+LABEL_VALUE_MAX = 80  # characters of a setting's value a label shows; a longer one is cut and hashed
+
+
 def value_text(value, name: str | None = None) -> str:
-    """A setting's value as a label writes it, whole (a label is never cut): `decoder=nvjpeg`."""
+    """A setting's value as a label writes it: `decoder=nvjpeg`. One longer than LABEL_VALUE_MAX is
+    its start and its hash (`…#1a2b3c4d`): two values stay two labels, and a 50 MB setting no longer
+    went into every label (`table` took 104 s and wrote 100 MB). Exports keep the value whole."""
     if value is None:
         return "none"
     if isinstance(value, list | dict):
-        return json.dumps(value, sort_keys=True)
-    return str(value).split(" ", 1)[0] if name in FIRST_WORD else str(value)
+        text = json.dumps(value, sort_keys=True)
+    else:
+        text = str(value).split(" ", 1)[0] if name in FIRST_WORD else str(value)
+    if len(text) <= LABEL_VALUE_MAX:
+        return text
+    return f"{text[: LABEL_VALUE_MAX - 12]}…#{hashlib.sha256(text.encode('utf-8', 'replace')).hexdigest()[:8]}"
 
 
 def setting_text(protocol: str, name: str, value) -> str:
@@ -204,5 +214,16 @@ def _told_apart(labels: list[str], identities: list[tuple]) -> list[str]:
     marks: dict[tuple, str] = {}
     for label, identity in zip(labels, identities, strict=True):
         if len(owners[label]) > 1:
-            marks.setdefault(identity, f" ({'abcdefghijklmnopqrstuvwxyz'[len(marks) % 26]})")
+            marks.setdefault(identity, f" ({letters(len(marks))})")
     return [label + marks.get(identity, "") for label, identity in zip(labels, identities, strict=True)]
+
+
+def letters(n: int) -> str:
+    """The n-th mark, as spreadsheets name columns: a … z, aa, ab, …. Never reused: the marks wrapped
+    at 26, and a sweep of 30 checkpoints showed 26 columns, the other runs folded into them."""
+    out = ""
+    n += 1
+    while n:
+        n, r = divmod(n - 1, 26)
+        out = chr(ord("a") + r) + out
+    return out
