@@ -512,7 +512,9 @@ def test_items9_10_a_signal_during_export_ends_in_one_line_and_leaves_no_temp_fi
         proc.send_signal(getattr(signal, name))
         _, err = proc.communicate(timeout=120)
         assert "Traceback" not in err, err[-2000:]
-        assert proc.returncode in (0, 130), (delay, proc.returncode, err[-500:])
-        if proc.returncode == 130:
+        # 130, or ended by SIGINT itself (what a shell also shows as 130: Python re-raises SIGINT when a
+        # KeyboardInterrupt reaches its top level; seen once in CI at 0.5 s, after the line was printed)
+        assert proc.returncode in (0, 130, -signal.SIGINT), (delay, proc.returncode, err[-500:])
+        if proc.returncode != 0:
             assert err.strip().splitlines()[-1] == "interrupted", err[-500:]
         assert [p.name for p in out.parent.iterdir() if p.name != out.name] == []  # no temp file left
