@@ -31,6 +31,19 @@ def split_of(name: str) -> str | None:
     return None
 
 
+def by_split(files: list[str], relative_to: str = "") -> dict[str, list[str]]:
+    """The files of each split, in the given order: a file's split is named by its own name
+    (`train-00000.parquet`) or else by the nearest folder above it that names one (`test/0000.tar`),
+    below `relative_to` (the dataset's folder or prefix, whose own name never counts)."""
+    grouped: dict[str, list[str]] = {}
+    for f in files:
+        parts = (f[len(relative_to) :] if relative_to and f.startswith(relative_to) else f).strip("/").split("/")
+        split = split_of(parts[-1]) or next((s for p in reversed(parts[:-1]) if (s := split_of(p))), None)
+        if split is not None:
+            grouped.setdefault(split, []).append(f)
+    return grouped
+
+
 @dataclass
 class ContainerSplit:
     """One split found in a container format: its records and labels, read when first asked for."""

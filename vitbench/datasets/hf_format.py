@@ -21,7 +21,7 @@ import numpy as np
 
 from vitbench import downloads
 from vitbench.datasets.base import DatasetFormat, DatasetSpec
-from vitbench.datasets.container_spec import ContainerSplit, container_spec, identity, read_once, split_of
+from vitbench.datasets.container_spec import ContainerSplit, by_split, container_spec, identity, read_once, split_of
 from vitbench.datasets.records import Container, Records, open_binary, remote_fs
 from vitbench.errors import UserError, one_line
 
@@ -300,16 +300,11 @@ def _find_splits(root: Path, label_key: str | None, where: str) -> Found:
         return found
     if (root / "state.json").is_file():
         raise UserError(f"{root}: one saved split; save the DatasetDict (train and test) with save_to_disk")
-    by_split: dict[str, list[str]] = {}
-    for f in sorted(root.rglob("*.parquet")):
-        relative = f.relative_to(root).as_posix()
-        split = split_of(f.name) or next((s for p in reversed(relative.split("/")[:-1]) if (s := split_of(p))), None)
-        if split is not None:
-            by_split.setdefault(split, []).append(str(f))
-    if not by_split:
+    grouped = by_split([str(f) for f in sorted(root.rglob("*.parquet"))], str(root))
+    if not grouped:
         raise UserError(f"{where}: no parquet files named by split (train-*.parquet, data/test-*.parquet) "
                         f"and no save_to_disk folder (dataset_dict.json)")  # fmt: skip
-    for split, files in by_split.items():
+    for split, files in grouped.items():
         found.splits[split], found.columns = _parquet_split(files, label_key, where)
     return found
 
@@ -323,15 +318,10 @@ def _remote_splits(url: str, label_key: str | None) -> Found:
         listed = sorted(p for p in fs.find(path) if p.endswith(".parquet"))
     except OSError as e:
         raise UserError(f"{url}: cannot be listed ({one_line(e, 200)})") from None
-    by_split: dict[str, list[str]] = {}
-    for p in listed:
-        parts = p[len(path) :].strip("/").split("/")
-        split = split_of(parts[-1]) or next((s for q in reversed(parts[:-1]) if (s := split_of(q))), None)
-        if split is not None:
-            by_split.setdefault(split, []).append(f"{protocol}://{p}")
-    if not by_split:
+    grouped = by_split([f"{protocol}://{p}" for p in listed], f"{protocol}://{path}")
+    if not grouped:
         raise UserError(f"{url}: no parquet files named by split (train-*.parquet)")
-    for split, files in by_split.items():
+    for split, files in grouped.items():
         found.splits[split], found.columns = _parquet_split(files, label_key, url)
     return found
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from vitbench.datasets.base import DatasetFormat, DatasetSpec
-from vitbench.datasets.container_spec import ContainerSplit, container_spec, identity, read_once, split_of
+from vitbench.datasets.container_spec import ContainerSplit, by_split, container_spec, identity, read_once, split_of
 from vitbench.datasets.image_folders import IMAGE_SUFFIXES
 from vitbench.datasets.records import (
     OffsetContainer,
@@ -218,18 +218,12 @@ def wds_spec(argument: str, known_classes: int | None = None) -> DatasetSpec:
     shards, folder = _shards(target)
     if not shards:
         raise UserError(f"{where}: matches no .tar shard")
-    by_split: dict[str, list[str]] = {}
-    for shard in shards:
-        relative = shard[len(str(folder)) :] if folder is not None and shard.startswith(str(folder)) else shard
-        parts = relative.strip("/").split("/")
-        split = split_of(parts[-1]) or next((s for p in reversed(parts[:-1]) if (s := split_of(p))), None)
-        if split is not None:
-            by_split.setdefault(split, []).append(shard)
+    grouped = by_split(shards, str(folder) if folder is not None else "")
     info = _info(folder)
     sizes = {split_of(k): v.get("num_samples") for k, v in (info.get("splits") or {}).items() if isinstance(v, dict)}
     splits = {
         split: ContainerSplit(files, _split_reader(files, label_key or None), official_size=sizes.get(split))
-        for split, files in by_split.items()
+        for split, files in grouped.items()
     }
     names = info.get("classes") or info.get("class_names")
 
