@@ -506,8 +506,16 @@ def test_items9_10_a_signal_during_export_ends_in_one_line_and_leaves_no_temp_fi
                "--out", str(out)]  # fmt: skip
     assert subprocess.run(command, capture_output=True, timeout=600).returncode == 0  # ingested once, written
     out.unlink()
-    for delay in (0.5, 1.0, 1.5, 2.0):  # moments across the command's life: start-up, reading, writing
+    for delay in (0.0, 0.5, 1.0, 1.5):  # moments across the command's life once it can answer: reading, writing
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # from when the command's entry has installed its handlers (SigCgt holds SIGTERM): before that,
+        # Python is still importing and a signal ends it as it ends any Python program
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            caught = Path(f"/proc/{proc.pid}/status").read_text().split("SigCgt:")[1].split()[0]
+            if int(caught, 16) & (1 << (signal.SIGTERM - 1)):
+                break
+            time.sleep(0.01)
         time.sleep(delay)
         proc.send_signal(getattr(signal, name))
         _, err = proc.communicate(timeout=120)
