@@ -451,6 +451,14 @@ def test_item12_a_long_setting_is_shortened_with_its_hash_in_labels_and_whole_in
     )
     assert code == 0, err
     assert sorted(pd.read_csv(out)["note"].str.len()) == [1_000_000, 1_000_000]
+    # the report's provenance lists every setting, a long one cut as a label cuts it (a 50 MB one made
+    # a 100 MB page), and says where the whole value is
+    page = tmp_path / "report.html"
+    code, _, err = cli("report", "--results", str(tmp_path / "results"), "--out", str(page))
+    assert code == 0, err
+    text = page.read_text()
+    assert page.stat().st_size < 200_000 and text.count("(note cut: `vitbench export` has the whole value)") == 2
+    assert all(h in text for h in hashes) and "res=32" in text
 
 
 def test_item11_intervals_over_millions_of_images_hold_memory_and_time_flat():
@@ -526,3 +534,29 @@ def test_items9_10_a_signal_during_export_ends_in_one_line_and_leaves_no_temp_fi
         if proc.returncode != 0:
             assert err.strip().splitlines()[-1] == "interrupted", err[-500:]
         assert [p.name for p in out.parent.iterdir() if p.name != out.name] == []  # no temp file left
+
+
+def test_item10_an_interruption_counts_the_shards_written_not_the_lines_printed(tmp_path):
+    """Before: "interrupted: 5 of 9 runs stored" with 6 shards on disk: a signal that lands after a
+    run's shard is written and before its progress line counted it. Here the progress line itself is
+    interrupted (a KeyboardInterrupt raised from it, after the shard was written)."""
+    from vitbench import api
+    from vitbench.cli.run_progress import Progress
+
+    results = tmp_path / "results"
+    req = api.request(model="vit-ti/16", weights="random", datasets="digits", shots=(1, 2), seeds=(0,), res=32,
+                      workers=0, results=results)  # fmt: skip
+    progress = Progress(None, results, "cpu")
+
+    def interrupted(spec, metrics):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        api.run(req, on_plan=progress.planned, on_result=interrupted)
+    assert len(progress.todo) == 2 and progress.finished == 0
+    assert progress.stored() == len(list((results / "runs").glob("*.json"))) == 1
+    # --rerun plans runs already stored: a shard counts once it is written again
+    progress = Progress(None, results, "cpu")
+    with pytest.raises(KeyboardInterrupt):
+        api.run(req, rerun=True, on_plan=progress.planned, on_result=interrupted)
+    assert progress.stored() == 1

@@ -249,7 +249,7 @@ def _run_here(
         if running is not None and checkpoint_path(req.results, running.run_key).is_file():
             hint = f" (the interrupted {running.protocol} run continues from its last checkpoint)"
         err.print(
-            f"interrupted: {progress.finished} of {len(progress.todo)} runs stored; "
+            f"interrupted: {progress.stored()} of {len(progress.todo)} runs stored; "
             f"run the same command again to do the rest{hint}"
         )
         sys.exit(130)  # its own line said it; an Exit(130) would have main() say "interrupted" again

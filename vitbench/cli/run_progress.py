@@ -15,6 +15,7 @@ from vitbench.execution import estimate
 from vitbench.protocols.base import RunSpec
 from vitbench.protocols.measures import progress_text
 from vitbench.protocols.registry import get_protocol
+from vitbench.store.shards import shard_path
 from vitbench.weights.names import RANDOM
 from vitbench.weights.resolved import ABSENT
 
@@ -35,6 +36,7 @@ class Progress:
         self.here = here  # this device's name: the key of its kept micro-benchmarks
         self.finished = 0  # in the whole session (what an interruption reports)
         self.todo: list[RunSpec] = []
+        self.shard_times: dict[str, int | None] = {}  # run_key -> its shard's mtime when planned (None: none)
         self.step, self.steps = 0, 0  # in the plan now running
         self.rate = rate
         self.left: dict[str, float] = {}  # run_key -> estimated device-seconds, of the runs not yet finished
@@ -45,10 +47,27 @@ class Progress:
             if warning:
                 log.warning("%s", warning)
         self.todo += summary.todo  # a session's follow-up runs join the count
+        if self.results is not None:
+            self.shard_times |= {s.run_key: self._shard_time(s.run_key) for s in summary.todo}
         self.step, self.steps = 0, len(summary.todo)
         if self.rate is not None and summary.todo:
             found = estimate.estimate(summary.groups, self.rate, {s.run_key for s in summary.todo})
             self.left |= {s.run_key: found.seconds.get(s.run_key, 0.0) for s in summary.todo}
+
+    def stored(self) -> int:
+        """How many of the planned runs have written their shard since they were planned: what an
+        interruption reports. Not `finished`: a signal that lands after a run's shard is written and
+        before its progress line counts it would say one run fewer than the folder holds. (A shard's
+        modification time against the one seen at planning: `--rerun` plans runs already stored.)"""
+        if self.results is None:
+            return self.finished
+        return sum(self._shard_time(key) != before for key, before in self.shard_times.items())
+
+    def _shard_time(self, run_key: str) -> int | None:
+        try:
+            return shard_path(self.results, run_key).stat().st_mtime_ns
+        except OSError:
+            return None
 
     def __call__(self, spec: RunSpec, metrics: dict) -> None:
         self.finished += 1
@@ -71,7 +90,7 @@ class Progress:
         if self.results is None:
             return ""
         try:
-            run = json.loads(read_regular(self.results / "runs" / f"{run_key}.json"))["run"]
+            run = json.loads(read_regular(shard_path(self.results, run_key)))["run"]
             images = run["flops"] / run["flops_per_image"]
             seconds = float(run["device_seconds"])
         except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):

@@ -24,9 +24,10 @@ from vitbench.execution.trackers import Trackers
 from vitbench.protocols.base import Group, Protocol, Request, Result
 from vitbench.protocols.registry import get_protocol
 from vitbench.provenance import canonical_json, environment, sha256_text
-from vitbench.store import SHARD_SCHEMA, StoreUnavailable, ingest, metric_values, shard_dir, shard_metric_values
+from vitbench.store import SHARD_SCHEMA, StoreUnavailable, ingest, metric_values, shard_metric_values
 from vitbench.store.audit_shards import ingest_audits, write_audit_shard
 from vitbench.store.predictions import write_predictions
+from vitbench.store.shards import shard_path
 
 log = logging.getLogger("vitbench")
 
@@ -127,7 +128,7 @@ class Recorder:
             **self.env,
             "notes": {**notes, **({"skipped_corrupt": skipped} if skipped else {}), **self._threads()},
         }
-        shard = shard_dir(self.req.results) / f"{spec.run_key}.json"
+        shard = shard_path(self.req.results, spec.run_key)
         record = {"schema": SHARD_SCHEMA, "run": run, "metrics": metrics, "curves": result.curves or {}}
         write_atomic(shard, canonical_json(record))
         if self.con is not None:  # a cluster worker leaves the merge to `vitbench ingest`

@@ -14,7 +14,7 @@ from vitbench.execution.lease import Lease, Leases
 from vitbench.execution.recorder import Recorder, RefusedResult
 from vitbench.protocols.base import Group, Request, RunSpec
 from vitbench.protocols.registry import get_protocol, protocols
-from vitbench.store import shard_dir
+from vitbench.store.shards import shard_path
 
 log = logging.getLogger("vitbench")
 
@@ -83,8 +83,7 @@ def _leased(todo: list[RunSpec], req: Request, leases: Leases, world, rerun: boo
         return []
     keys: list[str] = []
     if world.is_main:
-        folder = shard_dir(req.results)
-        pending = [s.run_key for s in todo if rerun or not (folder / f"{s.run_key}.json").exists()]
+        pending = [s.run_key for s in todo if rerun or not shard_path(req.results, s.run_key).exists()]
         keys, busy = leases.take(pending)
         for key in busy:
             holder = Lease(req.results, key).holder()

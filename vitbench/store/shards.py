@@ -63,6 +63,10 @@ def shard_dir(results: Path) -> Path:
     return results / "runs"
 
 
+def shard_path(results: Path, run_key: str) -> Path:
+    return shard_dir(results) / f"{run_key}.json"
+
+
 def checkpoint_path(results: Path, run_key: str) -> Path:
     """Where a training run keeps its resumable checkpoint until its result is stored: a run that
     has one continues from it when the same command runs again."""

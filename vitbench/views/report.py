@@ -43,6 +43,7 @@ from vitbench.views.cells import Cell, TableData
 from vitbench.views.columns import accelerator_days, measured_columns
 from vitbench.views.footnotes import short_fingerprint
 from vitbench.views.private_paths import explanation, private_roots, redact
+from vitbench.views.settings import settings_listed
 
 
 @dataclass
@@ -278,7 +279,7 @@ def _provenance(df: pd.DataFrame) -> Section:
                     "timm_version",
                 ),
                 "cost": f"{days:.3g} accelerator-days" if days is not None else "not recorded",
-                "settings": str(json_field(part["hparams"].iloc[0])),
+                "settings": settings_listed(json_field(part["hparams"].iloc[0])),
             }  # fmt: skip
             body = "".join(f"<tr><th>{k}</th><td>{html.escape(v)}</td></tr>" for k, v in rows.items())
             items.append(f"<details><summary>{html.escape(f'{col} ({name})')}</summary><table>{body}</table></details>")

@@ -52,21 +52,34 @@ NAMED_UNLESS_DEFAULT = {"decoder": LIBJPEG}
 
 
 LABEL_VALUE_MAX = 80  # characters of a setting's value a label shows; a longer one is cut and hashed
+LISTED_VALUE_MAX = 1000  # characters of a setting's value a list of a run's settings shows (the report's provenance)
 
 
-def value_text(value, name: str | None = None) -> str:
-    """A setting's value as a label writes it: `decoder=nvjpeg`. One longer than LABEL_VALUE_MAX is
-    its start and its hash (`…#1a2b3c4d`): two values stay two labels, and a 50 MB setting no longer
-    went into every label (`table` took 104 s and wrote 100 MB). Exports keep the value whole."""
+def value_text(value, name: str | None = None, limit: int = LABEL_VALUE_MAX) -> str:
+    """A setting's value as a label writes it: `decoder=nvjpeg`. One longer than `limit` is its start
+    and its hash (`…#1a2b3c4d`): two values stay two labels, and a 50 MB setting no longer went into
+    every label (`table` took 104 s and wrote 100 MB). Exports keep the value whole."""
+    text = _whole_text(value, name)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 12]}…#{hashlib.sha256(text.encode('utf-8', 'replace')).hexdigest()[:8]}"
+
+
+def _whole_text(value, name: str | None) -> str:
     if value is None:
         return "none"
     if isinstance(value, list | dict):
-        text = json.dumps(value, sort_keys=True)
-    else:
-        text = str(value).split(" ", 1)[0] if name in FIRST_WORD else str(value)
-    if len(text) <= LABEL_VALUE_MAX:
-        return text
-    return f"{text[: LABEL_VALUE_MAX - 12]}…#{hashlib.sha256(text.encode('utf-8', 'replace')).hexdigest()[:8]}"
+        return json.dumps(value, sort_keys=True)
+    return str(value).split(" ", 1)[0] if name in FIRST_WORD else str(value)
+
+
+def settings_listed(settings: dict) -> str:
+    """A run's settings, each whole where it is of a readable size (`precision=fp32, res=224`); a value
+    over LISTED_VALUE_MAX characters is cut and hashed as a label cuts it (a 50 MB setting made a
+    100 MB report page), and the text says which: `vitbench export` has every value whole."""
+    text = ", ".join(f"{name}={value_text(value, limit=LISTED_VALUE_MAX)}" for name, value in settings.items())
+    cut = [name for name, value in settings.items() if len(_whole_text(value, None)) > LISTED_VALUE_MAX]
+    return text + (f" ({', '.join(cut)} cut: `vitbench export` has the whole value)" if cut else "")
 
 
 def setting_text(protocol: str, name: str, value) -> str:
