@@ -560,3 +560,47 @@ def test_item10_an_interruption_counts_the_shards_written_not_the_lines_printed(
     with pytest.raises(KeyboardInterrupt):
         api.run(req, rerun=True, on_plan=progress.planned, on_result=interrupted)
     assert progress.stored() == 1
+
+
+def test_item11_runs_of_millions_of_images_pair_by_id_digests_as_by_ids(tmp_path, monkeypatch):
+    """Above IDS_AS_DIGESTS_ABOVE images a run's outcomes are indexed by its ids' 64-bit digests (10M
+    ids as strings took 0.7 GB a run): the same pairs, numbers and intervals as by the ids, on test
+    sets that differ (the images both scored) and in another order."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from synthetic_store import write_predicted_runs
+
+    from vitbench.provenance import sha256_file
+    from vitbench.store import duck, predictions
+    from vitbench.views import significance
+
+    results = tmp_path / "results"
+    _, other = write_predicted_runs(results, 5000)
+    # the second run scored 4,500 of the first's images, in another order
+    path = results / "runs" / f"{other}.predictions.parquet"
+    con = duck.connect()
+    con.execute(
+        f"COPY (SELECT * FROM read_parquet('{path}') WHERE label >= 100 ORDER BY id DESC) "
+        f"TO '{path}.new' (FORMAT parquet)"
+    )
+    con.close()
+    Path(f"{path}.new").replace(path)
+    shard = results / "runs" / f"{other}.json"
+    record = json.loads(shard.read_text())
+    record["run"]["notes"]["predictions"] |= {"sha256": sha256_file(path), "rows": 4500}
+    shard.write_text(json.dumps(record))
+    df = store.read_results(results)
+
+    def compared(digests: bool) -> list[str]:
+        assert {s.index.dtype.kind == "u" for s in significance.outcomes(results, df).values()} == {digests}
+        data = significance.compare_view(df, ["model=vit-b/16"], ["model=vit-l/16"], results)
+        assert "scored 5000 images, B 4500" in data.footnotes[0] and "the 4500 images both scored" in data.footnotes[0]
+        return [str(data.cells[("imagenet", c)].text) for c in data.columns]
+
+    by_ids = compared(False)
+    monkeypatch.setattr(predictions, "IDS_AS_DIGESTS_ABOVE", 0)
+    monkeypatch.setattr(significance, "IDS_AS_DIGESTS_ABOVE", 0)
+    assert compared(True) == by_ids
+    assert by_ids[0].endswith("(n=1)") and by_ids[-1] == "exact McNemar"

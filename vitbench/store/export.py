@@ -22,9 +22,9 @@ from vitbench import store
 from vitbench.atomic import write_atomic
 from vitbench.errors import UserError, one_line
 from vitbench.store import duck
-from vitbench.store.predictions import read_predictions
+from vitbench.store.predictions import checked_predictions
 from vitbench.store.query import apply_where, json_field
-from vitbench.text_safety import csv_frame
+from vitbench.text_safety import csv_frame, csv_text
 
 log = logging.getLogger("vitbench")
 
@@ -118,32 +118,64 @@ def _quote(path: Path) -> str:
 
 # each prediction's run: its identity, and its hparams (JSON text) for what it varied (few-shot's shots)
 RUN_FIELDS = ["run_key", "model", "weights_sha256", "dataset", "protocol", "protocol_version", "seed", "hparams"]
+# an image id a spreadsheet would run as a formula, or holding a control character: through csv_text
+CSV_UNSAFE_ID = r"^[=+@\t\r-]|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
 
 
 def export_predictions(results: Path, fmt: str, out: Path, where: list[str] | None = None) -> tuple[int, int]:
     """Every kept per-image prediction of the (filtered) runs, one row per (run, image), with the
     run's identity; returns (rows, runs). Runs that kept none (stored before predictions were
-    kept, or a λ sweep) are left out."""
+    kept, or a λ sweep) are left out. DuckDB streams the files into the export (10M-row runs were
+    gathered in pandas first: killed for memory at 24 GB)."""
     _check(fmt, out)
     store.sync(results)
     runs = apply_where(store.read_results(results), where).drop_duplicates("run_key")
     parts, lost = [], []
     for run in runs.itertuples():
         try:
-            found = read_predictions(results, str(run.run_key), json_field(run.notes).get("predictions"))
+            path = checked_predictions(results, str(run.run_key), json_field(run.notes).get("predictions"))
         except UserError as e:  # one changed or damaged file costs its own run, not the export
             log.warning("%s; left out of the export", e)
             lost.append(e)
             continue
-        if found is not None:
-            parts.append(found.assign(**{f: getattr(run, f) for f in RUN_FIELDS}))
+        if path is not None:
+            fields = ", ".join(_literal(getattr(run, f), fmt) + f" AS {f}" for f in RUN_FIELDS)
+            parts.append((fields, f"read_parquet('{_quote(path)}')"))
     if not parts and lost:
         raise lost[0]
     if not parts:
         raise UserError(
             f"no stored run in {results} kept per-image predictions" + (" matching --where" if where else "")
         )
-    frame = pd.concat(parts, ignore_index=True)[[*RUN_FIELDS, "id", "label", "top1", "topk", "correct"]]
-    frame["hparams"] = frame["hparams"].astype(str)
-    _write(frame, fmt, out)
-    return len(frame), len(parts)
+    con = duck.connect()
+    try:
+        # one thread streams: several buffered up to 10 GB for two 10M-row runs, to keep the rows in order
+        # (and no slower: writing is the work); the limit bounds the rest, with nothing spilled to disk
+        con.execute("SET enable_progress_bar = false; SET threads = 1")
+        con.execute("SET memory_limit = '1GB'; SET temp_directory = ''")
+        ids = "id"
+        if fmt == "csv":  # formulas as text, as every other CSV cell (a Python call only where one is)
+            con.create_function("csv_text", csv_text, ["VARCHAR"], "VARCHAR")
+            ids = f"CASE WHEN regexp_matches(id, '{CSV_UNSAFE_ID}') THEN csv_text(id) ELSE id END"
+        union = " UNION ALL ".join(  # in run order, each file's rows in order
+            f"SELECT {fields}, {ids} AS id, label, top1, topk, correct FROM {file}" for fields, file in parts
+        )
+        write_atomic(out, lambda tmp: con.execute(f"COPY ({union}) TO '{_quote(tmp)}' {FORMATS[fmt]}"))
+        rows = sum(con.execute(f"SELECT count(*) FROM {file}").fetchone()[0] for _, file in parts)
+    except duckdb.InterruptException:
+        raise KeyboardInterrupt from None
+    except duckdb.OutOfMemoryException as e:
+        raise UserError(f"--out {out}: the export ran out of its 1 GB ({one_line(e)}); nothing was written") from None
+    finally:
+        con.close()
+    return rows, len(parts)
+
+
+def _literal(value: object, fmt: str) -> str:
+    """A run field as a SQL literal (text quoted, a missing value NULL; CSV's text through csv_text)."""
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return "NULL"
+    if not isinstance(value, str):
+        return str(int(value))  # the seed
+    text = str(csv_text(value)) if fmt == "csv" else value
+    return "'" + text.replace("'", "''") + "'::VARCHAR"

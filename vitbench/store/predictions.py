@@ -81,6 +81,44 @@ def write_predictions(results: Path, run_key: str, predictions: Predictions) -> 
 def read_predictions(results: Path, run_key: str, recorded: dict | None) -> pd.DataFrame | None:
     """The run's predictions (columns id, label, top1, topk, correct), or None where the run kept
     none (`recorded`: its `notes.predictions`). A missing or changed file is a one-line error."""
+    return _read(results, run_key, recorded, lambda con, file: con.execute(f"SELECT * FROM {file}").df())
+
+
+# kept runs with more rows than this are paired by a 64-bit digest of each image id (DuckDB's hash)
+# instead of the id itself: 10M ids as Python strings took 0.7 GB a run, and `table --ci` over two such
+# runs was killed for memory. Two different ids of one view share a digest with a probability of about
+# n² / 2^65 (3e-6 at 10M); a run whose own ids share one is read by its ids instead.
+IDS_AS_DIGESTS_ABOVE = 1_000_000
+
+
+def read_outcomes(results: Path, run_key: str, recorded: dict | None, digests: bool = False) -> pd.Series | None:
+    """Whether each image's top-1 was right (bool), indexed by its id (`digests`: by its id's 64-bit
+    digest, uint64, where the run's ids have distinct ones), checked as read_predictions checks; None
+    where the run kept none. Reads two columns, not the top-5 lists: memory in proportion to the
+    images, some bytes each."""
+    import pandas as pd
+
+    def outcomes(con, file: str) -> pd.Series:
+        ids = "id"
+        if digests:  # DuckDB counts the distinct digests (pandas' is_unique took a second a run)
+            distinct, rows = con.execute(f"SELECT count(DISTINCT hash(id)), count(*) FROM {file}").fetchone()
+            ids = "hash(id)" if distinct == rows else ids
+        found = con.execute(f"SELECT {ids} AS id, correct FROM {file}").fetchnumpy()
+        return pd.Series(found["correct"].astype(bool), index=pd.Index(found["id"]))
+
+    return _read(results, run_key, recorded, outcomes)
+
+
+def checked_predictions(results: Path, run_key: str, recorded: dict | None) -> Path | None:
+    """The run's predictions file once checked as read_predictions checks it (a one-line error if it
+    is missing, changed or not the run's), for a reader that streams it itself; None where the run
+    kept none."""
+    return _read(results, run_key, recorded, lambda con, file: shard_dir(results) / str(recorded["file"]))
+
+
+def _read(results: Path, run_key: str, recorded: dict | None, read):
+    """`read(connection, file)` (`file`: the run's predictions as a DuckDB table expression) once the
+    file is checked; None where the run kept none."""
     import duckdb
 
     if not recorded:
@@ -90,38 +128,45 @@ def read_predictions(results: Path, run_key: str, recorded: dict | None) -> pd.D
         raise UserError(f"{path}: the predictions of run {run_key[:12]} are missing (the run's shard names this file)")
     if sha256_file(path) != recorded.get("sha256"):
         raise UserError(f"{path}: changed since run {run_key[:12]} wrote it (sha256 differs from its shard's record)")
+    file = f"read_parquet('{_quote(path)}')"
     con = duck.connect()
     try:
-        table = con.execute(f"SELECT * FROM read_parquet('{_quote(path)}')").df()
+        con.execute("SET enable_progress_bar = false")
+        problem = _problem(con, file, recorded)
+        found = None if problem else read(con, file)
     except duckdb.Error as e:
         raise UserError(f"{path}: unreadable predictions ({str(e).splitlines()[0]})") from None
     finally:
         con.close()
-    problem = _problem(table, recorded)
     if problem:
         raise UserError(f"{path}: not the predictions of run {run_key[:12]} ({problem})")
-    return table
+    return found
 
 
 COLUMNS = ("id", "label", "top1", "topk", "correct")
 MAX_CLASSES = 100_000  # ImageNet-21k has 21,843; a label past this is no class (2e9 asked for 26.8 GiB)
+INTEGER_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"}
 
 
-def _problem(table: pd.DataFrame, recorded: dict) -> str | None:
-    """What makes a predictions table unusable, or None: its columns, its row count (the shard's
+def _problem(con, file: str, recorded: dict) -> str | None:
+    """What makes a predictions file unusable, or None: its columns, its row count (the shard's
     record), labels and predicted classes whole numbers from 0 (below the run's class count where it
-    kept the names, else MAX_CLASSES), and `correct` what they say."""
-    if any(c not in table.columns for c in COLUMNS):
+    kept the names, else MAX_CLASSES), and `correct` what they say. Counted by DuckDB in one pass
+    over three columns: nothing of the file is held here."""
+    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {file})").fetchall())
+    if any(c not in types for c in COLUMNS):
         return f"expected the columns {', '.join(COLUMNS)}"
-    if recorded.get("rows") is not None and len(table) != recorded["rows"]:
-        return f"{len(table)} rows, its run recorded {recorded['rows']}"
+    rows, wrong, *ranges = con.execute(
+        "SELECT count(*),"
+        " count(*) FILTER (WHERE CAST(correct AS BOOLEAN) IS DISTINCT FROM (label = top1)),"
+        f" min(label), max(label), count(label), min(top1), max(top1), count(top1) FROM {file}"
+    ).fetchone()
+    if recorded.get("rows") is not None and rows != recorded["rows"]:
+        return f"{rows} rows, its run recorded {recorded['rows']}"
     classes = len(recorded["classes"]) if isinstance(recorded.get("classes"), list) else MAX_CLASSES
-    for column in ("label", "top1"):
-        values = table[column]
-        if not np.issubdtype(values.dtype, np.integer) or (
-            len(values) and not 0 <= values.min() <= values.max() < classes
-        ):
+    for column, (low, high, present) in zip(("label", "top1"), (ranges[:3], ranges[3:]), strict=True):
+        if types[column] not in INTEGER_TYPES or present < rows or (rows and not 0 <= low <= high < classes):
             return f"{column} values outside the classes 0..{classes - 1}"
-    if not (table["correct"].astype(bool) == (table["label"] == table["top1"])).all():
+    if wrong:
         return "'correct' does not match label and top1"
     return None

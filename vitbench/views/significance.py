@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ import pandas as pd
 
 from vitbench import stats
 from vitbench.errors import UserError
-from vitbench.store.predictions import read_predictions
+from vitbench.store.predictions import IDS_AS_DIGESTS_ABOVE, read_outcomes
 from vitbench.store.query import apply_where, json_field
 from vitbench.views.axes import with_axes
 from vitbench.views.cells import SUBSET_MARK, Cell, TableData
@@ -36,28 +37,69 @@ ALPHA = 0.05
 def outcomes(results: Path, runs: pd.DataFrame, lost: list[str] | None = None) -> dict[str, pd.Series]:
     """run_key -> per-image correctness indexed by image id, for the runs that kept predictions. With
     `lost`, a run whose predictions file is missing, changed or unreadable is read around (its one
-    line goes into `lost`); without, that line is the error."""
+    line goes into `lost`); without, that line is the error. Where a run kept more than
+    IDS_AS_DIGESTS_ABOVE images, every run's images are indexed by their ids' digests (one kind of
+    index for the whole view, so that runs still pair)."""
+    unique = runs.drop_duplicates("run_key")
+    recorded = {str(r.run_key): json_field(r.notes).get("predictions") for r in unique.itertuples()}
+    digests = any(isinstance(p, dict) and (p.get("rows") or 0) > IDS_AS_DIGESTS_ABOVE for p in recorded.values())
     found: dict[str, pd.Series] = {}
-    for run in runs.drop_duplicates("run_key").itertuples():
+    for key, kept in recorded.items():
         try:
-            table = read_predictions(results, str(run.run_key), json_field(run.notes).get("predictions"))
+            series = read_outcomes(results, key, kept, digests)
         except UserError as e:
             if lost is None:
                 raise
             lost.append(str(e))
             continue
-        if table is not None:
-            found[str(run.run_key)] = pd.Series(table["correct"].to_numpy(), index=table["id"].astype(str))
+        if series is not None:
+            found[key] = series
+    if digests and any(s.index.dtype.kind != "u" for s in found.values()):  # a run read by its ids after all
+        return {k: read_outcomes(results, k, recorded[k]) for k in found}  # type: ignore[misc]
     return found
 
 
-def matrix(keys: list[str], seeds: list[int], kept: dict[str, pd.Series]) -> pd.DataFrame | None:
+@dataclass
+class Scored:
+    """One cell's per-image correctness: a row per run in seed order (`seeds`), a column per image
+    (`images`: the ids, or their digests, every run of the cell scored, in the first run's order).
+    Numpy, not a DataFrame: a DataFrame of 10M image columns took seconds per index operation."""
+
+    seeds: list[int]
+    images: np.ndarray
+    values: np.ndarray  # (seeds, images), bool
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.values.shape
+
+    def to_numpy(self) -> np.ndarray:
+        return self.values
+
+
+def _common(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray | slice, np.ndarray | slice]:
+    """Where the images both `a` and `b` hold are in each, in `a`'s order: every position where the two
+    are the same images in the same order (a test split scored twice: compared, not joined)."""
+    if len(a) == len(b) and np.array_equal(a, b):
+        return slice(None), slice(None)
+    _, in_a, in_b = np.intersect1d(a, b, return_indices=True)
+    order = np.argsort(in_a, kind="stable")
+    return in_a[order], in_b[order]
+
+
+def matrix(keys: list[str], seeds: list[int], kept: dict[str, pd.Series]) -> Scored | None:
     """(seed x image) correctness of one cell's runs, on the images every run scored; None when a
     run kept no predictions."""
     if not keys or any(k not in kept for k in keys):
         return None
-    frame = pd.concat([kept[k].rename(seed) for k, seed in zip(keys, seeds, strict=True)], axis=1, join="inner")
-    return frame.T.sort_index()  # rows: seeds in order
+    order = sorted(range(len(keys)), key=lambda i: seeds[i])
+    first = kept[keys[order[0]]]
+    images, rows = first.index.to_numpy(), [first.to_numpy(bool)]
+    for i in order[1:]:
+        other = kept[keys[i]]
+        here, there = _common(images, other.index.to_numpy())
+        images, rows = images[here], [r[here] for r in rows] + [other.to_numpy(bool)[there]]
+    return Scored([seeds[i] for i in order], images, np.vstack(rows))
 
 
 def _cells(m_acc: pd.DataFrame, row_of: dict[str, str]) -> dict[tuple[str, str], tuple[list[str], list[int]]]:
@@ -172,17 +214,18 @@ def _paired_tests(
     return tests
 
 
-def _paired(a: pd.DataFrame, b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+def _paired(a: Scored, b: Scored) -> tuple[np.ndarray, np.ndarray] | None:
     """Two cells' matrices on their common images, seeds paired by number (one run each: paired as is)."""
-    images = a.columns.intersection(b.columns)
-    if not len(images):
+    here, there = _common(a.images, b.images)
+    if not len(a.images[here]):
         return None
-    if len(a) == 1 and len(b) == 1:
-        return a[images].to_numpy(), b[images].to_numpy()
-    seeds = a.index.intersection(b.index)
-    if not len(seeds):
+    if len(a.seeds) == 1 and len(b.seeds) == 1:
+        return a.values[:, here], b.values[:, there]
+    seeds = sorted(set(a.seeds) & set(b.seeds))
+    if not seeds:
         return None
-    return a.loc[seeds, images].to_numpy(), b.loc[seeds, images].to_numpy()
+    rows_a, rows_b = [a.seeds.index(s) for s in seeds], [b.seeds.index(s) for s in seeds]
+    return a.values[rows_a][:, here], b.values[rows_b][:, there]
 
 
 def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path, every_setting: bool = False) -> TableData:
@@ -322,7 +365,7 @@ def _narrowing(part: pd.DataFrame, clauses: list[str]) -> str:
     return f"they differ in {said}: narrow it, e.g. {narrowed} (or --where for both sides, or --all for a row each)"
 
 
-def _side(part: pd.DataFrame, name: str, dataset: str, kept: dict[str, pd.Series], clauses: list[str]) -> pd.DataFrame:
+def _side(part: pd.DataFrame, name: str, dataset: str, kept: dict[str, pd.Series], clauses: list[str]) -> Scored:
     seeds = part["seed"].astype(int)
     if seeds.duplicated().any():
         narrowing = _narrowing(part, clauses)
