@@ -28,6 +28,7 @@ from vitbench import pil_resample
 from vitbench.backend import Preprocessing
 from vitbench.datasets import CorruptImage, Split
 from vitbench.datasets.base import decode
+from vitbench.engine.loader_workers import init_worker
 from vitbench.engine.train_data import Box, MicroBatches, Stream, _item_seed, apply_box, draw_box
 from vitbench.errors import UserError
 
@@ -254,6 +255,7 @@ def streamed_train_batches(
         _Files(split, decoded=not on_device),
         batch_sampler=MicroBatches(stream, start_step, total_steps),
         num_workers=workers,
+        worker_init_fn=init_worker,
         collate_fn=_Files.collate,
         pin_memory=False,
     )
@@ -351,5 +353,6 @@ def file_loader(split: Split, batch_size: int, workers: int, decoded: bool):
         batch_size=batch_size,
         shuffle=False,
         num_workers=workers,
+        worker_init_fn=init_worker,
         collate_fn=_Files.collate,
     )
