@@ -527,29 +527,55 @@ def test_item11_intervals_over_millions_of_images_hold_memory_and_time_flat():
     assert peak < 200 * 2**20 and seconds < 30, (peak, seconds)  # (the input itself is 40 MB)
 
 
+@pytest.fixture(scope="module")
+def store_of_3000_runs(tmp_path_factory) -> Path:
+    """3,000 few-shot runs of a checkpoint sweep, ingested: `export`, `report` and `plot` take seconds."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from synthetic_store import write_shards
+
+    results = tmp_path_factory.mktemp("signals") / "results"
+    write_shards(results, 3000)
+    ingest = subprocess.run([sys.executable, "-m", "vitbench", "ingest", "--results", str(results)], timeout=600)
+    assert ingest.returncode == 0
+    return results
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
-def test_items9_10_a_signal_during_export_ends_in_one_line_and_leaves_no_temp_file(tmp_path, name):
+@pytest.mark.parametrize(
+    ("command", "name", "delays"),
+    [
+        ("export", "SIGINT", (0.0, 0.5, 1.0, 1.5)),
+        ("export", "SIGTERM", (0.0, 0.5, 1.0, 1.5)),
+        ("report", "SIGTERM", (0.5, 2.0, 4.0)),
+        ("report", "SIGHUP", (1.0, 3.0)),
+        ("plot", "SIGTERM", (0.5, 2.0, 4.0)),
+        ("plot", "SIGHUP", (1.0, 3.0)),
+    ],
+)
+def test_items9_10_a_signal_during_a_view_ends_in_one_line_and_leaves_no_temp_file(
+    store_of_3000_runs, tmp_path, command, name, delays
+):
     """Before: SIGINT inside DuckDB's write was a traceback (`Query interrupted`); SIGTERM left the
-    hidden temp file (39 MB for a JSON export) beside the output."""
+    hidden temp file (39 MB for a JSON export) beside the output; `report` and `plot` likewise."""
+    import json
     import signal
     import subprocess
     import sys
     import time
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from synthetic_store import write_shards
-
-    results = tmp_path / "results"
-    write_shards(results, 3000)
-    out = tmp_path / "out" / "runs.json"
-    out.parent.mkdir()
-    command = [sys.executable, "-m", "vitbench", "export", "--results", str(results), "--format", "json",
-               "--out", str(out)]  # fmt: skip
-    assert subprocess.run(command, capture_output=True, timeout=600).returncode == 0  # ingested once, written
-    out.unlink()
-    for delay in (0.0, 0.5, 1.0, 1.5):  # moments across the command's life once it can answer: reading, writing
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    target = {
+        "export": ["--format", "json", "--out", str(out / "runs.json")],
+        "report": ["--out", str(out / "report.html")],
+        "plot": ["--out", str(out / "plots")],
+    }[command]
+    args = [sys.executable, "-m", "vitbench", command, "--results", str(store_of_3000_runs), *target]
+    for delay in delays:  # moments across the command's life once it can answer: reading, drawing, writing
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         # from when the command's entry has installed its handlers (SigCgt holds SIGTERM): before that,
         # Python is still importing and a signal ends it as it ends any Python program
         deadline = time.monotonic() + 60
@@ -567,7 +593,11 @@ def test_items9_10_a_signal_during_export_ends_in_one_line_and_leaves_no_temp_fi
         assert proc.returncode in (0, 130, -signal.SIGINT), (delay, proc.returncode, err[-500:])
         if proc.returncode != 0:
             assert err.strip().splitlines()[-1] == "interrupted", err[-500:]
-        assert [p.name for p in out.parent.iterdir() if p.name != out.name] == []  # no temp file left
+        hidden = [str(p.relative_to(out)) for p in out.rglob("*") if p.name.startswith(".")]
+        assert hidden == [], (delay, hidden)  # no temp file left, at any depth
+        for finished in out.rglob("*"):  # and what is there is whole
+            if finished.is_file() and finished.suffix == ".json":
+                json.loads(finished.read_text())
 
 
 def test_item10_an_interruption_counts_the_shards_written_not_the_lines_printed(tmp_path):
