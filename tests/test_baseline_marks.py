@@ -98,7 +98,7 @@ def test_marks_compare_each_cell_with_its_baseline_at_the_same_setting(cli, deit
         starred = f" {SIGNIFICANT_MARK}" in cell
         assert starred == (expected[_setting_named(column)] and "†" not in column), (column, cell)
     legend = next(line for line in out.splitlines() if line.startswith(f"- {SIGNIFICANT_MARK} differs"))
-    assert "baseline (weights=random) at the same dataset, protocol, shots and setting" in legend
+    assert "baseline (weights=random) at the same dataset, protocol, version and shots or k" in legend
     assert "over the table's 4 comparison(s)" in legend and legend.count(" vs ") == 4
 
     # by default the baseline is the table's first model and weights: the marks move to random init's cells

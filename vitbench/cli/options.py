@@ -135,9 +135,10 @@ Baseline = Annotated[
     str | None,
     option(
         "--baseline",
-        help="What --ci's marks (and the report's) compare each cell with: the cell of the same dataset, protocol, "
-        "shots and setting whose runs match these --where clauses, comma-separated (weights=random, "
-        "model=vit-b/16). [default: the table's first model and weights]",
+        help="What --ci's marks (and the report's) compare each cell with: the cell of the same test images, "
+        "protocol and shots or k whose runs match these --where clauses, comma-separated (model=deit-ti/16,res=224; "
+        "weights=random); backbone, weights and resolution may differ. [default: the table's first model and "
+        "weights, at the same setting]",
     ),
 ]
 

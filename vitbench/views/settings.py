@@ -205,6 +205,45 @@ def common_text(common: dict[str, str]) -> str | None:
     return "every column: " + ", ".join(f"{k}={v}" for k, v in common.items()) if common else None
 
 
+# settings the command sets for every backbone alike that a pair across backbones may still differ in:
+# the legend says so beside the pair's p-value (each backbone at its own resolution is Table 2's way,
+# so `res` is not among them; a preprocessing that follows from the model and `res` is the backbone's)
+NOT_THE_BACKBONES = ("precision", "decoder", "gelu")
+
+
+def pairing(protocol: str, shots, version: str, hparams) -> str:
+    """What a cell must share with its baseline's cell (besides the dataset's test images) to be
+    compared with it, as a researcher compares backbones (Table 2: each at its own resolution): the
+    protocol, its version, the point on its axis (shots, k) and whether it is a smoke run. The
+    backbone, weights, resolution, precision and decoder may differ (`also_differ` says which of the
+    latter two did)."""
+    setting = run_setting(hparams)
+    parts = [str(protocol), str(version)]
+    if shots is not None and not pd.isna(shots):
+        parts.append(f"{int(shots)}-shot")
+    axis = getattr(protocols().get(protocol), "axis", None)
+    if axis is not None and axis.name != "shots" and axis.name in setting:
+        parts.append(setting_text(protocol, axis.name, value_text(setting[axis.name], axis.name)))
+    return " · ".join(parts + (["smoke"] if setting.get("smoke") else []))
+
+
+def also_differ(protocol: str, cell: list[dict], base: list[dict], same_backbone: bool) -> list[str]:
+    """The settings other than the backbone's own that a cell's runs and its baseline's differ in
+    (`precision=bf16 vs fp32`): the command's (NOT_THE_BACKBONES), the protocol's options beyond its
+    axis, and, between runs of one backbone at one resolution, the preprocessing."""
+    known = protocols().get(protocol)  # None: a protocol this checkout does not have
+    options = set(known.Options.names()) - {"shots", "seeds", "knn_k"} if known is not None else set()
+    names = set(NOT_THE_BACKBONES) | options
+    if same_backbone and {value_text(s.get("res")) for s in cell + base} == {value_text(cell[0].get("res"))}:
+        names.add("preprocessing")
+    found = []
+    for name in sorted(names):
+        mine, theirs = {value_text(s.get(name), name) for s in cell}, {value_text(s.get(name), name) for s in base}
+        if mine != theirs:
+            found.append(f"{name}={'/'.join(sorted(mine))} vs {'/'.join(sorted(theirs))}")
+    return found
+
+
 def _is_smoke(hparams) -> bool:
     return bool(json_field(hparams).get("smoke"))
 

@@ -1,7 +1,9 @@
 """How sure each cell is (docs/tables.md, "Intervals and significance"): with `--ci`, every measured
 cell whose runs kept their per-image predictions gets a 95 % bootstrap interval, and every cell is
-compared with its baseline's cell: the same dataset, protocol, shots and setting, another model or
-weights (`--baseline weights=random`; by default the table's first model), on the same test images
+compared with its baseline's cell: by default the table's first model, at the same dataset, protocol,
+shots and setting; named (`--baseline model=deit-ti/16,res=224`), the baseline's cell of the same
+dataset, protocol, version and shots or k, whatever the backbone, weights or resolution (Table 2's
+backbones, each at its own resolution: views/settings.pairing), on the same test images
 (exact McNemar for one run each, a paired bootstrap over seeds otherwise); a difference significant
 after Holm's correction over the table's comparisons is marked, and the legend names each pair.
 Runs without predictions (stored before they were kept) get neither, and a footnote says how many.
@@ -24,7 +26,7 @@ from vitbench.store.query import apply_where, json_field
 from vitbench.views.axes import with_axes
 from vitbench.views.cells import SUBSET_MARK, Cell, TableData
 from vitbench.views.columns import default_labels, natural_order, weights_label
-from vitbench.views.settings import differing, explaining, run_setting, value_text
+from vitbench.views.settings import also_differ, differing, explaining, pairing, run_setting, value_text
 from vitbench.views.shot_counts import cell_effective_shots
 
 SIGNIFICANT_MARK = "*"
@@ -125,7 +127,7 @@ def add_significance(
         if found is not None and where in data.cells:
             data.cells[where].interval = stats.bootstrap_interval(found.to_numpy())
     testable = [c for c in data.columns if any(found is not None for (_, col), found in matrices.items() if col == c)]
-    against, described = baseline_columns(acc, testable, baseline)
+    against, described, notes = baseline_columns(acc, testable, baseline)
     tests = _paired_tests(data, matrices, against)
     adjusted = stats.holm([t[2].p for t in tests])
     for (where, base, result), p in zip(tests, adjusted, strict=True):
@@ -140,40 +142,58 @@ def add_significance(
         + (f"; {without} cell(s) without kept predictions have none" if without else "")
     )
     data.footnotes += [f"no interval for this run: {line}" for line in lost]
-    data.footnotes.append(_legend(described, tests))
+    data.footnotes.append(_legend(described, tests, bool(baseline), notes))
 
 
-def _legend(described: str, tests: list) -> str:
-    """What a mark compares: the baseline, and each pair of columns tested."""
+def _legend(described: str, tests: list, named: bool = False, notes: dict[str, list[str]] | None = None) -> str:
+    """What a mark compares: the baseline, and each pair of columns tested, with what else than the
+    backbone a pair differs in beside it (`named`: the baseline was named, so pairs cross settings)."""
+    rule = "protocol, version and shots or k" if named else "protocol, shots and setting"
     if not tests:
         return (
-            f"{SIGNIFICANT_MARK}: no cell has a baseline cell ({described}) at the same dataset, protocol, shots and "
-            "setting with kept predictions on the same images, so none is tested (--baseline names another)"
+            f"{SIGNIFICANT_MARK}: no cell has a baseline cell ({described}) at the same dataset, {rule} "
+            "with kept predictions on the same images, so none is tested (--baseline names another)"
         )
-    pairs = ", ".join(dict.fromkeys(f"[{col}] vs [{base}]" for (_, col), base, _ in tests))
+    notes = notes or {}
+    said = {}
+    for (_, col), base, _ in tests:
+        also = notes.get(col) or []
+        said.setdefault(f"[{col}] vs [{base}]" + (f" (also {', '.join(also)})" if also else ""), None)
+    free = "; the backbone, weights and resolution may differ, as the labels say" if named else ""
     return (
-        f"{SIGNIFICANT_MARK} differs from the baseline ({described}) at the same dataset, protocol, shots and setting, "
-        f"on the same test images: exact McNemar (one run each) or a paired bootstrap over seeds, p < {ALPHA} after "
-        f"Holm's correction over the table's {len(tests)} comparison(s); pairs: {pairs}"
+        f"{SIGNIFICANT_MARK} differs from the baseline ({described}) at the same dataset, {rule}, on the same "
+        f"test images{free}: exact McNemar (one run each) or a paired bootstrap over seeds, p < {ALPHA} after "
+        f"Holm's correction over the table's {len(tests)} comparison(s); pairs: {', '.join(said)}"
     )
 
 
-def baseline_columns(acc: pd.DataFrame, columns: Sequence[str], baseline: Sequence[str]) -> tuple[dict[str, str], str]:
+def baseline_columns(
+    acc: pd.DataFrame, columns: Sequence[str], baseline: Sequence[str]
+) -> tuple[dict[str, str], str, dict[str, list[str]]]:
     """Each of `columns` (those whose cells can be tested, in table order) -> the baseline column
-    its cells are tested against, and the baseline in words. A pair differs in the backbone alone
-    (model or weights): the same condition (protocol, shots, version, setting; views/columns.py).
-    The baseline: the columns `baseline`'s clauses select (`weights=random`, `model=vit-b/16`), by
-    default the first column's model and weights; where several fit, the one of the same model."""
+    its cells are tested against; the baseline in words; and, per column, the settings other than the
+    backbone's own in which it differs from its baseline (views/settings.also_differ). Named by
+    `baseline`'s clauses (`model=deit-ti/16,res=224`, `weights=random`), a pair is what a researcher
+    compares: the same protocol, version and shots or k (views/settings.pairing), the backbone,
+    weights, resolution, precision or decoder free to differ (Table 2's backbones each at its own
+    resolution); where several baseline columns fit, the one of the same condition, then of the same
+    model. Without `baseline`: the first column's model and weights, paired within one condition
+    (protocol, shots, version and every named setting) as before."""
     runs = acc.drop_duplicates(["column", "run_key"])
     backbone: dict[str, tuple] = {}
     condition: dict[str, str] = {}
+    paired_by: dict[str, str] = {}
+    settings: dict[str, list[dict]] = {}
     for col, part in runs.groupby("column", sort=False):
         identities = set(
             zip(part["model"], part["weights_sha256"].astype(str), part["random_init"].astype(bool), strict=True)
         )
-        settings = set(part["condition"]) if "condition" in part else {None}
-        if len(identities) == 1 and len(settings) == 1 and None not in settings:  # --group-by may mix them
-            backbone[str(col)], condition[str(col)] = identities.pop(), str(settings.pop())
+        conditions = set(part["condition"]) if "condition" in part else {None}
+        pairings = {pairing(r.protocol, r.shots, r.protocol_version, r.hparams) for r in part.itertuples()}
+        if len(identities) == 1 and len(conditions) == 1 and None not in conditions and len(pairings) == 1:
+            backbone[str(col)], condition[str(col)] = identities.pop(), str(conditions.pop())
+            paired_by[str(col)] = pairings.pop() if baseline else condition[str(col)]
+            settings[str(col)] = [run_setting(h) for h in part["hparams"]]
     ordered = [c for c in columns if c in backbone]
     if baseline:
         # none selected here: the legend says no cell is tested
@@ -186,16 +206,21 @@ def baseline_columns(acc: pd.DataFrame, columns: Sequence[str], baseline: Sequen
             first.model, first.weights, first.weights_sha256, bool(first.random_init)
         )
     else:
-        return {}, "none: the columns mix backbones or settings"
-    against = {}
+        return {}, "none: the columns mix backbones or settings", {}
+    against: dict[str, str] = {}
+    notes: dict[str, list[str]] = {}
     for col in ordered:
         if col in chosen:
             continue
-        fits = [b for b in ordered if b in chosen and condition[b] == condition[col]]
-        same_model = [b for b in fits if backbone[b][0] == backbone[col][0]]
-        if fits:
-            against[col] = (same_model or fits)[0]
-    return against, described
+        fits = [b for b in ordered if b in chosen and paired_by[b] == paired_by[col]]
+        if not fits:
+            continue
+        fits.sort(key=lambda b: (condition[b] != condition[col], backbone[b][0] != backbone[col][0]))
+        against[col] = base = fits[0]
+        protocol = str(runs.loc[runs["column"] == col, "protocol"].iloc[0])
+        same = backbone[base][0] == backbone[col][0]
+        notes[col] = also_differ(protocol, settings[col], settings[base], same)
+    return against, described, notes
 
 
 def _paired_tests(
@@ -296,20 +321,45 @@ def _with_settings(sides: dict[str, pd.DataFrame]) -> tuple[dict[str, pd.DataFra
     """Each side's runs with their unit, `dataset · condition`: the condition their table column has
     among the runs of both sides (views/columns.default_labels: protocol, shots, version and the
     settings that differ, `res=224`, `k=20`; not what follows from the backbone, so DeiT-Ti at 224 px
-    pairs with ResNet-18 at 224 px): the rule `vitbench table --ci` pairs cells by. Also the units a
-    side has with no partner on the other, for a footnote."""
+    pairs with ResNet-18 at 224 px): the rule `vitbench table --ci` pairs cells by. Conditions that
+    have no partner on the other side are then paired as `--baseline` pairs (views/settings.pairing:
+    the same protocol, version and shots or k), where one condition of each side has that pairing on a
+    dataset: `compare res=112 res=224 --all` gives a row per dataset, protocol and shot count, and a
+    footnote names what the row's two sides differ in. Also the units a side still has alone."""
     labelled, _ = default_labels(pd.concat(sides.values()).drop_duplicates("run_key"))
     condition = pd.Series(labelled["condition"].to_numpy(), index=labelled["run_key"].to_numpy(object))
     out = {
         name: part.assign(unit=part["dataset"].astype(str) + " · " + part["run_key"].map(condition))
         for name, part in sides.items()
     }
-    alone = []
-    for name, other in (("A", "B"), ("B", "A")):
-        missing = sorted(set(out[name]["unit"]) - set(out[other]["unit"]), key=natural_order)
-        if missing:
-            alone.append(f"{name} alone (no {other} run at the same setting, so no row): " + "; ".join(missing))
-    return out, alone
+    alone = {n: set(out[n]["unit"]) - set(out[o]["unit"]) for n, o in (("A", "B"), ("B", "A"))}
+    notes = []
+    by_pairing: dict[str, dict[tuple[str, str], set[str]]] = {"A": {}, "B": {}}
+    for name, part in out.items():
+        for run in part[part["unit"].isin(alone[name])].itertuples():
+            key = (str(run.dataset), pairing(run.protocol, run.shots, run.protocol_version, run.hparams))
+            by_pairing[name].setdefault(key, set()).add(str(run.unit))
+    renamed: dict[str, dict[str, str]] = {"A": {}, "B": {}}
+    for key, units_a in by_pairing["A"].items():
+        units_b = by_pairing["B"].get(key, set())
+        if len(units_a) == 1 and len(units_b) == 1:
+            (unit_a,), (unit_b,) = units_a, units_b
+            unit = " · ".join(key)
+            renamed["A"][unit_a], renamed["B"][unit_b] = unit, unit
+            parts = {n: u.split(" · ")[1:] for n, u in (("A", unit_a), ("B", unit_b))}
+            apart = [f"{n} at {', '.join(p for p in mine if p not in parts['B' if n == 'A' else 'A']) or '—'}"
+                     for n, mine in parts.items()]  # fmt: skip
+            notes.append(f"{unit}: A and B paired across settings ({', '.join(apart)})")
+    for name in out:
+        out[name] = out[name].assign(unit=out[name]["unit"].replace(renamed[name]))
+        alone[name] -= set(renamed[name])
+    said = [
+        f"{name} alone (no {other} run at the same setting, so no row): "
+        + "; ".join(sorted(alone[name], key=natural_order))
+        for name, other in (("A", "B"), ("B", "A"))
+        if alone[name]
+    ]
+    return out, said + notes
 
 
 def _different_test_sets(unit: str, parts: dict, found: dict, paired: int) -> list[str]:
