@@ -8,6 +8,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from vitbench.datasets.base import DatasetSpec
 from vitbench.datasets.paper_sources import metadata_counts, present_sources
 from vitbench.errors import UserError
@@ -21,6 +23,7 @@ class SplitCount:
     count: int | None  # None: could not be read (see error)
     official: int | None
     error: str | None = None
+    classes: tuple[int, int] | None = None  # (present in the split, the dataset's): said where fewer than all
 
     @property
     def is_subset(self) -> bool:
@@ -30,7 +33,9 @@ class SplitCount:
         if self.count is None:
             return f"{self.split} — ({self.error})" if self.error else f"{self.split} —"
         official = f" / {self.official:,}" if self.official is not None else ""
-        return f"{self.split} {self.count:,}{official}" + (" (subset)" if self.is_subset else "")
+        fewer = self.classes is not None and self.classes[0] < self.classes[1]
+        covers = f": {self.classes[0]} of {self.classes[1]} classes" if fewer else ""  # type: ignore[index]
+        return f"{self.split} {self.count:,}{official}" + (f" (subset{covers})" if self.is_subset or fewer else "")
 
 
 def empty_files(paths: list[str]) -> list[str]:
@@ -82,7 +87,8 @@ def dataset_status(spec: DatasetSpec, data_dir: Path | None) -> tuple[str, list[
                     raise UserError(
                         f"{len(empty):,} of {len(loaded):,} image files are empty (0 bytes), e.g. {empty[0]}"
                     )
-                counts.append(SplitCount(split, len(loaded), official))
+                present = int(np.unique(loaded.labels).size)  # chance is 100 / these, in a subset too
+                counts.append(SplitCount(split, len(loaded), official, classes=(present, int(spec.num_classes))))
             except UserError as e:  # named relative to data_dir, as the status is
                 where = f"{data_dir}{os.sep}" if data_dir is not None else ""
                 counts.append(SplitCount(split, None, official, str(e).replace(where, "")))

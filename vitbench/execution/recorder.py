@@ -98,6 +98,9 @@ class Recorder:
         origin = group.weights.provenance
         if origin is not None:  # weights vitbench pre-trained: the run that made them
             notes = {**notes, "pretrained": origin}
+        coverage = test_classes(group)
+        if coverage is not None:  # chance is 100 / the classes present, not / the dataset's (3 of 37 breeds)
+            notes = {**notes, "test_classes": coverage}
         if result.predictions is not None:  # the file first: a shard never names predictions that are not there
             predictions = write_predictions(self.req.results, spec.run_key, result.predictions)
             if group.dataset.class_names:  # label i is class_names[i]: per-class tables name them
@@ -186,3 +189,16 @@ def record_audit(results: Path, audit: dict, pairs: list[dict], on_disk: Callabl
         ingest_audits(con, results, {shard.stem})
     finally:
         con.close()
+
+
+def test_classes(group: Group) -> dict | None:
+    """`{"present": k, "of": n}`: how many of the dataset's n classes the scored split (the protocol's
+    last) holds. Counted once, from its labels, and stored with the run: a subset of 3 of Pets' 37
+    breeds has chance 33 %, not 2.7 %, and the views say so. None where no split was read."""
+    import numpy as np
+
+    names = get_protocol(group.protocol).splits(group.dataset)
+    scored = group.splits.get(names[-1]) if names else None
+    if scored is None or not len(scored):
+        return None
+    return {"present": int(np.unique(scored.labels).size), "of": int(group.dataset.num_classes)}

@@ -19,6 +19,7 @@ from vitbench.registry import get_dataset
 from vitbench.store.query import json_field
 from vitbench.views import cells, columns, table
 from vitbench.views.axes import axis_values
+from vitbench.views.coverage import chance_percent, class_coverage, fewer_classes_text
 from vitbench.views.figure_kit import FILE, Figure, Look, legend_under, new_grid, runs_text, save
 from vitbench.views.settings import INPUT_SETTINGS, run_setting, value_text
 from vitbench.views.shot_counts import cell_effective_shots
@@ -161,8 +162,8 @@ def _draw_panel(ax, points: pd.DataFrame, references: pd.DataFrame, style: dict,
 def _references(df: pd.DataFrame, reference: str | None, acc: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     """The reference lines of each panel: the stored cell of the `reference` protocol (the one the
     figure's protocol names: the linear probe) for each line's backbone, dataset and input settings
-    (res, precision, decoder), in that line's colour; and chance (100 / classes) where the dataset's
-    class count is known."""
+    (res, precision, decoder), in that line's colour; and chance: 100 / the classes present in the
+    scored split as the runs stored it (a subset may hold 3 of 37), else the dataset's class count."""
     rows = []
     if reference is not None and reference in set(df["protocol"]):
         probe = columns.measured_columns(df, reference).acc
@@ -185,12 +186,14 @@ def _references(df: pd.DataFrame, reference: str | None, acc: pd.DataFrame, poin
                         "std": float(percent.std(ddof=1)) if len(percent) > 1 else None, "n": len(percent),
                         "effective_shots": None, "run_keys": " ".join(sorted(mine["run_key"].astype(str))),
                     })  # fmt: skip
+    coverage = class_coverage(df.drop_duplicates("run_key"))  # classes present in the scored split, as stored
     for panel, part in points.groupby("panel", sort=False):
-        classes = _classes(str(part["dataset"].iloc[0]))
-        if classes:
+        dataset = str(part["dataset"].iloc[0])
+        chance = chance_percent(coverage, dataset, _classes(dataset))
+        if chance:
             rows.append({"kind": "chance", "line": f"chance · {panel}", "legend": "", "key": None, "panel": panel,
                          "model": None, "weights_sha256": None, "dataset": part["dataset"].iloc[0], "setting": "",
-                         "x": None, "mean": 100.0 / classes, "std": None, "n": None, "effective_shots": None,
+                         "x": None, "mean": chance, "std": None, "n": None, "effective_shots": None,
                          "run_keys": ""})  # fmt: skip
     return pd.DataFrame(rows, columns=[*CSV_COLUMNS, "legend", "key", "panel"])
 
@@ -227,7 +230,9 @@ def _caption(known, axis, points: pd.DataFrame, references: pd.DataFrame, values
     chance = references[references["kind"] == "chance"]
     if not chance.empty:
         said = "; ".join(f"{c.panel.rstrip(cells.SUBSET_MARK)} {c.mean:.3g}%" for c in chance.itertuples())
-        caption += f" Dotted grey: chance, 100 / classes ({said})."
+        caption += f" Dotted grey: chance, 100 / the classes in the scored split ({said})."
+        fewer = fewer_classes_text(class_coverage(df.drop_duplicates("run_key")), set(chance["dataset"].astype(str)))
+        caption += f" Scored on fewer classes than the dataset has: {fewer}." if fewer else ""
     if points["effective_shots"].notna().any():
         caption += (" A ringed point marked [k-shot]: its train split's smallest class has only k images, so its "
                     "runs used k there (fewer than its x).")  # fmt: skip

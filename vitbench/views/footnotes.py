@@ -7,11 +7,14 @@ import re
 from vitbench.views import contamination
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, SUBSET_MARK, TableData
 from vitbench.views.columns import Measured
+from vitbench.views.coverage import class_coverage, fewer_classes_text
 from vitbench.views.paper_match import WITHIN_MARK
 from vitbench.views.settings import common_text
 
 
-def marker_footnotes(data: TableData, include_marked: bool, compared: bool) -> None:
+def marker_footnotes(data: TableData, include_marked: bool, compared: bool, runs=None) -> None:
+    """The markers' footnotes, each only where its marker appears; `runs` (the view's runs): the
+    subset footnote names the datasets scored on fewer than all their classes, with their chance."""
     texts = " ".join([*data.columns, *(c.marks for c in data.cells.values()), *data.rows])
     left_out = "" if include_marked or not compared else "; no Δ, never bold (--include-marked to include)"
     if RANDOM_MARK in texts:
@@ -20,8 +23,10 @@ def marker_footnotes(data: TableData, include_marked: bool, compared: bool) -> N
             f"backbone{left_out}"
         )
     if SUBSET_MARK in texts:
+        fewer = fewer_classes_text(class_coverage(runs)) if runs is not None else ""
         data.footnotes.append(
             f"{SUBSET_MARK} measured on a subset of the official splits: not comparable with the paper{left_out}"
+            + (f"; scored on fewer classes than the dataset has: {fewer}" if fewer else "")
         )
     if WITHIN_MARK in " ".join(c.marks for c in data.cells.values()):
         data.footnotes.append(

@@ -226,7 +226,7 @@ def accuracy_view(
     for name in compare:
         data.footnotes.append(f"{name} (paper): {paper.column(name)['source'].iloc[0]}")
     data.footnotes += matches.footnotes({d: title(d) for d in row_of})
-    marker_footnotes(data, include_marked, bool(compare))
+    marker_footnotes(data, include_marked, bool(compare), m.runs)
     provenance_footnotes(data, m)
     say_once(data, m)
     return data
@@ -294,7 +294,7 @@ def table9_view(
     data.footnotes.append(
         "paper columns: ViT paper Table 9 (one decimal per task); group means and the mean computed from its tasks"
     )
-    marker_footnotes(data, include_marked, True)
+    marker_footnotes(data, include_marked, True, m.runs)
     provenance_footnotes(data, m)
     return data
 
@@ -336,7 +336,7 @@ def table5_view(df: pd.DataFrame, protocol: str | None = None, include_marked: b
     data.footnotes.append("paper cells: ViT paper Table 5 (fine-tuned at 384 px, no Polyak averaging)")
     if not m.acc.empty:
         data.footnotes.append("measured cells: top-1 accuracy (%), mean ± std over seeds (n runs); no Δ in this view")
-    marker_footnotes(data, include_marked, False)
+    marker_footnotes(data, include_marked, False, m.runs)
     provenance_footnotes(data, m)
     return data
 
@@ -378,6 +378,6 @@ def table6_view(df: pd.DataFrame, protocol: str | None = None, include_marked: b
     )
     if not m.runs.empty:
         data.footnotes.append("measured cells: top-1 accuracy (%), mean ± std over seeds (n runs)")
-    marker_footnotes(data, include_marked, False)
+    marker_footnotes(data, include_marked, False, m.runs)
     provenance_footnotes(data, m)
     return data
