@@ -98,3 +98,66 @@ def test_a_pair_that_differs_in_more_than_the_backbone_says_so():
         "fewshot_l2=1024 vs sweep",
         "precision=bf16 vs fp32",
     ]  # another backbone's preprocessing is its own
+
+
+def test_the_report_says_each_footnote_once_and_draws_the_standalone_figures(cli, across, tmp_path):
+    """Goal 3. Before: a split table's footnote block under each of its parts, the interval's and the
+    marks' footnotes where no interval or mark was shown, and the report's few-shot figure without the
+    linear-probe references the standalone figure draws."""
+    import html
+    import re
+
+    import pandas as pd
+
+    from vitbench.views.cells import Cell, TableData
+    from vitbench.views.report import Page
+
+    data = TableData(title="wide")
+    data.add_row("Digits")
+    for i in range(24):
+        column = f"model-{i} · a setting long enough to need its own width · res={i}"
+        data.add_column(column)
+        data.cells[("Digits", column)] = Cell(mean=50.0 + i, text=f"{50 + i:.2f}")
+    data.footnotes += ["[lo, hi]: 95 % percentile bootstrap interval …", "*: no cell has a baseline cell …",
+                       "measured cells: top-1 accuracy (%), one run each"]  # fmt: skip
+    page = Page(df=pd.DataFrame(), results=tmp_path, compare=(), figures=tmp_path)
+    shown = page.table("wide", data)
+    assert shown.count("<h3>") > 2  # split into parts that fit
+    assert shown.count("measured cells: top-1 accuracy") == 1 and shown.rindex("measured cells") > shown.rindex("<h3>")
+    assert "[lo, hi]" not in shown and "no cell has a baseline" not in shown  # no interval, no mark shown
+
+    code, printed, err = cli("plot", "fewshot", "--out", tmp_path / "plots", "--formats", "svg", "--results", across)
+    assert code == 0, err
+    code, _, err = cli("report", "--out", tmp_path / "r.html", "--results", across)
+    assert code == 0, err
+    captions = [
+        html.unescape(c) for c in re.findall(r"<figcaption>(.*?)</figcaption>", (tmp_path / "r.html").read_text(), re.S)
+    ]
+    fewshot = next(c for c in captions if c.startswith("few-shot"))
+    assert "the linear probe of the same features" in fewshot
+    assert " ".join(fewshot.split()) in " ".join(printed.split())  # the standalone figure's own caption
+
+
+def test_a_ringed_points_label_stays_inside_its_panel():
+    """Goal 3. Before: the `[10-shot]` label of a point at a panel's last x ran into the next panel."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from vitbench.protocols.registry import protocols
+    from vitbench.views.axis_plot import _draw_panel, line_style
+
+    points = pd.DataFrame({"key": ["a"] * 3, "x": [1.0, 5.0, 100.0], "mean": [30.0, 50.0, 60.0],
+                           "std": [None] * 3, "n": [2] * 3, "legend": ["a"] * 3,
+                           "effective_shots": [None, None, 10.0]})  # fmt: skip
+    fig, ax = plt.subplots(figsize=(3, 2))
+    axis = protocols()["fewshot"].axis
+    _draw_panel(ax, points, points.iloc[0:0].assign(kind=[], mean=[]), {"a": line_style(0)}, axis, "t")
+    ax.set_xscale("log")
+    fig.canvas.draw()
+    (label,) = [t for t in ax.texts if t.get_text() == "[10-shot]"]
+    box, panel = label.get_window_extent(), ax.get_window_extent()
+    assert panel.x0 <= box.x0 and box.x1 <= panel.x1, (box, panel)
+    plt.close(fig)

@@ -213,4 +213,4 @@ def test_the_knn_figure_says_what_it_measures(cli, mixed, tmp_path):
     assert len(probe) == 1 and probe["mean"].iloc[0] == pytest.approx(linear["accuracy"].iloc[0] * 100)
     assert points.loc[points["kind"] == "chance", "mean"].iloc[0] == pytest.approx(10.0)  # ten digits
     said = " ".join(out.split())
-    assert "DINO's rule" in said and "T = 0.07" in said and "chance, 100 / classes" in said
+    assert "DINO's rule" in said and "T = 0.07" in said and "chance, 100 / the classes in the scored split" in said

@@ -145,12 +145,16 @@ def _draw_panel(ax, points: pd.DataFrame, references: pd.DataFrame, style: dict,
         drawn = ax.errorbar(xs, part["mean"], yerr=part["std"].fillna(0), capsize=3, markersize=5, linewidth=1.3,
                             label=f"{part['legend'].iloc[0]} (n={n})", **look)  # fmt: skip
         drawn.lines[0].set_gid(f"{ids}-{j}")
-        for x_at, mean, fewer in zip(xs, part["mean"], part["effective_shots"], strict=True):
+        rightmost = float(points["x"].max())
+        for x, x_at, mean, fewer in zip(part["x"], xs, part["mean"], part["effective_shots"], strict=True):
             if fewer is not None and not pd.isna(fewer):  # fewer shots than x: said at the point itself
                 ax.plot([x_at], [mean], marker=look["marker"], markersize=11, markerfacecolor="none",
                         markeredgecolor=look["color"], linestyle="none")  # fmt: skip
-                ax.annotate(f"[{int(fewer)}-shot]", (x_at, mean), textcoords="offset points", xytext=(4, -11),
-                            fontsize=7, color=look["color"])  # fmt: skip
+                # left of a point at the panel's last x: to its right, the label ran into the next panel
+                left = float(x) >= rightmost
+                ax.annotate(f"[{int(fewer)}-shot]", (x_at, mean), textcoords="offset points",
+                            xytext=(-6 if left else 4, -11), ha="right" if left else "left", fontsize=7,
+                            color=look["color"], annotation_clip=True)  # fmt: skip
     for ref in references.itertuples():
         colour = style[ref.key]["color"] if ref.key in style else "#555555"
         dotted = ref.kind == "chance"

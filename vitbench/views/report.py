@@ -11,6 +11,7 @@ holds the database. Paths on the user's disk are replaced by placeholders unless
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import tempfile
 from collections.abc import Callable, Sequence
@@ -44,6 +45,7 @@ from vitbench.views.columns import accelerator_days, measured_columns
 from vitbench.views.footnotes import short_fingerprint
 from vitbench.views.private_paths import explanation, private_roots, redact
 from vitbench.views.settings import settings_listed
+from vitbench.views.significance import SIGNIFICANT_MARK
 
 
 @dataclass
@@ -77,7 +79,8 @@ class Page:
         a table wider than the page in parts that fit (`_fitting`: of `blocks`, the columns that
         belong together, else one column at a time), each part a table of its own."""
         parts = []
-        for part in data.split(_fitting(data, blocks)):
+        data = only_shown_marks(data)
+        for part in data.split(_fitting(data, blocks), notes_on_each=False):  # the footnotes once, after the last
             anchor, n = f"{name}-table", 1
             while anchor in self.ids:
                 n += 1
@@ -93,6 +96,21 @@ class Page:
         except UserError:
             return ""
         return report_page.figure(drawn.files[0], f"figure-{name}", drawn.caption)
+
+
+def only_shown_marks(data: TableData) -> TableData:
+    """`data` without the footnotes of marks none of its cells shows: the interval's where no cell
+    has one, the significance legend where no cell is marked (the report printed both under tables
+    that showed neither)."""
+    cells = data.cells.values()
+    intervals = any(c.interval is not None for c in cells)
+    marked = any(SIGNIFICANT_MARK in (c.marks or "") for c in cells)
+    kept = [
+        n
+        for n in data.footnotes
+        if not (n.startswith("[lo, hi]") and not intervals) and not (n.startswith(SIGNIFICANT_MARK) and not marked)
+    ]
+    return dataclasses.replace(data, footnotes=kept)
 
 
 def _protocol_section(page: Page, name: str) -> Section:
@@ -113,7 +131,11 @@ def _protocol_section(page: Page, name: str) -> Section:
         out.parts.append(page.figure(f"vtab-{out.anchor}", lambda: plots.vtab_figure(df, page.figures, ("svg",), name,
                                                                               plots.PAGE)))  # fmt: skip
     if protocol is not None and protocol.axis is not None:
-        out.parts.append(page.figure(name, partial(plots.axis_figure, df, name, page.figures, ("svg",), plots.PAGE, 2)))
+        # the standalone figure (`vitbench plot NAME`): drawn from every protocol's runs, so that its
+        # references (the linear probe of the same features) are there too
+        out.parts.append(
+            page.figure(name, partial(plots.axis_figure, page.df, name, page.figures, ("svg",), plots.PAGE, 2))
+        )
     curves = page.curves[page.curves["run_key"].isin(df["run_key"].unique())]  # the runs that trained
     if not curves.empty:
         out.parts.append(page.figure(f"curves-{out.anchor}", lambda: plots.curves_figure(
