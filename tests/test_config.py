@@ -178,8 +178,8 @@ def test_one_vocabulary_for_the_command_line_a_config_and_the_api():
     from vitbench.cli.app import app
     from vitbench.protocols.requests import known_options
 
-    command_only = {"rerun", "dry_run", "assume_mfu", "price_on", "print_config", "devices", "nnodes", "node_rank",
-                    "rdzv_endpoint", "rdzv_id", "rdzv_backend", "cluster", "partition", "gpus_per_job",
+    command_only = {"rerun", "dry_run", "explain", "assume_mfu", "price_on", "print_config", "devices", "nnodes",
+                    "node_rank", "rdzv_endpoint", "rdzv_id", "rdzv_backend", "cluster", "partition", "gpus_per_job",
                     "nodes", "time_limit", "cpus_per_job", "mem_gb", "array_parallelism", "slurm_account",
                     "slurm_qos", "no_wait"}  # fmt: skip
     api = set(known_options())

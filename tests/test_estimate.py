@@ -59,17 +59,25 @@ def test_dry_run_prints_each_runs_estimate_and_the_total(cli, results, monkeypat
     # a CPU `vitbench bench` never measured: a few seconds' micro-benchmark gives the rate, and says
     # so, with its range and what it counts and leaves out
     assert code == 0 and out.count("≈") == 2 and "2 run(s) to do, estimated time" in out
-    assert "micro-benchmark on CPU" in out and "`vitbench bench` measures the whole loop" in out
-    # the whole wait, its range, then each part on its own (issue 69, goal 1), and what it leaves out
+    # the whole wait, its range, then each part on its own (issue 69, goal 1); then the rate in a few
+    # words: two lines (issue 80: the last line was 616-888 characters, a paragraph on method)
+    total, rate = out.strip().splitlines()[-2:]
     parts = r"model passes [^,]+, decoding and resizing [^,]+, weights [^,]+, start-up [^(]+"
-    assert re.search(rf"estimated time [^(]+ \([^)]+ to [^)]+\): {parts} \(an estimate", out), out
-    assert "decoding and resizing them (timed here on a sample of their own files)" in out
-    assert "not the solves of few-shot, k-NN and the linear probe" in out
+    assert re.fullmatch(rf"2 run\(s\) to do, estimated time [^(]+ \([^)]+ to [^)]+\): {parts}", total), total
+    assert rate.startswith("(an estimate at the rate of a micro-benchmark on CPU") and "--explain" in rate
+    assert len(total) < 160 and len(rate) < 160
+    # --explain: the method, what it counts and what it leaves out
+    code, explained, _ = cli(*args, "--explain")
+    assert code == 0 and "`vitbench bench` measures the whole loop" in explained
+    assert "decoding and resizing them (timed here on a sample of their own files)" in explained
+    assert "not the solves of few-shot, k-NN and the linear probe" in explained
+    code, _, err = cli(*args[:-1], "--explain")
+    assert code == 2 and "--explain: says how --dry-run's estimate was made; add --dry-run" in err
     # kept for the next dry run: the same command prices the model's passes the same, however busy the
     # machine (what it measures each time, the start-up and decoding, may move a little)
     monkeypatch.setattr(micro_rate, "forward_rate", lambda *a: pytest.fail("measured again"))
     assert _model_passes(cli(*args)[1]) == _model_passes(out)
-    code, out, _ = cli(*args, "--assume-mfu", "0.4@H100")  # another machine's: its device time alone
+    code, out, _ = cli(*args, "--assume-mfu", "0.4@H100", "--explain")  # another machine's: its device time alone
     assert code == 0 and out.count("≈") == 2 and "2 run(s) to do, estimated device time" in out
     assert "not decoding and resizing them, loading weights or start-up (measured on this machine only)" in out
     assert "an estimate" in out and "40% MFU of H100" in out
@@ -129,7 +137,8 @@ def test_a_dry_run_plans_every_vtab_task_without_its_files(cli, tmp_path):
         assert runs == "3" and int(images.replace(",", "")) > 3 * 2500 * 512  # 3 seeds × steps × batch, then test
         assert time.endswith("days") and data.startswith("missing: no ") and "official split sizes" in data
         assert decode == "not measured" and weights.endswith("s")
-    assert "decoding not measured for vtab/caltech101, " in " ".join(out.split())  # no files to time it on
+    # no files to time decoding on: said in the summary's two lines, each named with --explain
+    assert "decoding not measured for 19 datasets (no files here)" in " ".join(out.split())
     assert "to get vtab/caltech101 … vtab/smallnorb_elev (19 datasets): `--data-source tfds --download`" in out
     assert "vtab-1k/<task>/ with train800.txt" in out and "micro-benchmark" in out
     assert "(no data yet) vit-b/16     paper (not here)" in out  # no run key for files that are not there
@@ -304,7 +313,7 @@ def test_price_on_a_gpu_one_does_not_have_from_the_rates_vitbench_ships(cli, tmp
     assert code == 0 and "1 run(s) to do, none priced" in " ".join(out.split()), out
     code, out, err = cli("run", "--model", "vit-s/16", "--dataset", "imagenet", "--protocol", "eval", *common,
                          "--assume-mfu", "0.3@H100")  # fmt: skip
-    assert code == 0 and "where none was measured there: assumed 30% MFU of H100" in " ".join(out.split())
+    assert code == 0 and "(else assumed 30% MFU of H100" in " ".join(out.split())
     code, _, err = cli("run", "--model", "vit-b/16", "--dataset", "imagenet", *NO_DATA, "--price-on", "a100")
     assert code == 2 and "--price-on a100: no rates measured there ship with vitbench; expected h100" in err
 

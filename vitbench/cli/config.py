@@ -42,7 +42,7 @@ def lists() -> dict[str, type]:
 
 
 # what an experiment is not: how this one command runs
-NOT_CONFIG = {"config", "print_config", "dry_run", "rerun", "assume_mfu", "price_on"}
+NOT_CONFIG = {"config", "print_config", "dry_run", "explain", "rerun", "assume_mfu", "price_on"}
 MAX_CONFIG_BYTES = 1_000_000  # an experiment's options are a few hundred bytes; more is not a config
 SUITE_KEYS = {"datasets": list, "protocol": str, "description": str, "model": str, "weights": str}
 

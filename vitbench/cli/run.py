@@ -53,6 +53,7 @@ def _shared_options(
     gelu: ro.Gelu,
     rerun: ro.Rerun = False,
     dry_run: ro.DryRun = False,
+    explain: ro.Explain = False,
     assume_mfu: ro.AssumeMfu = None,
     price_on: ro.PriceOn = None,
     config: ro.Config = None,
@@ -170,6 +171,8 @@ def _dispatch(ctx: typer.Context, given: dict, command: Callable[..., None]) -> 
     from vitbench.execution import launch
 
     g, resolved = _with_config(ctx, given, command)
+    if g.get("explain") and not g["dry_run"]:
+        raise UserError("--explain: says how --dry-run's estimate was made; add --dry-run")
     if g["print_config"]:
         sys.stdout.write(resolved)
         return
@@ -184,14 +187,14 @@ def _dispatch(ctx: typer.Context, given: dict, command: Callable[..., None]) -> 
         report(api.run(req, rerun=g["rerun"], cluster_options=jobs), jobs.wait)
         return
     if command is submit:  # a dry run plans here, as `vitbench run --dry-run` does
-        _run_here(req, g["rerun"], True, _rate(g, req), began)
+        _run_here(req, g["rerun"], True, _rate(g, req), began, g["explain"])
         return
     if g["devices"] > 1 or g["nnodes"] > 1:  # the same command, once per device, under torchrun
         _check_before_launch(req, g["devices"] * g["nnodes"])
         rdzv = launch.Rendezvous(g["nnodes"], g["node_rank"], g["rdzv_endpoint"], g["rdzv_id"], g["rdzv_backend"])
         argv = launch.strip_devices(sys.argv[1:])
         raise typer.Exit(launch.launch(g["devices"], argv, rdzv, log_dir=Path(req.results) / "logs"))
-    _run_here(req, g["rerun"], g["dry_run"], _rate(g, req), began)
+    _run_here(req, g["rerun"], g["dry_run"], _rate(g, req), began, g["explain"])
 
 
 def _rate(g: dict, req: Request) -> estimate.Rate | None:
@@ -229,7 +232,12 @@ def _as_on_the_command_line(ctx: typer.Context, param, value, config: Path):
 
 
 def _run_here(
-    req: Request, rerun: bool, dry_run: bool, rate: estimate.Rate | None = None, began: float | None = None
+    req: Request,
+    rerun: bool,
+    dry_run: bool,
+    rate: estimate.Rate | None = None,
+    began: float | None = None,
+    explain: bool = False,
 ) -> None:
     """This process (or this torchrun rank): the API's session, its progress lines, then the
     planned runs (dry run) or the summary table. `began`: when the command began (perf_counter)."""
@@ -255,7 +263,7 @@ def _run_here(
         sys.exit(130)  # its own line said it; an Exit(130) would have main() say "interrupted" again
     if dry_run:
         startup = time.perf_counter() - (began if began is not None else time.perf_counter())
-        print_plan(summary, here, rate, req, startup)
+        print_plan(summary, here, rate, req, startup, explain)
     elif world().is_main:  # the runs this command planned (stored before or now), not the whole folder
         print_summary_table(req.results, {s.run_key for s in summary.specs})
         ended_well(summary)

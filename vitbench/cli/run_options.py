@@ -169,6 +169,14 @@ DryRun = Annotated[
         " and stop.",
     ),
 ]
+Explain = Annotated[
+    bool,
+    option(
+        "--explain",
+        panel=WHAT,
+        help="With --dry-run: say how the estimate was made (the rate's measurement, what it counts and leaves out).",
+    ),
+]
 AssumeMfu = Annotated[
     str | None,
     option(

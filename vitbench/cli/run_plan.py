@@ -18,13 +18,16 @@ if TYPE_CHECKING:
     from vitbench import api
 
 
-def print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, req: Request, startup: float) -> None:
+def print_plan(
+    summary: api.Summary, here: str, rate: estimate.Rate | None, req: Request, startup: float, explain: bool = False
+) -> None:
     """Each planned run with its state and estimated time, a row per dataset (images, each part of
     the time, whether its data is here and how to get it where not), then the total still to run.
     The rate: --assume-mfu's, what `vitbench bench` measured here, or a few seconds' micro-benchmark
     (kept in the user's cache for every dry run on this machine). Priced here, the estimate adds what
     the runs pay beside the model's passes, measured here (execution/overheads.py), and `startup`:
-    this command's seconds before the plan, as the run will spend them."""
+    this command's seconds before the plan, as the run will spend them. The summary is two lines:
+    the total and its parts, then the rate in a few words; `explain` adds the method in full."""
     groups, todo = summary.groups, [s.run_key for s in summary.todo]
     device = resolve_device(req.device)
     precision = groups[0].runtime.precision if groups else None  # bf16 on a CPU: priced at its own rate
@@ -44,6 +47,7 @@ def print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, req:
         state = "done" if s.run_key in summary.done else "todo"
         priced = found is not None and state == "todo" and s.run_key in found.seconds
         cost = f"  ≈ {estimate.duration(found.run_seconds(s.run_key))}" if priced and found else ""
+        cost = "  not priced" if found is not None and state == "todo" and not priced else cost  # never "< 1 s"
         key = "(no data yet)" if s.run_key in absent else s.run_key[:12]  # a key of no files: not the real one's
         # the weights on every line: two weights of one model plan lines that would otherwise read the same
         line = (
@@ -58,36 +62,48 @@ def print_plan(summary: api.Summary, here: str, rate: estimate.Rate | None, req:
         return
     unpriced = sum(key not in found.seconds for key in todo)
     if todo and unpriced == len(todo):  # never "< 1 s" for what was not priced at all
-        out.print(f"{len(todo)} run(s) to do, none priced: the rate is {found.basis}", markup=False, soft_wrap=True)
-        return
-    out.print(_total_line(found, todo, unpriced), markup=False, soft_wrap=True)
+        out.print(f"{len(todo)} run(s) to do, none priced: the rate has none for their configurations "
+                  "(--assume-mfu 0.4@H100 prices them)", markup=False, soft_wrap=True)  # fmt: skip
+    else:
+        out.print(_total_line(found, todo, unpriced), markup=False, soft_wrap=True)
+    # the second line: what the price rests on, in a few words; the method in full behind --explain
+    missing = list(dict.fromkeys(found.beside.unmeasured)) if found.beside is not None else []
+    unmeasured = f"; decoding not measured for {len(missing)} datasets (no files here)" if len(missing) > 1 else ""
+    unmeasured = f"; decoding not measured for {missing[0]} (no files here)" if len(missing) == 1 else unmeasured
+    out.print(f"(an estimate at the rate of {found.short or found.basis}{unmeasured}; {EXPLAIN})", markup=False,
+              soft_wrap=True)  # fmt: skip
+    if explain:
+        out.print(_method(found), markup=False, soft_wrap=True)
+
+
+EXPLAIN = "--explain says what it counts and how"
+
+
+def _method(found: estimate.Estimate) -> str:
+    """--explain: where the rate comes from, what the estimate counts and what it leaves out."""
+    counted = estimate.COUNTED if found.beside is not None else estimate.COUNTED_ELSEWHERE
+    unmeasured = (
+        f"; decoding not measured for {', '.join(dict.fromkeys(found.beside.unmeasured))} (no files here)"
+        if found.beside is not None and found.beside.unmeasured
+        else ""
+    )
+    return f"How: counted FLOPs at the rate of {found.basis}. {counted}{unmeasured}. (docs/performance.md)"
 
 
 def _total_line(found: estimate.Estimate, todo: list[str], unpriced: int) -> str:
-    """The plan's last line: the whole wait (its range) and its parts where measured here, else the device time."""
+    """The plan's summary line: the whole wait (its range) and its parts where measured here, else the device time."""
     span = found.range(todo)
     between = f" ({estimate.duration(span[0])} to {estimate.duration(span[1])})" if span else ""
     between += f", {unpriced} of them not priced" if unpriced else ""
     if found.beside is None:
-        return (
-            f"{len(todo)} run(s) to do, estimated device time {estimate.duration(found.total(todo))}{between} "
-            f"(an estimate: counted FLOPs at the rate of {found.basis}. {estimate.COUNTED_ELSEWHERE})"
-        )
+        return f"{len(todo)} run(s) to do, estimated device time {estimate.duration(found.total(todo))}{between}"
     beside = found.beside
-    unmeasured = (
-        f"; decoding not measured for {', '.join(dict.fromkeys(beside.unmeasured))} (no files here)"
-        if beside.unmeasured
-        else ""
-    )
     decode, weights = (sum(part.get(k, 0.0) for k in todo) for part in (beside.decode, beside.weights))
     parts = (
         f"model passes {estimate.duration(found.total(todo))}, decoding and resizing {estimate.duration(decode)}, "
         f"weights {estimate.duration(weights)}, start-up {estimate.duration(beside.startup)}"
     )
-    return (
-        f"{len(todo)} run(s) to do, estimated time {estimate.duration(found.wall(todo))}{between}: {parts} "
-        f"(an estimate: counted FLOPs at the rate of {found.basis}. {estimate.COUNTED}{unmeasured})"
-    )
+    return f"{len(todo)} run(s) to do, estimated time {estimate.duration(found.wall(todo))}{between}: {parts}"
 
 
 def _print_datasets(summary: api.Summary, found: estimate.Estimate | None) -> None:
@@ -106,7 +122,13 @@ def _print_datasets(summary: api.Summary, found: estimate.Estimate | None) -> No
     for name in dict.fromkeys(g.dataset.name for g in summary.groups):
         groups = [g for g in summary.groups if g.dataset.name == name]
         keys = [s.run_key for g in groups for s in g.specs if s.run_key in todo]
-        seconds = [estimate.duration(found.total(keys))] if found else [""]
+        unpriced = sum(k not in found.seconds for k in keys) if found else 0
+        if found is None or not keys:
+            seconds = [""]
+        elif unpriced == len(keys):  # a run that cannot be priced says so here too, not "< 1 s"
+            seconds = ["not priced"]
+        else:
+            seconds = [estimate.duration(found.total(keys)) + (f" ({unpriced} not priced)" if unpriced else "")]
         if beside:  # decoding is timed on the files: a dataset not here has none to time it on
             decode = sum(beside.decode.get(k, 0.0) for k in keys)
             seconds += [

@@ -43,6 +43,11 @@ class Rate:
     # measured on this machine (here, `vitbench bench` or the micro-benchmark; --assume-mfu of its own
     # peak): what a run pays beside the model's passes is then measured here too (execution/overheads.py)
     here: bool = True
+    short: str = ""  # the basis in a few words, for the plan's summary (`basis` in full with --explain)
+
+    @property
+    def named(self) -> str:
+        return self.short or self.basis
 
     def of(self, model: str, res: int, mode: str) -> float | None:
         return self.measured.get((model, res, mode)) or self.flops_per_second.get(mode)
@@ -52,6 +57,7 @@ class Rate:
 class Estimate:
     seconds: dict[str, float]  # run_key -> estimated device-seconds
     basis: str
+    short: str = ""  # the rate's basis in a few words (Rate.short)
     # run_key -> (fewest, most) device-seconds, where the rate was measured with a spread
     bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
     # what the runs pay beside the model's passes, measured here; None: priced for another machine
@@ -119,7 +125,10 @@ def price_on(kind: str, fallback: Rate | None = None) -> Rate:
             else "a configuration never measured there is not priced (add --assume-mfu 0.4@H100)"
         )
     )
-    return Rate(dict(fallback.flops_per_second) if fallback else {}, basis, measured, here=False)
+    short = f"`vitbench bench` rows measured on an {rows[0].device}, shipped with vitbench" + (
+        f" (else {fallback.named})" if fallback else ""
+    )
+    return Rate(dict(fallback.flops_per_second) if fallback else {}, basis, measured, here=False, short=short)
 
 
 def measured_rate(results: Path, device_name: str) -> Rate | None:
@@ -209,7 +218,8 @@ def micro_rate(
         f"(forward passes, and training steps where the plan trains; the forward passes' slowest and fastest give "
         f"the range), measured {', '.join(sorted(dates))}" + where + "; `vitbench bench` measures the whole loop"
     )
-    return Rate({}, basis, measured, spread, build)
+    short = f"a micro-benchmark on {name}, measured {', '.join(sorted(dates))}"
+    return Rate({}, basis, measured, spread, build, short=short)
 
 
 def _modes(groups: list[Group]) -> dict[tuple, list[str]]:
@@ -343,7 +353,7 @@ def estimate(groups: list[Group], rate: Rate, todo: set[str] | None = None) -> E
                 slowest, fastest = rate.spread[(name, res)]
                 median = rate.of(name, res, "inference") or 0.0
                 bounds[spec] = (seconds[spec] * median / fastest, seconds[spec] * median / slowest)
-    return Estimate(seconds, rate.basis, bounds)
+    return Estimate(seconds, rate.basis, rate.named, bounds)
 
 
 def _seconds(work: dict[str, float], per_image: int, rate: Rate, model: str, res: int) -> float | None:
