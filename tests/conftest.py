@@ -239,3 +239,12 @@ def install_wheel(folder: Path, name: str, modules: dict[str, str], entry_points
         check=True,
     )
     return target
+
+
+@pytest.fixture(autouse=True)
+def _a_quiet_machine(monkeypatch):
+    """The micro-benchmark's rate is kept as the machine's pace only where other work did not hold the
+    CPU when it was measured (execution/machine_load.py). Tests run two at a time on two cores, so every
+    measurement here would read as busy and be measured again at each dry run: the machine reads as
+    quiet unless a test says otherwise (tests/test_estimate.py's busy-machine test does)."""
+    monkeypatch.setattr("vitbench.execution.estimate.others_busy", lambda: 0.0)

@@ -362,3 +362,29 @@ def test_the_plan_counts_decoding_weights_and_start_up_measured_here(tmp_path, m
     assert found.wall(keys) == pytest.approx(
         found.total(keys) + 2.0 + 0.5 + found.beside.decode[first] + found.beside.decode[second]
     )
+
+
+def test_a_rate_measured_on_a_busy_machine_is_said_and_measured_again_once_quiet(cli, tmp_path, monkeypatch):
+    """Issue 80, goal 4. Before: the rate kept per machine was whatever it gave when first measured:
+    measured beside other work (load 5 on 2 cores), it priced a later plan on the quiet machine at
+    2.0x its run, and nothing said so."""
+    from vitbench.execution import machine_load
+
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
+    args = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
+            "--shots", "1", "--seeds", "0", "--results", tmp_path / "results", "--dry-run")  # fmt: skip
+    monkeypatch.setattr(estimate, "others_busy", lambda: 0.9)
+    code, out, err = cli(*args)
+    assert code == 0, err
+    assert "while other work used 90% of the CPUs (measured again once it is quiet)" in " ".join(out.split())
+    measured = []
+    real = micro_rate.forward_rate
+    monkeypatch.setattr(micro_rate, "forward_rate", lambda *a: measured.append(a) or real(*a))
+    monkeypatch.setattr(estimate, "others_busy", lambda: 0.0)  # quiet now: measured again, and kept as the pace
+    code, out, err = cli(*args)
+    assert code == 0 and measured and "other work" not in out, err
+    monkeypatch.setattr(estimate, "others_busy", lambda: 0.9)  # busy again: the quiet rate stands, not measured
+    monkeypatch.setattr(micro_rate, "forward_rate", lambda *a: pytest.fail("measured again"))
+    code, out, err = cli(*args)
+    assert code == 0 and "other work" not in out, err
+    assert machine_load.busy_text(0.1) == "" and 0.0 <= (machine_load.others_busy(0.05) or 0.0) <= 1.0

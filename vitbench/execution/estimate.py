@@ -17,6 +17,7 @@ from vitbench.atomic import keep_json, read_json_object
 from vitbench.devices import PEAK_BF16_FLOPS, peak_flops
 from vitbench.engine.bench_types import MODES
 from vitbench.errors import UserError
+from vitbench.execution.machine_load import BUSY_ABOVE, busy_text, others_busy
 from vitbench.protocols.base import Group
 from vitbench.protocols.registry import get_protocol
 from vitbench.registry import get_model
@@ -195,15 +196,16 @@ def micro_rate(
     measured: dict[tuple[str, int, str], float] = {}
     spread: dict[tuple[str, int], tuple[float, float]] = {}
     build: dict[tuple[str, int], float] = {}
-    passes, dates, changed = 0, set[str](), False
+    passes, dates, changed, busy = 0, set[str](), False, 0.0
     own = precision is None or precision == ("fp32" if device.type == "cpu" else "bf16")
     for (model, res, batch), modes in _modes(groups).items():
         for mode in modes:  # inference first: its spread is the range, its build the model's making
             key = f"{name}|{model.name}|{res}|{torch.get_num_threads()} threads|torch {torch.__version__}|batch {batch}"
             key += ("" if own else f"|{precision}") + ("|train" if mode == "train" else "")
-            if key not in kept:
+            if key not in kept or _busy(kept[key]):  # a rate measured beside other work: again, if quiet now
                 kept[key], changed = _measure(model, res, device, None if own else precision, batch, mode), True
             entry = kept[key]
+            busy = max(busy, float(entry.get("busy", 0.0)))
             for priced in MODES if mode == "inference" else (mode,):  # training at the forward rate unless timed
                 measured[(model.name, res, priced)] = float(entry["median"])
             if mode == "inference":
@@ -219,7 +221,16 @@ def micro_rate(
         f"the range), measured {', '.join(sorted(dates))}" + where + "; `vitbench bench` measures the whole loop"
     )
     short = f"a micro-benchmark on {name}, measured {', '.join(sorted(dates))}"
+    loaded = busy_text(busy)
+    if loaded:  # a plan priced on a busy machine says so: its estimate may be high
+        short += f" while {loaded} (measured again once it is quiet)"
+        basis += f"; measured while {loaded}: the estimate may be high, and is measured again once the machine is quiet"
     return Rate({}, basis, measured, spread, build, short=short)
+
+
+def _busy(entry: dict) -> bool:
+    """Whether a kept measurement was taken while other work held the CPU (a GPU's is never)."""
+    return float(entry.get("busy", 0.0)) > BUSY_ABOVE
 
 
 def _modes(groups: list[Group]) -> dict[tuple, list[str]]:
@@ -241,10 +252,12 @@ def _measure(model, res: int, device: torch.device, precision: str | None, batch
 
     from vitbench.engine.micro_rate import forward_rate
 
+    # how much of the CPU other work used just before: on a CPU, what the rate is worth
+    others = others_busy() if device.type == "cpu" else 0.0
     rates, made = forward_rate(model, res, device, precision, batch, mode)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return {"median": statistics.median(rates), "slowest": min(rates), "fastest": max(rates),
-            "passes": len(rates), "measured": when, "build": made}  # fmt: skip
+            "passes": len(rates), "measured": when, "build": made, "busy": round(others or 0.0, 3)}  # fmt: skip
 
 
 SLOWER = 1.5  # a setting this much slower than the device's own is said before the runs
@@ -291,7 +304,9 @@ def _is_measurement(entry: object) -> bool:
     if not all(isinstance(r, int | float) and not isinstance(r, bool) for r in found):
         return False
     rates = [float(r) for r in found]  # type: ignore[arg-type]
-    passes, measured = entry.get("passes"), entry.get("measured")
+    passes, measured, busy = entry.get("passes"), entry.get("measured"), entry.get("busy", 0.0)
+    if not (isinstance(busy, int | float) and not isinstance(busy, bool) and 0 <= busy <= 1):
+        return False
     return (
         all(math.isfinite(r) and r > 0 for r in rates[:3])
         and math.isfinite(rates[3])
