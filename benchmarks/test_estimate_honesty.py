@@ -39,6 +39,10 @@ EXAMPLES = {
         "1,5,20,50",
     ],  # fmt: skip
     "fewshot-pets-flowers": ["run", *DEIT, "--dataset", "pets,flowers102", "--protocol", "fewshot"],
+    # issue 80: a few-shot + k-NN + linear plan (the linear probe's λ sweep among its solves) ran 2.2x its dry run
+    "fewshot-knn-linear-pets-flowers": [
+        "run", *DEIT, "--dataset", "pets,flowers102", "--protocol", "fewshot,knn,linear",
+    ],  # fmt: skip
     "finetune-smoke": ["run", *DEIT, "--dataset", "cifar10", "--protocol", "finetune", "--smoke"],
     "dedup-flowers": ["dedup", "--dataset", "flowers102", "--data-dir", str(SHARED)],
 }
