@@ -241,10 +241,13 @@ def install_wheel(folder: Path, name: str, modules: dict[str, str], entry_points
     return target
 
 
-@pytest.fixture(autouse=True)
-def _a_quiet_machine(monkeypatch):
+@pytest.fixture(autouse=True, scope="session")
+def _a_quiet_machine():
     """The micro-benchmark's rate is kept as the machine's pace only where other work did not hold the
     CPU when it was measured (execution/machine_load.py). Tests run two at a time on two cores, so every
-    measurement here would read as busy and be measured again at each dry run: the machine reads as
-    quiet unless a test says otherwise (tests/test_estimate.py's busy-machine test does)."""
-    monkeypatch.setattr("vitbench.execution.estimate.others_busy", lambda: 0.0)
+    measurement here would read as busy, be said so and be measured again at each dry run: the machine
+    reads as quiet, for the session's fixtures too (the README's walk), unless a test says otherwise
+    (tests/test_estimate.py's busy-machine test does)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("vitbench.execution.estimate.others_busy", lambda: 0.0)
+        yield

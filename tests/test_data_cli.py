@@ -113,10 +113,10 @@ def test_doctor_reports_the_shared_subsets(cli):
     for expected in (
         "train 1,102 / 50,000 (subset)",  # cifar10: only data_batch_1
         "(4 of 6 key files missing)",
-        "train 486 / 50,000 (subset), test 916 / 10,000 (subset)",
-        "train 300 / 3,680 (subset), test 298 / 3,669 (subset)",
+        "train 486 / 50,000 (subset: 99 of 100 classes), test 916 / 10,000 (subset)",
+        "train 300 / 3,680 (subset: 3 of 37 classes), test 298 / 3,669 (subset: 3 of 37 classes)",
         "train 1,020 / 1,020, val 204 / 1,020 (subset), test 306 / 6,149 (subset)",
-        "train — (missing ImageNet 'train' folder: imagenet/train), val 500 / 50,000 (subset)",
+        "train — (missing ImageNet 'train' folder: imagenet/train), val 500 / 50,000 (subset: 10 of 1,000 classes)",
         "vtab/* (19 tasks) │ absent",
     ):
         assert expected in flat, expected

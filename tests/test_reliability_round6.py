@@ -181,6 +181,8 @@ def test_item14_the_dry_run_says_kept_only_where_the_rates_were_kept(cli, tmp_pa
     assert f"kept in {cache}" not in said and f"(not kept: {cache / 'micro-rates.json'} cannot be written)" in said
     monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
     code, out, err = cli(*args)
+    assert code == 0 and "not kept" not in out + err
+    code, out, err = cli(*args, "--explain")  # where it was kept: the method says
     assert code == 0 and f"kept in {tmp_path / 'cache' / 'micro-rates.json'}" in out + err
 
 

@@ -181,7 +181,7 @@ def test_suite_doctor_view_and_a_protocol_that_needs_train(cli, results, tmp_pat
         write_image(val / synset / f"ILSVRC2012_val_{j + 1:08d}.JPEG", seed=j)
     code, out, _ = cli("doctor", "--data-dir", data)
     flat = " ".join(out.split())
-    assert code == 0 and "imagenet-r │ found (subset) │ test 4 / 30,000 (subset)" in flat
+    assert code == 0 and "imagenet-r │ found (subset) │ test 4 / 30,000 (subset: 2 of 200 classes)" in flat
     assert "objectnet │ absent" in flat
     assert SYNSETS.index(R_SYNSETS[1]) == 2  # ImageNet class 2: V2's folder "2"
     weights = head_weights(tmp_path / "w.safetensors", {2: 5.0})

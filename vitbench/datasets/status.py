@@ -34,7 +34,7 @@ class SplitCount:
             return f"{self.split} — ({self.error})" if self.error else f"{self.split} —"
         official = f" / {self.official:,}" if self.official is not None else ""
         fewer = self.classes is not None and self.classes[0] < self.classes[1]
-        covers = f": {self.classes[0]} of {self.classes[1]} classes" if fewer else ""  # type: ignore[index]
+        covers = f": {self.classes[0]:,} of {self.classes[1]:,} classes" if fewer else ""  # type: ignore[index]
         return f"{self.split} {self.count:,}{official}" + (f" (subset{covers})" if self.is_subset or fewer else "")
 
 

@@ -221,6 +221,7 @@ def micro_rate(
         f"the range), measured {', '.join(sorted(dates))}" + where + "; `vitbench bench` measures the whole loop"
     )
     short = f"a micro-benchmark on {name}, measured {', '.join(sorted(dates))}"
+    short += f" (not kept: {path} cannot be written)" if path is not None and not stored else ""
     loaded = busy_text(busy)
     if loaded:  # a plan priced on a busy machine says so: its estimate may be high
         short += f" while {loaded} (measured again once it is quiet)"
