@@ -640,7 +640,7 @@ def test_item11_runs_of_millions_of_images_pair_by_id_digests_as_by_ids(tmp_path
 
     from vitbench.provenance import sha256_file
     from vitbench.store import duck, predictions
-    from vitbench.views import significance
+    from vitbench.views import paired_compare, significance
 
     results = tmp_path / "results"
     _, other = write_predicted_runs(results, 5000)
@@ -661,7 +661,7 @@ def test_item11_runs_of_millions_of_images_pair_by_id_digests_as_by_ids(tmp_path
 
     def compared(digests: bool) -> list[str]:
         assert {s.index.dtype.kind == "u" for s in significance.outcomes(results, df).values()} == {digests}
-        data = significance.compare_view(df, ["model=vit-b/16"], ["model=vit-l/16"], results)
+        data = paired_compare.compare_view(df, ["model=vit-b/16"], ["model=vit-l/16"], results)
         assert "scored 5000 images, B 4500" in data.footnotes[0] and "the 4500 images both scored" in data.footnotes[0]
         return [str(data.cells[("imagenet", c)].text) for c in data.columns]
 
