@@ -388,9 +388,10 @@ def _one_value_changed(change: tuple[str, object]) -> bytes:
     _one_value_changed)))  # fmt: skip
 def test_kept_rates_are_measurements_or_measured_again(tmp_path_factory, content):
     from vitbench.execution import estimate
+    from vitbench.execution.kept_rates import kept_rates
 
     path = _write(tmp_path_factory.mktemp("rates") / estimate.MICRO_RATES, content)
-    kept = estimate._kept_rates(path)  # never raises: what is not a measurement is measured again
+    kept = kept_rates(path)  # never raises: what is not a measurement is measured again
     for entry in kept.values():
         assert 0 < entry["slowest"] <= entry["median"] <= entry["fastest"] < float("inf")
         assert type(entry["passes"]) is int and entry["passes"] > 0
@@ -401,10 +402,11 @@ def test_kept_rates_are_measurements_or_measured_again(tmp_path_factory, content
 def test_kept_rates_past_their_size_bound_are_not_read(tmp_path, monkeypatch):
     from vitbench import atomic
     from vitbench.execution import estimate
+    from vitbench.execution.kept_rates import kept_rates
 
     path = tmp_path / estimate.MICRO_RATES
     path.write_bytes(RATES)
-    assert estimate._kept_rates(path)
-    monkeypatch.setattr(estimate, "MAX_RATES_BYTES", len(RATES) - 1)
+    assert kept_rates(path)
+    monkeypatch.setattr("vitbench.execution.kept_rates.MAX_RATES_BYTES", len(RATES) - 1)
     monkeypatch.setattr(atomic, "read_regular", lambda p: pytest.fail("read past the bound"))  # the cache's reader
-    assert estimate._kept_rates(path) == {}
+    assert kept_rates(path) == {}

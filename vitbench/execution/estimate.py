@@ -7,17 +7,17 @@ disk slower."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitbench.atomic import keep_json, read_json_object
+from vitbench.atomic import keep_json
 from vitbench.devices import PEAK_BF16_FLOPS, peak_flops
 from vitbench.engine.bench_types import MODES
 from vitbench.errors import UserError
-from vitbench.execution.machine_load import BUSY_ABOVE, busy_text, others_busy
+from vitbench.execution.kept_rates import busy_entry, kept_rates
+from vitbench.execution.machine_load import busy_text, others_busy
 from vitbench.protocols.base import Group
 from vitbench.protocols.registry import get_protocol
 from vitbench.registry import get_model
@@ -171,8 +171,6 @@ COUNTED_ELSEWHERE = (
     "few-shot, k-NN and the linear probe"
 )
 MICRO_RATES = "micro-rates.json"  # in the user's cache: what a dry run measured here, for the next one
-MAX_RATES_BYTES = 2_000_000  # some thousands of (device, model, resolution) entries; 250 MB took 2.1 GB
-KEEP_DAYS = 30  # a measurement this old is measured again (a machine's drivers and load change)
 
 
 def micro_rate(
@@ -192,7 +190,7 @@ def micro_rate(
     import torch
 
     path = cache / MICRO_RATES if cache is not None else None
-    kept = _kept_rates(path)
+    kept = kept_rates(path)
     measured: dict[tuple[str, int, str], float] = {}
     spread: dict[tuple[str, int], tuple[float, float]] = {}
     build: dict[tuple[str, int], float] = {}
@@ -202,7 +200,7 @@ def micro_rate(
         for mode in modes:  # inference first: its spread is the range, its build the model's making
             key = f"{name}|{model.name}|{res}|{torch.get_num_threads()} threads|torch {torch.__version__}|batch {batch}"
             key += ("" if own else f"|{precision}") + ("|train" if mode == "train" else "")
-            if key not in kept or _busy(kept[key]):  # a rate measured beside other work: again, if quiet now
+            if key not in kept or busy_entry(kept[key]):  # a rate measured beside other work: again, if quiet now
                 kept[key], changed = _measure(model, res, device, None if own else precision, batch, mode), True
             entry = kept[key]
             busy = max(busy, float(entry.get("busy", 0.0)))
@@ -227,11 +225,6 @@ def micro_rate(
         short += f" while {loaded} (measured again once it is quiet)"
         basis += f"; measured while {loaded}: the estimate may be high, and is measured again once the machine is quiet"
     return Rate({}, basis, measured, spread, build, short=short)
-
-
-def _busy(entry: dict) -> bool:
-    """Whether a kept measurement was taken while other work held the CPU (a GPU's is never)."""
-    return float(entry.get("busy", 0.0)) > BUSY_ABOVE
 
 
 def _modes(groups: list[Group]) -> dict[tuple, list[str]]:
@@ -280,43 +273,6 @@ def slower_setting(groups: list[Group], name: str, cache: Path | None) -> str | 
     return (
         f"--precision bf16 on this CPU: {own / asked:.1f}x slower than fp32, measured here ({model} at {res} px: "
         f"{asked / 1e9:.2f} against {own / 1e9:.2f} GFLOP/s); --precision fp32 (auto's choice on a CPU) is faster"
-    )
-
-
-def _kept_rates(path: Path | None) -> dict:
-    """The kept measurements that are measurements, and recent: {} where there is no file, it is
-    past its size bound, or is not one (each is measured again, and the file rewritten)."""
-    from datetime import UTC, datetime, timedelta
-
-    if path is None:
-        return {}
-    found = read_json_object(path, MAX_RATES_BYTES)
-    oldest = (datetime.now(UTC) - timedelta(days=KEEP_DAYS)).strftime("%Y-%m-%d %H:%M UTC")
-    return {key: entry for key, entry in found.items() if _is_measurement(entry) and entry["measured"] >= oldest}
-
-
-def _is_measurement(entry: object) -> bool:
-    """{"median", "slowest", "fastest": FLOP/s, finite, positive, slowest ≤ median ≤ fastest;
-    "build": the seconds making the model took, finite, not negative (an entry kept before it was
-    measured is measured again); "passes": a count; "measured": "YYYY-MM-DD HH:MM UTC"}."""
-    if not isinstance(entry, dict):
-        return False
-    found = [entry.get(k) for k in ("slowest", "median", "fastest", "build")]
-    if not all(isinstance(r, int | float) and not isinstance(r, bool) for r in found):
-        return False
-    rates = [float(r) for r in found]  # type: ignore[arg-type]
-    passes, measured, busy = entry.get("passes"), entry.get("measured"), entry.get("busy", 0.0)
-    if not (isinstance(busy, int | float) and not isinstance(busy, bool) and 0 <= busy <= 1):
-        return False
-    return (
-        all(math.isfinite(r) and r > 0 for r in rates[:3])
-        and math.isfinite(rates[3])
-        and rates[3] >= 0
-        and rates[0] <= rates[1] <= rates[2]
-        and type(passes) is int
-        and passes > 0
-        and isinstance(measured, str)
-        and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", measured) is not None
     )
 
 

@@ -100,7 +100,8 @@ def axis_figure(
         found = ", ".join(axis.text(v) for v in values) or f"no value of {axis.name}"
         raise UserError(f"every stored {known.label} run has {found}: a line against {axis.label} needs two values")
     points = axis_points(m.acc, x)
-    references = _references(df, axis.reference, m.acc, points)
+    coverage = class_coverage(df.drop_duplicates("run_key"))  # classes present in each scored split, as stored
+    references = _references(df, axis.reference, m.acc, points, coverage)
     panels = list(dict.fromkeys(points["panel"]))
     style = {key: line_style(i) for i, key in enumerate(dict.fromkeys(points["key"]))}
     for frame in (points, references):  # each row says how its line is drawn
@@ -125,7 +126,7 @@ def axis_figure(
     if len(panels) > 1:
         fig.suptitle(f"{known.label} accuracy against {axis.label}", x=0.01, ha="left")
     legend_under(fig, axes, look)
-    caption = _caption(known, axis, points, references, values, df)
+    caption = _caption(known, axis, points, references, values, df, coverage)
     written = pd.concat([points[CSV_COLUMNS], references[CSV_COLUMNS]], ignore_index=True)
     return Figure(protocol, caption, save(fig, caption, out_dir, f"{protocol}_{axis.name}", formats, look, written))
 
@@ -163,7 +164,9 @@ def _draw_panel(ax, points: pd.DataFrame, references: pd.DataFrame, style: dict,
                    "in its line's colour)")  # fmt: skip
 
 
-def _references(df: pd.DataFrame, reference: str | None, acc: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+def _references(
+    df: pd.DataFrame, reference: str | None, acc: pd.DataFrame, points: pd.DataFrame, coverage: dict
+) -> pd.DataFrame:
     """The reference lines of each panel: the stored cell of the `reference` protocol (the one the
     figure's protocol names: the linear probe) for each line's backbone, dataset and input settings
     (res, precision, decoder), in that line's colour; and chance: 100 / the classes present in the
@@ -190,7 +193,6 @@ def _references(df: pd.DataFrame, reference: str | None, acc: pd.DataFrame, poin
                         "std": float(percent.std(ddof=1)) if len(percent) > 1 else None, "n": len(percent),
                         "effective_shots": None, "run_keys": " ".join(sorted(mine["run_key"].astype(str))),
                     })  # fmt: skip
-    coverage = class_coverage(df.drop_duplicates("run_key"))  # classes present in the scored split, as stored
     for panel, part in points.groupby("panel", sort=False):
         dataset = str(part["dataset"].iloc[0])
         chance = chance_percent(coverage, dataset, _classes(dataset))
@@ -215,7 +217,9 @@ def _classes(dataset: str) -> int | None:
         return None
 
 
-def _caption(known, axis, points: pd.DataFrame, references: pd.DataFrame, values: list, df: pd.DataFrame) -> str:
+def _caption(
+    known, axis, points: pd.DataFrame, references: pd.DataFrame, values: list, df: pd.DataFrame, coverage: dict
+) -> str:
     """What is drawn, from what is drawn: the protocol and its rule, the values of the axis, the
     lines, what each point is, the reference lines and chance, and the marks that appear (only those)."""
     keys = {k for text in points["run_keys"] for k in text.split()}
@@ -235,7 +239,7 @@ def _caption(known, axis, points: pd.DataFrame, references: pd.DataFrame, values
     if not chance.empty:
         said = "; ".join(f"{c.panel.rstrip(cells.SUBSET_MARK)} {c.mean:.3g}%" for c in chance.itertuples())
         caption += f" Dotted grey: chance, 100 / the classes in the scored split ({said})."
-        fewer = fewer_classes_text(class_coverage(df.drop_duplicates("run_key")), set(chance["dataset"].astype(str)))
+        fewer = fewer_classes_text(coverage, set(chance["dataset"].astype(str)))
         caption += f" Scored on fewer classes than the dataset has: {fewer}." if fewer else ""
     if points["effective_shots"].notna().any():
         caption += (" A ringed point marked [k-shot]: its train split's smallest class has only k images, so its "
