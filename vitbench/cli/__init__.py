@@ -92,9 +92,22 @@ def main() -> None:
     except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
         sys.exit(130)
+    except Exception as e:  # a signal inside any DuckDB query (a view's read): DuckDB's own way of saying it
+        if not _duckdb_interrupted(e):
+            raise
+        err.print("interrupted")
+        sys.exit(130)
     if code == INTERRUPTED:  # typer turns a KeyboardInterrupt into exit code 130 and says nothing
         err.print("interrupted")
     sys.exit(code if isinstance(code, int) else 0)
 
 
 INTERRUPTED = 130  # 128 + SIGINT: the shell's code for a command Ctrl-C ended
+
+
+def _duckdb_interrupted(e: Exception) -> bool:
+    """Whether `e` is DuckDB's answer to Ctrl-C, SIGTERM or SIGHUP mid-query (`InterruptException`, or
+    a RuntimeError "Query interrupted"): `plot` read the store when SIGTERM came and printed a traceback."""
+    if type(e).__name__ == "InterruptException":
+        return True
+    return isinstance(e, RuntimeError) and str(e).strip().lower().startswith("query interrupted")
