@@ -250,4 +250,5 @@ def _a_quiet_machine():
     (tests/test_estimate.py's busy-machine test does)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("vitbench.execution.estimate.others_busy", lambda: 0.0)
+        patch.setattr("vitbench.execution.solve_price.others_busy", lambda: 0.0)  # the solves' pace alike
         yield

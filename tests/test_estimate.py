@@ -62,7 +62,7 @@ def test_dry_run_prints_each_runs_estimate_and_the_total(cli, results, monkeypat
     # the whole wait, its range, then each part on its own (issue 69, goal 1); then the rate in a few
     # words: two lines (issue 80: the last line was 616-888 characters, a paragraph on method)
     total, rate = out.strip().splitlines()[-2:]
-    parts = r"model passes [^,]+, decoding and resizing [^,]+, weights [^,]+, start-up [^(]+"
+    parts = r"model passes [^,]+, decoding and resizing [^,]+, solves [^,]+, weights [^,]+, start-up [^(]+"
     assert re.fullmatch(rf"2 run\(s\) to do, estimated time [^(]+ \([^)]+ to [^)]+\): {parts}", total), total
     assert rate.startswith("(an estimate at the rate of a micro-benchmark on CPU") and "--explain" in rate
     assert len(total) < 160 and len(rate) < 160
@@ -70,7 +70,8 @@ def test_dry_run_prints_each_runs_estimate_and_the_total(cli, results, monkeypat
     code, explained, _ = cli(*args, "--explain")
     assert code == 0 and "`vitbench bench` measures the whole loop" in explained
     assert "decoding and resizing them (timed here on a sample of their own files)" in explained
-    assert "not the solves of few-shot, k-NN and the linear probe" in explained
+    assert "the solves of few-shot, k-NN and the linear probe on their features" in explained
+    assert "The solves at the pace measured here" in explained and "not storing each run's results" in explained
     code, _, err = cli(*args[:-1], "--explain")
     assert code == 2 and "--explain: says how --dry-run's estimate was made; add --dry-run" in err
     # kept for the next dry run: the same command prices the model's passes the same, however busy the
@@ -79,7 +80,12 @@ def test_dry_run_prints_each_runs_estimate_and_the_total(cli, results, monkeypat
     assert _model_passes(cli(*args)[1]) == _model_passes(out)
     code, out, _ = cli(*args, "--assume-mfu", "0.4@H100", "--explain")  # another machine's: its device time alone
     assert code == 0 and out.count("≈") == 2 and "2 run(s) to do, estimated device time" in out
-    assert "not decoding and resizing them, loading weights or start-up (measured on this machine only)" in out
+    assert (
+        "not decoding and resizing them, the solves of few-shot, k-NN and the linear probe, loading weights or "
+        "start-up (measured on this machine only)"
+        in out
+        and "The solves at the pace" not in out
+    )
     assert "an estimate" in out and "40% MFU of H100" in out
     code, _, err = cli(*args, "--assume-mfu", "2")
     assert code == 2 and "--assume-mfu 2: expected a fraction" in err and len(err.strip().splitlines()) == 1

@@ -137,6 +137,9 @@ def test_linear_and_knn_on_shared_cifar10_with_one_extraction(cli, results, deit
     metrics = dict(zip(df["metric"], df["value"], strict=True))
     sweep = json.loads(run["notes"])["l2_sweep"]
     assert len(sweep) == 19 and metrics["val_accuracy"] == max(sweep.values())
+    # each fit's L-BFGS iterations, stored: what the dry run's price of a fit (EXPECTED_ITERATIONS) is checked on
+    iterations = json.loads(run["notes"])["l2_iterations"]
+    assert iterations.keys() == sweep.keys() and all(1 <= n <= 1000 for n in iterations.values())
     assert json.loads(run["hparams"])["linear_features"] == "raw"  # CLIP's A.3: no standardisation
     assert metrics["accuracy"] > 0.5  # DeiT-Ti's features separate CIFAR-10 well
     code, _, err = cli("run", *run_on, "--protocol", "knn", "--results", results)

@@ -44,6 +44,7 @@ class ModelSpec:
 
 
 _FLOPS: dict[tuple[type, str, int], int] = {}  # (backend class, architecture, image size) -> forward FLOPs per image
+_WIDTHS: dict[tuple[type, str, int], int] = {}  # (backend class, architecture, image size) -> representation width
 
 
 class Backend:
@@ -142,6 +143,26 @@ class Backend:
             else:  # a network of the backend's own making: its code is its own to change
                 _FLOPS[key] = count()
         return _FLOPS[key]
+
+    def representation_width(self, spec: ModelSpec, img_size: int) -> int:
+        """The width of the few-shot representation (what few-shot, k-NN and the linear probe solve
+        on, for the dry run's price of their solves): `features` on the meta device, kept per machine
+        as the FLOP counts are."""
+        key = (type(self), spec.arch, img_size)
+        if key not in _WIDTHS:
+            count = functools.partial(self._count_width, spec, img_size)
+            if type(self).create is Backend.create:
+                _WIDTHS[key] = flop_counts.counted("width|" + self._count_key(spec, img_size), count)
+            else:
+                _WIDTHS[key] = count()
+        return _WIDTHS[key]
+
+    def _count_width(self, spec: ModelSpec, img_size: int) -> int:
+        import torch
+
+        with torch.device("meta"):
+            model = self.create(spec, num_classes=0, img_size=img_size).eval()
+            return int(self.features(model, torch.empty(1, 3, img_size, img_size)).shape[-1])
 
     def _count_key(self, spec: ModelSpec, img_size: int) -> str:
         """What a kept count of a timm network depends on: the backend, architecture, size, the

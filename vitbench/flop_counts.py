@@ -1,4 +1,5 @@
-"""The forward FLOPs of a (backbone family, architecture, image size), counted once per machine.
+"""The forward FLOPs of a (backbone family, architecture, image size), counted once per machine
+(and, beside them, the width of its representation: backend.py `representation_width`).
 
 A count builds the network on the meta device and runs torch's FlopCounterMode over it, and a
 ViT-H at 518 px takes a while to count. The number depends only on the code that builds and runs

@@ -165,7 +165,7 @@ DryRun = Annotated[
     option(
         "--dry-run",
         panel=WHAT,
-        help="Show the planned runs, each with its estimated time (model passes, decoding, weights, start-up),"
+        help="Show the planned runs, each with its estimated time (model passes, decoding, solves, weights, start-up),"
         " and stop.",
     ),
 ]

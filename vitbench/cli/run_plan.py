@@ -10,7 +10,7 @@ from vitbench.cli.app import out, print_table
 from vitbench.cli.run_progress import weights_label
 from vitbench.devices import resolve_device
 from vitbench.downloads import cache_root
-from vitbench.execution import estimate, overheads
+from vitbench.execution import estimate, overheads, solve_price
 from vitbench.protocols.base import Request
 from vitbench.protocols.registry import get_protocol
 
@@ -40,6 +40,8 @@ def print_plan(
         found.beside = overheads.measure(
             groups, {k: images.get(k, 0.0) for k in todo}, found.seconds, build, startup, req.workers
         )
+        solves = solve_price.plan_solves(groups, set(todo), device, here, cache_root())
+        found.beside.solves, found.solve_pace = solves.seconds, solves.pace
     absent = {s.run_key for g in groups if g.absent is not None for s in g.specs}
     for s in summary.specs:
         detail = get_protocol(s.protocol).describe(s)
@@ -87,7 +89,20 @@ def _method(found: estimate.Estimate) -> str:
         if found.beside is not None and found.beside.unmeasured
         else ""
     )
-    return f"How: counted FLOPs at the rate of {found.basis}. {counted}{unmeasured}. (docs/performance.md)"
+    from vitbench.engine.logistic import MAX_ITER
+    from vitbench.engine.solve_pace import EXPECTED_ITERATIONS
+
+    pace = found.solve_pace
+    solves = (
+        f" The solves at the pace measured here {pace.measured} on random features (engine/solve_pace.py), each "
+        f"of the linear probe's fits at {EXPECTED_ITERATIONS} L-BFGS iterations (real sweeps averaged 18 to 111 a "
+        f"fit, each run stores its own; the cap is {MAX_ITER})"
+        + ("; scikit-learn's import once" if pace.sklearn_import else "")
+        + "."
+        if pace is not None
+        else ""
+    )
+    return f"How: counted FLOPs at the rate of {found.basis}. {counted}{unmeasured}.{solves} (docs/performance.md)"
 
 
 def _total_line(found: estimate.Estimate, todo: list[str], unpriced: int) -> str:
@@ -98,10 +113,13 @@ def _total_line(found: estimate.Estimate, todo: list[str], unpriced: int) -> str
     if found.beside is None:
         return f"{len(todo)} run(s) to do, estimated device time {estimate.duration(found.total(todo))}{between}"
     beside = found.beside
-    decode, weights = (sum(part.get(k, 0.0) for k in todo) for part in (beside.decode, beside.weights))
+    decode, weights, solves = (
+        sum(part.get(k, 0.0) for k in todo) for part in (beside.decode, beside.weights, beside.solves)
+    )
     parts = (
         f"model passes {estimate.duration(found.total(todo))}, decoding and resizing {estimate.duration(decode)}, "
-        f"weights {estimate.duration(weights)}, start-up {estimate.duration(beside.startup)}"
+        + (f"solves {estimate.duration(solves)}, " if beside.solves else "")
+        + f"weights {estimate.duration(weights)}, start-up {estimate.duration(beside.startup)}"
     )
     return f"{len(todo)} run(s) to do, estimated time {estimate.duration(found.wall(todo))}{between}: {parts}"
 
@@ -116,7 +134,8 @@ def _print_datasets(summary: api.Summary, found: estimate.Estimate | None) -> No
     todo = {s.run_key for s in summary.todo}
     images = estimate.planned_images(summary.groups, todo)
     beside = found.beside if found else None
-    parts = ["model passes", "decode & resize", "weights"] if beside else ["est. device time"]
+    parts = ["model passes", "decode & resize", *(["solves"] if beside and beside.solves else []), "weights"]
+    parts = parts if beside else ["est. device time"]
     table = Table("dataset", "runs to do", "images", *parts, "data", title="per dataset")
     missing: dict[str, list[str]] = {}
     for name in dict.fromkeys(g.dataset.name for g in summary.groups):
@@ -133,6 +152,7 @@ def _print_datasets(summary: api.Summary, found: estimate.Estimate | None) -> No
             decode = sum(beside.decode.get(k, 0.0) for k in keys)
             seconds += [
                 "not measured" if name in beside.unmeasured else estimate.duration(decode),
+                *([estimate.duration(sum(beside.solves.get(k, 0.0) for k in keys))] if beside.solves else []),
                 estimate.duration(sum(beside.weights.get(k, 0.0) for k in keys)),
             ]
         absent = next((g.absent for g in groups if g.absent is not None), None)

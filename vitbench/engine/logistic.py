@@ -38,6 +38,7 @@ log = logging.getLogger("vitbench")
 
 COARSE = tuple(10.0**e for e in range(-6, 7))  # CLIP's range, one per decade: 1e-6 .. 1e6
 REFINE_STEPS = (10**0.5, 10**0.25, 10**0.125)  # then λ* x/÷ each around the best so far: 8 steps per decade
+FITS = len(COARSE) + 2 * len(REFINE_STEPS) + 1  # a probe's fits: the sweep's (at most) and the refit at the best λ
 MAX_ITER = 1000  # CLIP's (scikit-learn's max_iter)
 TOL = 1e-4  # scikit-learn's default `tol` (its L-BFGS-B `gtol`), which CLIP keeps
 FTOL = 64 * float(np.finfo(float).eps)  # the relative decrease scikit-learn's L-BFGS-B stops at
@@ -202,10 +203,11 @@ def sweep(
     num_classes: int,
     features: str = "raw",
     description: str = "linear probe",
+    iterations: dict[float, int] | None = None,
 ) -> tuple[float, dict[float, float]]:
     """(the best λ, {λ: validation accuracy} for every λ tried): every decade, then finer steps
     around the best; the larger λ wins a tie (the simpler model). A log line per fit says where
-    the sweep is (a long sweep looked hung)."""
+    the sweep is (a long sweep looked hung). `iterations`: filled with each λ's L-BFGS iterations."""
     scores: dict[float, float] = {}
     x, y = train
     mean, std = _standardizer(x.double(), features)
@@ -217,11 +219,13 @@ def sweep(
         l2 = _on_grid(l2)
         if l2 in scores:
             return
-        found, iterations = fit_at(l2)
+        found, made = fit_at(l2)
         scores[l2] = found.accuracy(val_z, val_y)
+        if iterations is not None:
+            iterations[l2] = made
         log.info(
             "%s: λ %.3g (%d/%d), %d iterations, validation accuracy %.2f%%",
-            description, l2, len(scores), planned, iterations, 100 * scores[l2],
+            description, l2, len(scores), planned, made, 100 * scores[l2],
         )  # fmt: skip
 
     for l2 in COARSE:

@@ -16,7 +16,7 @@ from vitbench.atomic import keep_json
 from vitbench.devices import PEAK_BF16_FLOPS, peak_flops
 from vitbench.engine.bench_types import MODES
 from vitbench.errors import UserError
-from vitbench.execution.kept_rates import busy_entry, kept_rates
+from vitbench.execution.kept_rates import MEASURED_FORMAT, busy_entry, kept_rates
 from vitbench.execution.machine_load import busy_text, others_busy
 from vitbench.protocols.base import Group
 from vitbench.protocols.registry import get_protocol
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import torch
 
     from vitbench.execution.overheads import Beside
+    from vitbench.execution.solve_price import Pace
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Estimate:
     bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
     # what the runs pay beside the model's passes, measured here; None: priced for another machine
     beside: Beside | None = None
+    solve_pace: Pace | None = None  # the pace the solves in `beside` were priced at (None: no solves)
 
     def run_seconds(self, key: str) -> float:
         """One run's wall-clock seconds: its device-seconds and, where measured, what it pays beside them."""
@@ -161,14 +163,14 @@ def measured_rate(results: Path, device_name: str) -> Rate | None:
 # what every estimate counts, and what it leaves out (said with it): priced on this machine, and for another
 COUNTED = (
     "It counts the model's passes over the planned images (an extraction that protocols share, once), "
-    "decoding and resizing them (timed here on a sample of their own files), loading the weights (making the "
-    "model, reading the file) and this command's start-up (timed), not the solves of few-shot, k-NN and the "
-    "linear probe"
+    "decoding and resizing them (timed here on a sample of their own files), the solves of few-shot, k-NN and "
+    "the linear probe on their features, loading the weights (making the model, reading the file) and this "
+    "command's start-up (timed), not storing each run's results"
 )
 COUNTED_ELSEWHERE = (
     "It counts the model's passes over the planned images (an extraction that protocols share, once), not "
-    "decoding and resizing them, loading weights or start-up (measured on this machine only) or the solves of "
-    "few-shot, k-NN and the linear probe"
+    "decoding and resizing them, the solves of few-shot, k-NN and the linear probe, loading weights or start-up "
+    "(measured on this machine only)"
 )
 MICRO_RATES = "micro-rates.json"  # in the user's cache: what a dry run measured here, for the next one
 
@@ -249,7 +251,7 @@ def _measure(model, res: int, device: torch.device, precision: str | None, batch
     # how much of the CPU other work used just before: on a CPU, what the rate is worth
     others = others_busy() if device.type == "cpu" else 0.0
     rates, made = forward_rate(model, res, device, precision, batch, mode)
-    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.now(UTC).strftime(MEASURED_FORMAT)
     return {"median": statistics.median(rates), "slowest": min(rates), "fastest": max(rates),
             "passes": len(rates), "measured": when, "build": made, "busy": round(others or 0.0, 3)}  # fmt: skip
 

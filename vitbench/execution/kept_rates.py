@@ -1,6 +1,6 @@
 """The micro-benchmark rates a dry run keeps in the user's cache (`micro-rates.json`): which kept
 entries are measurements, recent ones, and which were taken on a busy machine (execution/estimate.py
-`micro_rate` reads and writes them)."""
+`micro_rate` reads and writes them); execution/solve_price.py keeps the solve paces alike."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from vitbench.execution.machine_load import BUSY_ABOVE
 
 MAX_RATES_BYTES = 2_000_000  # some thousands of (device, model, resolution) entries; 250 MB took 2.1 GB
 KEEP_DAYS = 30  # a measurement this old is measured again (a machine's drivers and load change)
+MEASURED_FORMAT = "%Y-%m-%d %H:%M UTC"  # when a kept entry was measured (strings in this form sort by time)
 
 
 def kept_rates(path: Path | None) -> dict:
@@ -23,7 +24,7 @@ def kept_rates(path: Path | None) -> dict:
     if path is None:
         return {}
     found = read_json_object(path, MAX_RATES_BYTES)
-    oldest = (datetime.now(UTC) - timedelta(days=KEEP_DAYS)).strftime("%Y-%m-%d %H:%M UTC")
+    oldest = (datetime.now(UTC) - timedelta(days=KEEP_DAYS)).strftime(MEASURED_FORMAT)
     return {key: entry for key, entry in found.items() if is_measurement(entry) and entry["measured"] >= oldest}
 
 
@@ -47,9 +48,13 @@ def is_measurement(entry: object) -> bool:
         and rates[0] <= rates[1] <= rates[2]
         and type(passes) is int
         and passes > 0
-        and isinstance(measured, str)
-        and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", measured) is not None
+        and is_moment(measured)
     )
+
+
+def is_moment(measured: object) -> bool:
+    """A kept entry's "measured": a string in MEASURED_FORMAT."""
+    return isinstance(measured, str) and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", measured) is not None
 
 
 def busy_entry(entry: dict) -> bool:

@@ -1,9 +1,10 @@
 """What a run pays beside its model's passes, measured here for a dry run: decoding and resizing
 the planned images (a sample of the group's own files through its own preprocessing, on one core),
 loading the weights (making the model, timed by the micro-benchmark, and reading the file, timed
-on its first READ_BYTES) and the command's own start-up (its imports and planning, timed as this
-dry run made them). The dry run's estimate counts them beside the model's passes, each shown on its
-own, so that it prices the whole wait (issue 69: an eval of 500 JPEGs took 1.6x its device time)."""
+on its first READ_BYTES), the solves on frozen features (execution/solve_price.py) and the
+command's own start-up (its imports and planning, timed as this dry run made them). The dry run's
+estimate counts them beside the model's passes, each shown on its own, so that it prices the whole
+wait (issue 69: an eval of 500 JPEGs took 1.6x its device time)."""
 
 from __future__ import annotations
 
@@ -30,9 +31,11 @@ class Beside:
     weights: dict[str, float] = field(default_factory=dict)  # run_key -> making the model and reading weights
     startup: float = 0.0  # the command's imports and planning, before its first run
     unmeasured: list[str] = field(default_factory=list)  # datasets whose decoding was not measured (no files)
+    # run_key -> its solves on frozen features (execution/solve_price.py), at the pace measured here
+    solves: dict[str, float] = field(default_factory=dict)
 
     def of(self, run_key: str) -> float:
-        return self.decode.get(run_key, 0.0) + self.weights.get(run_key, 0.0)
+        return self.decode.get(run_key, 0.0) + self.weights.get(run_key, 0.0) + self.solves.get(run_key, 0.0)
 
 
 def decode_seconds(group: Group) -> float | None:

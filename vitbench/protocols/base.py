@@ -195,6 +195,28 @@ class ModelInputs:
     recipe: Callable[[Preprocessing], Preprocessing] = Preprocessing.frozen_features
 
 
+SOLVE_KINDS = ("ridge", "knn", "logistic")  # what execution/solve_price.py knows how to price
+
+
+@dataclass(frozen=True)
+class Solve:
+    """What runs compute on frozen features once they are extracted, for the dry run's price
+    (execution/solve_price.py, at a pace measured on this device): `kind` (SOLVE_KINDS: few-shot's
+    closed-form ridge, k-NN's similarity pass and vote, the linear probe's L-BFGS fits), fitted
+    on `train` feature rows of `classes` classes and scoring `test` rows, `repeats` times (ridge:
+    the λ scored; k-NN: the k voted; logistic: the fits, the sweep's and the refit, `held_out` rows
+    of train kept out of the sweep's fits for validation). One solve serves `runs` (k-NN: every k
+    from one pass), its time divided among those still to do."""
+
+    kind: str
+    runs: tuple[str, ...]
+    train: int
+    test: int
+    classes: int
+    repeats: int = 1
+    held_out: int = 0
+
+
 @dataclass
 class Work:
     """How a group's runs are done and divided: the images each passes through the model, by mode
@@ -204,12 +226,14 @@ class Work:
     images come from a cache entry other groups read too (the frozen features of a split, one entry
     for few-shot, k-NN and the linear probe), that entry's file and how many of its images the group
     needs; the estimate then charges each image once, to the first group that extracts it, as the run
-    does (execution/estimate.py `priced_images`). Empty: `images` is what the group passes."""
+    does (execution/estimate.py `priced_images`). Empty: `images` is what the group passes. `solves`:
+    what the runs compute on those features (few-shot's ridge, k-NN's vote, the linear probe's fits)."""
 
     images: dict[str, dict[str, float]]  # run_key -> mode -> images
     waves: list[list[list[RunSpec]]]
     data_parallel: bool = True
     shared: dict[str, float] = field(default_factory=dict)  # cache entry's file -> images of it needed
+    solves: list[Solve] = field(default_factory=list)  # what the runs compute on frozen features (priced here)
 
     def of(self, run_keys: set[str]) -> list[list[list[RunSpec]]]:
         """The waves of jobs holding only the runs `run_keys` names (those still to do)."""
@@ -307,25 +331,31 @@ class Protocol:
         )  # fmt: skip
 
 
-def frozen_work(protocol: Protocol, group: Group, needed: dict[str, float] | None = None) -> Work:
+def frozen_work(
+    protocol: Protocol, group: Group, needed: dict[str, float] | None = None, solves: list[Solve] | None = None
+) -> Work:
     """`work` of a protocol that reads frozen features (engine/features.py `frozen_features`):
     `needed` images of each of its splits (default: all), from the split's cache entry that other
-    protocols share."""
+    protocols share, and the `solves` its runs then compute."""
     from vitbench.engine.feature_cache import cache_entry
 
     if needed is None:
         needed = {name: float(len(group.splits[name])) for name in protocol.splits(group.dataset)}
     each = {s.run_key: {"inference": sum(needed.values()) / len(group.specs)} for s in group.specs}
     shared = {str(cache_entry(group, name)): images for name, images in needed.items()}
-    return Work(each, [[group.specs]] if group.specs else [], shared=shared)
+    return Work(each, [[group.specs]] if group.specs else [], shared=shared, solves=solves or [])
 
 
 class FrozenFeatureProtocol(Protocol):
     """A protocol that reads the frozen features of every image of its splits (k-NN, the linear
-    probe): its work is that extraction, from the cache entries it shares with the others."""
+    probe): its work is that extraction, from the cache entries it shares with the others, and
+    what `solves` says its runs compute on them (none by default)."""
 
     def work(self, group: Group) -> Work:
-        return frozen_work(self, group)
+        return frozen_work(self, group, solves=self.solves(group))
+
+    def solves(self, group: Group) -> list[Solve]:
+        return []
 
 
 class Trainer(Protocol):

@@ -28,6 +28,7 @@ from vitbench.protocols.base import (
     Request,
     Result,
     RunSpec,
+    Solve,
     Work,
     frozen_result,
     frozen_work,
@@ -172,7 +173,17 @@ class FewShot(Protocol):
         train_name, test_name = self.splits(group.dataset)
         shots, seeds = max(s.hparams["shots"] for s in group.specs), {s.seed for s in group.specs}
         drawn = min(len(planned.splits[train_name]), shots * group.dataset.num_classes * len(seeds))
-        return frozen_work(self, planned, {train_name: drawn, test_name: len(planned.splits[test_name])})
+        needed = {train_name: drawn, test_name: len(planned.splits[test_name])}
+        return frozen_work(self, planned, needed, self._solves(group, planned.splits[train_name], needed[test_name]))
+
+    def _solves(self, group: Group, train: Split, test: int) -> list[Solve]:
+        """Each run's ridge: its shots of each class train holds (all of a smaller class), every class a target."""
+        per_class = np.bincount(train.labels) if len(train.labels) else np.zeros(0, dtype=np.int64)
+        return [
+            Solve("ridge", (s.run_key,), int(np.minimum(per_class, s.hparams["shots"]).sum()), test,
+                  group.dataset.num_classes, repeats=len(parse_l2(s.hparams["fewshot_l2"])[1]))
+            for s in group.specs
+        ]  # fmt: skip
 
     def _as_planned(self, group: Group, spec: RunSpec) -> Group:
         """A copy of the group whose train split is the part the shots are drawn from, as `plan`

@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING
 from vitbench.datasets import DatasetSpec
 from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
-from vitbench.protocols.base import FrozenFeatureProtocol, Group, Recorder, Request, Result, RunSpec, frozen_result
+from vitbench.protocols.base import (
+    FrozenFeatureProtocol,
+    Group,
+    Recorder,
+    Request,
+    Result,
+    RunSpec,
+    Solve,
+    frozen_result,
+)  # fmt: skip
 from vitbench.protocols.bounds import INT32_MAX
 from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, limits, option
@@ -96,6 +105,12 @@ class KNearestNeighbours(FrozenFeatureProtocol):
             predictions = Predictions(ids, test.labels, torch.cat(rankings[spec.hparams["knn_k"]]).numpy())
             metrics = {"accuracy": top1, "accuracy_top5": top5}
             yield frozen_result(spec, found, metrics, started, share, search.seconds * share, predictions=predictions)
+
+    def solves(self, group: Group) -> list[Solve]:
+        """One similarity pass over the whole memory bank, a vote per k, for all the group's runs."""
+        train, test = (len(group.splits[name]) for name in self.splits(group.dataset))
+        runs = tuple(s.run_key for s in group.specs)
+        return [Solve("knn", runs, train, test, group.dataset.num_classes, repeats=len(runs))] if runs else []
 
 
 KNN = KNearestNeighbours()

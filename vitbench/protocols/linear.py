@@ -16,7 +16,16 @@ from vitbench.datasets import DatasetSpec
 from vitbench.datasets.base import dev_holdout
 from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
-from vitbench.protocols.base import FrozenFeatureProtocol, Group, Recorder, Request, Result, RunSpec, frozen_result
+from vitbench.protocols.base import (
+    FrozenFeatureProtocol,
+    Group,
+    Recorder,
+    Request,
+    Result,
+    RunSpec,
+    Solve,
+    frozen_result,
+)  # fmt: skip
 from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import FEWSHOT_PANEL, ProtocolOptions, option
 
@@ -90,11 +99,13 @@ class LinearProbe(FrozenFeatureProtocol):
         train, test = _on(found.train, device), _on(found.test, device)
         train_split = group.splits[self.splits(group.dataset)[0]]
         fit_idx, val_idx = _validation(found.train, len(train_split), _validation_fraction(group.dataset))
+        iterations: dict[float, int] = {}
         with solve:
             features = todo[0].hparams["linear_features"]
             best, scores = logistic.sweep(
-                (train[0][fit_idx], train[1][fit_idx]), (train[0][val_idx], train[1][val_idx]), classes, features
-            )
+                (train[0][fit_idx], train[1][fit_idx]), (train[0][val_idx], train[1][val_idx]), classes, features,
+                iterations=iterations,
+            )  # fmt: skip
             probe = logistic.fit(*train, classes, best, features)
             accuracy = probe.accuracy(*test)
         predictions = Predictions.from_scores(
@@ -103,8 +114,25 @@ class LinearProbe(FrozenFeatureProtocol):
             image_ids(group.splits[self.splits(group.dataset)[1]], found.test.indices),
         )
         metrics = {"accuracy": accuracy, "l2": best, "val_accuracy": scores[best]}
-        notes = {"l2_sweep": {f"{k:.3g}": v for k, v in sorted(scores.items())}}
+        # each fit's L-BFGS iterations: what its solve cost (the dry run prices a fit at solve_pace.EXPECTED_ITERATIONS)
+        notes = {
+            "l2_sweep": {f"{k:.3g}": v for k, v in sorted(scores.items())},
+            "l2_iterations": {f"{k:.3g}": v for k, v in sorted(iterations.items())},
+        }
         yield frozen_result(todo[0], found, metrics, started, 1.0, solve.seconds, notes, predictions)
+
+    def solves(self, group: Group) -> list[Solve]:
+        """The sweep's fits on train less its validation rows, then the refit on all of train, each of
+        the classes train holds (the reference fits only those)."""
+        from vitbench.engine.logistic import FITS
+
+        train, test = (group.splits[name] for name in self.splits(group.dataset))
+        held_out = round(len(train) * _validation_fraction(group.dataset))
+        present = int(np.count_nonzero(np.bincount(train.labels))) if len(train.labels) else 0
+        return [
+            Solve("logistic", (s.run_key,), len(train), len(test), present, repeats=FITS, held_out=held_out)
+            for s in group.specs
+        ]
 
 
 GPU_FIT = "on the GPU: torch L-BFGS for large fits (engine/logistic.py GPU_MIN_WORK), scikit-learn for small ones"

@@ -1,0 +1,151 @@
+"""The dry run's price of what runs compute on frozen features once extracted: few-shot's ridge,
+k-NN's pass and vote and the linear probe's λ sweep of L-BFGS fits (protocols/base.py `Solve`,
+each protocol's `work`), at the pace this device solves (engine/solve_pace.py, a fraction of a
+second's micro-benchmark on random features), kept in the user's cache per machine as the forward
+rates are (`solve-paces.json`; a pace measured while other work held the CPU is measured again once
+it is quiet). A linear probe on the CPU also pays scikit-learn's import, once per process."""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vitbench.atomic import keep_json, read_json_object
+from vitbench.execution.kept_rates import KEEP_DAYS, MEASURED_FORMAT, is_moment
+from vitbench.execution.machine_load import BUSY_ABOVE, others_busy
+from vitbench.protocols.base import SOLVE_KINDS, Group
+from vitbench.protocols.registry import get_protocol
+
+if TYPE_CHECKING:
+    import torch
+
+SOLVE_PACES = "solve-paces.json"  # in the user's cache, beside micro-rates.json
+MAX_PACES_BYTES = 200_000  # a few hundred machines' entries
+
+
+@dataclass(frozen=True)
+class Pace:
+    """This device's [seconds per call, seconds per unit] for each solve kind, and the seconds
+    importing scikit-learn takes (None: not measured, as this process had already imported it)."""
+
+    per_kind: dict[str, list[float]]
+    measured: str
+    sklearn_import: float | None = None
+    busy: float = 0.0
+
+
+@dataclass
+class Solves:
+    """run_key -> seconds of its solves, and the pace they were priced at."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    pace: Pace | None = None
+
+
+def plan_solves(groups: list[Group], todo: set[str], device: torch.device, name: str, cache: Path | None) -> Solves:
+    """Each run still to do: the seconds of its share of the solves its protocol declares, at the
+    pace kept for this device (measured now where none is kept). Nothing is measured for a plan with
+    no solve to do."""
+    planned = [(g, s) for g in groups for s in get_protocol(g.protocol).work(g).solves if set(s.runs) & todo]
+    found = Solves()
+    if not planned:
+        return found
+    from vitbench.engine.solve_pace import units
+
+    pace = kept_pace(device, name, cache)
+    found.pace = pace
+    sklearn_paid = "sklearn.linear_model" in sys.modules  # a process pays the import once
+    for group, solve in planned:
+        if solve.kind not in SOLVE_KINDS:  # a plugin's own kind: nothing here knows its pace
+            continue
+        assert group.model.backend is not None
+        width = group.model.backend.representation_width(group.model, group.res)
+        calls, work = units(solve.kind, solve.train, solve.test, width, solve.classes, solve.repeats, solve.held_out)
+        call, per_unit = pace.per_kind[solve.kind]
+        seconds = calls * call + work * per_unit
+        if solve.kind == "logistic" and not sklearn_paid and _by_sklearn(solve, width, device):
+            seconds += pace.sklearn_import or 0.0
+            sklearn_paid = True
+        runs = [key for key in solve.runs if key in todo]
+        for key in runs:
+            found.seconds[key] = found.seconds.get(key, 0.0) + seconds / len(runs)
+    return found
+
+
+def _by_sklearn(solve, width: int, device: torch.device) -> bool:
+    """Whether the probe fits with scikit-learn (on the CPU; on a GPU, a small problem: engine/logistic.py)."""
+    from vitbench.engine.logistic import GPU_MIN_WORK
+
+    return device.type == "cpu" or solve.train * width * solve.classes < GPU_MIN_WORK
+
+
+def kept_pace(device: torch.device, name: str, cache: Path | None) -> Pace:
+    """The pace kept for this device, thread count and versions, else measured now and kept."""
+    from importlib.metadata import version
+
+    import torch
+
+    path = cache / SOLVE_PACES if cache is not None else None
+    kept = _kept(path)
+    # scikit-learn's version from its metadata: importing it is what `import_seconds` times
+    key = f"{name}|{device.type}|{torch.get_num_threads()} threads|torch {torch.__version__}"
+    key += f"|scikit-learn {version('scikit-learn')}"
+    entry, changed = kept.get(key), False
+    if entry is None or float(entry.get("busy", 0.0)) > BUSY_ABOVE:
+        entry, changed = _measure(device), True
+    if "import" not in entry:  # measured where scikit-learn was already imported: time it where it is not
+        from vitbench.engine.solve_pace import import_seconds
+
+        seconds = import_seconds()
+        if seconds is not None:
+            entry, changed = {**entry, "import": seconds}, True
+    if changed and path is not None:
+        keep_json(path, {**kept, key: entry})
+    per_kind = {kind: list(entry[kind]) for kind in SOLVE_KINDS}
+    return Pace(per_kind, entry["measured"], entry.get("import"), entry.get("busy", 0.0))
+
+
+def _measure(device: torch.device) -> dict:
+    from datetime import UTC, datetime
+
+    from vitbench.engine.solve_pace import import_seconds, measure
+
+    others = others_busy() if device.type == "cpu" else 0.0
+    imported = import_seconds()  # before the fits import it
+    entry: dict = {**measure(device), "measured": datetime.now(UTC).strftime(MEASURED_FORMAT)}
+    entry["busy"] = round(others or 0.0, 3)
+    return entry | ({"import": imported} if imported is not None else {})
+
+
+def _kept(path: Path | None) -> dict:
+    """The kept paces that are measurements, and recent (the rest are measured again)."""
+    from datetime import UTC, datetime, timedelta
+
+    if path is None:
+        return {}
+    oldest = (datetime.now(UTC) - timedelta(days=KEEP_DAYS)).strftime(MEASURED_FORMAT)
+    found = read_json_object(path, MAX_PACES_BYTES)
+    return {key: entry for key, entry in found.items() if is_pace(entry) and entry["measured"] >= oldest}
+
+
+def is_pace(entry: object) -> bool:
+    """{kind: [seconds per call ≥ 0, seconds per unit > 0], finite, for every kind; "measured": the
+    moment; "busy" a fraction; "import" (where present) seconds ≥ 0}."""
+    if not isinstance(entry, dict) or not is_moment(entry.get("measured")):
+        return False
+    values = [entry.get("import", 0.0), entry.get("busy", 0.0)]
+    for kind in SOLVE_KINDS:
+        pair = entry.get(kind)
+        if not (isinstance(pair, list) and len(pair) == 2):
+            return False
+        values += pair
+        if not _number(pair[1]) or pair[1] <= 0:
+            return False
+    return all(_number(v) and v >= 0 for v in values) and entry.get("busy", 0.0) <= 1
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
