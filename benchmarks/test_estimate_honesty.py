@@ -2,10 +2,11 @@
 researcher plans with — the README's runnable examples (the demo, DeiT-Ti few-shot on the shared
 CIFAR-10 subset, its eval on the 500 ImageNet JPEGs, the few-shot suite on every shared dataset),
 k-NN and the linear probe on Pets and Flowers, few-shot on Pets and Flowers at 224 px, few-shot,
-k-NN and the linear probe on both, the linear probe on Flowers and CIFAR-100 at 64 px (its solves
-the larger part), the fine-tuning smoke and a dedup audit — dry-run in a fresh results folder,
-then run, each a process of its own as typed. The run's whole wall time (as `time` measures it, start-up included) must lie
-within 1.5x of the estimate, either way. With `--benchmark-disable` (CI) only the dry runs happen:
+k-NN and the linear probe on both, the same with a random-init ResNet-18 at 64 px, the linear probe
+on Flowers and CIFAR-100 at 64 px (its solves the larger part), the fine-tuning smoke and a dedup
+audit — dry-run in a fresh results folder, then run, each a process of its own as typed. The run's
+whole wall time (as `time` measures it, start-up included) must lie within 1.5x of the estimate,
+either way. With `--benchmark-disable` (CI) only the dry runs happen:
 the demo's, and the k-NN + linear plan's in two fresh folders, whose estimates must agree within
 10 % (the machine's rates are kept per machine, not per folder)."""
 
@@ -43,6 +44,11 @@ EXAMPLES = {
     # issue 80: a few-shot + k-NN + linear plan (the linear probe's λ sweep among its solves) ran 2.2x its dry run
     "fewshot-knn-linear-pets-flowers": [
         "run", *DEIT, "--dataset", "pets,flowers102", "--protocol", "fewshot,knn,linear",
+    ],  # fmt: skip
+    # issue 80's study: a ConvNet at random init at its own 64 px (its features take the probe's fits longest)
+    "random-resnet18-fewshot-knn-linear-pets-flowers": [
+        "run", "--model", "timm:resnet18", "--weights", "random", "--res", "64", "--data-dir", str(SHARED),
+        "--dataset", "pets,flowers102", "--protocol", "fewshot,knn,linear",
     ],  # fmt: skip
     # issue 80: a linear probe whose solves outweigh its extraction (100 classes, features at 64 px): without
     # pricing the λ sweep's fits its dry run said 11 s of a 27 s run

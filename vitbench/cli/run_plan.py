@@ -95,8 +95,9 @@ def _method(found: estimate.Estimate) -> str:
     pace = found.solve_pace
     solves = (
         f" The solves at the pace measured here {pace.measured} on random features (engine/solve_pace.py), each "
-        f"of the linear probe's fits at {EXPECTED_ITERATIONS} L-BFGS iterations (real sweeps averaged 18 to 111 a "
-        f"fit, each run stores its own; the cap is {MAX_ITER})"
+        f"of the linear probe's fits at {EXPECTED_ITERATIONS['trained']} L-BFGS iterations on trained weights' "
+        f"features, {EXPECTED_ITERATIONS['random init']} on random init's (what real sweeps' fits cost here; each "
+        f"linear run stores its own; the cap is {MAX_ITER})"
         + ("; scikit-learn's import once" if pace.sklearn_import else "")
         + "."
         if pace is not None

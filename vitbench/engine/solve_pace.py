@@ -8,7 +8,7 @@ solves with it.
 The units are a model of the work, not a count of it: what matters is that they grow as the solve
 does, and that the pace is measured in the same units. The linear probe's L-BFGS iterations depend
 on the features, not on the machine, and a dry run has none: each fit is priced at
-EXPECTED_ITERATIONS, the iterations per fit measured on real sweeps (below)."""
+EXPECTED_ITERATIONS, what real sweeps' fits cost (below), by whether the weights are trained."""
 
 from __future__ import annotations
 
@@ -22,24 +22,28 @@ import torch
 
 from vitbench.engine import logistic
 
-# iterations per L-BFGS fit of the linear probe (scikit-learn's rule, at most MAX_ITER), on average over
-# a sweep (each linear run stores its own: notes.l2_iterations): DeiT-Ti's features of the shared subsets,
-# CLIP's λ grid, measured here (docs/performance.md): at 224 px Pets (3 classes) 18, Flowers-102 36,
-# CIFAR-100 53, CIFAR-10 66; at 64 px Flowers-102 91, CIFAR-100 111; single fits ranged 13 to 314. The
-# fits near the best λ, where the sweep refines, take the most.
-EXPECTED_ITERATIONS = 64
+# what one L-BFGS fit of the linear probe costs, in iterations at the measured pace (scikit-learn's rule, at
+# most MAX_ITER): real sweeps (CLIP's λ grid) measured here, their seconds per fit in iterations at the pace
+# (docs/performance.md). Features of trained weights (DeiT-Ti at 224, 112 and 64 px on the shared Flowers,
+# CIFAR-10 and CIFAR-100): 25 to 135, median 64, upper quartile 90; of random-init weights (DeiT-Ti and
+# ResNet-18 at 64 px): 80 to 214, median and upper quartile 132 — less separable features take more
+# iterations, and more line-search steps each. Priced between the median and the upper quartile: a plan
+# that errs errs long (a budget overrun costs more than an early end). Each linear run stores the
+# iterations its fits made (notes.l2_iterations): 18 to 162 a fit on average.
+EXPECTED_ITERATIONS = {"trained": 80, "random init": 128}
 REPEATS = 3  # timed calls per size, their median taken
 FIT_ITERATIONS = 10  # a timed fit stops here (the pace per iteration is what is measured)
 
 
 def units(
-    kind: str, train: int, test: int, width: int, classes: int, repeats: int, held_out: int = 0
+    kind: str, train: int, test: int, width: int, classes: int, repeats: int, held_out: int = 0,
+    iterations: int = EXPECTED_ITERATIONS["trained"],
 ) -> tuple[int, float]:
     """(calls, units of work) of one solve (protocols/base.py `Solve`) on `width`-dimensional features.
 
     ridge: whitening, the Gram matrix and its solve (or eigen-decomposition) on the smaller side,
     scoring the test rows for each λ; knn: the test-by-train similarities, the top-k and a vote per
-    k; logistic: per fit, EXPECTED_ITERATIONS iterations of the loss and its gradient (train rows x
+    k; logistic: per fit, `iterations` iterations of the loss and its gradient (train rows x
     width x classes; scikit-learn fits one row for two classes)."""
     if kind == "ridge":
         dims = width + 1  # the bias feature
@@ -50,7 +54,7 @@ def units(
     if kind == "logistic":
         rows = (repeats - 1) * (train - held_out) + train  # the sweep's fits, then the refit on all of train
         outputs = 1 if classes == 2 else classes
-        return repeats, float(EXPECTED_ITERATIONS * rows * width * outputs)
+        return repeats, float(iterations * rows * width * outputs)
     raise ValueError(f"no pace for a {kind!r} solve")
 
 

@@ -53,7 +53,7 @@ def plan_solves(groups: list[Group], todo: set[str], device: torch.device, name:
     found = Solves()
     if not planned:
         return found
-    from vitbench.engine.solve_pace import units
+    from vitbench.engine.solve_pace import EXPECTED_ITERATIONS, units
 
     pace = kept_pace(device, name, cache)
     found.pace = pace
@@ -63,7 +63,9 @@ def plan_solves(groups: list[Group], todo: set[str], device: torch.device, name:
             continue
         assert group.model.backend is not None
         width = group.model.backend.representation_width(group.model, group.res)
-        calls, work = units(solve.kind, solve.train, solve.test, width, solve.classes, solve.repeats, solve.held_out)
+        iterations = EXPECTED_ITERATIONS["random init" if group.weights.random else "trained"]
+        calls, work = units(solve.kind, solve.train, solve.test, width, solve.classes, solve.repeats,
+                            solve.held_out, iterations)  # fmt: skip
         call, per_unit = pace.per_kind[solve.kind]
         seconds = calls * call + work * per_unit
         if solve.kind == "logistic" and not sklearn_paid and _by_sklearn(solve, width, device):

@@ -114,7 +114,7 @@ class LinearProbe(FrozenFeatureProtocol):
             image_ids(group.splits[self.splits(group.dataset)[1]], found.test.indices),
         )
         metrics = {"accuracy": accuracy, "l2": best, "val_accuracy": scores[best]}
-        # each fit's L-BFGS iterations: what its solve cost (the dry run prices a fit at solve_pace.EXPECTED_ITERATIONS)
+        # each fit's L-BFGS iterations: what its solve cost (a dry run prices a fit at solve_pace.EXPECTED_ITERATIONS)
         notes = {
             "l2_sweep": {f"{k:.3g}": v for k, v in sorted(scores.items())},
             "l2_iterations": {f"{k:.3g}": v for k, v in sorted(iterations.items())},
