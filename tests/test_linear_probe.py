@@ -126,6 +126,24 @@ RUN = (
 )
 
 
+def test_the_sweep_never_leaves_clips_range_where_the_best_is_at_its_edge():
+    """CLIP's λ range is 1e-6..1e6. Before linear/6 a best at 1e6 (here every λ ties: the larger
+    wins) was refined outward, and a random-init ResNet-18's CIFAR-100 probe chose λ = 7.5e6."""
+
+    class Fit:
+        def accuracy(self, z, y):
+            return 0.0
+
+    real = logistic._solver
+    logistic._solver = lambda x, y, features: lambda l2: (Fit(), 7)
+    try:
+        best, found = logistic.sweep((torch.zeros(3, 2), None), (torch.zeros(2, 2), torch.zeros(2)), 2)
+    finally:
+        logistic._solver = real
+    assert best == 1e6 and max(found) == 1e6 and min(found) == 1e-6
+    assert sorted(round(8 * np.log10(l2)) for l2 in found) == [*range(-48, 41, 8), 44, 46, 47, 48]  # inward only
+
+
 @needs_shared_data
 def test_linear_and_knn_on_shared_cifar10_with_one_extraction(cli, results, deit_cifar10_linear):
     shutil.copytree(deit_cifar10_linear, results)  # the linear probe was run there, extracting every image once

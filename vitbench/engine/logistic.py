@@ -20,7 +20,8 @@ accuracy by up to 5 points from scikit-learn's cold fit at the same λ.
 
 The 96 steps (8 per decade) are reached as a search, not 96 fits: every decade from 10^-6 to
 10^6, then the best so far refined x/÷ 10^(1/2), 10^(1/4), 10^(1/8): 19 fits that end on the same
-eighth-of-a-decade grid. Standardised (z-scored) features are an option (`--linear-features
+eighth-of-a-decade grid, never outside CLIP's range (since linear/6: a best at 10^6 had been refined
+to 7.5 x 10^6). Standardised (z-scored) features are an option (`--linear-features
 standardized`), not CLIP's."""
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ def sweep(
 
     def score(l2: float) -> None:
         l2 = _on_grid(l2)
-        if l2 in scores:
+        if l2 in scores or not COARSE[0] <= l2 <= COARSE[-1]:  # CLIP's range: a best at its edge refines inward only
             return
         found, made = fit_at(l2)
         scores[l2] = found.accuracy(val_z, val_y)

@@ -56,7 +56,8 @@ class LinearProbe(FrozenFeatureProtocol):
     # 4: the reference's solver and tolerance (scikit-learn on the CPU; torch L-BFGS stopping by its rule on a GPU);
     # 5: scikit-learn's BLAS on one thread (the same predictions at any thread count), and a small problem on a
     # GPU fitted by scikit-learn on the CPU (faster there, and the CPU's fit)
-    version = "linear/5"
+    # 6: the sweep stays within CLIP's 1e-6..1e6 (a best λ at 1e6 had been refined up to 7.5e6)
+    version = "linear/6"
     summary = "full-data logistic-regression probe on frozen features, L2 chosen on a validation split (CLIP's)"
     Options = LinearOptions
     label = "linear-probe"
