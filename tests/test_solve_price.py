@@ -49,7 +49,14 @@ def test_each_frozen_protocol_declares_the_solves_its_runs_compute(groups):
 
 def test_a_plan_prices_each_runs_share_of_its_solves_at_the_kept_pace(groups, tmp_path, monkeypatch):
     measured = []
-    monkeypatch.setattr(solve_pace, "measure", lambda device: measured.append(device) or PACE)
+    def measure(device):  # as the real one does: its fits import scikit-learn
+        measured.append(device)
+        sys.modules.setdefault("sklearn.linear_model", linear_model)
+        return PACE
+
+    from sklearn import linear_model
+
+    monkeypatch.setattr(solve_pace, "measure", measure)
     monkeypatch.setattr(solve_pace, "import_seconds", lambda: 0.5)
     monkeypatch.delitem(sys.modules, "sklearn.linear_model", raising=False)  # as in a fresh process
     planned = list(groups.values())

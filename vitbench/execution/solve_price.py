@@ -55,9 +55,10 @@ def plan_solves(groups: list[Group], todo: set[str], device: torch.device, name:
         return found
     from vitbench.engine.solve_pace import EXPECTED_ITERATIONS, units
 
+    # a process pays the import once: seen before measuring the pace, which imports it here
+    sklearn_paid = "sklearn.linear_model" in sys.modules
     pace = kept_pace(device, name, cache)
     found.pace = pace
-    sklearn_paid = "sklearn.linear_model" in sys.modules  # a process pays the import once
     for group, solve in planned:
         if solve.kind not in SOLVE_KINDS:  # a plugin's own kind: nothing here knows its pace
             continue
