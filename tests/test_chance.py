@@ -31,6 +31,8 @@ def test_a_subset_of_3_of_37_classes_has_chance_one_in_three_everywhere(cli, pet
     assert code == 0, err
     # with 3 classes present a top-5 holds them all: k-NN's top-5 of 100 % is chance, and said so
     assert "scored on fewer classes than the dataset has: pets 3 of 37 classes (chance 33.3 %, top-5 100 %)" in table
+    code, table, err = cli("table", "--protocol", "fewshot", "--results", pets)  # no top-5 among these runs
+    assert code == 0 and "pets 3 of 37 classes (chance 33.3 %)" in table and "top-5" not in table
     code, out, err = cli("plot", "fewshot", "--out", tmp_path / "plots", "--formats", "png", "--results", pets)
     assert code == 0, err
     points = pd.read_csv(tmp_path / "plots" / "fewshot_shots.csv")

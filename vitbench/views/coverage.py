@@ -37,13 +37,21 @@ def chance_percent(coverage: dict[str, tuple[int, int]], dataset: str, classes: 
     return 100.0 / present if present else None
 
 
-def fewer_classes_text(coverage: dict[str, tuple[int, int]], datasets: set[str] | None = None) -> str:
-    """`pets 3 of 37 classes (chance 33.3 %, top-5 100 %)` for each dataset scored on fewer than all its
-    classes: where at most 5 are present a top-5 accuracy (k-NN's) holds every one of them, and its 100 %
-    is chance, not a result."""
+def fewer_classes_text(
+    coverage: dict[str, tuple[int, int]], datasets: set[str] | None = None, top5: bool = False
+) -> str:
+    """`pets 3 of 37 classes (chance 33.3 %)` for each dataset scored on fewer than all its classes;
+    `top5` (the runs hold a top-5 accuracy, k-NN's): `(chance 33.3 %, top-5 100 %)` where at most 5
+    are present, as a top-5 then holds every one of them and its 100 % is chance, not a result."""
     parts = [
-        f"{dataset} {present} of {total} classes (chance {100 / present:.3g} %{TOP5_ALL if present <= 5 else ''})"
+        f"{dataset} {present} of {total} classes (chance {100 / present:.3g} %"
+        f"{TOP5_ALL if top5 and present <= 5 else ''})"
         for dataset, (present, total) in sorted(coverage.items())
         if present < total and (datasets is None or dataset in datasets)
     ]
     return "; ".join(parts)
+
+
+def has_top5(runs: pd.DataFrame | None) -> bool:
+    """Whether the view's runs stored a top-5 accuracy (a `metric` named `…_top5`)."""
+    return runs is not None and "metric" in runs and runs["metric"].astype(str).str.endswith("_top5").any()

@@ -7,7 +7,7 @@ import re
 from vitbench.views import contamination
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, SUBSET_MARK, TableData
 from vitbench.views.columns import Measured
-from vitbench.views.coverage import class_coverage, fewer_classes_text
+from vitbench.views.coverage import class_coverage, fewer_classes_text, has_top5
 from vitbench.views.paper_match import WITHIN_MARK
 from vitbench.views.settings import common_text
 
@@ -23,7 +23,7 @@ def marker_footnotes(data: TableData, include_marked: bool, compared: bool, runs
             f"backbone{left_out}"
         )
     if SUBSET_MARK in texts:
-        fewer = fewer_classes_text(class_coverage(runs)) if runs is not None else ""
+        fewer = fewer_classes_text(class_coverage(runs), top5=has_top5(runs)) if runs is not None else ""
         data.footnotes.append(
             f"{SUBSET_MARK} measured on a subset of the official splits: not comparable with the paper{left_out}"
             + (f"; scored on fewer classes than the dataset has: {fewer}" if fewer else "")
