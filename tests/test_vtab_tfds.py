@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -125,10 +126,12 @@ def test_tfds_source_without_tensorflow_datasets_says_how_to_install(tmp_path, m
         DATASETS["cifar10"].load_split(tmp_path, "test", "tfds")
 
 
-def test_tfds_reader_end_to_end_on_a_prepared_builder(tmp_path):
+def test_tfds_reader_end_to_end_on_a_prepared_builder(tmp_path, monkeypatch):
     """The real TFDS path (needs the `tfds` extra; skipped without it): a prepared `dtd` with the real
     builder's features and version and synthetic images, read through vitbench and checked against
-    TFDS's own reading of the same slice."""
+    TFDS's own reading of the same slice. Read as a library, vitbench leaves the environment as it was
+    (it had set TF_CPP_MIN_LOG_LEVEL; only the `vitbench` command's entry quiets TensorFlow now)."""
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
     tfds = pytest.importorskip("tensorflow_datasets")
     tf = pytest.importorskip("tensorflow")
     from vitbench.datasets import DATASETS
@@ -152,6 +155,7 @@ def test_tfds_reader_end_to_end_on_a_prepared_builder(tmp_path):
         split_datasets={"train": split(900, 0), "validation": split(210, 1), "test": split(30, 2)},
         data_dir=str(tmp_path / "tfds"),
     )
+    environment = dict(os.environ)  # as TensorFlow left it (importing it sets some of its own)
     spec = DATASETS["vtab/dtd"]
     sizes = {
         s: len(spec.load_split(tmp_path / "tfds", s, "tfds")) for s in ("train800", "val200", "train800val200", "test")
@@ -160,6 +164,7 @@ def test_tfds_reader_end_to_end_on_a_prepared_builder(tmp_path):
     val = spec.load_split(tmp_path / "tfds", "val200", "tfds")
     direct = list(tfds.as_numpy(tfds.load("dtd", split="validation[:200]", data_dir=str(tmp_path / "tfds"))))
     assert val.source == "tfds" and val.labels.tolist() == [int(r["label"]) for r in direct]
+    assert dict(os.environ) == environment
     assert all(np.array_equal(r["image"], img) for r, img in zip(direct, val.images, strict=True))
     (tmp_path / "nothing").mkdir()
     with pytest.raises(UserError, match=r"TFDS dtd:3.\*.\* is not prepared under .*nothing"):

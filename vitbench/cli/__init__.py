@@ -4,6 +4,7 @@ Python API (vitbench/api.py) or a view. No protocol logic lives here."""
 from __future__ import annotations
 
 import errno
+import os
 import signal
 import sys
 
@@ -48,8 +49,10 @@ app.registered_commands.sort(key=_place)
 def entry() -> None:
     """The `vitbench` command (and `python -m vitbench`): the process is the command's own, so it is
     tuned for it here, before torch loads, and never by `import vitbench` in someone else's process:
-    how long torch's OpenMP threads spin before they sleep (vitbench/cpu_waiting.py)."""
+    how long torch's OpenMP threads spin before they sleep (vitbench/cpu_waiting.py), and TensorFlow's
+    start-up chatter where `--data-source tfds` loads it (unless the user set its level)."""
     cpu_waiting.choose()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     signals_interrupt()
     main()
 

@@ -9,7 +9,6 @@ different numbers (different images), so the source is part of every result."""
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -166,7 +165,8 @@ def _root_logging_kept():
 
 def _builder(rule: TfdsTask, data_dir: Path | None):
     """(tfds, the task's TFDS builder under `data_dir`, its split sizes: empty where not prepared)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter, unless asked for
+    # TensorFlow's start-up chatter is quieted by the `vitbench` command's own entry (cli/__init__.py), never
+    # here: a program that reads TFDS through vitbench keeps its environment as it set it
     try:
         import tensorflow_datasets as tfds
     except ImportError:
