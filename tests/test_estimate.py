@@ -72,6 +72,7 @@ def test_dry_run_prints_each_runs_estimate_and_the_total(cli, results, monkeypat
     assert "decoding and resizing them (timed here on a sample of their own files)" in explained
     assert "the solves of few-shot, k-NN and the linear probe on their features" in explained
     assert "The solves at the pace measured here" in explained and "not storing each run's results" in explained
+    assert "L-BFGS" not in explained and "import" not in explained  # a few-shot plan fits no probe
     code, _, err = cli(*args[:-1], "--explain")
     assert code == 2 and "--explain: says how --dry-run's estimate was made; add --dry-run" in err
     # kept for the next dry run: the same command prices the model's passes the same, however busy the

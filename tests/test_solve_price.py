@@ -117,3 +117,16 @@ def test_the_pace_is_measured_with_the_real_solvers():
     assert set(pace) == {"ridge", "knn", "logistic"}
     assert all(call >= 0 and 0 < unit < 1e-6 for call, unit in pace.values())
     assert solve_price.is_pace({**pace, "measured": "2026-11-28 10:00 UTC", "busy": 0.0})
+
+
+def test_a_linear_probes_plan_shows_its_solves_and_explains_their_price(cli, results, tmp_path, monkeypatch):
+    # a user cache of its own: the session's is shared with tests in other processes that keep a rate for
+    # the same model and size, and a rate one of them wrote between two of theirs would move their price
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "user-cache"))
+    code, out, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
+                         "--protocol", "linear", "--results", results, "--dry-run", "--explain")  # fmt: skip
+    assert code == 0, err
+    total = next(line for line in out.splitlines() if line.startswith("1 run(s) to do"))
+    assert ", solves " in total and "solves < 1 s" not in total  # 20 fits of 1,000 x 192 x 10 at random init
+    assert "each of the linear probe's fits at 80 L-BFGS iterations on trained weights' features, 128 on random " \
+        "init's" in " ".join(out.split())  # fmt: skip

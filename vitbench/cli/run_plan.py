@@ -41,7 +41,7 @@ def print_plan(
             groups, {k: images.get(k, 0.0) for k in todo}, found.seconds, build, startup, req.workers
         )
         solves = solve_price.plan_solves(groups, set(todo), device, here, cache_root())
-        found.beside.solves, found.solve_pace = solves.seconds, solves.pace
+        found.beside.solves, found.solves = solves.seconds, solves
     absent = {s.run_key for g in groups if g.absent is not None for s in g.specs}
     for s in summary.specs:
         detail = get_protocol(s.protocol).describe(s)
@@ -89,20 +89,21 @@ def _method(found: estimate.Estimate) -> str:
         if found.beside is not None and found.beside.unmeasured
         else ""
     )
-    from vitbench.engine.logistic import MAX_ITER
-    from vitbench.engine.solve_pace import EXPECTED_ITERATIONS
+    priced = found.solves
+    solves = ""
+    if priced is not None and priced.pace is not None:
+        from vitbench.engine.logistic import MAX_ITER
+        from vitbench.engine.solve_pace import EXPECTED_ITERATIONS
 
-    pace = found.solve_pace
-    solves = (
-        f" The solves at the pace measured here {pace.measured} on random features (engine/solve_pace.py), each "
-        f"of the linear probe's fits at {EXPECTED_ITERATIONS['trained']} L-BFGS iterations on trained weights' "
-        f"features, {EXPECTED_ITERATIONS['random init']} on random init's (what real sweeps' fits cost here; each "
-        f"linear run stores its own; the cap is {MAX_ITER})"
-        + ("; scikit-learn's import once" if pace.sklearn_import else "")
-        + "."
-        if pace is not None
-        else ""
-    )
+        solves = f" The solves at the pace measured here {priced.pace.measured} on random features"
+        solves += " (engine/solve_pace.py)"
+        if "logistic" in priced.kinds:
+            solves += (
+                f", each of the linear probe's fits at {EXPECTED_ITERATIONS['trained']} L-BFGS iterations on trained "
+                f"weights' features, {EXPECTED_ITERATIONS['random init']} on random init's (what real sweeps' fits "
+                f"cost here; each linear run stores its own; the cap is {MAX_ITER})"
+            )
+        solves += "; scikit-learn's import once." if priced.imported else "."
     return f"How: counted FLOPs at the rate of {found.basis}. {counted}{unmeasured}.{solves} (docs/performance.md)"
 
 

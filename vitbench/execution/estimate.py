@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import torch
 
     from vitbench.execution.overheads import Beside
-    from vitbench.execution.solve_price import Pace
+    from vitbench.execution.solve_price import Solves
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Estimate:
     bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
     # what the runs pay beside the model's passes, measured here; None: priced for another machine
     beside: Beside | None = None
-    solve_pace: Pace | None = None  # the pace the solves in `beside` were priced at (None: no solves)
+    solves: Solves | None = None  # the solves in `beside`: their pace and what was priced (None: none)
 
     def run_seconds(self, key: str) -> float:
         """One run's wall-clock seconds: its device-seconds and, where measured, what it pays beside them."""

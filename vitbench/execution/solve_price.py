@@ -39,10 +39,13 @@ class Pace:
 
 @dataclass
 class Solves:
-    """run_key -> seconds of its solves, and the pace they were priced at."""
+    """run_key -> seconds of its solves, the pace they were priced at, the kinds priced and whether
+    scikit-learn's import was among them (what `--explain` says of them)."""
 
     seconds: dict[str, float] = field(default_factory=dict)
     pace: Pace | None = None
+    kinds: set[str] = field(default_factory=set)
+    imported: bool = False
 
 
 def plan_solves(groups: list[Group], todo: set[str], device: torch.device, name: str, cache: Path | None) -> Solves:
@@ -71,7 +74,8 @@ def plan_solves(groups: list[Group], todo: set[str], device: torch.device, name:
         seconds = calls * call + work * per_unit
         if solve.kind == "logistic" and not sklearn_paid and _by_sklearn(solve, width, device):
             seconds += pace.sklearn_import or 0.0
-            sklearn_paid = True
+            sklearn_paid = found.imported = pace.sklearn_import is not None
+        found.kinds.add(solve.kind)
         runs = [key for key in solve.runs if key in todo]
         for key in runs:
             found.seconds[key] = found.seconds.get(key, 0.0) + seconds / len(runs)
