@@ -16,7 +16,7 @@ from vitbench.atomic import keep_json
 from vitbench.devices import PEAK_BF16_FLOPS, peak_flops
 from vitbench.engine.bench_types import MODES
 from vitbench.errors import UserError
-from vitbench.execution.kept_rates import MEASURED_FORMAT, busy_entry, kept_rates
+from vitbench.execution.kept_rates import busy_entry, kept_rates, stamped
 from vitbench.execution.machine_load import busy_text, others_busy
 from vitbench.protocols.base import Group
 from vitbench.protocols.registry import get_protocol
@@ -244,16 +244,14 @@ def _modes(groups: list[Group]) -> dict[tuple, list[str]]:
 def _measure(model, res: int, device: torch.device, precision: str | None, batch: int, mode: str) -> dict:
     """One kept entry: `forward_rate`'s passes, summed up, with the moment they were measured."""
     import statistics
-    from datetime import UTC, datetime
 
     from vitbench.engine.micro_rate import forward_rate
 
     # how much of the CPU other work used just before: on a CPU, what the rate is worth
     others = others_busy() if device.type == "cpu" else 0.0
     rates, made = forward_rate(model, res, device, precision, batch, mode)
-    when = datetime.now(UTC).strftime(MEASURED_FORMAT)
-    return {"median": statistics.median(rates), "slowest": min(rates), "fastest": max(rates),
-            "passes": len(rates), "measured": when, "build": made, "busy": round(others or 0.0, 3)}  # fmt: skip
+    return stamped({"median": statistics.median(rates), "slowest": min(rates), "fastest": max(rates),
+                    "passes": len(rates), "build": made}, others)  # fmt: skip
 
 
 SLOWER = 1.5  # a setting this much slower than the device's own is said before the runs

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from vitbench.atomic import read_json_object
@@ -19,13 +20,26 @@ MEASURED_FORMAT = "%Y-%m-%d %H:%M UTC"  # when a kept entry was measured (string
 def kept_rates(path: Path | None) -> dict:
     """The kept measurements that are measurements, and recent: {} where there is no file, it is
     past its size bound, or is not one (each is measured again, and the file rewritten)."""
+    return kept_entries(path, is_measurement, MAX_RATES_BYTES)
+
+
+def kept_entries(path: Path | None, is_entry: Callable[[object], bool], max_bytes: int) -> dict:
+    """A kept file's entries that `is_entry` accepts (each with a "measured" moment) and measured within
+    KEEP_DAYS; the file read within `max_bytes` (past it, or not a JSON object: {})."""
     from datetime import UTC, datetime, timedelta
 
     if path is None:
         return {}
-    found = read_json_object(path, MAX_RATES_BYTES)
+    found = read_json_object(path, max_bytes)
     oldest = (datetime.now(UTC) - timedelta(days=KEEP_DAYS)).strftime(MEASURED_FORMAT)
-    return {key: entry for key, entry in found.items() if is_measurement(entry) and entry["measured"] >= oldest}
+    return {key: entry for key, entry in found.items() if is_entry(entry) and entry["measured"] >= oldest}
+
+
+def stamped(entry: dict, busy: float | None) -> dict:
+    """A measurement as it is kept: with the moment it was taken and how busy other work kept the CPU."""
+    from datetime import UTC, datetime
+
+    return {**entry, "measured": datetime.now(UTC).strftime(MEASURED_FORMAT), "busy": round(busy or 0.0, 3)}
 
 
 def is_measurement(entry: object) -> bool:

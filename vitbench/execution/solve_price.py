@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitbench.atomic import keep_json, read_json_object
-from vitbench.execution.kept_rates import KEEP_DAYS, MEASURED_FORMAT, is_moment
-from vitbench.execution.machine_load import BUSY_ABOVE, others_busy
+from vitbench.atomic import keep_json
+from vitbench.execution.kept_rates import busy_entry, is_moment, kept_entries, stamped
+from vitbench.execution.machine_load import others_busy
 from vitbench.protocols.base import SOLVE_KINDS, Group
 from vitbench.protocols.registry import get_protocol
 
@@ -96,12 +96,12 @@ def kept_pace(device: torch.device, name: str, cache: Path | None) -> Pace:
     import torch
 
     path = cache / SOLVE_PACES if cache is not None else None
-    kept = _kept(path)
+    kept = kept_entries(path, is_pace, MAX_PACES_BYTES)  # the rest are measured again
     # scikit-learn's version from its metadata: importing it is what `import_seconds` times
     key = f"{name}|{device.type}|{torch.get_num_threads()} threads|torch {torch.__version__}"
     key += f"|scikit-learn {version('scikit-learn')}"
     entry, changed = kept.get(key), False
-    if entry is None or float(entry.get("busy", 0.0)) > BUSY_ABOVE:
+    if entry is None or busy_entry(entry):
         entry, changed = _measure(device), True
     if "import" not in entry:  # measured where scikit-learn was already imported: time it where it is not
         from vitbench.engine.solve_pace import import_seconds
@@ -116,26 +116,11 @@ def kept_pace(device: torch.device, name: str, cache: Path | None) -> Pace:
 
 
 def _measure(device: torch.device) -> dict:
-    from datetime import UTC, datetime
-
     from vitbench.engine.solve_pace import import_seconds, measure
 
     others = others_busy() if device.type == "cpu" else 0.0
     imported = import_seconds()  # before the fits import it
-    entry: dict = {**measure(device), "measured": datetime.now(UTC).strftime(MEASURED_FORMAT)}
-    entry["busy"] = round(others or 0.0, 3)
-    return entry | ({"import": imported} if imported is not None else {})
-
-
-def _kept(path: Path | None) -> dict:
-    """The kept paces that are measurements, and recent (the rest are measured again)."""
-    from datetime import UTC, datetime, timedelta
-
-    if path is None:
-        return {}
-    oldest = (datetime.now(UTC) - timedelta(days=KEEP_DAYS)).strftime(MEASURED_FORMAT)
-    found = read_json_object(path, MAX_PACES_BYTES)
-    return {key: entry for key, entry in found.items() if is_pace(entry) and entry["measured"] >= oldest}
+    return stamped(measure(device), others) | ({"import": imported} if imported is not None else {})
 
 
 def is_pace(entry: object) -> bool:

@@ -205,7 +205,13 @@ def _shots_split(group: Group, name: str, choice: str) -> tuple[Split, dict]:
     per_class = limit // group.dataset.num_classes
     order = np.random.default_rng(DEV_SEED).permutation(len(split))
     labels = split.labels[order]
-    keep = np.concatenate([order[labels == c][:per_class] for c in range(group.dataset.num_classes)])
+    # each class's first `per_class` in permutation order, classes in order: one stable sort, not a pass over
+    # the split per class (ImageNet's 1,000 took 0.55 s, planned several times by a dry run)
+    by_class = np.argsort(labels, kind="stable")
+    sorted_labels = labels[by_class]
+    rank = np.arange(len(sorted_labels)) - np.searchsorted(sorted_labels, sorted_labels)  # place within its class
+    wanted = (rank < per_class) & (sorted_labels >= 0) & (sorted_labels < group.dataset.num_classes)
+    keep = order[by_class[wanted]]
     return split.subset(name, keep), {
         "fewshot_train": f"{per_class} per class ({len(keep)} images; big_vision: train[:{limit}])"
     }
