@@ -14,6 +14,7 @@ import vitbench
 from vitbench import cpu_waiting
 from vitbench.cli import backbones, bench, compare, dedup, info, report, run, tables  # noqa: F401  (each registers its commands)
 from vitbench.cli.app import app, err, mark_process_start, out
+from vitbench.engine import loader_workers
 from vitbench.errors import UserError
 from vitbench.logs import configure_logging
 
@@ -62,9 +63,13 @@ def signals_interrupt() -> None:
     command as Ctrl-C does: the same "interrupted" line, leases released, temp files removed, the
     store consistent and DataLoader workers reaped, by the same code path. Before, SIGTERM killed
     `vitbench run` in 0.2 s with its leases, the store's WAL and a zombie worker left behind. Set in
-    the command's own entry: a program that imports vitbench keeps its own handlers."""
-    for number in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(number, signal.default_int_handler)
+    the command's own entry: a program that imports vitbench keeps its own handlers. Ctrl-C's own
+    SIGINT gets the same handler: it holds a signal while a DataLoader starts its workers
+    (engine/loader_workers.py `started`), where torch's iterator is half-built. A signal the command
+    was started ignoring stays ignored: `nohup vitbench run …` outlives its terminal."""
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(number) is not signal.SIG_IGN:
+            signal.signal(number, loader_workers.interrupt)
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ from vitbench.atomic import read_regular, write_atomic
 from vitbench.datasets import CorruptImage, Split
 from vitbench.dedup_method import Method
 from vitbench.engine.dedup_compare import THUMB, correlation, descriptors, variants
-from vitbench.engine.loader_workers import init_worker
+from vitbench.engine.loader_workers import init_worker, started
 from vitbench.errors import one_line
 
 log = logging.getLogger("vitbench")
@@ -134,7 +134,7 @@ def thumbnail_blocks(split: Split, block: int, workers: int, first: int = 0) -> 
         collate_fn=_Thumbnailed.collate,
         worker_init_fn=init_worker,
     )
-    yield from loader
+    yield from started(loader)
 
 
 @dataclass

@@ -28,7 +28,7 @@ from vitbench import pil_resample
 from vitbench.backend import Preprocessing
 from vitbench.datasets import CorruptImage, Split
 from vitbench.datasets.base import decode
-from vitbench.engine.loader_workers import init_worker
+from vitbench.engine.loader_workers import init_worker, started
 from vitbench.engine.train_data import Box, MicroBatches, Stream, _item_seed, apply_box, draw_box
 from vitbench.errors import UserError
 
@@ -164,7 +164,7 @@ class DeviceImages:
         elif split.images is not None:
             self.each = [torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1).to(device) for a in split.images]
         else:
-            for packed, _, items in file_loader(split, DECODE_BATCH, workers, decoded=not on_device):
+            for packed, _, items in started(file_loader(split, DECODE_BATCH, workers, decoded=not on_device)):
                 paths = [split.location(i) for i in items]
                 files = unpack(packed, paths, None if on_device else device)
                 for index, image in zip(items, decode_many(files, device, paths) if on_device else files, strict=True):
@@ -259,7 +259,7 @@ def streamed_train_batches(
         collate_fn=_Files.collate,
         pin_memory=False,
     )
-    for packed, labels, items in loader:
+    for packed, labels, items in started(loader):
         out, kept, bad = [], [], []
         paths = [split.location(index) for index, _ in items]
         files = unpack(packed, paths, None if on_device else device)

@@ -13,6 +13,7 @@ from vitbench import pil_resample
 from vitbench.backend import Preprocessing
 from vitbench.datasets import CorruptImage, Split
 from vitbench.engine.device_data import DeviceImages, decode_many, file_loader, pinned, unpack
+from vitbench.engine.loader_workers import started
 from vitbench.preprocessing import per_size
 
 
@@ -89,7 +90,7 @@ def _eval_batches_here(
             batch = eval_resize([held.get(i) for i in read], pre)
             yield batch, torch.from_numpy(split.labels[read]), torch.tensor(read), bad
         return
-    for packed, labels, items in file_loader(split, batch_size, workers, decoded=not on_device):
+    for packed, labels, items in started(file_loader(split, batch_size, workers, decoded=not on_device)):
         decoded, kept, bad = [], [], []
         where = [split.location(i) for i in items]
         files = unpack(packed, where, None if on_device else device)

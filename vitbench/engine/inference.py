@@ -17,7 +17,7 @@ from vitbench.backend import Preprocessing
 from vitbench.datasets import Split
 from vitbench.datasets.transformed import TransformedSplit
 from vitbench.engine import device_data, device_eval
-from vitbench.engine.loader_workers import init_worker
+from vitbench.engine.loader_workers import init_worker, started
 from vitbench.engine.progress import track
 from vitbench.errors import UserError
 
@@ -132,7 +132,7 @@ def run_over_parts(
     rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (values, labels, indices) not handed out
     bad_rows: list[tuple[int, str]] = []
     through, part = 0, 0  # positions [0, through) have been through the model
-    for images, y, idx, bad in track(batches, total=total, description=description):
+    for images, y, idx, bad in track(started(batches), total=total, description=description):
         if bad and not skip_corrupt:
             raise UserError(bad[0][1])
         bad_rows += [(int(i), message) for i, message in bad]

@@ -1,4 +1,5 @@
-"""What every DataLoader vitbench starts gives its worker processes at start-up (`worker_init_fn`).
+"""What every DataLoader vitbench starts gives its worker processes at start-up (`worker_init_fn`), and
+how the main process starts them (`started`) so that an interrupt never lands halfway.
 
 A worker hands each batch's tensors to the main process by file descriptor, through multiprocessing's
 resource sharer: a thread in the worker that the main process connects to. When the command is
@@ -6,11 +7,22 @@ interrupted (Ctrl-C, SIGTERM, SIGHUP) the main process stops reading mid-batch a
 down; a connection it had begun is then cut, and the worker's sharer thread printed a traceback
 (`answer_challenge … recv_bytes`) after the command's own "interrupted" line (the thread hands its
 exceptions to `sys.excepthook` itself). The worker is vitbench's own process, so its hook is set
-here, and only for that thread's cut connections: anything else is printed as before."""
+here, and only for that thread's cut connections: anything else is printed as before.
+
+torch's multi-process iterator starts its workers in `__init__` and only then sets the state its
+`__del__` reads; an interrupt in between (SIGTERM sent the moment a worker appeared) left a
+half-built iterator whose `__del__` printed "Exception ignored … no attribute '_workers_status'"
+after the "interrupted" line (the workers were still reaped). The vitbench command's handler
+(`interrupt`, set in its own entry) therefore holds a signal that arrives while `started` builds the
+iterator and raises it once the iterator is whole. In a program that imports vitbench its own
+handlers stay as they are, and `started` is a plain `iter`."""
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
+from collections.abc import Iterable, Iterator
 
 SHARER = "multiprocessing/resource_sharer.py"
 
@@ -33,3 +45,33 @@ def _raised_in_sharer(tb) -> bool:
             return True
         tb = tb.tb_next
     return False
+
+
+_starting_in: int | None = None  # the process whose main thread is inside `started` (a forked worker is not)
+_held: list[int] = []  # signals that came meanwhile
+
+
+def interrupt(signum: int, frame) -> None:
+    """The vitbench command's handler for SIGINT, SIGTERM and SIGHUP: Ctrl-C's KeyboardInterrupt, held
+    while `started` builds a DataLoader's iterator in this process."""
+    if _starting_in == os.getpid():
+        _held.append(signum)
+        return
+    raise KeyboardInterrupt
+
+
+def started(batches: Iterable) -> Iterator:
+    """`iter(batches)`, its workers all started and its state set before an interrupt is raised."""
+    global _starting_in
+    if threading.current_thread() is not threading.main_thread():  # handlers run in the main thread only
+        return iter(batches)
+    _starting_in = os.getpid()
+    try:
+        running = iter(batches)
+    finally:
+        _starting_in = None
+    if _held:
+        _held.clear()
+        del running  # a whole iterator: its `__del__` shuts its workers down
+        raise KeyboardInterrupt
+    return running

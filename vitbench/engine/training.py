@@ -34,6 +34,7 @@ from vitbench.engine.device_data import (
     train_batches,
 )
 from vitbench.engine.distributed import World
+from vitbench.engine.loader_workers import started
 from vitbench.engine.optimization import (  # noqa: F401  (the loop's public names)
     CLIP_NORM,
     MOMENTUM,
@@ -133,7 +134,7 @@ class _Feed:
                 self.batches = train_batches(self.images, split.labels, self.stream, step, s.steps, aug)
         else:
             pin = device.type == "cuda"
-            self.batches = iter(train_loader(split, self.stream, step, s.steps, self.transform, s.workers, pin))
+            self.batches = started(train_loader(split, self.stream, step, s.steps, self.transform, s.workers, pin))
 
     def step_loss(self, step: int, optimizer: torch.optim.Optimizer, description: str) -> torch.Tensor:
         """Forward and backward over one step's micro-batches (the gradient is the global-batch mean);
