@@ -745,8 +745,9 @@ def test_item8_a_signal_the_command_was_started_ignoring_stays_ignored():
     import subprocess
     import sys
 
-    script = ("import signal\nsignal.signal(signal.SIGHUP, signal.SIG_IGN)\nfrom vitbench.cli import signals_interrupt\n"
-              "signals_interrupt()\nprint([signal.getsignal(s).__name__ if callable(signal.getsignal(s)) else"
+    script = ("import signal\nsignal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+              "from vitbench.cli import signals_interrupt\nsignals_interrupt()\n"
+              "print([signal.getsignal(s).__name__ if callable(signal.getsignal(s)) else"
               " signal.getsignal(s).name for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)])")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "['SIG_IGN', 'interrupt', 'interrupt']", done.stdout + done.stderr
