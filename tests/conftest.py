@@ -249,6 +249,6 @@ def _a_quiet_machine():
     reads as quiet, for the session's fixtures too (the README's walk), unless a test says otherwise
     (tests/test_estimate.py's busy-machine test does)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("vitbench.execution.estimate.others_busy", lambda: 0.0)
-        patch.setattr("vitbench.execution.solve_price.others_busy", lambda: 0.0)  # the solves' pace alike
+        patch.setattr("vitbench.execution.estimate.others_while", lambda work: (work(), 0.0))
+        patch.setattr("vitbench.execution.solve_price.others_while", lambda work: (work(), 0.0))  # solves alike
         yield

@@ -380,18 +380,50 @@ def test_a_rate_measured_on_a_busy_machine_is_said_and_measured_again_once_quiet
     monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
     args = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32",
             "--shots", "1", "--seeds", "0", "--results", tmp_path / "results", "--dry-run")  # fmt: skip
-    monkeypatch.setattr(estimate, "others_busy", lambda: 0.9)
+    monkeypatch.setattr(estimate, "others_while", lambda work: (work(), 0.9))
     code, out, err = cli(*args)
     assert code == 0, err
     assert "while other work used 90% of the CPUs (measured again once it is quiet)" in " ".join(out.split())
     measured = []
     real = micro_rate.forward_rate
     monkeypatch.setattr(micro_rate, "forward_rate", lambda *a: measured.append(a) or real(*a))
-    monkeypatch.setattr(estimate, "others_busy", lambda: 0.0)  # quiet now: measured again, and kept as the pace
+    quiet, busy = (lambda work: (work(), 0.0)), (lambda work: (work(), 0.9))
+    monkeypatch.setattr(estimate, "others_while", quiet)  # quiet now: measured again, and kept as the pace
     code, out, err = cli(*args)
     assert code == 0 and measured and "other work" not in out, err
-    monkeypatch.setattr(estimate, "others_busy", lambda: 0.9)  # busy again: the quiet rate stands, not measured
+    monkeypatch.setattr(estimate, "others_while", busy)  # busy again: the quiet rate stands, not measured
     monkeypatch.setattr(micro_rate, "forward_rate", lambda *a: pytest.fail("measured again"))
     code, out, err = cli(*args)
     assert code == 0 and "other work" not in out, err
     assert machine_load.busy_text(0.1) == "" and 0.0 <= (machine_load.others_busy(0.05) or 0.0) <= 1.0
+
+
+def test_other_work_is_read_over_the_measurement_less_this_process_own_cpu():
+    """Before: a 0.2 s look just before the measurement, which a lull in a fluctuating load read as
+    quiet; here the load starts as the measurement does, and is seen."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from vitbench.execution import machine_load
+
+    assert machine_load.others_fraction(150, 200, 50) == 0.5  # 2 CPUs' 200 ticks: 150 busy, 50 of them ours
+    assert machine_load.others_fraction(40, 200, 50) == 0.0 and machine_load.others_fraction(1, 0, 0) is None
+    spin = "import time\nend = time.monotonic() + 20\nwhile time.monotonic() < end:\n    pass"
+    spinners: list[subprocess.Popen] = []
+
+    def measured() -> str:  # the load starts with it, as a lull ends
+        spinners.extend(subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 1))
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            pass
+        return "rate"
+
+    try:
+        result, others = machine_load.others_while(measured)
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.wait()
+    assert result == "rate" and others is not None and others > machine_load.BUSY_ABOVE, others

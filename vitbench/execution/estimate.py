@@ -17,7 +17,7 @@ from vitbench.devices import PEAK_BF16_FLOPS, peak_flops
 from vitbench.engine.bench_types import MODES
 from vitbench.errors import UserError
 from vitbench.execution.kept_rates import busy_entry, kept_rates, stamped
-from vitbench.execution.machine_load import busy_text, others_busy
+from vitbench.execution.machine_load import busy_text, others_while
 from vitbench.protocols.base import Group
 from vitbench.protocols.registry import get_protocol
 from vitbench.registry import get_model
@@ -247,9 +247,11 @@ def _measure(model, res: int, device: torch.device, precision: str | None, batch
 
     from vitbench.engine.micro_rate import forward_rate
 
-    # how much of the CPU other work used just before: on a CPU, what the rate is worth
-    others = others_busy() if device.type == "cpu" else 0.0
-    rates, made = forward_rate(model, res, device, precision, batch, mode)
+    def passes():
+        return forward_rate(model, res, device, precision, batch, mode)
+
+    # on a CPU, how much of it other work used meanwhile: what the rate is worth
+    (rates, made), others = others_while(passes) if device.type == "cpu" else (passes(), 0.0)
     return stamped({"median": statistics.median(rates), "slowest": min(rates), "fastest": max(rates),
                     "passes": len(rates), "build": made}, others)  # fmt: skip
 

@@ -1,15 +1,56 @@
-"""How much of this machine's CPU other work is using, right now: what a micro-benchmark's rate is
+"""How much of this machine's CPU other work used while a micro-benchmark ran: what its rate is
 worth. A rate measured beside other work (load 5 on 2 cores) priced a later plan on the quiet
 machine at 2.0x its run; such a rate is kept as busy, and measured again once the machine is quiet
-(execution/estimate.micro_rate)."""
+(execution/estimate.micro_rate, execution/solve_price.py).
+
+Other work is read over the measurement itself: the CPU time all processes used (Linux's /proc/stat)
+less this process's own. A 0.2 s look before it read "quiet" in a lull of a fluctuating load and
+kept a pace measured beside it."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 BUSY_ABOVE = 0.25  # others using more than this fraction of the CPUs: the machine is busy
 SAMPLE_SECONDS = 0.2
+SHORTEST = 0.1  # a measurement shorter than this (in seconds of wall time) is too few clock ticks to read
+
+
+def others_while(work: Callable[[], T]) -> tuple[T, float | None]:
+    """`work()`'s result, and the fraction of the machine's CPU time (0 to 1) that other processes used
+    while it ran; where /proc/stat cannot be read or `work` was too short to tell, a look just after."""
+    first, own = _cpu_times(), _own_seconds()
+    start = time.perf_counter()
+    result = work()
+    second, used, wall = _cpu_times(), _own_seconds() - own, time.perf_counter() - start
+    if first is None or second is None or wall < SHORTEST:
+        return result, others_busy()
+    return result, others_fraction(second[0] - first[0], second[1] - first[1], used * _ticks_per_second())
+
+
+def others_fraction(busy_ticks: float, total_ticks: float, own_ticks: float) -> float | None:
+    """Of all CPUs' ticks over a span, the share that busy ticks not this process's own took."""
+    if total_ticks <= 0:
+        return None
+    return max(0.0, min(1.0, (busy_ticks - own_ticks) / total_ticks))
+
+
+def _own_seconds() -> float:
+    """CPU seconds this process (all its threads) and the children it waited for have used."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _ticks_per_second() -> float:
+    try:
+        return float(os.sysconf("SC_CLK_TCK"))
+    except (ValueError, OSError, AttributeError):
+        return 100.0  # Linux's USER_HZ
 
 
 def others_busy(seconds: float = SAMPLE_SECONDS) -> float | None:
@@ -20,8 +61,8 @@ def others_busy(seconds: float = SAMPLE_SECONDS) -> float | None:
     if first is not None:
         time.sleep(seconds)
         second = _cpu_times()
-        if second is not None and second[1] > first[1]:
-            return max(0.0, min(1.0, (second[0] - first[0]) / (second[1] - first[1])))
+        if second is not None:
+            return others_fraction(second[0] - first[0], second[1] - first[1], 0.0)
     try:
         return min(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
     except (OSError, AttributeError):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from vitbench.atomic import keep_json
 from vitbench.execution.kept_rates import busy_entry, is_moment, kept_entries, stamped
-from vitbench.execution.machine_load import others_busy
+from vitbench.execution.machine_load import others_while
 from vitbench.protocols.base import SOLVE_KINDS, Group
 from vitbench.protocols.registry import get_protocol
 
@@ -118,9 +118,9 @@ def kept_pace(device: torch.device, name: str, cache: Path | None) -> Pace:
 def _measure(device: torch.device) -> dict:
     from vitbench.engine.solve_pace import import_seconds, measure
 
-    others = others_busy() if device.type == "cpu" else 0.0
     imported = import_seconds()  # before the fits import it
-    return stamped(measure(device), others) | ({"import": imported} if imported is not None else {})
+    paces, others = others_while(lambda: measure(device)) if device.type == "cpu" else (measure(device), 0.0)
+    return stamped(paces, others) | ({"import": imported} if imported is not None else {})
 
 
 def is_pace(entry: object) -> bool:
