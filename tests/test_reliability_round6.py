@@ -745,7 +745,10 @@ def test_item8_a_signal_the_command_was_started_ignoring_stays_ignored():
     import subprocess
     import sys
 
+    # as a terminal starts it under nohup (the test's own process may have been started ignoring SIGINT)
     script = ("import signal\nsignal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+              "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+              "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
               "from vitbench.cli import signals_interrupt\nsignals_interrupt()\n"
               "print([signal.getsignal(s).__name__ if callable(signal.getsignal(s)) else"
               " signal.getsignal(s).name for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)])")  # fmt: skip
