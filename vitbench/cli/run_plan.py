@@ -40,7 +40,7 @@ def print_plan(
         found.beside = overheads.measure(
             groups, {k: images.get(k, 0.0) for k in todo}, found.seconds, build, startup, req.workers
         )
-        solves = solve_price.plan_solves(groups, set(todo), device, here, cache_root())
+        solves = solve_price.plan_solves(groups, set(todo), device, here, cache_root(), summary.results)
         found.beside.solves, found.solves = solves.seconds, solves
     absent = {s.run_key for g in groups if g.absent is not None for s in g.specs}
     for s in summary.specs:
@@ -103,6 +103,10 @@ def _method(found: estimate.Estimate) -> str:
                 f"weights' features, {EXPECTED_ITERATIONS['random init']} on random init's (what real sweeps' fits "
                 f"cost here; each linear run stores its own; the cap is {MAX_ITER})"
             )
+            learned = [f"{dataset} ({kind}) {iterations:.0f} ({runs} run{'s' if runs > 1 else ''})"
+                       for (dataset, kind), (iterations, runs) in sorted(priced.learned.items())]  # fmt: skip
+            solves += ("; where this folder's linear runs show what a fit took on the same dataset and kind of "
+                       f"weights, the median of theirs: {', '.join(learned)}") if learned else ""  # fmt: skip
         solves += "; scikit-learn's import once." if priced.imported else "."
     return f"How: counted FLOPs at the rate of {found.basis}. {counted}{unmeasured}.{solves} (docs/performance.md)"
 

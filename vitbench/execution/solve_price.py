@@ -7,7 +7,9 @@ it is quiet). A linear probe on the CPU also pays scikit-learn's import, once pe
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,18 +42,26 @@ class Pace:
 @dataclass
 class Solves:
     """run_key -> seconds of its solves, the pace they were priced at, the kinds priced and whether
-    scikit-learn's import was among them (what `--explain` says of them)."""
+    scikit-learn's import was among them, and the probe's fits priced at the iterations the results
+    folder's own linear runs took: (dataset, "trained" or "random init") -> (iterations a fit, runs)
+    (what `--explain` says of them)."""
 
     seconds: dict[str, float] = field(default_factory=dict)
     pace: Pace | None = None
     kinds: set[str] = field(default_factory=set)
     imported: bool = False
+    learned: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)
 
 
-def plan_solves(groups: list[Group], todo: set[str], device: torch.device, name: str, cache: Path | None) -> Solves:
+def plan_solves(
+    groups: list[Group], todo: set[str], device: torch.device, name: str, cache: Path | None,
+    results: Path | None = None,
+) -> Solves:  # fmt: skip
     """Each run still to do: the seconds of its share of the solves its protocol declares, at the
-    pace kept for this device (measured now where none is kept). Nothing is measured for a plan with
-    no solve to do."""
+    pace kept for this device (measured now where none is kept). A linear probe's fits are priced at
+    the median iterations a fit of the linear runs `results` holds on the same dataset, kind of
+    weights (trained or random init) and kind of device took, else at solve_pace's prior. Nothing
+    is measured for a plan with no solve to do."""
     planned = [(g, s) for g in groups for s in get_protocol(g.protocol).work(g).solves if set(s.runs) & todo]
     found = Solves()
     if not planned:
@@ -62,12 +72,19 @@ def plan_solves(groups: list[Group], todo: set[str], device: torch.device, name:
     sklearn_paid = "sklearn.linear_model" in sys.modules
     pace = kept_pace(device, name, cache)
     found.pace = pace
+    stored = stored_iterations(results, device.type) if results is not None and any(
+        s.kind == "logistic" for _, s in planned) else {}  # fmt: skip
     for group, solve in planned:
         if solve.kind not in SOLVE_KINDS:  # a plugin's own kind: nothing here knows its pace
             continue
         assert group.model.backend is not None
         width = group.model.backend.representation_width(group.model, group.res)
-        iterations = EXPECTED_ITERATIONS["random init" if group.weights.random else "trained"]
+        weights = "random init" if group.weights.random else "trained"
+        iterations = EXPECTED_ITERATIONS[weights]
+        runs_there = stored.get((group.dataset.name, weights))
+        if solve.kind == "logistic" and runs_there:
+            iterations = statistics.median(runs_there)
+            found.learned[(group.dataset.name, weights)] = (iterations, len(runs_there))
         calls, work = units(solve.kind, solve.train, solve.test, width, solve.classes, solve.repeats,
                             solve.held_out, iterations)  # fmt: skip
         call, per_unit = pace.per_kind[solve.kind]
@@ -79,6 +96,28 @@ def plan_solves(groups: list[Group], todo: set[str], device: torch.device, name:
         runs = [key for key in solve.runs if key in todo]
         for key in runs:
             found.seconds[key] = found.seconds.get(key, 0.0) + seconds / len(runs)
+    return found
+
+
+def stored_iterations(results: Path, device_type: str) -> dict[tuple[str, str], list[float]]:
+    """(dataset, "trained" or "random init") -> each stored linear run's L-BFGS iterations a fit
+    (`notes.l2_iterations`, stored since protocol linear/6's runs), of the runs on `device_type`
+    (scikit-learn's L-BFGS on a CPU and torch's on a GPU count their iterations alike, but stop apart)."""
+    from vitbench.store.database import read_table
+
+    sql = ("SELECT dataset, random_init, device, notes FROM runs WHERE status = 'done' AND protocol = 'linear' "
+           "AND notes IS NOT NULL")  # fmt: skip
+    found: dict[tuple[str, str], list[float]] = {}
+    for row in read_table(results, 1, sql, ["dataset", "random_init", "device", "notes"]).itertuples():
+        if str(row.device).split(":")[0] != device_type:
+            continue
+        try:
+            fits = [float(v) for v in json.loads(row.notes).get("l2_iterations", {}).values()]
+        except (TypeError, ValueError, AttributeError):  # notes of another shape: nothing learned from it
+            continue
+        if fits and all(math.isfinite(v) and v >= 0 for v in fits):
+            kind = "random init" if bool(row.random_init) else "trained"
+            found.setdefault((str(row.dataset), kind), []).append(sum(fits) / len(fits))
     return found
 
 
