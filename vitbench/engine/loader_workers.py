@@ -48,21 +48,22 @@ def _raised_in_sharer(tb) -> bool:
 
 
 _starting_in: int | None = None  # the process whose main thread is inside `started` (a forked worker is not)
-_held: list[int] = []  # signals that came meanwhile
+_held = False  # whether a signal came meanwhile
 
 
 def interrupt(signum: int, frame) -> None:
     """The vitbench command's handler for SIGINT, SIGTERM and SIGHUP: Ctrl-C's KeyboardInterrupt, held
     while `started` builds a DataLoader's iterator in this process."""
+    global _held
     if _starting_in == os.getpid():
-        _held.append(signum)
+        _held = True
         return
     raise KeyboardInterrupt
 
 
 def started(batches: Iterable) -> Iterator:
     """`iter(batches)`, its workers all started and its state set before an interrupt is raised."""
-    global _starting_in
+    global _starting_in, _held
     if threading.current_thread() is not threading.main_thread():  # handlers run in the main thread only
         return iter(batches)
     _starting_in = os.getpid()
@@ -71,7 +72,7 @@ def started(batches: Iterable) -> Iterator:
     finally:
         _starting_in = None
     if _held:
-        _held.clear()
+        _held = False
         del running  # a whole iterator: its `__del__` shuts its workers down
         raise KeyboardInterrupt
     return running

@@ -61,8 +61,9 @@ def others_busy(seconds: float = SAMPLE_SECONDS) -> float | None:
     if first is not None:
         time.sleep(seconds)
         second = _cpu_times()
-        if second is not None:
-            return others_fraction(second[0] - first[0], second[1] - first[1], 0.0)
+        found = others_fraction(second[0] - first[0], second[1] - first[1], 0.0) if second is not None else None
+        if found is not None:
+            return found
     try:
         return min(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
     except (OSError, AttributeError):

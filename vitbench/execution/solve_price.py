@@ -72,19 +72,20 @@ def plan_solves(
     sklearn_paid = "sklearn.linear_model" in sys.modules
     pace = kept_pace(device, name, cache)
     found.pace = pace
-    stored = stored_iterations(results, device.type) if results is not None and any(
-        s.kind == "logistic" for _, s in planned) else {}  # fmt: skip
+    probed = {g.dataset.name for g, s in planned if s.kind == "logistic"}
+    stored = stored_iterations(results, device.type, probed) if results is not None and probed else {}
     for group, solve in planned:
         if solve.kind not in SOLVE_KINDS:  # a plugin's own kind: nothing here knows its pace
             continue
         assert group.model.backend is not None
         width = group.model.backend.representation_width(group.model, group.res)
-        weights = "random init" if group.weights.random else "trained"
-        iterations = EXPECTED_ITERATIONS[weights]
-        runs_there = stored.get((group.dataset.name, weights))
-        if solve.kind == "logistic" and runs_there:
-            iterations = statistics.median(runs_there)
-            found.learned[(group.dataset.name, weights)] = (iterations, len(runs_there))
+        iterations = EXPECTED_ITERATIONS["trained"]  # (what a fit costs: the probe's alone)
+        if solve.kind == "logistic":
+            weights = "random init" if group.weights.random else "trained"
+            iterations = EXPECTED_ITERATIONS[weights]
+            if runs_there := stored.get((group.dataset.name, weights)):
+                iterations = statistics.median(runs_there)
+                found.learned[(group.dataset.name, weights)] = (iterations, len(runs_there))
         calls, work = units(solve.kind, solve.train, solve.test, width, solve.classes, solve.repeats,
                             solve.held_out, iterations)  # fmt: skip
         call, per_unit = pace.per_kind[solve.kind]
@@ -99,20 +100,25 @@ def plan_solves(
     return found
 
 
-def stored_iterations(results: Path, device_type: str) -> dict[tuple[str, str], list[float]]:
+def stored_iterations(
+    results: Path, device_type: str, datasets: set[str] | None = None
+) -> dict[tuple[str, str], list[float]]:
     """(dataset, "trained" or "random init") -> each stored linear run's L-BFGS iterations a fit
     (`notes.l2_iterations`, stored since protocol linear/6's runs), of the runs on `device_type`
-    (scikit-learn's L-BFGS on a CPU and torch's on a GPU count their iterations alike, but stop apart)."""
+    (scikit-learn's L-BFGS on a CPU and torch's on a GPU count their iterations alike, but stop apart)
+    and on `datasets` (all where None): the store selects them, a dry run reads no other run."""
     from vitbench.store.database import read_table
+    from vitbench.store.schema import sql_text
 
-    sql = ("SELECT dataset, random_init, device, notes FROM runs WHERE status = 'done' AND protocol = 'linear' "
-           "AND notes IS NOT NULL")  # fmt: skip
+    sql = ("SELECT dataset, random_init, json_extract(notes, '$.l2_iterations') AS fits FROM runs "
+           "WHERE status = 'done' AND protocol = 'linear' AND notes IS NOT NULL "
+           f"AND split_part(device, ':', 1) = {sql_text(device_type)}")  # fmt: skip
+    if datasets is not None:
+        sql += f" AND dataset IN ({', '.join(sql_text(name) for name in sorted(datasets)) or 'NULL'})"
     found: dict[tuple[str, str], list[float]] = {}
-    for row in read_table(results, 1, sql, ["dataset", "random_init", "device", "notes"]).itertuples():
-        if str(row.device).split(":")[0] != device_type:
-            continue
+    for row in read_table(results, 1, sql, ["dataset", "random_init", "fits"]).itertuples():
         try:
-            fits = [float(v) for v in json.loads(row.notes).get("l2_iterations", {}).values()]
+            fits = [float(v) for v in json.loads(row.fits).values()]
         except (TypeError, ValueError, AttributeError):  # notes of another shape: nothing learned from it
             continue
         if fits and all(math.isfinite(v) and v >= 0 for v in fits):

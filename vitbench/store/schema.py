@@ -16,7 +16,7 @@ from vitbench.version import __version__
 DB_NAME = "vitbench.duckdb"
 
 
-def _sql_text(text: str) -> str:
+def sql_text(text: str) -> str:
     """`text` as an SQL string literal (a quote doubled)."""
     return "'" + text.replace("'", "''") + "'"
 
@@ -116,7 +116,7 @@ MIGRATIONS: list[list[str]] = [
         # (provenance.keyed_hparams). Only what is missing is added: a patch of the defaults alone, never
         # the stored hparams as a patch (a JSON merge patch drops the null members of a patch)
         *(
-            f"UPDATE runs SET hparams = json_merge_patch(hparams, json_object('{name}', {_sql_text(value)})) "
+            f"UPDATE runs SET hparams = json_merge_patch(hparams, json_object('{name}', {sql_text(value)})) "
             f"WHERE NOT json_exists(hparams, '$.{name}')" + ("" if protocol == ANY else f" AND protocol = '{protocol}'")
             for protocol, defaults in DEFAULT_SETTINGS.items()
             for name, value in defaults.items()
