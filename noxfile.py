@@ -1,6 +1,8 @@
 """Developer sessions. `nox -s tests` is what CI runs (.ci/run)."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nox
@@ -31,6 +33,54 @@ def tests(session: nox.Session) -> None:
     suite = [*parallel, "tests", "benchmarks", "--benchmark-disable"]
     # the slowest tests, named at the end: what to look at first when CI nears its 15 minutes
     session.run("pytest", "-q", "-ra", "--durations=15", *(session.posargs or suite), env=env)
+
+
+@nox.session
+def slurm(session: nox.Session) -> None:
+    """The cluster tests (tests/test_slurm.py) against a real Slurm: Debian's slurm-wlm and munge,
+    installed with apt-get where it can (root, or sudo without a password), started for one node on
+    127.0.0.1 with a config this session writes into a temporary folder (tests/slurm_cluster.py),
+    and stopped again by the pids it started. Where it cannot, those tests skip and say why."""
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).parent / "tests"))
+    import slurm_cluster
+
+    session.install(*TEST_INSTALL)
+    why = slurm_cluster.missing()
+    if why is not None and _apt_install(session, ["slurm-wlm", "munge"]):
+        why = slurm_cluster.missing()
+    folder = Path(tempfile.mkdtemp(prefix="vitbench-slurm-"))
+    env = {"OMP_WAIT_POLICY": "PASSIVE"}
+    try:
+        if why is None:
+            try:
+                env |= slurm_cluster.start(folder)
+            except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+                why = f"the Slurm daemons did not start: {e}"
+        env["VITBENCH_TEST_SLURM"] = "" if why is None else f"skip: {why}"
+        # the jobs' workers share the node's CPUs with the test processes: one test at a time
+        session.run("pytest", "-q", "-ra", "--durations=10", *(session.posargs or ["tests/test_slurm.py"]), env=env)
+    finally:
+        slurm_cluster.stop(folder)
+
+
+def _apt_install(session: nox.Session, packages: list[str]) -> bool:
+    """Debian's `packages`, where apt-get can install them here (as root, or with sudo -n)."""
+    import shutil
+
+    if shutil.which("apt-get") is None:
+        return False
+    root = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    try:
+        subprocess.run([*root, "apt-get", "update", "-qq"], check=True, capture_output=True, env=quiet)
+        subprocess.run([*root, "apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages], check=True,
+                       capture_output=True, env=quiet)  # fmt: skip
+    except (OSError, subprocess.CalledProcessError) as e:
+        session.log(f"apt-get could not install {' '.join(packages)}: {e}")
+        return False
+    return True
 
 
 @nox.session

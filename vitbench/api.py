@@ -125,12 +125,14 @@ def run(
     on_plan: Callable[[Summary], None] | None = None,
     on_result: Callable[[RunSpec, dict], None] | None = None,
     cluster_options: cluster.ClusterOptions | None = None,
+    on_jobs: Callable[[cluster.Tally], None] | None = None,
     **options,
 ) -> Summary:
     """Plan, skip what is stored, run the rest and store each result; returns what was done.
     `on_plan(summary)` is called once each stage is planned, before it runs; `on_result(spec,
     metrics)` after each stored run. With `cluster_options`, the runs go out as submitit jobs and
-    their shards are merged as they land.
+    their shards are merged as they land; `on_jobs(tally)` after each look at them (the jobs by
+    state, the runs stored).
 
     A session runs in stages: the request, then the runs its protocols plan on what it made
     (pre-training: few-shot transfer of the weights each run wrote, beside random init), planned
@@ -148,7 +150,7 @@ def run(
         while stage:
             finished = []
             for part_req in stage:
-                part, complete = _stage(part_req, rerun, dry_run, on_plan, on_result, cluster_options)
+                part, complete = _stage(part_req, rerun, dry_run, on_plan, on_result, cluster_options, on_jobs)
                 summary.merge(part)
                 if complete:
                     finished.append((part_req, part.groups))
@@ -162,11 +164,13 @@ run.__doc__ = (run.__doc__ or "") + "\n" + options_doc()
 plan.__doc__ = (plan.__doc__ or "") + "\n" + options_doc()
 
 
-def _stage(req: Request, rerun: bool, dry_run: bool, on_plan, on_result, cluster_options) -> tuple[Summary, bool]:
+def _stage(
+    req: Request, rerun: bool, dry_run: bool, on_plan, on_result, cluster_options, on_jobs=None
+) -> tuple[Summary, bool]:
     """One stage of a session: plan, skip what is stored, run the rest here, under torchrun or on
     a cluster; with whether it finished here (its next stage can be planned)."""
     if cluster_options is not None and not dry_run:
-        summary = _run_on_cluster(req, cluster_options, rerun)
+        summary = _run_on_cluster(req, cluster_options, rerun, on_jobs)
         return summary, not summary.waiting and not summary.failed
     world, _ = setup(resolve_device(req.device))
     lease_seconds()  # a bad VITBENCH_LEASE_SECONDS: one line, before any work
@@ -260,13 +264,30 @@ def work(req: Request, run_keys: list[str]) -> dict:
             "changed since submission); run the command again to plan afresh"
         )
     # the other runs of the plan count as done; of ours, those with a shard already are skipped
-    executed = execute(groups, req, None, planned - set(run_keys))
+    executed = execute(groups, req, None, planned - set(run_keys), on_result=_said_in_the_log(len(run_keys)))
     if executed.failed:  # the job fails, saying which protocol (the submitting process lists it)
         raise UserError("; ".join(executed.failed))
     return {"ran": executed.ran, "host": socket.gethostname()}
 
 
-def _run_on_cluster(req: Request, opts: cluster.ClusterOptions, rerun: bool) -> Summary:
+def _said_in_the_log(total: int) -> Callable[[RunSpec, dict], None]:
+    """A cluster job's line per stored run, in its log:
+    `[1/4] vit-ti/16 digits fewshot 5-shot seed 0: accuracy 71.2%`."""
+    from vitbench.protocols.measures import progress_text
+
+    count = [0]
+
+    def said(spec: RunSpec, metrics: dict) -> None:
+        count[0] += 1
+        protocol = get_protocol(spec.protocol)
+        what = " ".join(part for part in (spec.protocol, protocol.describe(spec), f"seed {spec.seed}") if part)
+        log.info("[%d/%d] %s %s %s: %s", count[0], total, spec.model, spec.dataset, what,
+                 progress_text(protocol.metrics, metrics))  # fmt: skip
+
+    return said
+
+
+def _run_on_cluster(req: Request, opts: cluster.ClusterOptions, rerun: bool, on_jobs=None) -> Summary:
     """Plan here, submit the runs without a result as submitit jobs, merge their shards as they land."""
     writable_results(req.results)
     groups = plan_groups(req)
@@ -282,7 +303,10 @@ def _run_on_cluster(req: Request, opts: cluster.ClusterOptions, rerun: bool) -> 
     log.info("%d runs planned, %d already stored, %d to submit", len(specs), len(specs) - len(todo), len(todo))
     if not todo:
         return summary
-    submitted, summary.failed = cluster.submit_and_wait(work, req, groups, todo, opts, lambda: store.sync(req.results))
+    opts = cluster.with_default_resources(opts, req, [g for g in groups if any(s.run_key in todo for s in g.specs)])
+    submitted, summary.failed = cluster.submit_and_wait(
+        work, req, groups, todo, opts, lambda: store.sync(req.results), on_jobs
+    )
     store.sync(req.results)
     stored = len(todo & set(store.read_results(req.results)["run_key"]))
     log.info("%d job(s) submitted; %d of %d runs now stored", submitted, stored, len(todo))

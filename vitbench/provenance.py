@@ -175,6 +175,22 @@ def environment() -> dict[str, str]:
         "timm_version": timm.__version__,
         "python_version": platform.python_version(),
         "hostname": socket.gethostname(),
-        # shell-quoted: a value with spaces or quotes reads back as the command that ran
-        "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": command_line(),
     }
+
+
+# the command a cluster job's runs were submitted with: the job's own argv is submitit's
+# (`_submit.py /…/jobs/<date>`), not what the user typed (execution/job_process.py sets it)
+_submitted_command: str | None = None
+
+
+def command_line() -> str:
+    """The command that made this process's runs, shell-quoted (a value with spaces or quotes reads
+    back as the command that ran): this process's, or the one a cluster job was submitted with."""
+    return _submitted_command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+
+
+def submitted_as(command: str | None) -> None:
+    """A cluster job's runs record `command`, the one typed where it was submitted (None: its own)."""
+    global _submitted_command
+    _submitted_command = command

@@ -21,7 +21,7 @@ from vitbench.cli import protocol_flags
 from vitbench.cli import run_options as ro
 from vitbench.cli.app import app, command_began, err
 from vitbench.cli.output import ended_well, print_summary_table
-from vitbench.cli.run_cluster import cluster_options, report
+from vitbench.cli.run_cluster import JobsProgress, cluster_options, report
 from vitbench.cli.run_plan import print_plan
 from vitbench.cli.run_progress import Progress
 from vitbench.devices import device_name, resolve_device
@@ -184,7 +184,19 @@ def _dispatch(ctx: typer.Context, given: dict, command: Callable[..., None]) -> 
         processes = jobs.processes_per_node * g["nodes"]
         if processes > 1:
             _check_before_launch(req, processes)
-        report(api.run(req, rerun=g["rerun"], cluster_options=jobs), jobs.wait)
+        progress = JobsProgress()
+        try:
+            summary = api.run(req, rerun=g["rerun"], cluster_options=jobs, on_jobs=progress)
+        except KeyboardInterrupt:
+            progress.close()
+            err.print(
+                "interrupted: the submitted jobs go on in the queue; run the same command again to wait for "
+                "them (it does not submit them again), or `vitbench ingest` to merge what they stored"
+            )
+            sys.exit(130)
+        finally:
+            progress.close()
+        report(summary, jobs.wait)
         return
     if command is submit:  # a dry run plans here, as `vitbench run --dry-run` does
         _run_here(req, g["rerun"], True, _rate(g, req), began, g["explain"])

@@ -3,7 +3,11 @@ reports at its end."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
+
+from rich.live import Live
+from rich.text import Text
 
 from vitbench.cli.app import err, out
 from vitbench.cli.output import print_summary_table
@@ -12,6 +16,9 @@ from vitbench.errors import UserError
 if TYPE_CHECKING:  # the API and the executors load when a run starts, not for `--help`
     from vitbench import api
     from vitbench.execution.cluster import ClusterOptions
+    from vitbench.execution.job_watch import Tally
+
+log = logging.getLogger("vitbench")
 
 
 def cluster_options(given: dict) -> ClusterOptions:
@@ -31,6 +38,46 @@ def cluster_options(given: dict) -> ClusterOptions:
         qos=given["slurm_qos"],
         wait=not given["no_wait"],
     )
+
+
+class JobsProgress:
+    """While `vitbench submit` waits: on a terminal one line that updates in place (the jobs by
+    state, the runs stored, the time waited); in a log or a pipe a plain line each time the counts
+    change. A requeue is said on a line of its own either way."""
+
+    def __init__(self) -> None:
+        self.live: Live | None = None
+        self.last = ""
+
+    def __call__(self, tally: Tally) -> None:
+        for event in tally.events:
+            self._say(event)
+        line = tally.line()
+        waiting = tally.pending + tally.running + tally.requeued + tally.held
+        if err.is_terminal:
+            if self.live is None and waiting:
+                self.live = Live(Text(line), console=err, refresh_per_second=1, transient=False)
+                self.live.start()
+            if self.live is not None:
+                self.live.update(Text(line))
+                if not waiting:
+                    self.close()
+            return
+        counts = line.rsplit(" · ", 1)[0] if not tally.unanswered else line
+        if counts != self.last:
+            self.last = counts
+            log.info("%s", line)
+
+    def _say(self, line: str) -> None:
+        if self.live is not None:
+            self.live.console.print(line, markup=False, highlight=False)
+        else:
+            log.info("%s", line)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
 
 
 def report(summary: api.Summary, waited: bool) -> None:

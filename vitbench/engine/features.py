@@ -13,7 +13,7 @@ import torch
 
 from vitbench.datasets import Split
 from vitbench.devices import Clock, Runtime, autocast
-from vitbench.engine import device_data
+from vitbench.engine import device_data, stopping
 from vitbench.engine.distributed import world
 from vitbench.engine.feature_cache import cache_key, feature_parts
 from vitbench.engine.inference import Outputs, run_over_parts
@@ -106,6 +106,8 @@ def _extend(group, split_name: str, runtime: Runtime, clock: Clock, fn, model, c
         check_features(new.values, group, split_name)  # before it is cached or solved on
         have = _merge(have, new)
         cache.save(key, have)
+        if world().size == 1:  # under torchrun every rank would have to agree first: a training step's way
+            stopping.reached(f"extracting {group.dataset.name} {split_name} ({len(have.indices):,} images kept)")
     return have, bool(len(missing))
 
 

@@ -20,15 +20,24 @@ handlers stay as they are, and `started` is a plain `iter`."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 from collections.abc import Iterable, Iterator
+
+from vitbench.engine import stopping
 
 SHARER = "multiprocessing/resource_sharer.py"
 
 
 def init_worker(worker_id: int) -> None:
-    """`worker_init_fn`: a cut connection in the worker's resource-sharer thread passes quietly."""
+    """`worker_init_fn`: a cut connection in the worker's resource-sharer thread passes quietly; in a
+    cluster job the scheduler's USR2 and SIGTERM, which Slurm sends to every process of the job, are
+    left to the main process (which checkpoints, then stops the workers): a worker that acted on them
+    itself died, and the main process failed on its death (engine/stopping.py)."""
+    if stopping.armed:
+        for signum in (signal.SIGUSR2, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
     before = sys.excepthook
 
     def quiet_when_cut(kind, value, tb) -> None:

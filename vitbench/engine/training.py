@@ -9,6 +9,7 @@ optimizer, schedule, EMA, RNG, data position, accelerator clock), data-parallel 
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import sys
@@ -25,7 +26,7 @@ from torch import nn
 from vitbench.backend import Preprocessing
 from vitbench.datasets import Split
 from vitbench.devices import Clock, autocast
-from vitbench.engine import bit_hyperrule, memory, train_checkpoint
+from vitbench.engine import bit_hyperrule, memory, stopping, train_checkpoint
 from vitbench.engine.device_data import (
     Augmentation,
     DeviceImages,
@@ -311,7 +312,36 @@ def _steps(
                 images = progress.train_images + (done - start) * settings.batch
                 at = replace(progress, step=done, curves=curves, train_images=images, seconds=clock.elapsed())
                 train_checkpoint.save(checkpoint, run_key, parts, device, at, asdict(settings))
+            if _stop_agreed(world, done, settings):  # the scheduler asked the job to stop: checkpoint here
+                _flush(losses, norms, curves, world)
+                images = progress.train_images + (done - start) * settings.batch
+                at = replace(progress, step=done, curves=curves, train_images=images, seconds=clock.elapsed())
+                save = functools.partial(train_checkpoint.save, checkpoint, run_key, parts, device, at,
+                                         asdict(settings))  # fmt: skip
+                stopping.reached(f"{description} at step {done} of {settings.steps}, checkpointed",
+                                 save if world.is_main else None)  # fmt: skip
     return time.perf_counter() - timer  # the clock synchronised the device on exit
+
+
+def _stop_agreed(world: World, done: int, settings: Settings) -> bool:
+    """Whether the scheduler's stop request is taken up after step `done`: at once in one process;
+    under torchrun at a logging step, where every rank asks the others (each got the signal itself,
+    maybe a step apart, and all must save and stop at the same step)."""
+    if world.size == 1:
+        return stopping.requested() is not None
+    if done % settings.log_every:
+        return False
+    import torch.distributed as dist
+
+    flag = torch.tensor([float(stopping.requested() is not None)], device=_collective_device(world))
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def _collective_device(world: World) -> torch.device:
+    import torch.distributed as dist
+
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
 def _stop_if_diverged(curves: dict, since: int, description: str, checkpoint: Path) -> None:

@@ -17,24 +17,33 @@ subprocesses with `--cluster local`), each worker writing its shards to the shar
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pickle
+import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from vitbench.atomic import write_atomic
+from vitbench.engine import stopping
 from vitbench.errors import UserError
+from vitbench.execution import job_ledger, job_process, job_resources, job_watch
+from vitbench.execution.job_watch import Tally  # noqa: F401  (what `on_progress` is given)
 from vitbench.execution.launch import torchrun_command
-from vitbench.logs import configure_logging
 from vitbench.protocols.registry import get_protocol
+from vitbench.provenance import command_line
 
 log = logging.getLogger("vitbench")
 
 RDZV_PORT = 29500
+SIGNAL_DELAY_S = 90  # submitit's warning before the time limit (sbatch --signal=USR2@90), its default
+SIGNAL_EARLY_S = 60  # Slurm may send it up to a minute early (sbatch's --signal: its event resolution)
+MIN_WORK_S = 60  # what a job needs between its start and that warning: start-up, then a first checkpoint
 # a job's body: run these run_keys of the request's plan in this process (api.work); passed in so
 # that this module needs nothing above it
 Worker = Callable[[Any, list[str]], dict]
@@ -68,23 +77,36 @@ def units(groups, todo_keys: set[str]) -> tuple[list[list[str]], list[list[str]]
 
 class RunUnit:
     """The job: a picklable callable that runs its unit's run_keys. As a submitit `Checkpointable`,
-    a pre-empted or timed-out job is requeued with the same unit and resumes from its checkpoints."""
+    a pre-empted or timed-out job checkpoints its run where it is (job_process.py), is requeued with
+    the same unit and resumes from that checkpoint. `command`: what was typed to submit it, which
+    its runs record."""
 
-    def __init__(self, worker: Worker, request, run_keys: list[str], opts: ClusterOptions):
+    def __init__(self, worker: Worker, request, run_keys: list[str], opts: ClusterOptions, command: str | None = None):
         self.worker, self.request, self.run_keys, self.opts = worker, request, run_keys, opts
+        self.command = command
 
     def __call__(self) -> dict:
-        if self.opts.processes_per_node > 1 or self.opts.nodes > 1:
-            return self._under_torchrun()
-        return self.worker(self.request, self.run_keys)
+        ranks = self.opts.processes_per_node
+        with job_process.arranged(self.command, ranks) as signals:
+            try:
+                if ranks > 1 or self.opts.nodes > 1:
+                    return self._under_torchrun()
+                return self.worker(self.request, self.run_keys)
+            except stopping.JobStopping as stop:
+                signals.stop(stop)
+                raise
 
     def checkpoint(self, *args, **kwargs):
         import submitit
 
-        return submitit.helpers.DelayedSubmission(RunUnit(self.worker, self.request, self.run_keys, self.opts))
+        unit = RunUnit(self.worker, self.request, self.run_keys, self.opts, self.command)
+        return submitit.helpers.DelayedSubmission(unit)
 
     def _under_torchrun(self) -> dict:
-        """One torchrun per node; node 0's host is the rendezvous endpoint (c10d)."""
+        """One torchrun per node, its ranks this job's processes; on one node it is standalone (a
+        free port of its own: two jobs on one node do not meet), across nodes node 0's host is the
+        rendezvous endpoint (c10d). Slurm signals every process of the job: torchrun's agent and its
+        ranks ignore USR2 (this process requeues the job), and the ranks checkpoint on SIGTERM."""
         import subprocess
 
         import submitit
@@ -92,36 +114,65 @@ class RunUnit:
         env = submitit.JobEnvironment()
         payload = Path(self.request.results) / "jobs" / f"unit-{env.job_id}.pkl"
         if env.node == 0 or not payload.exists():
-            _write_payload(payload, self.worker, self.request, self.run_keys)
+            _write_payload(payload, self.worker, self.request, self.run_keys, self.command)
+        across = self.opts.nodes > 1
         command = torchrun_command(
             self.opts.processes_per_node,
             ["-m", "vitbench.execution.cluster", str(payload)],
             nnodes=self.opts.nodes,
             node_rank=env.node,
-            rdzv_endpoint=f"{env.hostnames[0]}:{RDZV_PORT}",
-            rdzv_id=str(env.job_id),
+            rdzv_endpoint=f"{env.hostnames[0]}:{RDZV_PORT}" if across else None,
+            rdzv_id=str(env.job_id) if across else None,
         )
-        code = subprocess.call(command)
+        handler = signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # ignored across exec: torchrun's too
+        try:
+            process = subprocess.Popen(command)
+        finally:
+            signal.signal(signal.SIGUSR2, handler)
+        code = process.wait()
         if code:
             raise RuntimeError(f"torchrun exited with {code}")
         return {"ran": self.run_keys}
 
 
-def _write_payload(path: Path, worker: Worker, request, run_keys: list[str]) -> None:
-    write_atomic(path, lambda tmp: tmp.write_bytes(pickle.dumps((worker, request, run_keys))))
+def _write_payload(path: Path, worker: Worker, request, run_keys: list[str], command: str | None) -> None:
+    write_atomic(path, lambda tmp: tmp.write_bytes(pickle.dumps((worker, request, run_keys, command))))
+
+
+def with_default_resources(opts: ClusterOptions, req, groups) -> ClusterOptions:
+    """`opts` with the CPUs and memory the plan needs where the command gave none (job_resources.py)."""
+    return job_resources.with_defaults(opts, req, groups) if kind_of(opts) == "slurm" else opts
+
+
+def kind_of(opts: ClusterOptions) -> str:
+    """`slurm` or `local`: what `--cluster auto` means here (SLURM where `sbatch` is on the PATH)."""
+    import shutil
+
+    return opts.cluster if opts.cluster != "auto" else ("slurm" if shutil.which("sbatch") else "local")
+
+
+def check_time_limit(opts: ClusterOptions) -> None:
+    """A time limit in which a job cannot get to work before submitit's warning is refused before
+    anything is submitted: each attempt would be signalled before its first checkpoint, requeued,
+    and signalled again (`--time-limit 1`: 245 s of attempts, then a failure, nothing done)."""
+    usable = opts.time_limit_min * 60 - SIGNAL_DELAY_S - SIGNAL_EARLY_S
+    if kind_of(opts) == "slurm" and usable < MIN_WORK_S:
+        need = math.ceil((SIGNAL_DELAY_S + SIGNAL_EARLY_S + MIN_WORK_S) / 60)
+        raise UserError(
+            f"--time-limit {opts.time_limit_min}: too short for a job to reach a checkpoint before submitit's "
+            f"warning, which Slurm sends {SIGNAL_DELAY_S} s before the limit (up to {SIGNAL_EARLY_S} s earlier); "
+            f"give {need} minutes or more"
+        )
 
 
 def make_executor(folder: Path, opts: ClusterOptions):
     """submitit's SLURM executor (`--cluster slurm`, or auto where `sbatch` is on the PATH) or its
     local one (real subprocesses on this machine). Not AutoExecutor: it needs pkg_resources."""
-    import shutil
-
     try:
         import submitit
     except ImportError:
         raise UserError("vitbench submit needs submitit: pip install 'vitbench[cluster]'") from None
-    kind = opts.cluster if opts.cluster != "auto" else ("slurm" if shutil.which("sbatch") else "local")
-    if kind == "local":
+    if kind_of(opts) == "local":
         if opts.nodes > 1:
             raise UserError(f"--nodes {opts.nodes}: the local cluster is this one machine; use --cluster slurm")
         executor = submitit.LocalExecutor(folder=str(folder))
@@ -134,6 +185,7 @@ def make_executor(folder: Path, opts: ClusterOptions):
         "nodes": opts.nodes,
         "ntasks_per_node": 1,  # one worker per node; it starts torchrun's processes itself
         "array_parallelism": opts.array_parallelism,
+        "signal_delay_s": SIGNAL_DELAY_S,
     }
     optional = {
         "partition": opts.partition,
@@ -148,68 +200,99 @@ def make_executor(folder: Path, opts: ClusterOptions):
 
 
 def submit_and_wait(
-    worker: Worker, request, groups, todo_keys: set[str], opts: ClusterOptions, on_ingest
+    worker: Worker, request, groups, todo_keys: set[str], opts: ClusterOptions, on_ingest, on_progress=None
 ) -> tuple[int, list[str]]:
     """Submit the waves, merge shards as they land (`on_ingest()`), and return (jobs submitted,
-    one line per failed job). With `wait=False` only the first wave is submitted."""
+    one line per failed job). With `wait=False` only the first wave is submitted. Runs a job of an
+    earlier submission still holds in Slurm's queue (requeued, or still pending) are not submitted
+    again: that job is waited on with the first wave. `on_progress(Tally)`: after each poll."""
+    check_time_limit(opts)
+    slurm = kind_of(opts) == "slurm"
+    queued = job_ledger.queued(Path(request.results), todo_keys) if slurm else []
+    if queued:
+        keys = sum(len(w.run_keys) for w in queued)
+        log.info("%d run(s) already queued in %d job(s) of an earlier submission (%s): waiting for them, not "
+                 "submitting them again", keys, len(queued), ", ".join(w.job.job_id for w in queued[:5]))  # fmt: skip
+        todo_keys = todo_keys - {k for w in queued for k in w.run_keys}
     first, second = units(groups, todo_keys)
     failed: list[str] = []
     submitted = 0
-    for number, wave in enumerate((first, second), start=1):
-        if not wave:
-            continue
-        if number == 2 and not opts.wait:
-            log.info("%d final fine-tune job(s) wait for their LR sweep: run the command again once done", len(wave))
-            break
-        jobs = submit(worker, request, wave, opts)
-        submitted += len(jobs)
-        log.info("wave %d: %d job(s) submitted, logs under %s", number, len(jobs), jobs[0].paths.folder)
-        if not opts.wait:
-            break
-        failed += _wait(jobs, opts, on_ingest)
+    with submitit_warnings_once():
+        for number, wave in enumerate((first, second), start=1):
+            if number == 2 and wave and not opts.wait:
+                log.info("%d final fine-tune job(s) wait for their LR sweep: run the command again once done",
+                         len(wave))  # fmt: skip
+                break
+            watched = list(queued) if number == 1 else []
+            if wave:
+                jobs = submit(worker, request, wave, opts)
+                submitted += len(jobs)
+                log.info("wave %d: %d job(s) submitted, logs under %s", number, len(jobs), jobs[0].paths.folder)
+                watched += [job_watch.Watched(job, keys) for job, keys in zip(jobs, wave, strict=True)]
+            if not opts.wait:
+                break
+            if watched:
+                watch = job_watch.Watch(watched, Path(request.results), slurm, opts.poll_seconds)
+                failed += watch.until_done(on_ingest, on_progress)
     return submitted, failed
 
 
+class _OnceOnStderr(logging.Filter):
+    """submitit's logger prints each record to stdout, and its warnings to stderr as well, at every
+    poll (`Bypassing sacct error …`): here each distinct warning goes to stderr once, as vitbench's,
+    and the rest is dropped (the jobs' own logs keep submitit's lines)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.levelno >= logging.WARNING and message not in self.seen:
+            self.seen.add(message)
+            log.warning("submitit: %s", message)
+        return False
+
+
+@contextmanager
+def submitit_warnings_once() -> Iterator[None]:
+    quiet = _OnceOnStderr()
+    logger = logging.getLogger("submitit")
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
 def submit(worker: Worker, request, wave: list[list[str]], opts: ClusterOptions) -> list:
-    """One job per unit of `wave`, as one SLURM array (submitit's batch)."""
-    executor = make_executor(Path(request.results) / "jobs" / time.strftime("%Y%m%d-%H%M%S"), opts)
+    """One job per unit of `wave`, as one SLURM array (submitit's batch), noted in the folder's
+    ledger (job_ledger.py) with the runs each was given."""
+    folder = Path(request.results) / "jobs" / time.strftime("%Y%m%d-%H%M%S")
+    executor = make_executor(folder, opts)
     # the workers re-plan the request: its paths made absolute (a SLURM job starts elsewhere)
     request = replace(
         request,
         results=Path(request.results).resolve(),
         data_dir=Path(request.data_dir).resolve() if request.data_dir else None,
     )
+    command = command_line()
     with executor.batch():
-        jobs = [executor.submit(RunUnit(worker, request, keys, opts)) for keys in wave]
+        jobs = [executor.submit(RunUnit(worker, request, keys, opts, command)) for keys in wave]
+    job_ledger.note(folder, kind_of(opts), [(job.job_id, keys) for job, keys in zip(jobs, wave, strict=True)])
     return jobs
-
-
-def _wait(jobs, opts: ClusterOptions, on_ingest) -> list[str]:
-    pending = list(jobs)
-    failed = []
-    while pending:
-        time.sleep(opts.poll_seconds)
-        still = []
-        for job in pending:
-            if not job.done():
-                still.append(job)
-                continue
-            try:
-                job.result()
-            except Exception as e:  # the worker's error, as submitit re-raises it here
-                last = " ".join(str(e).strip().splitlines()[-1:]) or type(e).__name__
-                failed.append(f"job {job.job_id}: {last[:300]} (log: {job.paths.stderr})")
-        if len(still) != len(pending):
-            on_ingest()
-        pending = still
-    return failed
 
 
 def main(argv: list[str]) -> int:
     """`python -m vitbench.execution.cluster PAYLOAD`: one torchrun process of a multi-process job."""
-    configure_logging()
-    worker, request, run_keys = pickle.loads(Path(argv[0]).read_bytes())
-    worker(request, run_keys)
+    worker, request, run_keys, command = pickle.loads(Path(argv[0]).read_bytes())
+    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    with job_process.arranged(command, processes, requeue=False):
+        try:
+            worker(request, run_keys)
+        except stopping.JobStopping as stop:
+            log.warning("stopped: %s", stop.where)
+            return job_process.EXIT_TERMINATED
     return 0
 
 

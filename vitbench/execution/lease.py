@@ -18,7 +18,9 @@ import uuid
 from pathlib import Path
 
 from vitbench.atomic import read_regular
+from vitbench.engine import stopping
 from vitbench.errors import UserError
+from vitbench.execution import slurm_jobs
 
 log = logging.getLogger("vitbench")
 
@@ -89,14 +91,19 @@ class Lease:
     def _stale(self) -> bool:
         """No heartbeat for `seconds`, a file that names no holder a few seconds after it was made
         (empty or damaged: its taker's write failed), or a holder on this host whose process is gone
-        (a killed run resumed at once, not after the lease runs out)."""
+        (a killed run resumed at once, not after the lease runs out). A lease taken in a Slurm job is
+        held while Slurm holds that job, heartbeat or not (a requeued job waits in the queue with its
+        runs leased), and free once Slurm has ended it, wherever it ran."""
         try:
             age = time.time() - self.path.stat().st_mtime
         except FileNotFoundError:
             return True
+        holder = self.holder()
+        queued = _slurm_holds(holder) if holder.get("token") else None
+        if queued is not None:
+            return not queued
         if age > self.seconds:
             return True
-        holder = self.holder()
         if not holder.get("token"):
             return age > UNREADABLE_GRACE
         if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
@@ -125,7 +132,12 @@ class Lease:
         if not self._create():
             if not self._stale():
                 return False
-            log.warning("%s: taking over a stale lease (%s)", self.run_key[:12], describe_holder(self.holder()))
+            holder = self.holder()
+            if holder.get("slurm_job") and holder.get("slurm_job") == slurm_jobs.this_job():
+                log.info("%s: taken back by its own Slurm job, requeued (%s)", self.run_key[:12],
+                         describe_holder(holder))  # fmt: skip
+            else:
+                log.warning("%s: taking over a stale lease (%s)", self.run_key[:12], describe_holder(holder))
             try:
                 os.rename(self.path, self.path.with_name(f"{self.path.name}.stale-{self.token}"))
             except FileNotFoundError:
@@ -144,6 +156,13 @@ class Lease:
                 os.utime(self.path)
             except FileNotFoundError:
                 return
+
+    def keep(self) -> None:
+        """Stop the heartbeat and leave the file: a cluster job the scheduler stops keeps its runs
+        leased while Slurm holds it (it is requeued), and frees them when Slurm no longer does."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
 
     def release(self) -> None:
         self._stop.set()
@@ -185,8 +204,27 @@ class Leases:
         return self
 
     def __exit__(self, *exc) -> None:
+        # a cluster job the scheduler stops (pre-empted, timed out, requeued) keeps its runs leased:
+        # a command meanwhile would run them beside the requeued job
+        keep = stopping.requested() is not None
         for key in list(self.held):
-            self.release(key)
+            if keep:
+                self.held.pop(key).keep()
+            else:
+                self.release(key)
+
+
+def _slurm_holds(holder: dict) -> bool | None:
+    """For a lease taken inside a Slurm job: whether that job still holds it (Slurm has it waiting,
+    running or requeued, and it is not this very job started again), or None where the lease was
+    taken outside Slurm or Slurm cannot be asked here (the host and heartbeat rules decide). A
+    requeued job's process is gone while Slurm holds it pending; its lease is not stale."""
+    job = holder.get("slurm_job")
+    if not isinstance(job, str) or not job:
+        return None
+    if job == slurm_jobs.this_job():
+        return False  # this job, requeued: its runs are its own again
+    return slurm_jobs.still_queued(job)
 
 
 def describe_holder(holder: dict) -> str:

@@ -19,6 +19,7 @@ from vitbench.atomic import write_atomic
 from vitbench.devices import cpu_kernels, device_name, peak_flops
 from vitbench.engine.distributed import World
 from vitbench.errors import UserError
+from vitbench.execution.job_process import job_label
 from vitbench.execution.lease import Leases
 from vitbench.execution.trackers import Trackers
 from vitbench.protocols.base import Group, Protocol, Request, Result
@@ -98,6 +99,9 @@ class Recorder:
         origin = group.weights.provenance
         if origin is not None:  # weights vitbench pre-trained: the run that made them
             notes = {**notes, "pretrained": origin}
+        job = job_label()
+        if job is not None:  # run inside a Slurm job: which one (its log, `sacct -j`)
+            notes = {**notes, "slurm_job": job}
         coverage = test_classes(group)
         if coverage is not None:  # chance is 100 / the classes present, not / the dataset's (3 of 37 breeds)
             notes = {**notes, "test_classes": coverage}

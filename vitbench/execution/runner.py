@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vitbench.devices import Runtime, resolve_device
+from vitbench.engine import stopping
 from vitbench.engine.distributed import broadcast, setup
 from vitbench.errors import UserError, one_line
 from vitbench.execution.lease import Lease, Leases
@@ -53,6 +54,8 @@ def execute(
                 for result in get_protocol(group.protocol).run(group, todo, req, runtime, recorder):
                     if world.is_main:  # under torchrun every process may reach a result; one stores it
                         recorder.record(group, result)
+                    if world.size == 1:  # a cluster job told to stop: after a stored run, nothing is lost
+                        stopping.reached(f"after storing {result.spec.run_key[:12]}")
             except Exception as e:
                 line = _failure(group, e, world)
                 if line is None:

@@ -1,0 +1,184 @@
+"""A real single-node Slurm on 127.0.0.1, started from Debian's `slurm-wlm` and `munge` for the
+cluster tests (`nox -s slurm`), and stopped again by the pids it started.
+
+    python tests/slurm_cluster.py start FOLDER   # prints `export SLURM_CONF=FOLDER/slurm.conf`
+    python tests/slurm_cluster.py stop FOLDER
+
+Everything lives in FOLDER: munge's key, socket and seed, slurm.conf, the daemons' state, spool,
+pid and log files. Nothing is written under /etc or /run, and nothing already running is touched:
+the daemons listen on ports picked free now, so a Slurm of the machine's own keeps running beside it.
+
+The cluster: one node named `localhost` (submitit's torchrun rendezvous resolves it), every CPU
+and most of the memory of this machine, one partition `cpu`, no accounting daemon (`sacct` says
+"accounting storage is disabled", as on a cluster whose admins never set up slurmdbd), process
+tracking through /proc (no cgroups in a container), a KillWait of 10 s (30 s is Slurm's default;
+the tests wait through it on every requeue) and finished jobs kept for 300 s (Slurm's default
+MinJobAge). Root runs all of it: slurmd must, to start jobs as their user."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DAEMONS = ("munged", "slurmctld", "slurmd")
+NODE = "localhost"
+
+
+def missing() -> str | None:
+    """Why a Slurm cannot be started here, or None."""
+    for program in (*DAEMONS, "sbatch", "squeue", "scontrol", "srun", "mungekey"):
+        if shutil.which(program) is None and not Path("/usr/sbin", program).exists():
+            return f"{program} not found (Debian's slurm-wlm and munge packages)"
+    if os.geteuid() != 0:
+        return "not root: slurmd starts jobs as their user, and munged and slurmd must run as root"
+    return None
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _program(name: str) -> str:
+    return shutil.which(name) or str(Path("/usr/sbin", name))
+
+
+def config(folder: Path, ctld_port: int, slurmd_port: int) -> str:
+    cpus = os.cpu_count() or 1
+    memory_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.9)
+    return "\n".join(
+        [
+            "ClusterName=vitbench-test",
+            f"SlurmctldHost={NODE}(127.0.0.1)",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            f"SlurmctldPort={ctld_port}",
+            f"SlurmdPort={slurmd_port}",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={folder / 'munge.socket'}",
+            f"StateSaveLocation={folder / 'state'}",
+            f"SlurmdSpoolDir={folder / 'spool'}",
+            f"SlurmctldPidFile={folder / 'slurmctld.pid'}",
+            f"SlurmdPidFile={folder / 'slurmd.pid'}",
+            f"SlurmctldLogFile={folder / 'slurmctld.log'}",
+            f"SlurmdLogFile={folder / 'slurmd.log'}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "MpiDefault=none",
+            "SwitchType=switch/none",
+            "SchedulerType=sched/backfill",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory",
+            "AccountingStorageType=accounting_storage/none",
+            # memory enforced by polling /proc each second (no cgroups here): a job over its --mem is
+            # killed, and Slurm says OUT_OF_MEMORY
+            "JobAcctGatherType=jobacct_gather/linux",
+            "JobAcctGatherFrequency=task=1",
+            "JobAcctGatherParams=OverMemoryKill",
+            "JobCompType=jobcomp/none",
+            "ReturnToService=2",
+            "KillWait=10",
+            "MinJobAge=300",
+            "SchedulerParameters=batch_sched_delay=0",
+            f"NodeName={NODE} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
+            "PartitionName=cpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+            "",
+        ]
+    )
+
+
+def start(folder: Path, timeout: float = 60) -> dict[str, str]:
+    """Start munged, slurmctld and slurmd with a config written into `folder`; the environment a
+    client needs (SLURM_CONF). Raises RuntimeError saying which daemon did not come up."""
+    folder = folder.resolve()
+    for sub in ("state", "spool"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o755)
+    key = folder / "munge.key"
+    if not key.exists():
+        subprocess.run([_program("mungekey"), "--create", f"--keyfile={key}"], check=True, capture_output=True)
+    os.chmod(key, 0o600)
+    ctld_port, slurmd_port = _free_ports(2)
+    conf = folder / "slurm.conf"
+    conf.write_text(config(folder, ctld_port, slurmd_port))
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    subprocess.run(
+        [
+            _program("munged"),
+            "--force",
+            f"--socket={folder / 'munge.socket'}",
+            f"--key-file={key}",
+            f"--pid-file={folder / 'munged.pid'}",
+            f"--log-file={folder / 'munged.log'}",
+            f"--seed-file={folder / 'munged.seed'}",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    # -i: a fresh controller (no state from a previous start of this folder)
+    subprocess.run([_program("slurmctld"), "-f", str(conf), "-i"], check=True, capture_output=True, env=env)
+    subprocess.run([_program("slurmd"), "-f", str(conf), "-N", NODE], check=True, capture_output=True, env=env)
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        probe = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, env=env, check=False
+        )
+        state = probe.stdout.strip() or probe.stderr.strip()
+        if probe.returncode == 0 and state.rstrip("*") in {"idle", "mixed", "allocated"}:
+            return {"SLURM_CONF": str(conf)}
+        time.sleep(0.5)
+    stop(folder)
+    raise RuntimeError(f"the Slurm node did not come up within {timeout:.0f} s (sinfo: {state!r}); see {folder}/*.log")
+
+
+def stop(folder: Path) -> None:
+    """Stop the daemons this module started in `folder` (by their pid files), slurmd first."""
+    for name in reversed(DAEMONS):
+        pid_file = folder / f"{name}.pid"
+        try:
+            pid = int(pid_file.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.1)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie of ours is gone too
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+if __name__ == "__main__":
+    what, where = sys.argv[1], Path(sys.argv[2])
+    if what == "start":
+        for name, value in start(where).items():
+            print(f"export {name}={value}")
+    else:
+        stop(where)

@@ -1,0 +1,197 @@
+"""Waiting for a wave of cluster jobs as a cluster user watches them: each job's state as Slurm
+says it (slurm_jobs.py: no accounting needed), a requeued job waited through, an ended one said in
+one line with its cause, progress as counts, and the shards merged as they land.
+
+submitit's own wait (`job.done()`) asks `sacct`; without accounting it never learnt that a job was
+cancelled (a cancelled pending job was waited on for ever), and it took a requeued job's crash for
+its end (a job Slurm had put back in the queue was reported failed, and its rerun advice would have
+submitted a duplicate). Here a job has ended when it left its result (submitit's pickle), or when
+Slurm says it ended and no result came.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vitbench.execution import slurm_jobs
+from vitbench.store.shards import shard_path
+
+log = logging.getLogger("vitbench")
+
+# a result pickle can land on a shared disk after Slurm has said the job ended: polls to wait for it
+RESULT_GRACE_POLLS = 2
+# what says why a job ended, in its log, most telling first: Slurm's memory kill, the exception a
+# traceback ends with, slurmstepd's and srun's own errors
+_CAUSES = (
+    re.compile(r".*(memory limit|oom[-_ ]kill|out of memory).*", re.IGNORECASE),
+    re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*"),
+    re.compile(r"^slurmstepd(-[\w.-]+)?: error: .*"),
+    re.compile(r"^srun: error: .*"),
+)
+
+
+@dataclass
+class Watched:
+    """A submitted job and the runs it was given."""
+
+    job: Any  # a submitit Job
+    run_keys: list[str]
+    state: slurm_jobs.JobState | None = None  # as Slurm said it at the last poll
+    ended_polls: int = 0  # polls since Slurm said it ended, no result seen
+
+
+@dataclass
+class Tally:
+    """What the waiting line shows: the jobs by state, the runs stored, the time waited."""
+
+    jobs: int
+    pending: int = 0
+    running: int = 0
+    requeued: int = 0  # waiting again after a requeue (pre-emption, time limit, `scontrol requeue`)
+    held: int = 0
+    done: int = 0
+    failed: int = 0
+    runs: int = 0
+    stored: int = 0
+    elapsed: float = 0.0
+    unanswered: str | None = None  # why Slurm gave no states at the last poll
+    events: list[str] = field(default_factory=list)  # what happened since the last tally (a requeue)
+
+    def line(self) -> str:
+        parts = [f"{self.pending} pending", f"{self.running} running"]
+        parts += [f"{self.requeued} requeued"] if self.requeued else []
+        parts += [f"{self.held} held"] if self.held else []
+        parts += [f"{self.done} done"] + ([f"{self.failed} failed"] if self.failed else [])
+        waited = time.strftime("%H:%M:%S", time.gmtime(self.elapsed))
+        slurm = f" · Slurm not answering: {self.unanswered}" if self.unanswered else ""
+        return f"{self.jobs} job(s): {', '.join(parts)} · runs stored {self.stored}/{self.runs} · {waited}{slurm}"
+
+
+class Watch:
+    """Wait until every job of `watched` has ended; `failures()` says each one that did not leave
+    its runs. `slurm`: states from Slurm (else submitit's local executor's own)."""
+
+    def __init__(self, watched: list[Watched], results: Path, slurm: bool, poll_seconds: float):
+        self.watched, self.results, self.slurm, self.poll = watched, results, slurm, poll_seconds
+        self.started = time.monotonic()
+        self.failed: list[str] = []
+        self.restarts: dict[str, int] = {}
+
+    def until_done(self, on_ingest: Callable[[], None], on_progress: Callable[[Tally], None] | None) -> list[str]:
+        pending = list(self.watched)
+        unanswered = None
+        while pending:
+            states: dict[str, slurm_jobs.JobState] = {}
+            if self.slurm:
+                try:
+                    states = slurm_jobs.show([w.job.job_id for w in pending])
+                    unanswered = None
+                except slurm_jobs.Unanswered as e:
+                    unanswered = str(e)
+            events: list[str] = []
+            still = [w for w in pending if not self._ended(w, states, unanswered is not None, events)]
+            if len(still) != len(pending):
+                on_ingest()
+            pending = still
+            if on_progress is not None:
+                on_progress(self._tally(pending, unanswered, events))
+            if pending:
+                time.sleep(self.poll)
+        return self.failed
+
+    def _ended(self, w: Watched, states: dict, blind: bool, events: list[str]) -> bool:
+        """Whether `w` has ended (its failure, if any, noted); `events`: a requeue seen now."""
+        if w.job.paths.result_pickle.exists():
+            self._outcome(w)
+            return True
+        if not self.slurm:
+            if not w.job.done():
+                return False
+            self._outcome(w)
+            return True
+        if blind:
+            return False
+        state = states.get(w.job.job_id)
+        if state is None:  # Slurm no longer knows it (ended longer ago than MinJobAge): accounting may
+            state = slurm_jobs.accounted(w.job.job_id) or slurm_jobs.JobState(w.job.job_id, "UNKNOWN")
+        if state.restarts > self.restarts.get(w.job.job_id, 0):
+            self.restarts[w.job.job_id] = state.restarts
+            events.append(f"job {w.job.job_id} requeued (restart {state.restarts}); it resumes from its checkpoint")
+        w.state = state
+        if not state.ended and state.state != "UNKNOWN":
+            return False
+        w.ended_polls += 1
+        if w.ended_polls <= RESULT_GRACE_POLLS:  # its result may still be landing
+            return False
+        cause = state.said() if state.state != "UNKNOWN" else "ended, and Slurm no longer knows it"
+        self._fail(w, f"{cause}, no result", _last_error(w.job.paths.stderr))
+        return True
+
+    def _outcome(self, w: Watched) -> None:
+        """A job that left its result: success, or the exception it raised (its traceback's last line)."""
+        error = w.job.exception()
+        if error is None:
+            return
+        said = w.state.said() if w.state is not None else "FAILED"
+        trace = [line for line in str(error).splitlines() if line.strip() and not line.startswith(("-----", "You can"))]
+        lines = [line.strip() for line in trace if not line.startswith(("  ", "Traceback", "Job (task"))]
+        self._fail(w, "FAILED" if said.startswith(("COMPLETED", "RUNNING")) else said,
+                   _exception_line(lines) or _last_error(w.job.paths.stderr))  # fmt: skip
+
+    def _fail(self, w: Watched, cause: str, detail: str | None) -> None:
+        log_path = w.job.paths.stderr
+        where = f"log: {log_path}" if log_path.exists() else "no log: it never started"
+        said = f"job {w.job.job_id}: {cause}" + (f" · {detail}" if detail else "") + f" ({where})"
+        self.failed.append(said)
+
+    def _tally(self, pending: list[Watched], unanswered: str | None, events: list[str]) -> Tally:
+        tally = Tally(len(self.watched), unanswered=unanswered, events=events)
+        tally.failed = len(self.failed)
+        tally.done = len(self.watched) - len(pending) - tally.failed
+        for w in pending:
+            state = w.state.state if w.state is not None else "PENDING"
+            if w.state is not None and w.state.held:
+                tally.held += 1
+            elif state in {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "SIGNALING", "STAGE_OUT"}:
+                tally.running += 1
+            elif w.state is not None and w.state.restarts:
+                tally.requeued += 1
+            else:
+                tally.pending += 1
+        keys = [k for w in self.watched for k in w.run_keys]
+        tally.runs = len(keys)
+        tally.stored = sum(shard_path(self.results, k).exists() for k in keys)
+        tally.elapsed = time.monotonic() - self.started
+        return tally
+
+
+def _exception_line(lines: list[str]) -> str | None:
+    """The exception a traceback ends with (`UserError: …`, its module path dropped)."""
+    for line in reversed(lines):
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", line):
+            name, _, message = line.partition(":")
+            return f"{name.rsplit('.', 1)[-1]}:{message}"[:300]
+    return lines[-1][:300] if lines else None
+
+
+def _last_error(path: Path) -> str | None:
+    """What a job's log says went wrong, or None: the last line of the most telling kind (_CAUSES)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 65536))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [line.strip() for line in text.splitlines()]
+    for cause in _CAUSES:
+        found = [line for line in lines if cause.match(line)]
+        if found:
+            return _exception_line(found[-1:])
+    return None
