@@ -17,6 +17,7 @@ MinJobAge). Root runs all of it: slurmd must, to start jobs as their user."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -91,6 +92,8 @@ def config(folder: Path, ctld_port: int, slurmd_port: int) -> str:
             "JobCompType=jobcomp/none",
             "ReturnToService=2",
             "KillWait=10",
+            # a node whose slurmd stops answering is DOWN after 10 s (300 s by default): a lost node's test
+            "SlurmdTimeout=10",
             "MinJobAge=300",
             "SchedulerParameters=batch_sched_delay=0",
             f"NodeName={NODE} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
@@ -143,6 +146,34 @@ def start(folder: Path, timeout: float = 60) -> dict[str, str]:
         time.sleep(0.5)
     stop(folder)
     raise RuntimeError(f"the Slurm node did not come up within {timeout:.0f} s (sinfo: {state!r}); see {folder}/*.log")
+
+
+def start_slurmd(folder: Path) -> None:
+    """slurmd again (a lost node coming back): it registers, and the node returns to service."""
+    conf = folder / "slurm.conf"
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    subprocess.run([_program("slurmd"), "-f", str(conf), "-N", NODE], check=True, capture_output=True, env=env)
+
+
+def lose_node(folder: Path) -> None:
+    """The node lost as a power cut loses it: every process of every job on it and its slurmd killed
+    at once (SIGKILL: nothing runs a handler), so that slurmctld hears no more from it."""
+    env = {**os.environ, "SLURM_CONF": str(folder / "slurm.conf")}
+    jobs = subprocess.run(["squeue", "-h", "-t", "running", "-o", "%A"], capture_output=True, text=True, env=env)
+    pids: set[int] = set()
+    for job in jobs.stdout.split():
+        listed = subprocess.run(["scontrol", "listpids", job], capture_output=True, text=True, env=env).stdout
+        pids |= {int(line.split()[0]) for line in listed.splitlines()[1:] if line.split()[:1] != ["-1"]}
+    pids.add(int((folder / "slurmd.pid").read_text().split()[0]))
+    for proc in Path("/proc").iterdir():  # the jobs' slurmstepd too
+        try:
+            if proc.name.isdigit() and (proc / "comm").read_text().strip() == "slurmstepd":
+                pids.add(int(proc.name))
+        except OSError:
+            continue
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def stop(folder: Path) -> None:

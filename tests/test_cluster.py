@@ -5,10 +5,12 @@ subprocesses (no SLURM), leases keep a run from executing twice, shards are merg
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -213,3 +215,52 @@ def test_pretraining_on_a_cluster_then_its_transfer_stage(cli, results):
     # the weights it wrote, and random init: 3 seeds each (the transfer's own default)
     assert len(few) == 6 and few["random_init"].sum() == 3
     assert "then: fewshot of vit-ti/16 on digits" in err
+
+
+def test_a_time_limit_too_short_for_a_checkpoint_is_refused_before_anything_is_submitted(cli, results):
+    """submitit's warning comes 90 s before the limit, and Slurm may send it a minute early: a job of
+    `--time-limit 1` was signalled before its first checkpoint, requeued, and signalled again."""
+    for minutes in ("1", "3"):
+        code, out, err = cli("submit", "--cluster", "slurm", "--time-limit", minutes, *FEWSHOT, "--results", results)
+        assert code == 2 and err.strip() == (
+            f"error: --time-limit {minutes}: too short for a job to reach a checkpoint before submitit's warning, "
+            "which Slurm sends 90 s before the limit (up to 60 s earlier); give 4 minutes or more"
+        )
+        assert not (results / "jobs").exists()
+
+
+def test_slurm_states_are_read_from_scontrol_as_it_prints_them():
+    """Lines `scontrol show job -o` printed on the test cluster (tests/slurm_cluster.py): an array with
+    a pending range, a requeued job, a job whose node failed; read without accounting."""
+    from vitbench.execution import slurm_jobs
+
+    text = (
+        "JobId=4 ArrayJobId=4 ArrayTaskId=1-3%1 ArrayTaskThrottle=1 JobName=arr.sh UserId=root(0) "
+        "JobState=PENDING Reason=JobArrayTaskLimit Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 "
+        "ExitCode=0:0 RunTime=00:00:00 StdErr=/tmp/arr_4_4294967294.out\n"
+        "JobId=5 ArrayJobId=4 ArrayTaskId=0 ArrayTaskThrottle=1 JobName=arr.sh JobState=RUNNING Reason=None "
+        "Requeue=1 Restarts=0 ExitCode=0:0\n"
+        "JobId=9 JobName=wrap JobState=PENDING Reason=BeginTime Dependency=(null) Requeue=1 Restarts=1 ExitCode=0:0\n"
+        "JobId=10 JobName=wrap JobState=NODE_FAIL Reason=NodeDown Dependency=(null) Requeue=0 Restarts=0 "
+        "ExitCode=143:0\n"
+        "JobId=12 JobName=wrap JobState=PENDING Reason=(ReqNodeNotAvail, UnavailableNodes:localhost) Restarts=0\n"
+    )
+    states = {s.job_id: s for s in slurm_jobs.parse_show_job(text)}
+    assert set(states) == {"4_0", "4_1", "4_2", "4_3", "9", "10", "12"}
+    assert states["4_2"].state == "PENDING" and states["4_0"].own_id == "5" and states["4_0"].state == "RUNNING"
+    assert states["9"].restarts == 1 and not states["9"].ended and states["9"].said() == "PENDING (BeginTime)"
+    assert states["10"].ended and states["10"].said() == "NODE_FAIL (exit 143)"
+    assert states["12"].reason == "(ReqNodeNotAvail, UnavailableNodes:localhost)"
+
+
+def test_the_documented_single_node_slurm_is_the_one_the_tests_start():
+    """docs/cluster.md's slurm.conf is tests/slurm_cluster.py's, line for line (its folder `DIR`, the
+    default ports; the node's CPUs and memory are the machine's)."""
+    import slurm_cluster
+
+    page = (Path(__file__).parents[1] / "docs" / "cluster.md").read_text()
+    block = page.split("<!-- the lines tests/test_cluster.py holds to tests/slurm_cluster.py's config -->")[1]
+    documented = block.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    written = slurm_cluster.config(Path("DIR"), 6817, 6818).splitlines()
+    machine = re.compile(r"CPUs=\d+ RealMemory=\d+")
+    assert [machine.sub("", line) for line in documented] == [machine.sub("", line) for line in written if line]

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+import slurm_cluster
 
 import vitbench
 from vitbench.devices import DEFAULT_WORKERS
@@ -38,6 +39,7 @@ pytestmark = [
 ]
 
 VITBENCH = str(Path(sys.executable).with_name("vitbench"))
+WAIT = float(os.environ.get("VITBENCH_TEST_SLURM_WAIT", "600"))  # the longest a test waits for `vitbench submit`
 JOB_CPUS = 1 + DEFAULT_WORKERS  # what a job asks for by default: one CPU for itself, one per DataLoader worker
 FINETUNE = (
     "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--protocol", "finetune",
@@ -51,13 +53,14 @@ def slurm(*args: str, check: bool = True) -> str:
 
 
 def job_state(job: str) -> dict[str, str]:
-    """`scontrol show job`'s fields of one job (by its own id or `array_task`), {} once forgotten."""
+    """`scontrol show job`'s fields of one job (by its own id, or `array_task` even while the array's
+    pending tasks are one record), {} once Slurm has forgotten it."""
+    from vitbench.execution.slurm_jobs import parse_show_job
+
     text = slurm("scontrol", "show", "job", "-o", job.split("_")[0], check=False)
     for line in text.splitlines():
-        fields = dict(re.findall(r"(\w+)=(\S*)", line))
-        ids = {fields.get("JobId"), f"{fields.get('ArrayJobId')}_{fields.get('ArrayTaskId')}"}
-        if job in ids:
-            return fields
+        if any(state.job_id == job or state.own_id == job for state in parse_show_job(line)):
+            return dict(re.findall(r"(\w+)=(\S*)", line))
     return {}
 
 
@@ -91,12 +94,13 @@ class Submitted:
 
         return wait_for("the job to be submitted", listed, timeout)
 
-    def ended(self, timeout: float = 600) -> tuple[int, str, str]:
+    def ended(self, timeout: float = WAIT) -> tuple[int, str, str]:
         try:
             code = self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            raise AssertionError(f"vitbench submit still waiting after {timeout} s:\n{self.stderr.read_text()}") from None
+            waited = self.stderr.read_text()
+            raise AssertionError(f"vitbench submit still waiting after {timeout} s:\n{waited}") from None
         return code, self.stdout.read_text(), self.stderr.read_text()
 
 
@@ -210,3 +214,317 @@ def test_a_fine_tune_preempted_with_usr2_is_requeued_once_and_resumes(tmp_path, 
     resumed = re.findall(r"resumed at step (\d+) of 300 \(restart 1\)", log)
     assert len(stopped) == 1 and resumed == stopped  # resumed where it stopped, not at a periodic checkpoint
     assert "DataLoader worker" not in log and "Caught signal" in log
+
+
+def test_a_fine_tune_requeued_by_scontrol_resumes_where_sigterm_stopped_it(tmp_path, finetune_alone, no_requeue_hold):
+    """`scontrol requeue` (an admin's, or a pre-emption's): Slurm sends SIGTERM to every process of the
+    job, then SIGKILL after KillWait. The workers ignore it, the main process checkpoints at its next
+    step and exits; the job starts again, resumes there and ends with the uninterrupted numbers."""
+    submitted = Submitted(tmp_path, *FINETUNE, "--results", "results")
+    job = submitted.job()
+    wait_for("the first checkpoint", _checkpointed(tmp_path))
+    slurm("scontrol", "requeue", job)
+    code, out, err = submitted.ended()
+    assert code == 0, err
+    run = _only_run(tmp_path / "results")
+    _same_numbers(run, finetune_alone)
+    assert run["run"]["notes"]["restarts"] == 1
+    log = next((tmp_path / "results" / "jobs").glob("*/*_log.err")).read_text()
+    stopped = re.findall(r"stopped: .* at step (\d+) of 300, checkpointed", log)
+    assert len(stopped) == 1 and re.findall(r"resumed at step (\d+) of 300 \(restart 1\)", log) == stopped
+    assert "SIGTERM: the job stops at its next checkpoint" in log and "DataLoader worker" not in log
+
+
+def test_a_fine_tune_whose_node_is_lost_is_requeued_by_slurm_and_resumes(tmp_path, finetune_alone, no_requeue_hold):
+    """The node lost under a running fine-tune (its slurmd and the job's processes killed at once, as a
+    power cut does; nothing checkpoints): Slurm finds it not responding, sets it DOWN and requeues
+    the job (its default for batch jobs); vitbench says so and waits; once the node is back the job
+    resumes from its last periodic checkpoint and ends with the uninterrupted numbers."""
+    folder = Path(os.environ["SLURM_CONF"]).parent
+    submitted = Submitted(tmp_path, *FINETUNE, "--results", "results")
+    job = submitted.job()
+    wait_for("the first checkpoint", _checkpointed(tmp_path))
+    slurm_cluster.lose_node(folder)
+    wait_for("Slurm to requeue the job", lambda: job_state(job).get("Restarts") == "1", timeout=120)
+    slurm_cluster.start_slurmd(folder)
+    code, out, err = submitted.ended()
+    assert code == 0, err
+    run = _only_run(tmp_path / "results")
+    _same_numbers(run, finetune_alone)
+    assert run["run"]["notes"]["restarts"] == 1
+    assert f"job {job} requeued (restart 1)" in err
+    log = next((tmp_path / "results" / "jobs").glob("*/*_log.err")).read_text()
+    assert "resumed at step 50 of 300 (restart 1)" in log or "resumed at step 100 of 300 (restart 1)" in log
+
+
+def test_a_cancelled_running_job_ends_the_wait_in_one_line_and_the_rerun_resumes_it(tmp_path, finetune_alone):
+    """`scancel` of a running fine-tune: `vitbench submit` ends at once with one line naming the job,
+    Slurm's state and the log; nothing is half-stored; the same command again submits it again, and
+    it resumes from the checkpoint the cancelled job wrote on its way out."""
+    submitted = Submitted(tmp_path, *FINETUNE, "--results", "results")
+    job = submitted.job()
+    wait_for("the first checkpoint", _checkpointed(tmp_path))
+    slurm("scancel", job)
+    cancelled = time.monotonic()
+    code, out, err = submitted.ended(timeout=120)
+    assert time.monotonic() - cancelled < 60
+    assert code == 2
+    failed = [line for line in err.splitlines() if line.startswith("failed:")]
+    log = next((tmp_path / "results" / "jobs").glob("*/*_log.err"))
+    assert len(failed) == 1 and failed[0].startswith(f"failed: job {job}: CANCELLED"), err
+    assert failed[0].endswith(f", no result · {_said_last(log)} (log: {log})"), err
+    assert "error: 1 job(s) failed; run the same command again" in err
+    assert not list((tmp_path / "results" / "runs").glob("*.json")) and vitbench.results(tmp_path / "results").empty
+    assert next((tmp_path / "results" / "runs").glob("*/checkpoint.pt"))
+    again = Submitted(tmp_path, *FINETUNE, "--results", "results")
+    code, out, err = again.ended()
+    assert code == 0, err
+    assert "1 runs planned, 0 already stored, 1 to submit" in err
+    run = _only_run(tmp_path / "results")
+    _same_numbers(run, finetune_alone)
+    assert run["run"]["notes"]["restarts"] == 1
+
+
+def _said_last(log: Path) -> str:
+    """What the job's log says last about why it ended (slurmstepd's line for a cancelled job)."""
+    lines = [line for line in log.read_text().splitlines() if "error:" in line and "CANCELLED" in line]
+    return lines[-1].strip()
+
+
+def test_a_cancelled_pending_job_and_a_failing_job_end_the_wait_each_in_one_line(tmp_path):
+    """Two jobs wait behind another user's job that holds the node: one is cancelled while pending;
+    the data of the other is removed before it starts, so it fails. `vitbench submit` ends within a
+    bounded time, a line per job with its id, Slurm's state and the exception's last line."""
+    data = tmp_path / "data"
+    write_digit_folders(data)
+    blocker = slurm("sbatch", "--parsable", "-c", str(os.cpu_count()), "-o", "/dev/null", "--wrap", "sleep 600").strip()
+    args = ("--model", "vit-ti/16", "--weights", "random", "--res", "32", "--shots", "1", "--seeds", "0",
+            "--dataset", f"folder:{data},digits")  # fmt: skip
+    submitted = Submitted(tmp_path, *args, "--results", "results")
+    first, second = submitted.job(0), submitted.job(1)
+    wait_for("both jobs pending", lambda: {job_state(j).get("JobState") for j in (first, second)} == {"PENDING"})
+    shutil.rmtree(data)
+    slurm("scancel", second)
+    slurm("scancel", blocker)
+    code, out, err = submitted.ended(timeout=240)
+    assert code == 2, err
+    failed = sorted(line for line in err.splitlines() if line.startswith("failed:"))
+    folder = next((tmp_path / "results" / "jobs").glob("*"))
+    assert failed[0].startswith(f"failed: job {first}: FAILED · UserError: ") and str(data) in failed[0], err
+    assert failed[0].endswith(f"(log: {folder / (first + '_0_log.err')})")
+    assert failed[1] == (
+        f"failed: job {second}: left the queue before it started (cancelled while pending), no result "
+        "(no log: it never started)"
+    ), err
+    assert vitbench.results(tmp_path / "results").empty
+
+
+def write_digit_folders(root: Path) -> None:
+    """A tiny image-folder dataset (train/ and test/, a folder per class) of real PNGs."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 4), ("test", 2)):
+        for label in ("a", "b"):
+            (root / split / label).mkdir(parents=True)
+            for i in range(n):
+                pixels = rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(root / split / label / f"{i}.png")
+
+
+def test_a_job_over_its_memory_is_said_as_slurm_killed_it(tmp_path):
+    """A fine-tune at 224 px in a job given 1 GB: Slurm kills it for its memory, and the line says so."""
+    args = ("--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--protocol", "finetune",
+            "--lr", "0.01", "--seeds", "0", "--res", "224", "--batch", "64", "--steps", "20")  # fmt: skip
+    submitted = Submitted(tmp_path, *args, "--mem-gb", "1", "--results", "results")
+    job = submitted.job()
+    code, out, err = submitted.ended(timeout=300)
+    assert code == 2, err
+    (failed,) = [line for line in err.splitlines() if line.startswith("failed:")]
+    assert failed.startswith(f"failed: job {job}: FAILED") and "Exceeded job memory limit" in failed, err
+    assert vitbench.results(tmp_path / "results").empty
+
+
+def test_a_job_killed_outside_slurm_ends_without_a_result_and_says_so(tmp_path, finetune_alone):
+    """The job's process SIGKILLed (no handler runs, no result is written): `vitbench submit` says the
+    job ended without a result, with Slurm's state; the rerun resumes from the last checkpoint."""
+    submitted = Submitted(tmp_path, *FINETUNE, "--results", "results")
+    job = submitted.job()
+    wait_for("the first checkpoint", _checkpointed(tmp_path))
+    lease = next((tmp_path / "results" / "leases").glob("*.lease"))
+    os.kill(json.loads(lease.read_text())["pid"], signal.SIGKILL)
+    code, out, err = submitted.ended(timeout=120)
+    assert code == 2
+    (failed,) = [line for line in err.splitlines() if line.startswith("failed:")]
+    said = f"failed: job {job}: FAILED (exit 137), no result · srun: error: localhost: task 0: Killed (log: "
+    assert failed.startswith(said), err
+    again = Submitted(tmp_path, *FINETUNE, "--results", "results")
+    code, out, err = again.ended()
+    assert code == 0, err
+    run = _only_run(tmp_path / "results")
+    _same_numbers(run, finetune_alone)
+    assert run["run"]["notes"]["restarts"] == 1
+
+
+def test_a_run_still_queued_in_slurm_is_never_run_twice(tmp_path, finetune_alone, no_requeue_hold):
+    """A fine-tune's job requeued and held in the queue, the waiting command interrupted: a local
+    `vitbench run` skips the run (its lease is the queued job's), and `vitbench submit` again waits
+    for that job instead of submitting the run a second time."""
+    submitted = Submitted(tmp_path, *FINETUNE, "--results", "results")
+    job = submitted.job()
+    wait_for("the first checkpoint", _checkpointed(tmp_path))
+    slurm("scontrol", "requeuehold", job)
+    wait_for("the job held", lambda: job_state(job).get("JobState") in {"PENDING", "REQUEUE_HOLD"}
+             and job_state(job).get("Restarts") == "1")  # fmt: skip
+    submitted.process.send_signal(signal.SIGINT)
+    code, out, err = submitted.ended(timeout=60)
+    assert code == 130 and "the submitted jobs go on in the queue" in err
+    local = subprocess.run([VITBENCH, "run", *FINETUNE, "--results", "results"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert local.returncode == 0, local.stderr
+    assert "skipped, running elsewhere" in local.stderr and f"SLURM job {job_state(job)['JobId']}" in local.stderr
+    assert vitbench.results(tmp_path / "results").empty
+    again = Submitted(tmp_path, *FINETUNE, "--results", "results")
+    wait_for("the rerun to find the queued job", lambda: "already queued" in again.stderr.read_text(), timeout=120)
+    slurm("scontrol", "release", job)
+    code, out, err = again.ended()
+    assert code == 0, err
+    assert f"1 run(s) already queued in 1 job(s) of an earlier submission ({job})" in err
+    assert "wave 1" not in err  # nothing submitted again
+    assert len(list((tmp_path / "results" / "jobs").glob("*/vitbench-jobs.json"))) == 1
+    run = _only_run(tmp_path / "results")
+    _same_numbers(run, finetune_alone)
+
+
+PRETRAIN = ("--model", "vit-ti/16", "--dataset", "digits", "--protocol", "pretrain", "--res", "32", "--batch", "16",
+            "--steps", "300", "--seeds", "0")  # fmt: skip
+
+
+def test_a_pre_training_preempted_with_usr2_resumes_and_makes_the_same_weights(tmp_path, no_requeue_hold):
+    """Pre-training, pre-empted: the same requeue and resume as a fine-tune, the same weights and the
+    same transfer numbers as the pre-training run here without a stop."""
+    local = tmp_path / "local"
+    local.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": str(JOB_CPUS)}
+    subprocess.run([VITBENCH, "run", *PRETRAIN, "--results", "results"], cwd=local, env=env, check=True,
+                   capture_output=True, timeout=600)  # fmt: skip
+    submitted = Submitted(tmp_path, *PRETRAIN, "--results", "results")
+    job = submitted.job()
+    wait_for("the first checkpoint", _checkpointed(tmp_path))
+    slurm("scancel", "-s", "USR2", job)
+    code, out, err = submitted.ended()
+    assert code == 0, err
+    ours, theirs = (vitbench.results(f / "results").sort_values("run_key") for f in (tmp_path, local))
+    assert list(ours["run_key"]) == list(theirs["run_key"])
+    assert list(ours["accuracy"]) == list(theirs["accuracy"])  # the pre-training's own, and its transfer's
+    pretrained = ours[ours["protocol"] == "pretrain"].iloc[0]
+    assert pretrained["notes"]["restarts"] == 1
+    log = next((tmp_path / "results" / "jobs").glob("*/*_log.err")).read_text()
+    stopped = re.findall(r"stopped: .* at step (\d+) of 300, checkpointed", log)
+    assert len(stopped) == 1 and re.findall(r"resumed at step (\d+) of 300 \(restart 1\)", log) == stopped
+
+
+def test_a_few_shot_plan_preempted_while_extracting_keeps_its_features(tmp_path, no_requeue_hold):
+    """The default few-shot plan (224 px, 4 shot counts x 3 seeds) pre-empted during its extraction:
+    the job stops once the split it was extracting is kept, is requeued, reads it back instead of
+    extracting it again, and stores the local run's 12 numbers."""
+    args = ("--model", "vit-ti/16", "--weights", "random", "--dataset", "digits")
+    local = tmp_path / "local"
+    local.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": str(JOB_CPUS)}
+    subprocess.run([VITBENCH, "run", *args, "--results", "results"], cwd=local, env=env, check=True,
+                   capture_output=True, timeout=600)  # fmt: skip
+    submitted = Submitted(tmp_path, *args, "--results", "results")
+    job = submitted.job()
+    log = tmp_path / "results" / "jobs"
+    wait_for("the extraction", lambda: any("digits test:" in f.read_text() for f in log.glob("*/*_log.err")))
+    slurm("scancel", "-s", "USR2", job)
+    code, out, err = submitted.ended()
+    assert code == 0, err
+    ours, theirs = (vitbench.results(f / "results").sort_values("run_key") for f in (tmp_path, local))
+    assert len(ours) == 12 and list(ours["accuracy"]) == list(theirs["accuracy"])
+    text = next(log.glob("*/*_log.err")).read_text()
+    before, _, after = text.partition("stopped: extracting digits test")
+    assert after, text
+    assert "digits test:" in before and "digits test:" not in after  # read back, not extracted again
+    assert f"job {job} requeued (restart 1)" in err
+
+
+def test_data_parallel_under_slurm_follows_the_single_process_run(tmp_path):
+    """A fine-tune as 2 processes of one job on the node's CPUs (gloo), started as a multi-GPU job is
+    (torchrun in the job's task): the single-process loss curve to docs/finetune.md's tolerance."""
+    args = ("--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--protocol", "finetune",
+            "--lr", "0.03", "--seeds", "0", "--res", "32", "--batch", "16", "--steps", "6",
+            "--workers", "0")  # fmt: skip
+    local = tmp_path / "local"
+    local.mkdir()
+    subprocess.run([VITBENCH, "run", *args, "--results", "results"], cwd=local, check=True, capture_output=True,
+                   timeout=300)  # fmt: skip
+    submitted = Submitted(tmp_path, *args, "--devices", "2", "--gpus-per-job", "0", "--results", "results")
+    code, out, err = submitted.ended()
+    assert code == 0, err
+    two, one = _only_run(tmp_path / "results"), _only_run(local / "results")
+    assert two["run"]["device_count"] == 2 and one["run"]["device_count"] == 1
+    for curve in ("train_loss", "grad_norm", "lr"):
+        assert len(two["curves"][curve]) == 6
+        assert two["curves"][curve] == pytest.approx(one["curves"][curve], rel=1e-5, abs=1e-6)
+    script = next((tmp_path / "results" / "jobs").glob("*/*_submission.sh")).read_text()
+    assert "#SBATCH --cpus-per-task=2" in script and "#SBATCH --ntasks-per-node=1" in script
+
+
+def test_on_a_terminal_the_wait_is_one_line_that_updates(tmp_path):
+    """`vitbench submit` in a terminal: the jobs' line is redrawn in place, not printed at each poll."""
+    import pty
+
+    args = ("--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32", "--shots", "1",
+            "--seeds", "0", "--results", "results")  # fmt: skip
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([VITBENCH, "submit", "--cluster", "slurm", *args], cwd=tmp_path, stdin=follower,
+                               stdout=follower, stderr=follower, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal's other end closed: the command has ended
+            break
+        if not chunk:
+            break
+        shown += chunk
+    assert process.wait(timeout=60) == 0
+    text = shown.decode("utf-8", "replace")
+    assert "\x1b[2K" in text  # rich redraws the line in place
+    assert "1 job(s): 0 pending, 0 running, 1 done · runs stored 1/1" in text
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    assert plain.count("1 job(s): 0 pending, 0 running, 1 done") == 1
+
+
+def test_a_fine_tune_that_reaches_its_time_limit_is_requeued_once_and_resumes(tmp_path, finetune_alone,
+                                                                             no_requeue_hold):  # fmt: skip
+    """`--time-limit 4`, the shortest vitbench takes: Slurm sends submitit's USR2 90 s before the limit
+    (up to a minute early); the job checkpoints, is requeued as timed out and finishes in its second
+    attempt with the uninterrupted run's numbers. The run is sized from the test fine-tune's speed
+    here to take about three minutes: past the warning, and short of a second one."""
+    seconds_a_step = 16 / finetune_alone["metrics"]["train_images_per_second"]
+    steps = str(min(6000, max(1000, round(185 / seconds_a_step))))
+    args = (*FINETUNE[:-1], steps)
+    local = tmp_path / "local"
+    local.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": str(JOB_CPUS)}
+    subprocess.run([VITBENCH, "run", *args, "--results", "results"], cwd=local, env=env, check=True,
+                   capture_output=True, timeout=900)  # fmt: skip
+    submitted = Submitted(tmp_path, *args, "--time-limit", "4", "--results", "results")
+    job = submitted.job()
+    code, out, err = submitted.ended(timeout=900)
+    assert code == 0, err
+    run, alone = _only_run(tmp_path / "results"), _only_run(local / "results")
+    assert run["run"]["run_key"] == alone["run"]["run_key"] and len(run["curves"]["train_loss"]) == int(steps)
+    assert run["curves"]["train_loss"] == alone["curves"]["train_loss"]
+    assert run["metrics"]["accuracy"] == alone["metrics"]["accuracy"]
+    assert run["run"]["notes"]["restarts"] == 1
+    log = next((tmp_path / "results" / "jobs").glob("*/*_log.err")).read_text()
+    assert "this job is timed-out" in log
+    stopped = re.findall(rf"stopped: .* at step (\d+) of {steps}, checkpointed", log)
+    assert len(stopped) == 1 and re.findall(rf"resumed at step (\d+) of {steps} \(restart 1\)", log) == stopped
+    assert f"job {job} requeued (restart 1)" in err

@@ -289,6 +289,7 @@ def _said_in_the_log(total: int) -> Callable[[RunSpec, dict], None]:
 
 def _run_on_cluster(req: Request, opts: cluster.ClusterOptions, rerun: bool, on_jobs=None) -> Summary:
     """Plan here, submit the runs without a result as submitit jobs, merge their shards as they land."""
+    cluster.check_time_limit(opts)  # before anything is planned or submitted
     writable_results(req.results)
     groups = plan_groups(req)
     con = store.connect(req.results)  # closed again at once: the workers' shards are merged by `sync`

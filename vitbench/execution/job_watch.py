@@ -81,7 +81,8 @@ class Watch:
         self.watched, self.results, self.slurm, self.poll = watched, results, slurm, poll_seconds
         self.started = time.monotonic()
         self.failed: list[str] = []
-        self.restarts: dict[str, int] = {}
+        # requeues seen: a job of an earlier submission comes with its own
+        self.restarts = {w.job.job_id: w.state.restarts for w in watched if w.state is not None}
 
     def until_done(self, on_ingest: Callable[[], None], on_progress: Callable[[Tally], None] | None) -> list[str]:
         pending = list(self.watched)
@@ -129,7 +130,12 @@ class Watch:
         w.ended_polls += 1
         if w.ended_polls <= RESULT_GRACE_POLLS:  # its result may still be landing
             return False
-        cause = state.said() if state.state != "UNKNOWN" else "ended, and Slurm no longer knows it"
+        if state.state != "UNKNOWN":
+            cause = state.said()
+        elif w.job.paths.stderr.exists():
+            cause = "ended, and Slurm no longer knows it"
+        else:  # an array's pending task cancelled: Slurm drops it and keeps no record (accounting would)
+            cause = "left the queue before it started (cancelled while pending)"
         self._fail(w, f"{cause}, no result", _last_error(w.job.paths.stderr))
         return True
 
@@ -156,7 +162,9 @@ class Watch:
         tally.done = len(self.watched) - len(pending) - tally.failed
         for w in pending:
             state = w.state.state if w.state is not None else "PENDING"
-            if w.state is not None and w.state.held:
+            if w.state is not None and (w.state.ended or state == "UNKNOWN"):
+                tally.done += 1  # ended; its result, if any, still landing
+            elif w.state is not None and w.state.held:
                 tally.held += 1
             elif state in {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "SIGNALING", "STAGE_OUT"}:
                 tally.running += 1
