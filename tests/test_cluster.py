@@ -264,3 +264,38 @@ def test_the_documented_single_node_slurm_is_the_one_the_tests_start():
     written = slurm_cluster.config(Path("DIR"), 6817, 6818).splitlines()
     machine = re.compile(r"CPUs=\d+ RealMemory=\d+")
     assert [machine.sub("", line) for line in documented] == [machine.sub("", line) for line in written if line]
+
+
+def test_a_stop_request_checkpoints_a_job_at_its_next_step_and_keeps_its_lease(tmp_path):
+    """What a cluster job does on the scheduler's USR2 or SIGTERM (engine/stopping.py), in this process:
+    the fine-tune saves a checkpoint after the step it is on and stops, its run's lease stays (the job
+    is coming back); the next attempt resumes there and ends as a run that never stopped."""
+    import signal as signals
+
+    from vitbench.engine import stopping
+
+    def finetune(results):
+        return request(model="vit-ti/16", weights="random", datasets=("digits",), protocol="finetune", lr=0.01,
+                       seeds=(0,), res=32, batch=8, workers=0, steps=20, results=results)  # fmt: skip
+
+    alone = finetune(tmp_path / "alone")
+    work(alone, [plan(alone)[0].specs[0].run_key])
+    req = finetune(tmp_path / "stopped")
+    key = plan(req)[0].specs[0].run_key
+    stopping.arm(True)
+    try:
+        stopping.request(signals.SIGTERM)
+        with pytest.raises(stopping.JobStopping, match=r"SIGTERM: stopped .* at step 1 of 20, checkpointed"):
+            work(req, [key])
+    finally:
+        stopping.arm(False)
+    runs = req.results / "runs"
+    assert (runs / key / "checkpoint.pt").exists() and not (runs / f"{key}.json").exists()
+    lease = req.results / "leases" / f"{key}.lease"
+    assert json.loads(lease.read_text())["pid"] == os.getpid()  # kept: the job's next attempt takes it back
+    lease.unlink()  # (that attempt is another process: this one's lease would stay its own)
+    work(req, [key])
+    ours, theirs = (json.loads((r.results / "runs" / f"{key}.json").read_text()) for r in (req, alone))
+    assert ours["run"]["notes"]["restarts"] == 1
+    assert ours["curves"]["train_loss"] == theirs["curves"]["train_loss"] and len(ours["curves"]["train_loss"]) == 20
+    assert ours["metrics"]["accuracy"] == theirs["metrics"]["accuracy"]

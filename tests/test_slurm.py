@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import slurm_cluster
 
@@ -131,15 +132,30 @@ def no_jobs_left():
         slurm("scancel", job, check=False)
 
 
+def run_here(folder: Path, *args: str) -> Path:
+    """`vitbench run ARGS` in `folder`, uninterrupted, on as many threads as a job has CPUs (a trained
+    number on a CPU depends on them): the numbers a job must end with. Returns its results folder."""
+    folder.mkdir(exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(JOB_CPUS)}
+    subprocess.run([VITBENCH, "run", *args, "--results", "results"], cwd=folder, env=env, check=True,
+                   capture_output=True, timeout=900)  # fmt: skip
+    return folder / "results"
+
+
+def same_results(*results: Path) -> tuple:
+    """The runs of each results folder, a row each, in one order; their keys and accuracies equal (a
+    pre-training's `val_accuracy`, its transfer's `accuracy`: NaN where a run has not that one)."""
+    ours, theirs = (vitbench.results(r).sort_values("run_key") for r in results)
+    assert list(ours["run_key"]) == list(theirs["run_key"]) and len(ours)
+    for name in (c for c in ours.columns if c.endswith("accuracy")):
+        assert np.array_equal(ours[name].to_numpy(float), theirs[name].to_numpy(float), equal_nan=True), name
+    return ours, theirs
+
+
 @pytest.fixture(scope="module")
 def finetune_alone(tmp_path_factory) -> dict:
-    """The test fine-tune run here, uninterrupted, on as many threads as a job has CPUs: the
-    numbers each interrupted job must end with."""
-    folder = tmp_path_factory.mktemp("alone")
-    env = {**os.environ, "OMP_NUM_THREADS": str(JOB_CPUS)}
-    subprocess.run([VITBENCH, "run", *FINETUNE, "--results", "results"], cwd=folder, env=env, check=True,
-                   capture_output=True, timeout=600)  # fmt: skip
-    return _only_run(folder / "results")
+    """The test fine-tune, uninterrupted: the numbers each interrupted job must end with."""
+    return _only_run(run_here(tmp_path_factory.mktemp("alone"), *FINETUNE))
 
 
 def _only_run(results: Path) -> dict:
@@ -162,22 +178,35 @@ def _checkpointed(folder: Path):
     return lambda: next((folder / "results" / "runs").glob("*/checkpoint.pt"), None)
 
 
+def interrupted_once(folder: Path, args: tuple, *command: str) -> tuple[str, str, str]:
+    """`vitbench submit ARGS`, and the Slurm `command` (`JOB`: its job) once the run's first checkpoint
+    exists; (the job, what the command printed, the job's log) once it ended well."""
+    submitted = Submitted(folder, *args, "--results", "results")
+    job = submitted.job()
+    wait_for("the first checkpoint", _checkpointed(folder))
+    slurm(*(job if part == "JOB" else part for part in command))
+    code, out, err = submitted.ended()
+    assert code == 0, err
+    return job, err, next((folder / "results" / "jobs").glob(f"*/{job}_0_log.err")).read_text()
+
+
+def resumed_where_it_stopped(log: str, steps: int) -> None:
+    """The job's log: one stop, with a checkpoint at that step, and the next attempt resumed there."""
+    stopped = re.findall(rf"stopped: .* at step (\d+) of {steps}, checkpointed", log)
+    assert len(stopped) == 1 and re.findall(rf"resumed at step (\d+) of {steps} \(restart 1\)", log) == stopped, log
+
+
 def test_a_few_shot_plan_runs_as_jobs_with_what_it_needs_and_says_where_it_is(tmp_path):
     """The happy path, with the default options: the local run's numbers; the command the user typed
     and the job's id stored with each run; the CPUs and memory the plan needs, torch on those CPUs;
     each run's progress line in the job's log; plain progress lines while waiting; no warning from
     submitit or sacct at each poll (there is no accounting here)."""
-    local = tmp_path / "local"
-    local.mkdir()
-    env = {**os.environ, "OMP_NUM_THREADS": str(JOB_CPUS)}
-    subprocess.run([VITBENCH, "run", *FEWSHOT, "--results", "results"], cwd=local, env=env, check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
+    local = run_here(tmp_path / "local", *FEWSHOT)
     submitted = Submitted(tmp_path, *FEWSHOT, "--results", "results")
     code, out, err = submitted.ended()
     assert code == 0, err
-    ours, theirs = (vitbench.results(f / "results").sort_values("run_key") for f in (tmp_path, local))
-    assert list(ours["run_key"]) == list(theirs["run_key"]) and len(ours) == 6
-    assert list(ours["accuracy"]) == list(theirs["accuracy"])
+    ours, _ = same_results(tmp_path / "results", local)
+    assert len(ours) == 6
     job = submitted.job()
     for _, run in ours.iterrows():
         assert run["command"] == f"vitbench submit --cluster slurm {' '.join(FEWSHOT)} --results results"
@@ -198,21 +227,13 @@ def test_a_fine_tune_preempted_with_usr2_is_requeued_once_and_resumes(tmp_path, 
     """`scancel -s USR2` (what Slurm sends before a time limit, and on pre-emption) during a fine-tune
     with DataLoader workers: the job checkpoints where it is, is requeued once, resumes there and ends
     with the uninterrupted run's numbers; `vitbench submit` waits through it and exits 0."""
-    submitted = Submitted(tmp_path, *FINETUNE, "--results", "results")
-    job = submitted.job()
-    wait_for("the first checkpoint", _checkpointed(tmp_path))
-    slurm("scancel", "-s", "USR2", job)
-    code, out, err = submitted.ended()
-    assert code == 0, err
+    job, err, log = interrupted_once(tmp_path, FINETUNE, "scancel", "-s", "USR2", "JOB")
     run = _only_run(tmp_path / "results")
     _same_numbers(run, finetune_alone)
     assert run["run"]["notes"]["restarts"] == 1
     assert job_state(job)["Restarts"] == "1"
     assert f"job {job} requeued (restart 1)" in err
-    log = next((tmp_path / "results" / "jobs").glob("*/*_log.err")).read_text()
-    stopped = re.findall(r"stopped: .* at step (\d+) of 300, checkpointed", log)
-    resumed = re.findall(r"resumed at step (\d+) of 300 \(restart 1\)", log)
-    assert len(stopped) == 1 and resumed == stopped  # resumed where it stopped, not at a periodic checkpoint
+    resumed_where_it_stopped(log, 300)  # where it stopped, not at the last periodic checkpoint
     assert "DataLoader worker" not in log and "Caught signal" in log
 
 
@@ -220,18 +241,11 @@ def test_a_fine_tune_requeued_by_scontrol_resumes_where_sigterm_stopped_it(tmp_p
     """`scontrol requeue` (an admin's, or a pre-emption's): Slurm sends SIGTERM to every process of the
     job, then SIGKILL after KillWait. The workers ignore it, the main process checkpoints at its next
     step and exits; the job starts again, resumes there and ends with the uninterrupted numbers."""
-    submitted = Submitted(tmp_path, *FINETUNE, "--results", "results")
-    job = submitted.job()
-    wait_for("the first checkpoint", _checkpointed(tmp_path))
-    slurm("scontrol", "requeue", job)
-    code, out, err = submitted.ended()
-    assert code == 0, err
+    job, err, log = interrupted_once(tmp_path, FINETUNE, "scontrol", "requeue", "JOB")
     run = _only_run(tmp_path / "results")
     _same_numbers(run, finetune_alone)
     assert run["run"]["notes"]["restarts"] == 1
-    log = next((tmp_path / "results" / "jobs").glob("*/*_log.err")).read_text()
-    stopped = re.findall(r"stopped: .* at step (\d+) of 300, checkpointed", log)
-    assert len(stopped) == 1 and re.findall(r"resumed at step (\d+) of 300 \(restart 1\)", log) == stopped
+    resumed_where_it_stopped(log, 300)
     assert "SIGTERM: the job stops at its next checkpoint" in log and "DataLoader worker" not in log
 
 
@@ -404,25 +418,12 @@ PRETRAIN = ("--model", "vit-ti/16", "--dataset", "digits", "--protocol", "pretra
 def test_a_pre_training_preempted_with_usr2_resumes_and_makes_the_same_weights(tmp_path, no_requeue_hold):
     """Pre-training, pre-empted: the same requeue and resume as a fine-tune, the same weights and the
     same transfer numbers as the pre-training run here without a stop."""
-    local = tmp_path / "local"
-    local.mkdir()
-    env = {**os.environ, "OMP_NUM_THREADS": str(JOB_CPUS)}
-    subprocess.run([VITBENCH, "run", *PRETRAIN, "--results", "results"], cwd=local, env=env, check=True,
-                   capture_output=True, timeout=600)  # fmt: skip
-    submitted = Submitted(tmp_path, *PRETRAIN, "--results", "results")
-    job = submitted.job()
-    wait_for("the first checkpoint", _checkpointed(tmp_path))
-    slurm("scancel", "-s", "USR2", job)
-    code, out, err = submitted.ended()
-    assert code == 0, err
-    ours, theirs = (vitbench.results(f / "results").sort_values("run_key") for f in (tmp_path, local))
-    assert list(ours["run_key"]) == list(theirs["run_key"])
-    assert list(ours["accuracy"]) == list(theirs["accuracy"])  # the pre-training's own, and its transfer's
+    local = run_here(tmp_path / "local", *PRETRAIN)
+    job, err, log = interrupted_once(tmp_path, PRETRAIN, "scancel", "-s", "USR2", "JOB")
+    ours, _ = same_results(tmp_path / "results", local)  # the pre-training's own accuracy, and its transfer's
     pretrained = ours[ours["protocol"] == "pretrain"].iloc[0]
     assert pretrained["notes"]["restarts"] == 1
-    log = next((tmp_path / "results" / "jobs").glob("*/*_log.err")).read_text()
-    stopped = re.findall(r"stopped: .* at step (\d+) of 300, checkpointed", log)
-    assert len(stopped) == 1 and re.findall(r"resumed at step (\d+) of 300 \(restart 1\)", log) == stopped
+    resumed_where_it_stopped(log, 300)
 
 
 def test_a_few_shot_plan_preempted_while_extracting_keeps_its_features(tmp_path, no_requeue_hold):
@@ -430,11 +431,7 @@ def test_a_few_shot_plan_preempted_while_extracting_keeps_its_features(tmp_path,
     the job stops once the split it was extracting is kept, is requeued, reads it back instead of
     extracting it again, and stores the local run's 12 numbers."""
     args = ("--model", "vit-ti/16", "--weights", "random", "--dataset", "digits")
-    local = tmp_path / "local"
-    local.mkdir()
-    env = {**os.environ, "OMP_NUM_THREADS": str(JOB_CPUS)}
-    subprocess.run([VITBENCH, "run", *args, "--results", "results"], cwd=local, env=env, check=True,
-                   capture_output=True, timeout=600)  # fmt: skip
+    local = run_here(tmp_path / "local", *args)
     submitted = Submitted(tmp_path, *args, "--results", "results")
     job = submitted.job()
     log = tmp_path / "results" / "jobs"
@@ -442,8 +439,8 @@ def test_a_few_shot_plan_preempted_while_extracting_keeps_its_features(tmp_path,
     slurm("scancel", "-s", "USR2", job)
     code, out, err = submitted.ended()
     assert code == 0, err
-    ours, theirs = (vitbench.results(f / "results").sort_values("run_key") for f in (tmp_path, local))
-    assert len(ours) == 12 and list(ours["accuracy"]) == list(theirs["accuracy"])
+    ours, _ = same_results(tmp_path / "results", local)
+    assert len(ours) == 12
     text = next(log.glob("*/*_log.err")).read_text()
     before, _, after = text.partition("stopped: extracting digits test")
     assert after, text
@@ -457,14 +454,11 @@ def test_data_parallel_under_slurm_follows_the_single_process_run(tmp_path):
     args = ("--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--protocol", "finetune",
             "--lr", "0.03", "--seeds", "0", "--res", "32", "--batch", "16", "--steps", "6",
             "--workers", "0")  # fmt: skip
-    local = tmp_path / "local"
-    local.mkdir()
-    subprocess.run([VITBENCH, "run", *args, "--results", "results"], cwd=local, check=True, capture_output=True,
-                   timeout=300)  # fmt: skip
+    local = run_here(tmp_path / "local", *args)
     submitted = Submitted(tmp_path, *args, "--devices", "2", "--gpus-per-job", "0", "--results", "results")
     code, out, err = submitted.ended()
     assert code == 0, err
-    two, one = _only_run(tmp_path / "results"), _only_run(local / "results")
+    two, one = _only_run(tmp_path / "results"), _only_run(local)
     assert two["run"]["device_count"] == 2 and one["run"]["device_count"] == 1
     for curve in ("train_loss", "grad_norm", "lr"):
         assert len(two["curves"][curve]) == 6
@@ -509,22 +503,17 @@ def test_a_fine_tune_that_reaches_its_time_limit_is_requeued_once_and_resumes(tm
     seconds_a_step = 16 / finetune_alone["metrics"]["train_images_per_second"]
     steps = str(min(6000, max(1000, round(185 / seconds_a_step))))
     args = (*FINETUNE[:-1], steps)
-    local = tmp_path / "local"
-    local.mkdir()
-    env = {**os.environ, "OMP_NUM_THREADS": str(JOB_CPUS)}
-    subprocess.run([VITBENCH, "run", *args, "--results", "results"], cwd=local, env=env, check=True,
-                   capture_output=True, timeout=900)  # fmt: skip
+    local = run_here(tmp_path / "local", *args)
     submitted = Submitted(tmp_path, *args, "--time-limit", "4", "--results", "results")
     job = submitted.job()
     code, out, err = submitted.ended(timeout=900)
     assert code == 0, err
-    run, alone = _only_run(tmp_path / "results"), _only_run(local / "results")
+    run, alone = _only_run(tmp_path / "results"), _only_run(local)
     assert run["run"]["run_key"] == alone["run"]["run_key"] and len(run["curves"]["train_loss"]) == int(steps)
     assert run["curves"]["train_loss"] == alone["curves"]["train_loss"]
     assert run["metrics"]["accuracy"] == alone["metrics"]["accuracy"]
     assert run["run"]["notes"]["restarts"] == 1
     log = next((tmp_path / "results" / "jobs").glob("*/*_log.err")).read_text()
     assert "this job is timed-out" in log
-    stopped = re.findall(rf"stopped: .* at step (\d+) of {steps}, checkpointed", log)
-    assert len(stopped) == 1 and re.findall(rf"resumed at step (\d+) of {steps} \(restart 1\)", log) == stopped
+    resumed_where_it_stopped(log, int(steps))
     assert f"job {job} requeued (restart 1)" in err

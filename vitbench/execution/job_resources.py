@@ -20,9 +20,11 @@ held a whole node's memory, and the next job waited for it).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
+from vitbench.backend import ModelSpec
 from vitbench.protocols.base import Group, Request, Trainer
 from vitbench.protocols.registry import get_protocol
 
@@ -57,12 +59,18 @@ def process_bytes(group: Group, workers: int, processes: int, on_cpu: bool) -> f
 
 
 def _parameters(group: Group) -> int:
-    """The network's parameter count, built on the meta device (no memory, no weights read)."""
+    return _parameter_count(group.model, group.res)
+
+
+@functools.cache
+def _parameter_count(spec: ModelSpec, res: int) -> int:
+    """The network's parameter count, built on the meta device (no memory, no weights read), once
+    per model and size (VTAB's 19 groups share one)."""
     import torch
 
-    assert group.model.backend is not None
+    assert spec.backend is not None
     with torch.device("meta"):
-        model = group.model.backend.create(group.model, num_classes=1000, img_size=group.res)
+        model = spec.backend.create(spec, num_classes=1000, img_size=res)
     return sum(p.numel() for p in model.parameters())
 
 

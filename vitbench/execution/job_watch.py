@@ -161,6 +161,9 @@ class Watch:
         tally.failed = len(self.failed)
         tally.done = len(self.watched) - len(pending) - tally.failed
         for w in pending:
+            if not self.slurm:  # submitit's local jobs start at once, each a process of this machine
+                tally.running += 1
+                continue
             state = w.state.state if w.state is not None else "PENDING"
             if w.state is not None and (w.state.ended or state == "UNKNOWN"):
                 tally.done += 1  # ended; its result, if any, still landing
