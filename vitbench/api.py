@@ -32,6 +32,7 @@ from vitbench.execution.plan import suite_of
 from vitbench.execution.runner import execute
 from vitbench.out_paths import check_out_folder
 from vitbench.protocols.base import Group, Request, RunSpec, Trainer
+from vitbench.protocols.measures import progress_text
 from vitbench.protocols.registry import get_protocol
 from vitbench.protocols.requests import make_request, options_doc, request_of
 from vitbench.store import duck
@@ -273,8 +274,6 @@ def work(req: Request, run_keys: list[str]) -> dict:
 def _said_in_the_log(total: int) -> Callable[[RunSpec, dict], None]:
     """A cluster job's line per stored run, in its log:
     `[1/4] vit-ti/16 digits fewshot 5-shot seed 0: accuracy 71.2%`."""
-    from vitbench.protocols.measures import progress_text
-
     count = [0]
 
     def said(spec: RunSpec, metrics: dict) -> None:

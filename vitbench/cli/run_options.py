@@ -147,10 +147,22 @@ GpusPerJob = Annotated[
 ]
 Nodes = Annotated[int, option("--nodes", panel=CLUSTER, min=1, help="submitit: nodes per job (torchrun across them).")]
 TimeLimit = Annotated[
-    int, option("--time-limit", panel=CLUSTER, min=1, help="submitit: minutes per job (then requeued, resuming).")
+    int,
+    option(
+        "--time-limit",
+        panel=CLUSTER,
+        min=1,
+        help="submitit: minutes per job (then checkpointed, requeued and resumed); 4 or more on SLURM.",
+    ),
 ]
-CpusPerJob = Annotated[int | None, option("--cpus-per-job", panel=CLUSTER, min=1, help="submitit: CPUs per job.")]
-MemGb = Annotated[int | None, option("--mem-gb", panel=CLUSTER, min=1, help="submitit: memory per node (GB).")]
+CpusPerJob = Annotated[
+    int | None,
+    option("--cpus-per-job", panel=CLUSTER, min=1, help="submitit: CPUs per job [default: 1 + --workers a process]."),
+]
+MemGb = Annotated[
+    int | None,
+    option("--mem-gb", panel=CLUSTER, min=1, help="submitit: memory per node (GB) [default: what the plan needs]."),
+]
 ArrayParallelism = Annotated[
     int, option("--array-parallelism", panel=CLUSTER, min=1, help="submitit: jobs of the array running at once.")
 ]

@@ -227,7 +227,8 @@ def submit_and_wait(
             if wave:
                 jobs = submit(worker, request, wave, opts)
                 submitted += len(jobs)
-                log.info("wave %d: %d job(s) submitted, logs under %s", number, len(jobs), jobs[0].paths.folder)
+                asks = f", {opts.cpus_per_task} CPU(s) and {opts.mem_gb} GB each" if slurm and opts.mem_gb else ""
+                log.info("wave %d: %d job(s) submitted%s, logs under %s", number, len(jobs), asks, jobs[0].paths.folder)
                 watched += [job_watch.Watched(job, keys) for job, keys in zip(jobs, wave, strict=True)]
             if not opts.wait:
                 break

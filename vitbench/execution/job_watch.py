@@ -74,8 +74,8 @@ class Tally:
 
 
 class Watch:
-    """Wait until every job of `watched` has ended; `failures()` says each one that did not leave
-    its runs. `slurm`: states from Slurm (else submitit's local executor's own)."""
+    """Wait until every job of `watched` has ended (`until_done`, which returns a line for each one
+    that failed). `slurm`: states from Slurm (else submitit's local executor's own)."""
 
     def __init__(self, watched: list[Watched], results: Path, slurm: bool, poll_seconds: float):
         self.watched, self.results, self.slurm, self.poll = watched, results, slurm, poll_seconds
