@@ -299,3 +299,35 @@ def test_a_stop_request_checkpoints_a_job_at_its_next_step_and_keeps_its_lease(t
     assert ours["run"]["notes"]["restarts"] == 1
     assert ours["curves"]["train_loss"] == theirs["curves"]["train_loss"] and len(ours["curves"]["train_loss"]) == 20
     assert ours["metrics"]["accuracy"] == theirs["metrics"]["accuracy"]
+
+
+def test_submitits_warnings_reach_stderr_once_while_jobs_are_waited_on(capsys):
+    """submitit logs each poll's warning to stdout and stderr (`Bypassing sacct error …` every few
+    seconds on a cluster without accounting): while vitbench submits and waits, each distinct one
+    is said once on stderr, as vitbench's own, and nothing of submitit's reaches stdout."""
+    import logging
+
+    from vitbench.logs import configure_logging
+
+    configure_logging()
+    submitit_log = logging.getLogger("submitit")
+    # submitit's own handlers, as `import submitit` sets them up: every record to stdout, warnings to stderr too
+    ours = [logging.StreamHandler(sys.stdout), logging.StreamHandler(sys.stderr)]
+    ours[1].setLevel(logging.WARNING)
+    level = submitit_log.level
+    submitit_log.setLevel(logging.INFO)
+    for handler in ours:
+        submitit_log.addHandler(handler)
+    try:
+        with cluster.submitit_warnings_once():
+            for call in (1, 2, 1):
+                submitit_log.warning("Bypassing sacct error (call %d)", call)
+            submitit_log.info("Starting with JobEnvironment(…)")
+        submitit_log.info("after the session")  # the filter is gone with it
+    finally:
+        for handler in ours:
+            submitit_log.removeHandler(handler)
+        submitit_log.setLevel(level)
+    out, err = capsys.readouterr()
+    assert out == "after the session\n"
+    assert err.splitlines() == ["submitit: Bypassing sacct error (call 1)", "submitit: Bypassing sacct error (call 2)"]
