@@ -331,3 +331,26 @@ def test_submitits_warnings_reach_stderr_once_while_jobs_are_waited_on(capsys):
     out, err = capsys.readouterr()
     assert out == "after the session\n"
     assert err.splitlines() == ["submitit: Bypassing sacct error (call 1)", "submitit: Bypassing sacct error (call 2)"]
+
+
+def test_a_stop_request_no_checkpoint_takes_up_acts_where_the_job_is_once_its_grace_is_over(monkeypatch):
+    """A signal that finds no stop point within its grace (a job loading a large dataset) stops the
+    job where it is, as submitit's own handler would, before Slurm's SIGKILL: here SIGTERM with a
+    grace of 0.3 s, in a loop with no stop point; the job then exits as SIGTERM ends a process."""
+    import signal as signals
+
+    from vitbench.engine import stopping
+    from vitbench.execution import job_process
+
+    monkeypatch.setitem(stopping.GRACE, signals.SIGTERM, 0.3)
+    began = time.monotonic()
+    with job_process.arranged(None) as handler, pytest.raises(SystemExit) as exit_info:
+        try:
+            os.kill(os.getpid(), signals.SIGTERM)
+            while time.monotonic() - began < 10:  # no stop point here
+                time.sleep(0.01)
+        except stopping.JobStopping as stop:
+            assert "no checkpoint came in time" in str(stop)
+            handler.stop(stop)
+    assert exit_info.value.code == 143 and time.monotonic() - began < 3
+    assert signals.getsignal(signals.SIGTERM) is not handler and stopping.requested() is None

@@ -86,11 +86,11 @@ class Submitted:
                                             cwd=folder, env={**os.environ, **(env or {})})  # fmt: skip
 
     def job(self, number: int = 0, timeout: float = 120) -> str:
-        """The id of the `number`th job it submitted (as its ledger names it)."""
+        """The id of the `number`th job it submitted, as submitit names its files (`7`, `5_1`)."""
 
         def listed():
-            jobs = [j["job_id"] for f in sorted(self.folder.glob("results/jobs/*/vitbench-jobs.json"))
-                    for j in json.loads(f.read_text())["jobs"]]  # fmt: skip
+            found = (f.name.removesuffix("_submitted.pkl") for f in self.folder.glob("results/jobs/*/*_submitted.pkl"))
+            jobs = sorted(found, key=lambda job: [int(part) for part in job.split("_")])
             return jobs[number] if len(jobs) > number else None
 
         return wait_for("the job to be submitted", listed, timeout)
