@@ -55,13 +55,17 @@ def slurm(*args: str, check: bool = True) -> str:
 
 def job_state(job: str) -> dict[str, str]:
     """`scontrol show job`'s fields of one job (by its own id, or `array_task` even while the array's
-    pending tasks are one record), {} once Slurm has forgotten it."""
-    from vitbench.execution.slurm_jobs import parse_show_job
-
+    pending tasks are one record, `ArrayTaskId=0-1%2`), {} once Slurm has forgotten it."""
     text = slurm("scontrol", "show", "job", "-o", job.split("_")[0], check=False)
     for line in text.splitlines():
-        if any(state.job_id == job or state.own_id == job for state in parse_show_job(line)):
-            return dict(re.findall(r"(\w+)=(\S*)", line))
+        fields = dict(re.findall(r"(\w+)=(\S*)", line))
+        tasks = fields.get("ArrayTaskId", "").split("%")[0]
+        low, _, high = tasks.partition("-")
+        ids = {fields.get("JobId")}
+        if low.isdigit():
+            ids |= {f"{fields['ArrayJobId']}_{task}" for task in range(int(low), int(high or low) + 1)}
+        if job in ids:
+            return fields
     return {}
 
 
@@ -259,8 +263,10 @@ def test_a_fine_tune_whose_node_is_lost_is_requeued_by_slurm_and_resumes(tmp_pat
     job = submitted.job()
     wait_for("the first checkpoint", _checkpointed(tmp_path))
     slurm_cluster.lose_node(folder)
-    wait_for("Slurm to requeue the job", lambda: job_state(job).get("Restarts") == "1", timeout=120)
-    slurm_cluster.start_slurmd(folder)
+    try:
+        wait_for("Slurm to requeue the job", lambda: job_state(job).get("Restarts") == "1", timeout=120)
+    finally:
+        slurm_cluster.start_slurmd(folder)  # the node back, whatever the test found
     code, out, err = submitted.ended()
     assert code == 0, err
     run = _only_run(tmp_path / "results")

@@ -165,8 +165,11 @@ class Watch:
                 tally.running += 1
                 continue
             state = w.state.state if w.state is not None else "PENDING"
-            if w.state is not None and (w.state.ended or state == "UNKNOWN"):
-                tally.done += 1  # ended; its result, if any, still landing
+            if w.state is not None and (w.state.ended or state == "UNKNOWN"):  # ended, its result (if any) landing
+                if state == "COMPLETED":
+                    tally.done += 1
+                else:
+                    tally.failed += 1
             elif w.state is not None and w.state.held:
                 tally.held += 1
             elif state in {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "SIGNALING", "STAGE_OUT"}:
