@@ -16,6 +16,7 @@ import time as _time
 
 # when this process began, near enough (the first vitbench import): a dry run counts its start-up from here
 STARTED = _time.perf_counter()
+STARTED_CPU = _time.process_time()  # and this process's CPU time then (execution/machine_load.Stopwatch)
 
 # A library changes nothing of its host: importing vitbench sets no environment variable, installs
 # no import hook and replaces nothing of torch's. Reaching the network is a property of vitbench's

@@ -16,6 +16,7 @@ from vitbench.cli import backbones, bench, compare, dedup, info, report, run, ta
 from vitbench.cli.app import app, err, mark_process_start, out
 from vitbench.engine import loader_workers
 from vitbench.errors import UserError
+from vitbench.execution.machine_load import Stopwatch
 from vitbench.logs import configure_logging
 
 __all__ = ["app", "entry", "err", "main", "out"]
@@ -74,7 +75,8 @@ def signals_interrupt() -> None:
 
 def main() -> None:
     """The command line's work on `sys.argv`, in this process as it is (tests call it in-process)."""
-    mark_process_start(vitbench.STARTED)  # a dry run's start-up: this process's imports included
+    # a dry run's start-up: this process's imports included
+    mark_process_start(Stopwatch(vitbench.STARTED, vitbench.STARTED_CPU))
     configure_logging()
     try:
         code = app(standalone_mode=False)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from typing import Annotated
 
 import typer
@@ -11,6 +10,7 @@ from rich.console import Console, ConsoleRenderable, RenderableType, RenderHook
 from rich.measure import Measurement
 from rich.segment import Segment
 
+from vitbench.execution.machine_load import Stopwatch
 from vitbench.text_safety import visible
 from vitbench.version import __version__
 
@@ -44,20 +44,20 @@ class _ShowControls(RenderHook):
         return [_Shown(r) for r in renderables]
 
 
-_process_start: list[float] = []  # where `vitbench` is the process: when it started (cli.main marks it)
+_process_start: list[Stopwatch] = []  # where `vitbench` is the process: when it started (cli.main marks it)
 
 
-def mark_process_start(at: float) -> None:
+def mark_process_start(at: Stopwatch) -> None:
     """cli.main's mark: the first command of a process counts from `at`, the process's start; a later
     one in the same process (the README walk's, a notebook's) from its own call."""
-    _process_start[:] = [time.perf_counter() if _process_start else at]
+    _process_start[:] = [Stopwatch.start() if _process_start else at]
 
 
-def command_began() -> float:
-    """When the command began (perf_counter): the process's start where `vitbench` is the process,
-    its imports included; else (a command called in a running process: a notebook, a test's
-    CliRunner) now. A dry run counts its start-up from here."""
-    return _process_start[0] if _process_start else time.perf_counter()
+def command_began() -> Stopwatch:
+    """When the command began: the process's start where `vitbench` is the process, its imports
+    included; else (a command called in a running process: a notebook, a test's CliRunner) now. A
+    dry run counts its start-up from here, as a quiet machine would take it (Stopwatch.seconds)."""
+    return _process_start[0] if _process_start else Stopwatch.start()
 
 
 def console(**settings) -> Console:

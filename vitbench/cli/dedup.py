@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -101,7 +100,7 @@ def dedup_cmd(
         workers=workers, rerun=rerun, data_source=data_source, dry_run=dry_run,
     )  # fmt: skip
     if dry_run:
-        print_priced(audits, time.perf_counter() - began, rerun)
+        print_priced(audits, began.seconds(), rerun)
         return
     print_table(summary_table(audits))
     for audit in audits:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
-import time
 import typing
 from collections.abc import Callable
 from dataclasses import fields
@@ -35,7 +34,7 @@ from vitbench.store.shards import checkpoint_path
 
 # The API, the engine and torch load inside the command, once it runs: `--help` never pays for them.
 if TYPE_CHECKING:
-    pass
+    from vitbench.execution.machine_load import Stopwatch
 
 log = logging.getLogger("vitbench")
 
@@ -248,11 +247,11 @@ def _run_here(
     rerun: bool,
     dry_run: bool,
     rate: estimate.Rate | None = None,
-    began: float | None = None,
+    began: Stopwatch | None = None,
     explain: bool = False,
 ) -> None:
     """This process (or this torchrun rank): the API's session, its progress lines, then the
-    planned runs (dry run) or the summary table. `began`: when the command began (perf_counter)."""
+    planned runs (dry run) or the summary table. `began`: when the command began."""
     from vitbench import api
     from vitbench.engine.distributed import world
 
@@ -274,7 +273,7 @@ def _run_here(
         )
         sys.exit(130)  # its own line said it; an Exit(130) would have main() say "interrupted" again
     if dry_run:
-        startup = time.perf_counter() - (began if began is not None else time.perf_counter())
+        startup = began.seconds() if began is not None else 0.0
         print_plan(summary, here, rate, req, startup, explain)
     elif world().is_main:  # the runs this command planned (stored before or now), not the whole folder
         print_summary_table(req.results, {s.run_key for s in summary.specs})

@@ -78,7 +78,7 @@ def print_plan(
         out.print(_method(found), markup=False, soft_wrap=True)
 
 
-EXPLAIN = "--explain says what it counts and how"
+EXPLAIN = "--explain says how"
 
 
 def _method(found: estimate.Estimate) -> str:

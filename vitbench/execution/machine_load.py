@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -19,6 +20,26 @@ T = TypeVar("T")
 BUSY_ABOVE = 0.25  # others using more than this fraction of the CPUs: the machine is busy
 SAMPLE_SECONDS = 0.2
 SHORTEST = 0.1  # a measurement shorter than this (in seconds of wall time) is too few clock ticks to read
+
+
+@dataclass(frozen=True)
+class Stopwatch:
+    """A moment in wall time (perf_counter) and in this process's CPU time (all its threads, as
+    time.process_time counts them). `seconds()` since then is what the work would take on a quiet
+    machine, the lesser of the two: waiting for a core that other work holds adds wall time only (on
+    CI, the other test worker moved two dry runs' start-up and decoding of one plan 102 s and 114 s);
+    threads that overlap add CPU time only; and a first start's cold file cache, waiting on the disk,
+    is warm for the run that follows it."""
+
+    wall: float
+    cpu: float
+
+    @classmethod
+    def start(cls) -> Stopwatch:
+        return cls(time.perf_counter(), time.process_time())
+
+    def seconds(self) -> float:
+        return max(0.0, min(time.perf_counter() - self.wall, time.process_time() - self.cpu))
 
 
 def others_while(work: Callable[[], T]) -> tuple[T, float | None]:
