@@ -51,6 +51,37 @@ def test_sampling_is_big_visions_nested_per_class_permutation():
     assert not np.array_equal(five, ridge.sample_indices(labels, 4, 5, seed=2))
 
 
+def test_sampling_of_shuffled_labels_with_images_left_out_draws_as_one_pass_per_class_did():
+    """Issue 89: each class's images found by one sort draw exactly what a pass per class drew."""
+    rng = np.random.default_rng(3)
+    labels, present = rng.integers(0, 7, 500), rng.random(500) > 0.2
+    for seed, shots in ((0, 1), (4, 25)):
+        draw = np.random.default_rng(seed)
+        expected = []
+        for c in range(8):  # class 7 has no image: drawn from, as the reference does
+            order = draw.permutation(np.flatnonzero(labels == c))
+            expected.append(order[present[order]][:shots])
+        np.testing.assert_array_equal(ridge.sample_indices(labels, 8, shots, seed, present), np.concatenate(expected))
+
+
+def test_scoring_a_few_rows_at_a_time_gives_the_whole_tests_accuracy_and_top_classes(monkeypatch):
+    """Issue 89: the test split is scored SCORED_VALUES at a time; what it gives does not depend on it."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(60, 8)), rng.integers(0, 12, 60)
+    xt, yt = rng.normal(size=(101, 8)), rng.integers(0, 12, 101)
+    whole_top = []
+    whole = ridge.fewshot_accuracies((x, y), (xt, yt), 12, 3, 0, (1.0, 64.0), keep_top=whole_top)
+    monkeypatch.setattr(ridge, "SCORED_VALUES", 12 * 7)  # 7 rows at a time, the last chunk short
+    parts_top = []
+    parts = ridge.fewshot_accuracies((x, y), (xt, yt), 12, 3, 0, (1.0, 64.0), keep_top=parts_top)
+    assert parts == whole and whole[0][1.0] > 0
+    drawn = ridge.sample_indices(y, 12, 3, 0)
+    scores = ridge.RidgeSolver.fit(x[drawn], y[drawn], 12).scores(xt, 1.0)
+    expected = np.argsort(-scores.float().numpy(), axis=1, kind="stable")[:, :5]
+    np.testing.assert_array_equal(whole_top[0], expected)
+    np.testing.assert_array_equal(parts_top[0], expected)
+
+
 def test_linear_probe_separates_separable_features():
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(10, 32)) * 5

@@ -10,7 +10,7 @@ import pytest
 
 from vitbench import store
 from vitbench.engine.scoring import calibration
-from vitbench.store.predictions import predictions_path
+from vitbench.store.predictions import predictions_path, top_classes
 
 FAST = ("--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32", "--workers", "0")
 
@@ -168,3 +168,15 @@ def test_predictions_with_labels_out_of_range_are_named_not_used(cli, tmp_path):
         assert code == 0 and "of 1 run(s)" in text, err
         code, out, err = cli("compare", "seed=0", "seed=1", "--results", results)
         assert code != 0 and "Traceback" not in err and "label values outside" in out + err, err
+
+
+@pytest.mark.parametrize("classes", [3, 5, 40])
+def test_top_classes_rank_as_a_stable_sort_of_every_score_does(classes):
+    """Issue 89: a run's top-5 without N x K ranks (21,843 classes): ties, NaN and ±inf as before."""
+    rng = np.random.default_rng(classes)
+    scores = rng.integers(0, 6, size=(300, classes)).astype(np.float32)  # many ties, some at the bound
+    scores[::7] = rng.normal(size=(len(scores[::7]), classes))
+    scores[5, 1], scores[6, 0], scores[8, :] = np.nan, np.inf, -np.inf
+    expected = np.argsort(-scores, axis=1, kind="stable")[:, :5]
+    np.testing.assert_array_equal(top_classes(scores), expected)
+    assert top_classes(scores[:0]).shape == (0, min(5, classes))

@@ -161,7 +161,7 @@ class FewShot(Protocol):
             drawn = sample_indices(split_labels, classes, shots, spec.seed, present)
             share = 1 / len(todo)  # the one extraction is shared by the runs that needed it
             notes = {"extraction_seconds": found.seconds, "effective_shots": fewest_per_class(split_labels[drawn])}
-            predictions = Predictions.from_scores(kept[0], test.labels, test_ids) if kept else None
+            predictions = Predictions(list(test_ids), np.asarray(test.labels), kept[0]) if kept else None
             yield frozen_result(
                 spec, found, _metrics(accs, label), started, share, solve.seconds, notes, predictions, n_train,
                 train_rows=np.searchsorted(train.indices, drawn),  # its cost: the images it drew, and the test split

@@ -22,6 +22,29 @@ if TYPE_CHECKING:  # DuckDB and pandas load where a file is written or read, not
     import pandas as pd
 
 SUFFIX = ".predictions.parquet"
+TOP = 5  # the best classes kept of each scored image (top-5, as `scores` reports)
+
+
+def top_classes(scores: np.ndarray, k: int = TOP) -> np.ndarray:
+    """(N, min(k, K)) each row's k highest-scoring classes, best first, a tie to the lower class: what
+    a stable argsort of the negated scores gives, without its N x K int64 ranks (21,843 classes).
+    The k-th best score bounds each row's candidates; a row with more (a tie at the bound) is sorted
+    whole."""
+    k = min(k, scores.shape[1])
+    if k == 0 or len(scores) == 0:
+        return np.zeros((len(scores), k), dtype=np.int64)
+    bound = np.partition(scores, scores.shape[1] - k, axis=1)[:, scores.shape[1] - k]
+    candidate = scores >= bound[:, None]
+    count = candidate.sum(axis=1)
+    top = np.empty((len(scores), k), dtype=np.int64)
+    plain = np.flatnonzero(count == k)
+    if len(plain):  # the candidates in ascending class order, ranked stably by their scores
+        columns = np.nonzero(candidate[plain])[1].reshape(len(plain), k)
+        ranked = np.argsort(-scores[plain[:, None], columns], axis=1, kind="stable")
+        top[plain] = np.take_along_axis(columns, ranked, axis=1)
+    for row in np.flatnonzero(count != k):  # a tie at the bound, or a NaN score: as the whole sort ranks it
+        top[row] = np.argsort(-scores[row], kind="stable")[:k]
+    return top
 
 
 @dataclass
@@ -36,8 +59,7 @@ class Predictions:
 
     @classmethod
     def from_scores(cls, scores: np.ndarray, labels: np.ndarray, ids: list[str]) -> Predictions:
-        k = min(5, scores.shape[1])  # top-5, as `scores` reports
-        return cls(list(ids), np.asarray(labels), np.argsort(-scores, axis=1, kind="stable")[:, :k])
+        return cls(list(ids), np.asarray(labels), top_classes(scores))
 
     @property
     def correct(self) -> np.ndarray:
