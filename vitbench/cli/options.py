@@ -73,8 +73,20 @@ def check_choice(option: str, value: str, choices, joiner: str = "") -> str:
 
 
 def words(text: str | None) -> tuple[str, ...]:
-    """A comma list's items, stripped, empty ones dropped (`a, b,` -> ("a", "b"))."""
-    return tuple(w.strip() for w in (text or "").split(",") if w.strip())
+    """A comma list's items, stripped, empty ones dropped (`a, b,` -> ("a", "b")). A comma inside
+    braces belongs to its item: `wds:/d/{train,validation}-{000..143}.tar` is one shard pattern
+    (braceexpand's alternatives), not two datasets; braces that do not close leave the rest as one
+    item, for its reader to name."""
+    items, depth, current = [], 0, []
+    for char in text or "":
+        depth += (char == "{") - (char == "}" and depth > 0)
+        if char == "," and depth == 0:
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    items.append("".join(current))
+    return tuple(w.strip() for w in items if w.strip())
 
 
 def check_data_dir(data_dir: Path | None) -> Path | None:

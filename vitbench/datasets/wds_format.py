@@ -173,10 +173,29 @@ def _split_reader(shards: list[str], label_key: str | None):
 
 def _expand(pattern: str) -> list[str]:
     try:
-        from braceexpand import braceexpand
+        from braceexpand import UnbalancedBracesError, braceexpand
     except ImportError:
         raise UserError("wds: shard patterns need webdataset: pip install 'vitbench[wds]'") from None
-    return list(braceexpand(pattern))
+    try:
+        return list(braceexpand(pattern))
+    except UnbalancedBracesError:
+        raise UserError(
+            f"wds:{pattern}: its braces do not pair up; expected a pattern such as train-{{000000..000143}}.tar"
+        ) from None
+
+
+COMPRESSED = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")  # shards read only once unpacked
+
+
+def _uncompressed(target: str, names: list[str]) -> None:
+    """A compressed shard among `names` is refused, never skipped: its images would be left out of
+    the split in silence (an image is one seek into an uncompressed tar)."""
+    packed = [n for n in names if n.lower().endswith(COMPRESSED)]
+    if packed:
+        raise UserError(
+            f"wds:{target}: shard {packed[0]} is compressed ({len(packed)} such); vitbench reads uncompressed "
+            ".tar shards by seeking to each image: decompress them (e.g. gunzip) and name the .tar files"
+        )
 
 
 def _shards(target: str) -> tuple[list[str], Path | None]:
@@ -185,13 +204,19 @@ def _shards(target: str) -> tuple[list[str], Path | None]:
         fs, path = remote_fs(target)
         protocol = target.split("://", 1)[0]
         if "{" in target:
-            return _expand(target), None
-        return [f"{protocol}://{p}" for p in sorted(fs.find(path)) if p.endswith(".tar")], None
+            shards = _expand(target)
+            _uncompressed(target, shards)
+            return shards, None
+        found = [f"{protocol}://{p}" for p in sorted(fs.find(path))]
+        _uncompressed(target, found)
+        return [p for p in found if p.endswith(".tar")], None
     path = Path(target).expanduser()
     if path.is_dir():
-        shards = sorted(str(p) for p in path.resolve().rglob("*.tar"))
-        return shards, path.resolve()
+        files = sorted(str(p) for p in path.resolve().rglob("*"))
+        _uncompressed(target, files)
+        return [f for f in files if f.endswith(".tar")], path.resolve()
     expanded = _expand(target) if "{" in target else [target]
+    _uncompressed(target, expanded)
     present = [str(Path(s).expanduser().resolve()) for s in expanded if Path(s).expanduser().is_file()]
     if present and len(present) < len(expanded):
         missing = next(s for s in expanded if not Path(s).expanduser().is_file())
