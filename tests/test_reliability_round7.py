@@ -55,3 +55,14 @@ def test_item7_a_compressed_shard_beside_plain_ones_is_refused_not_skipped(cli, 
     assert last.startswith(f"error: wds:{folder}: shard {packed} is compressed (1 such)"), last
     assert "decompress them" in last
     assert not (results / "vitbench.duckdb").exists() or store.read_results(results).empty
+
+
+@pytest.mark.parametrize("option, value", [("--price-on", "h100"), ("--assume-mfu", "0.4@H100")])
+def test_item17_pricing_options_without_dry_run_are_refused_before_any_work(cli, tmp_path, option, value):
+    """Before: ignored, and the real run started (while --explain alone was refused)."""
+    results = tmp_path / "results"
+    code, _, err = cli("run", *R, "--dataset", "digits", option, value, "--results", results)
+    assert code == 2
+    said = f"error: {option} {value}: prices a plan for --dry-run (a run measures its own); add --dry-run"
+    assert err.strip() == said
+    assert not results.exists()

@@ -77,6 +77,7 @@ def main() -> None:
     """The command line's work on `sys.argv`, in this process as it is (tests call it in-process)."""
     # a dry run's start-up: this process's imports included
     mark_process_start(Stopwatch(vitbench.STARTED, vitbench.STARTED_CPU))
+    loader_workers.forget_interruption()  # an earlier command's signal (tests call main in one process)
     configure_logging()
     try:
         code = app(standalone_mode=False)
@@ -101,18 +102,19 @@ def main() -> None:
         sys.exit(2)
     except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
-        sys.exit(130)
+        sys.exit(loader_workers.interrupted_code())
     except Exception as e:  # a signal inside any DuckDB query (a view's read): DuckDB's own way of saying it
         if not _duckdb_interrupted(e):
             raise
         err.print("interrupted")
-        sys.exit(130)
+        sys.exit(loader_workers.interrupted_code())
     if code == INTERRUPTED:  # typer turns a KeyboardInterrupt into exit code 130 and says nothing
         err.print("interrupted")
+        code = loader_workers.interrupted_code()
     sys.exit(code if isinstance(code, int) else 0)
 
 
-INTERRUPTED = 130  # 128 + SIGINT: the shell's code for a command Ctrl-C ended
+INTERRUPTED = 130  # 128 + SIGINT: typer's code for a KeyboardInterrupt, whichever signal raised it
 
 
 def _duckdb_interrupted(e: Exception) -> bool:

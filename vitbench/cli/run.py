@@ -24,6 +24,7 @@ from vitbench.cli.run_cluster import JobsProgress, cluster_options, report
 from vitbench.cli.run_plan import print_plan
 from vitbench.cli.run_progress import Progress
 from vitbench.devices import device_name, resolve_device
+from vitbench.engine import loader_workers
 from vitbench.errors import UserError
 from vitbench.execution import estimate
 from vitbench.protocols.base import Request
@@ -172,6 +173,9 @@ def _dispatch(ctx: typer.Context, given: dict, command: Callable[..., None]) -> 
     g, resolved = _with_config(ctx, given, command)
     if g.get("explain") and not g["dry_run"]:
         raise UserError("--explain: says how --dry-run's estimate was made; add --dry-run")
+    for option, given_as in (("--price-on", g.get("price_on")), ("--assume-mfu", g.get("assume_mfu"))):
+        if given_as is not None and not g["dry_run"]:  # a real run measures its own time: never priced
+            raise UserError(f"{option} {given_as}: prices a plan for --dry-run (a run measures its own); add --dry-run")
     if g["print_config"]:
         sys.stdout.write(resolved)
         return
@@ -192,7 +196,7 @@ def _dispatch(ctx: typer.Context, given: dict, command: Callable[..., None]) -> 
                 "interrupted: the submitted jobs go on in the queue; run the same command again to wait for "
                 "them (it does not submit them again), or `vitbench ingest` to merge what they stored"
             )
-            sys.exit(130)
+            sys.exit(loader_workers.interrupted_code())
         finally:
             progress.close()
         report(summary, jobs.wait)
@@ -271,7 +275,7 @@ def _run_here(
             f"interrupted: {progress.stored()} of {len(progress.todo)} runs stored; "
             f"run the same command again to do the rest{hint}"
         )
-        sys.exit(130)  # its own line said it; an Exit(130) would have main() say "interrupted" again
+        sys.exit(loader_workers.interrupted_code())  # its own line said it: main() would say "interrupted" again
     if dry_run:
         startup = began.seconds() if began is not None else 0.0
         print_plan(summary, here, rate, req, startup, explain)

@@ -60,14 +60,30 @@ _starting_in: int | None = None  # the process whose main thread is inside `star
 _held = False  # whether a signal came meanwhile
 
 
+_last_signal: list[int] = []  # the signal `interrupt` last turned into a KeyboardInterrupt
+
+
 def interrupt(signum: int, frame) -> None:
     """The vitbench command's handler for SIGINT, SIGTERM and SIGHUP: Ctrl-C's KeyboardInterrupt, held
     while `started` builds a DataLoader's iterator in this process."""
     global _held
+    _last_signal[:] = [signum]
     if _starting_in == os.getpid():
         _held = True
         return
     raise KeyboardInterrupt
+
+
+def interrupted_code() -> int:
+    """The exit code of a command an interruption ended: 128 + the signal's number, as a shell and a
+    scheduler record it (143 for SIGTERM, 129 for SIGHUP); 130 (SIGINT's) for Ctrl-C, or a
+    KeyboardInterrupt no signal raised."""
+    return 128 + (_last_signal[0] if _last_signal else signal.SIGINT)
+
+
+def forget_interruption() -> None:
+    """A new command in this process: an earlier one's signal is not its own."""
+    _last_signal.clear()
 
 
 def started(batches: Iterable) -> Iterator:
