@@ -66,3 +66,14 @@ def test_item17_pricing_options_without_dry_run_are_refused_before_any_work(cli,
     said = f"error: {option} {value}: prices a plan for --dry-run (a run measures its own); add --dry-run"
     assert err.strip() == said
     assert not results.exists()
+
+
+def test_item16_a_cache_that_is_a_file_indexes_again_instead_of_a_traceback(cli, shards, tmp_path, monkeypatch):
+    """Before: NotADirectoryError from removing the index's temp file under VITBENCH_CACHE."""
+    cache = tmp_path / "cache-file"
+    cache.write_text("mine")
+    monkeypatch.setenv("VITBENCH_CACHE", str(cache))
+    results = tmp_path / "results"
+    code, _, err = cli("run", *R, "--dataset", f"wds:{shards}", "--results", results)
+    assert code == 0 and "Traceback" not in err, err[-1500:]
+    assert len(store.read_results(results)) == 1 and cache.read_text() == "mine"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -29,11 +30,18 @@ def write_atomic(path: Path, text: str | Callable[[Path], object]) -> None:
             text(tmp)
         os.replace(tmp, path)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
         raise UserError(f"{path}: cannot write it ({e.strerror or e}); nothing was written") from None
     except BaseException:
-        tmp.unlink(missing_ok=True)  # an interruption or a library's own error: no half-written file either
+        _discard(tmp)  # an interruption or a library's own error: no half-written file either
         raise
+
+
+def _discard(tmp: Path) -> None:
+    """The temp file gone, where there is one: under a folder that is a file (VITBENCH_CACHE naming a
+    file) removing it fails as writing it did, and the write's own error is the one to say."""
+    with contextlib.suppress(OSError):
+        tmp.unlink(missing_ok=True)
 
 
 NAME_MAX = 255  # bytes in one file name, on Linux's and macOS's file systems
