@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from container_data import samples, write_shards
+from container_data import samples, write_parquet, write_shards
 
 from vitbench import store
 
@@ -77,3 +77,37 @@ def test_item16_a_cache_that_is_a_file_indexes_again_instead_of_a_traceback(cli,
     code, _, err = cli("run", *R, "--dataset", f"wds:{shards}", "--results", results)
     assert code == 0 and "Traceback" not in err, err[-1500:]
     assert len(store.read_results(results)) == 1 and cache.read_text() == "mine"
+
+
+def _two_parquet_files(root: Path, second) -> Path:
+    """A Hub-style parquet folder whose train split is two files, the second `second(table)`."""
+    import pyarrow.parquet as pq
+
+    write_parquet(samples({"train": 4, "test": 2}), root)
+    (first,) = root.rglob("train-*.parquet")
+    table = pq.read_table(first)
+    first.rename(first.with_name("train-00000-of-00002.parquet"))
+    pq.write_table(second(table), first.with_name("train-00001-of-00002.parquet"))
+    return root
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda t: t.drop_columns(["label"]), "no label column 'label', which {first} has; every file of a split"),
+        (lambda t: t.set_column(1, "label", t.column("label").cast("float64")),
+         "label column 'label' holds double, expected integers as in {first}"),
+    ],
+    ids=["no-label-column", "float-labels"],
+)  # fmt: skip
+def test_items16_4_a_later_parquet_file_unlike_the_first_is_one_line_naming_it(cli, tmp_path, change, said):
+    """Before: a second file without the label column was pyarrow's ArrowInvalid traceback; one whose
+    labels are float64 was truncated to classes in silence."""
+    root = _two_parquet_files(tmp_path / "hub", change)
+    (first,) = root.rglob("train-00000-*.parquet")
+    (second,) = root.rglob("train-00001-*.parquet")
+    results = tmp_path / "results"
+    code, _, err = cli("run", *R, "--dataset", f"hf:{root}", "--results", results)
+    assert code == 2 and "Traceback" not in err, err[-1500:]
+    assert err.strip().splitlines()[-1].startswith(f"error: {second}: " + said.format(first=first)), err[-500:]
+    assert not (results / "vitbench.duckdb").exists() or store.read_results(results).empty

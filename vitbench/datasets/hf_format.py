@@ -197,6 +197,8 @@ def _parquet_split(files: list[str], label_key: str | None, where: str) -> tuple
                 meta = pa.parquet.ParquetFile(handle)
                 if columns is None:
                     columns = choose_columns(meta.schema_arrow, label_key, f)
+                else:
+                    _same_columns(meta.schema_arrow, columns, f, files[0])
                 for g in range(meta.metadata.num_row_groups):
                     blocks.append((i, g, start))
                     start += meta.metadata.row_group(g).num_rows
@@ -214,6 +216,31 @@ def _parquet_split(files: list[str], label_key: str | None, where: str) -> tuple
         return Records(container, np.arange(start, dtype=np.int64)), np.concatenate(labels).astype(np.int64)
 
     return ContainerSplit(files, read_once(read), official_size=start), columns
+
+
+def _same_columns(schema, first: Columns, where: str, first_file: str) -> None:
+    """A later file of a split holds the first file's image and label columns, the label as integers
+    and with the same class names: one that lacks one was an Arrow traceback; float labels were
+    truncated to classes in silence."""
+    pa = _pyarrow()
+    for role, name in (("image", first.image), ("label", first.label)):
+        if name not in schema.names:
+            raise UserError(
+                f"{where}: no {role} column '{name}', which {first_file} has; every file of a split needs the same "
+                f"columns (columns: {', '.join(schema.names)})"
+            )
+    if not pa.types.is_integer(schema.field(first.label).type):
+        raise UserError(
+            f"{where}: label column '{first.label}' holds {schema.field(first.label).type}, expected integers as in "
+            f"{first_file}"
+        )
+    feature = hf_features(schema).get(first.label)
+    names = feature.get("names") if isinstance(feature, dict) else None
+    if names and first.names and list(names) != list(first.names):
+        raise UserError(
+            f"{where}: label column '{first.label}' names its classes otherwise than {first_file} does "
+            f"({names[0]!r}, … against {first.names[0]!r}, …); every file of a split needs the same classes"
+        )
 
 
 def _labels(column, where: str) -> np.ndarray:
