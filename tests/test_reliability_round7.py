@@ -6,7 +6,9 @@ benchmarks/test_class_count_scale.py)."""
 from __future__ import annotations
 
 import gzip
+import io
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,51 @@ def test_items16_4_a_later_parquet_file_unlike_the_first_is_one_line_naming_it(c
     assert code == 2 and "Traceback" not in err, err[-1500:]
     assert err.strip().splitlines()[-1].startswith(f"error: {second}: " + said.format(first=first)), err[-500:]
     assert not (results / "vitbench.duckdb").exists() or store.read_results(results).empty
+
+
+def _labelled_shards(root: Path, label_members: list[tuple[str, bytes]]) -> str:
+    """train and test shards of 4 + 2 good samples; train's first sample labelled by `label_members`
+    (names relative to its key `s0000`) instead of its own .cls."""
+    data = samples({"train": 2, "test": 1})
+    for split, items in data.items():
+        members: list[tuple[str, bytes]] = []
+        for i, (_, label, raw) in enumerate(items):
+            key = f"s{i:04d}"
+            labels = label_members if split == "train" and i == 0 else [(".cls", str(label).encode())]
+            members += [(f"{key}.jpg", raw)] + [(key + ext, data) for ext, data in labels]
+        root.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(root / f"{split}-000000.tar", "w") as tar:
+            for name, payload in members:
+                info = tarfile.TarInfo(name)
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    return f"wds:{root}"
+
+
+@pytest.mark.parametrize(
+    "members, said",
+    [
+        ([(".json", b'{"label": 1.7}')], "s0000.json: label 1.7 is not a class index"),
+        ([(".json", b'{"label": true}')], "s0000.json: label true is not a class index"),
+        ([(".cls", b"1_0")], "s0000.cls: label '1_0' is not a class index"),
+        ([(".cls", "\u0661".encode())], "s0000.cls: label '\u0661' is not a class index"),  # Arabic-Indic one
+        ([(".cls", b"0"), (".cls", b"1")], "sample s0000 has two labels (0 in 's0000.cls', 1 in 's0000.cls')"),
+        ([(".cls", b"0"), (".json", b'{"label": 2}')], "sample s0000 has two labels (0 in 's0000.cls', 2 in"),
+    ],
+    ids=["json-float", "json-true", "underscore", "other-digits", "two-cls", "cls-json-disagree"],
+)
+def test_item4_a_label_is_a_whole_number_as_written_and_one_per_sample(cli, tmp_path, members, said):
+    """Before: 1.7 and true became class 1, `1_0` class 10 (an 11th class), and of two labels the first won."""
+    dataset = _labelled_shards(tmp_path / "shards", members)
+    results = tmp_path / "results"
+    code, _, err = cli("run", *R, "--dataset", dataset, "--results", results)
+    assert code == 2 and "Traceback" not in err, err[-1500:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"error: {tmp_path / 'shards' / 'train-000000.tar'}") and said in last, last
+    assert not (results / "vitbench.duckdb").exists() or store.read_results(results).empty
+
+
+def test_item4_two_labels_that_agree_and_a_json_string_index_are_read(cli, tmp_path):
+    dataset = _labelled_shards(tmp_path / "shards", [(".cls", b" 1\n"), (".json", b'{"label": "1"}')])
+    code, _, err = cli("run", *R, "--dataset", dataset, "--results", tmp_path / "results")
+    assert code == 0, err[-1500:]

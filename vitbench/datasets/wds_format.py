@@ -37,7 +37,9 @@ from vitbench.errors import UserError, one_line
 PREFIX = "wds"
 IMAGE_EXTENSIONS = {s.lstrip(".") for s in IMAGE_SUFFIXES}
 LABEL_EXTENSIONS = ("cls", "cls2", "label", "target")  # a member holding the class index as text
-INDEX_VERSION = 1  # bump when the index's arrays change: old cache entries are then rebuilt
+CLASS_INDEX = re.compile(r"-?[0-9]+")  # as a label member writes one (ASCII digits: int() takes any script's)
+INDEX_VERSION = 2  # bump when the index's arrays or the labels it accepts change: old cache entries are then rebuilt
+# (2: labels read as written, one per sample; a lenient index kept by 1 is not trusted)
 MAX_LABEL_MEMBER = 1 << 20  # a .cls/.json member is read whole: a larger one is not a label
 
 
@@ -66,10 +68,14 @@ def _label_of(member_ext: str, data: bytes, label_key: str | None, where: str) -
         raw: object = found[0]
     else:
         raw = data.decode("utf-8", "replace").strip()
-    try:
-        return int(raw)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        raise UserError(f"{where}: label {str(raw)[:40]!r} is not a class index") from None
+    # a whole number as written, never coerced: Python's int() reads `1_0` as 10 and JSON's 1.7 and
+    # true as 1 (issue 89), each a wrong class in silence
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and CLASS_INDEX.fullmatch(raw):
+        return int(raw)
+    shown = json.dumps(raw) if not isinstance(raw, str) else repr(raw[:40])
+    raise UserError(f"{where}: label {shown[:40]} is not a class index")
 
 
 def index_shard(shard: str, label_key: str | None) -> dict[str, np.ndarray]:
@@ -113,7 +119,12 @@ def index_shard(shard: str, label_key: str | None) -> dict[str, np.ndarray]:
                     assert extracted is not None
                     found = _label_of(ext, extracted.read(), label_key, f"{shard}:{name}")
                     if found is not None and (label_key is None or ext in (label_key, "json")):
-                        sample.setdefault("label", found)
+                        if "label" in sample and sample["label"][0] != found:  # never the first one, unsaid
+                            raise UserError(
+                                f"{shard}: sample {key} has two labels ({sample['label'][0]} in "
+                                f"'{sample['label'][1]}', {found} in '{name}')"
+                            )
+                        sample.setdefault("label", (found, name))
     except tarfile.TarError as e:
         raise UserError(f"{shard}: not a readable tar shard ({one_line(e, 160)})") from None
     except EOFError:
@@ -130,7 +141,7 @@ def index_shard(shard: str, label_key: str | None) -> dict[str, np.ndarray]:
         offset, length, name = sample["image"]
         offsets.append(offset)
         sizes.append(length)
-        labels.append(sample["label"])
+        labels.append(sample["label"][0])
         names.append(name)
     return {
         "offset": np.asarray(offsets, dtype=np.int64),
