@@ -161,3 +161,21 @@ def test_item4_two_labels_that_agree_and_a_json_string_index_are_read(cli, tmp_p
     dataset = _labelled_shards(tmp_path / "shards", [(".cls", b" 1\n"), (".json", b'{"label": "1"}')])
     code, _, err = cli("run", *R, "--dataset", dataset, "--results", tmp_path / "results")
     assert code == 0, err[-1500:]
+
+
+def test_item14_a_data_error_in_a_dataloader_worker_is_its_own_one_line(cli, tmp_path):
+    """Before: with the default --workers 1, a null image cell printed torch's 30-line
+    `Caught UserError in DataLoader worker process 0` traceback."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = write_parquet(samples({"train": 4, "test": 2}), tmp_path / "hub")
+    (test_file,) = root.rglob("test-*.parquet")
+    table = pq.read_table(test_file)
+    images = table.column("image").to_pylist()
+    images[1] = None
+    kind = table.schema.field("image").type
+    pq.write_table(table.set_column(0, pa.field("image", kind), pa.array(images, type=kind)), test_file)
+    code, _, err = cli("run", *R[:-2], "--workers", "1", "--dataset", f"hf:{root}", "--results", tmp_path / "results")
+    assert code == 2 and "Caught" not in err and "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1] == f"error: {test_file}:row 1: the row has no image bytes"

@@ -10,6 +10,20 @@ class UserError(Exception):
 
     exit_code = 2
 
+    def __init__(self, message: object = "", *args: object) -> None:
+        super().__init__(_raised_in_worker(message), *args)
+
+
+def _raised_in_worker(message: object) -> object:
+    """A UserError a DataLoader worker raised, as torch raises it again in the main process
+    (`Caught UserError in DataLoader worker process 0.` and the worker's whole traceback): its own
+    one line, the last of that traceback. Before, `--workers 1` printed the 30 lines (issue 89)."""
+    if not isinstance(message, str) or not message.startswith("Caught ") or "\nOriginal Traceback" not in message:
+        return message
+    last = message.rstrip().rsplit("\n", 1)[-1]
+    name, said, rest = last.partition(": ")
+    return rest if said and name.replace(".", "").replace("_", "").isalnum() else message
+
 
 def one_line(error: BaseException, limit: int = 200) -> str:
     """A library's error message folded onto one line and cut to `limit` characters, for the
