@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -179,3 +180,28 @@ def test_item14_a_data_error_in_a_dataloader_worker_is_its_own_one_line(cli, tmp
     code, _, err = cli("run", *R[:-2], "--workers", "1", "--dataset", f"hf:{root}", "--results", tmp_path / "results")
     assert code == 2 and "Caught" not in err and "Traceback" not in err, err[-2000:]
     assert err.strip().splitlines()[-1] == f"error: {test_file}:row 1: the row has no image bytes"
+
+
+def test_item17_a_killed_runs_lease_goes_with_the_next_command_once_its_run_is_stored(cli, tmp_path):
+    """Before: a process SIGKILLed between storing a run and releasing its lease left the `.lease`
+    for good: the rerun that stored the other runs never took it (its run was done)."""
+    import json
+    import socket
+    import subprocess
+
+    from vitbench.execution.lease import lease_dir
+
+    results = tmp_path / "results"
+    args = ("run", *R, "--dataset", "digits", "--shots", "1,2", "--results", results)
+    assert cli(*args)[0] == 0
+    stored = sorted(store.read_results(results)["run_key"])
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process has now: the killed holder's
+    left = lease_dir(results) / f"{stored[0]}.lease"
+    left.write_text(json.dumps({"host": socket.gethostname(), "pid": gone.pid, "token": "killed", "taken": "x"}))
+    alive = lease_dir(results) / f"{stored[1]}.lease"  # a live holder's (this process) stays
+    alive.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": "live"}))
+    code, _, err = cli(*args)
+    assert code == 0, err[-1000:]
+    assert not left.exists() and alive.exists()
+    assert not [p.name for p in lease_dir(results).iterdir() if p.name != alive.name]

@@ -138,17 +138,22 @@ class Lease:
                          describe_holder(holder))  # fmt: skip
             else:
                 log.warning("%s: taking over a stale lease (%s)", self.run_key[:12], describe_holder(holder))
-            try:
-                os.rename(self.path, self.path.with_name(f"{self.path.name}.stale-{self.token}"))
-            except FileNotFoundError:
-                pass  # another taker renamed it first; it may hold a fresh lease by now
-            else:
-                self.path.with_name(f"{self.path.name}.stale-{self.token}").unlink(missing_ok=True)
+            self._remove_stale()
             if not self._create():
                 return False
         self._thread = threading.Thread(target=self._beat, daemon=True, name=f"lease-{self.run_key[:8]}")
         self._thread.start()
         return True
+
+    def _remove_stale(self) -> None:
+        """Rename the stale lease away, then remove it: only one rename of a name succeeds, so of
+        two takers (or a taker and a sweep) one alone removes it."""
+        moved = self.path.with_name(f"{self.path.name}.stale-{self.token}")
+        try:
+            os.rename(self.path, moved)
+        except FileNotFoundError:
+            return  # another taker renamed it first; it may hold a fresh lease by now
+        moved.unlink(missing_ok=True)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.seconds / 10):
@@ -194,6 +199,23 @@ class Leases:
                 del self.held[key]
                 busy.append(key)
         return taken, busy
+
+    def clear_stored(self, stored: set[str]) -> None:
+        """Remove the stale leases of runs already stored: a process killed (SIGKILL, a lost node)
+        between storing a run and releasing its lease left one that no later command took, since
+        none runs it again (issue 89: it outlived the rerun that stored the rest)."""
+        try:
+            names = os.listdir(lease_dir(self.results))
+        except OSError:
+            return
+        for name in names:
+            key = name.removesuffix(".lease")
+            if name.endswith(".lease") and key in stored and key not in self.held:
+                lease = Lease(self.results, key)
+                if lease._stale():
+                    holder = describe_holder(lease.holder())
+                    log.info("%s: removed the lease its killed run left (%s)", key[:12], holder)
+                    lease._remove_stale()
 
     def release(self, run_key: str) -> None:
         lease = self.held.pop(run_key, None)

@@ -44,6 +44,8 @@ def execute(
     world, device = setup(resolve_device(req.device))
     failed: list[str] = []
     with Leases(req.results) as leases:
+        if world.is_main:
+            leases.clear_stored(done)
         recorder = Recorder(req, con, device, on_result, world, leases)
         runtime = Runtime.of(req, device)  # resolved once: what protocols and the engine run with
         for group in groups:
