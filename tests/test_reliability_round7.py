@@ -205,3 +205,14 @@ def test_item17_a_killed_runs_lease_goes_with_the_next_command_once_its_run_is_s
     assert code == 0, err[-1000:]
     assert not left.exists() and alive.exists()
     assert not [p.name for p in lease_dir(results).iterdir() if p.name != alive.name]
+
+
+def test_item17_a_partly_priced_plan_says_so_before_its_total(cli, tmp_path):
+    """Before: `2 run(s) to do, estimated device time 6 s, 1 of them not priced`: a total of part of
+    the plan read as the whole plan's (25 of 28 not priced showed "< 1 s")."""
+    (tmp_path / "no-data").mkdir()
+    code, out, err = cli("run", "--model", "vit-b/16,vit-s/16", "--weights", "random", "--dataset", "imagenet",
+                         "--protocol", "eval", "--data-dir", tmp_path / "no-data", "--results", tmp_path / "results",
+                         "--dry-run", "--price-on", "h200")  # fmt: skip
+    assert code == 0, err[-1000:]
+    assert "2 run(s) to do, 1 of them not priced; the other 1: estimated device time 6 s" in " ".join(out.split())

@@ -115,9 +115,13 @@ def _total_line(found: estimate.Estimate, todo: list[str], unpriced: int) -> str
     """The plan's summary line: the whole wait (its range) and its parts where measured here, else the device time."""
     span = found.range(todo)
     between = f" ({estimate.duration(span[0])} to {estimate.duration(span[1])})" if span else ""
-    between += f", {unpriced} of them not priced" if unpriced else ""
+    # a total of part of the plan says so before its number (issue 89: "< 1 s" for 3 runs of 28 read
+    # as the whole plan's)
+    head = f"{len(todo)} run(s) to do,"
+    if unpriced:
+        head = f"{len(todo)} run(s) to do, {unpriced} of them not priced; the other {len(todo) - unpriced}:"
     if found.beside is None:
-        return f"{len(todo)} run(s) to do, estimated device time {estimate.duration(found.total(todo))}{between}"
+        return f"{head} estimated device time {estimate.duration(found.total(todo))}{between}"
     beside = found.beside
     decode, weights, solves = (
         sum(part.get(k, 0.0) for k in todo) for part in (beside.decode, beside.weights, beside.solves)
@@ -127,7 +131,7 @@ def _total_line(found: estimate.Estimate, todo: list[str], unpriced: int) -> str
         + (f"solves {estimate.duration(solves)}, " if beside.solves else "")
         + f"weights {estimate.duration(weights)}, start-up {estimate.duration(beside.startup)}"
     )
-    return f"{len(todo)} run(s) to do, estimated time {estimate.duration(found.wall(todo))}{between}: {parts}"
+    return f"{head} estimated time {estimate.duration(found.wall(todo))}{between}: {parts}"
 
 
 def _print_datasets(summary: api.Summary, found: estimate.Estimate | None) -> None:
