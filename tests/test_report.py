@@ -151,6 +151,21 @@ def test_a_summary_of_one_protocol_is_a_row_per_model_and_a_column_per_dataset(t
     assert round(headline.cells[("vit-s/16 (ViT-B_16 [51515151])", "Oxford-IIIT Pets")].mean, 2) == 50.5
 
 
+def test_a_headline_whose_cells_all_show_another_shot_count_is_titled_with_it(tmp_path):
+    """Issue 89: a store of 25-shot runs alone was titled "few-shot, 10-shot" over 25-shot values."""
+    results = tmp_path / "results"
+    for dataset in ("cifar10", "pets"):
+        for seed in (0, 1):
+            write_run(results, f"{dataset}-{seed}", {"accuracy": 0.5 + seed / 100}, model="vit-b/16",
+                      weights_sha256="b1" * 32, dataset=dataset, seed=seed, shots=25, protocol="fewshot",
+                      protocol_version="fewshot-lsr/3", hparams={"fewshot_l2": "1024", "res": 224})  # fmt: skip
+    store.ingest_pending(store.connect(results), results)
+    headline = summary.summarise(store.read_results(results)).headline
+    assert headline.columns == ["few-shot, 25-shot"], headline.columns
+    assert all("shot" not in cell.marks for cell in headline.cells.values())
+    assert not any("no 10-shot runs" in f for f in headline.footnotes), headline.footnotes
+
+
 def summary_cells(summary: str) -> dict[tuple[str, str], str]:
     header = re.search(r"<thead><tr><th></th>(.*?)</tr>", summary, flags=re.S).group(1)
     columns = [html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<th[^>]*>.*?</th>", header)]

@@ -125,9 +125,14 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
     acc = _at_headline(acc)
     known = protocols()
     header = {p: known[p].label for p in known}
+    # the axis values each protocol's cells show: one value, and the header names it (its headline,
+    # or the one every cell shows: "10-shot" titled 25-shot cells, issue 89); several, and each cell
+    # away from the headline names its own
+    shown = {p: sorted(set(part["_axis"].dropna())) for p, part in acc.groupby("protocol", sort=False)}
     for protocol in known.values():
-        if protocol.axis is not None and protocol.axis.headline is not None:
-            header[protocol.name] += f", {protocol.axis.text(protocol.axis.headline)}"
+        axis = protocol.axis
+        if axis is not None and axis.headline is not None and len(shown.get(protocol.name) or [None]) == 1:
+            header[protocol.name] += f", {axis.text((shown.get(protocol.name) or [axis.headline])[0])}"
     meta = meta_by_column(m.runs)
     present = [p for p in in_report_order(acc["protocol"]) if p in known]
     matched = _paper_matches(acc, compare)
@@ -169,7 +174,8 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
                 cell.marks += f" ({chosen['series'].iloc[0] or chosen['column'].iloc[0]})"
                 several.add(p)
             axis = known[p].axis
-            if axis is not None and axis.headline is not None and mine["_axis"].iloc[0] != axis.headline:
+            mixed = len(shown.get(p, [])) > 1
+            if axis is not None and axis.headline is not None and mixed and mine["_axis"].iloc[0] != axis.headline:
                 cell.marks += f" ({axis.text(mine['_axis'].iloc[0])})"
                 fewer += [p] if p not in fewer else []
             data.cells[(row, columns[p])] = cell
