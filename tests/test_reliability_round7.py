@@ -216,3 +216,13 @@ def test_item17_a_partly_priced_plan_says_so_before_its_total(cli, tmp_path):
                          "--dry-run", "--price-on", "h200")  # fmt: skip
     assert code == 0, err[-1000:]
     assert "2 run(s) to do, 1 of them not priced; the other 1: estimated device time 6 s" in " ".join(out.split())
+
+
+def test_hf_pointed_at_a_class_folder_tree_names_folder(cli, tmp_path):
+    """Issue 89 (a new user): `hf:` at an ImageFolder tree said only that no parquet files were there."""
+    from container_data import write_folder
+
+    root = write_folder(samples({"train": 2, "test": 1}), tmp_path / "tree")
+    code, _, err = cli("run", *R, "--dataset", f"hf:{root}", "--results", tmp_path / "results")
+    assert code == 2
+    assert err.strip().endswith(f"; it holds image files: an ImageFolder tree reads as folder:{root}"), err
