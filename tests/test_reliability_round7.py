@@ -226,3 +226,22 @@ def test_hf_pointed_at_a_class_folder_tree_names_folder(cli, tmp_path):
     code, _, err = cli("run", *R, "--dataset", f"hf:{root}", "--results", tmp_path / "results")
     assert code == 2
     assert err.strip().endswith(f"; it holds image files: an ImageFolder tree reads as folder:{root}"), err
+
+
+def test_item17_a_tfds_run_prints_each_line_once_and_no_tensorflow_chatter(tmp_path):
+    """Before: every progress line came twice (`INFO:vitbench:…`, through the root handler TFDS's
+    absl adds) after five lines of TensorFlow's C++ start-up chatter."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("tensorflow_datasets")
+    from container_data import write_tfds
+
+    build = write_tfds(samples({"train": 2, "test": 1}), tmp_path / "tfds")
+    command = [sys.executable, "-m", "vitbench", "run", *R, "--dataset", f"tfds:{build}", "--results", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stderr.splitlines()
+    assert not [line for line in lines if "INFO:vitbench" in line or "absl::InitializeLog" in line], lines
+    assert not [line for line in lines if line.startswith("I0000") or "cuda drivers" in line], lines
+    assert sum("1 runs planned" in line for line in lines) == 1, lines

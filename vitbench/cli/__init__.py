@@ -4,6 +4,7 @@ Python API (vitbench/api.py) or a view. No protocol logic lives here."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import sys
@@ -11,7 +12,7 @@ import sys
 import typer
 
 import vitbench
-from vitbench import cpu_waiting
+from vitbench import cpu_waiting, native_stderr
 from vitbench.cli import backbones, bench, compare, dedup, info, report, run, tables  # noqa: F401  (each registers its commands)
 from vitbench.cli.app import app, err, mark_process_start, out
 from vitbench.engine import loader_workers
@@ -55,6 +56,10 @@ def entry() -> None:
     start-up chatter where `--data-source tfds` loads it (unless the user set its level)."""
     cpu_waiting.choose()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    native_stderr.claim()
+    # its lines once, through its own handler: a library that gives the root logger a handler
+    # (TensorFlow Datasets' absl) printed each progress line again as `INFO:vitbench:…` (issue 89)
+    logging.getLogger("vitbench").propagate = False
     signals_interrupt()
     main()
 

@@ -22,6 +22,7 @@ from vitbench.datasets.base import DatasetFormat, DatasetSpec
 from vitbench.datasets.container_spec import ContainerSplit, container_spec, identity, info_digest, read_once, split_of
 from vitbench.datasets.records import OffsetContainer, Records, concatenated, kept_index
 from vitbench.errors import UserError, one_line
+from vitbench.native_stderr import held_back
 
 PREFIX = "tfds"
 INDEX_VERSION = 1
@@ -29,8 +30,10 @@ HEADER = 12  # a TFRecord: length (uint64), its CRC (uint32), the data, the data
 
 
 def _tfds():
+    torchvision_before_tensorflow()
     try:
-        import tensorflow_datasets as tfds
+        with held_back():  # TensorFlow's start-up chatter (vitbench/native_stderr.py)
+            import tensorflow_datasets as tfds
     except ImportError:
         raise UserError("tfds: datasets need TensorFlow Datasets: pip install 'vitbench[tfds]'") from None
     return tfds
@@ -45,7 +48,8 @@ def torchvision_before_tensorflow() -> None:
 
 def _example_class():
     torchvision_before_tensorflow()
-    from tensorflow.core.example.example_pb2 import Example  # TFDS's records are tf.train.Examples
+    with held_back():  # TensorFlow's start-up chatter, where this is its first import
+        from tensorflow.core.example.example_pb2 import Example  # TFDS's records are tf.train.Examples
 
     return Example
 

@@ -20,6 +20,7 @@ from vitbench import downloads
 from vitbench.datasets.base import Split
 from vitbench.datasets.vtab import TASKS_BY_KEY, VtabTask, dataset_name
 from vitbench.errors import UserError, one_line
+from vitbench.native_stderr import held_back
 from vitbench.provenance import sha256_file
 
 Record = dict  # one TFDS example as numpy values (nested dicts for `objects`)
@@ -165,10 +166,11 @@ def _root_logging_kept():
 
 def _builder(rule: TfdsTask, data_dir: Path | None):
     """(tfds, the task's TFDS builder under `data_dir`, its split sizes: empty where not prepared)."""
-    # TensorFlow's start-up chatter is quieted by the `vitbench` command's own entry (cli/__init__.py), never
-    # here: a program that reads TFDS through vitbench keeps its environment as it set it
+    # TensorFlow's start-up chatter is held back in the `vitbench` command's own process only
+    # (vitbench/native_stderr.py): a program that reads TFDS through vitbench keeps its stderr as it is
     try:
-        import tensorflow_datasets as tfds
+        with held_back():
+            import tensorflow_datasets as tfds
     except ImportError:
         raise UserError("--data-source tfds needs TensorFlow Datasets: pip install 'vitbench[tfds]'") from None
     if data_dir is None:
