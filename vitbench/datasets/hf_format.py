@@ -23,6 +23,7 @@ import numpy as np
 from vitbench import downloads
 from vitbench.datasets.base import DatasetFormat, DatasetSpec
 from vitbench.datasets.container_spec import ContainerSplit, by_split, container_spec, identity, read_once, split_of
+from vitbench.datasets.image_folders import IMAGE_SUFFIXES
 from vitbench.datasets.records import Container, Records, open_binary, remote_fs
 from vitbench.errors import UserError, one_line
 
@@ -341,8 +342,6 @@ def _find_splits(root: Path, label_key: str | None, where: str) -> Found:
 def _holds_images(root: Path, look: int = 2000) -> bool:
     """Whether an image file is among the first `look` entries under `root` (a class-folder tree
     given to hf:, which the error then points to folder:), without walking a large tree whole."""
-    from vitbench.datasets.image_folders import IMAGE_SUFFIXES
-
     seen = 0
     for _, _, files in os.walk(root):
         for name in files:
