@@ -245,3 +245,15 @@ def test_item17_a_tfds_run_prints_each_line_once_and_no_tensorflow_chatter(tmp_p
     assert not [line for line in lines if "INFO:vitbench" in line or "absl::InitializeLog" in line], lines
     assert not [line for line in lines if line.startswith("I0000") or "cuda drivers" in line], lines
     assert sum("1 runs planned" in line for line in lines) == 1, lines
+
+
+def test_item17_a_baseline_that_matches_every_column_is_said_so(cli, tmp_path):
+    """Before: `--baseline model=vit-ti/16` over a table of vit-ti/16 alone said "no cell has a
+    baseline cell", as if the baseline were missing rather than everywhere."""
+    results = tmp_path / "results"
+    assert cli("run", *R, "--dataset", "digits", "--shots", "1,2", "--results", results)[0] == 0
+    code, out, err = cli("table", "--ci", "--baseline", "model=vit-ti/16", "--results", results)
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "--baseline model=vit-ti/16 matches every column of this table, so none is left to test against it" in text
+    assert "no cell has a baseline cell" not in text

@@ -141,10 +141,18 @@ def add_significance(
     data.footnotes.append(_legend(described, tests, bool(baseline), notes))
 
 
+EVERY_COLUMN = " matches every column of this table"
+
+
 def _legend(described: str, tests: list, named: bool = False, notes: dict[str, list[str]] | None = None) -> str:
     """What a mark compares: the baseline, and each pair of columns tested, with what else than the
     backbone a pair differs in beside it (`named`: the baseline was named, so pairs cross settings)."""
     rule = "protocol, version and shots or k" if named else "protocol, shots and setting"
+    if not tests and described.endswith(EVERY_COLUMN):  # said as it is (issue 89: "no cell has a baseline cell")
+        return (
+            f"{SIGNIFICANT_MARK}: --baseline {described}, so none is left to test against it; name what the "
+            "baseline alone has (e.g. model=deit-ti/16 or weights=random)"
+        )
     if not tests:
         return (
             f"{SIGNIFICANT_MARK}: no cell has a baseline cell ({described}) at the same dataset, {rule} "
@@ -195,6 +203,8 @@ def baseline_columns(
         # none selected here: the legend says no cell is tested
         chosen = set(apply_where(runs, list(baseline), "--baseline")["column"])
         described = ",".join(baseline)
+        if len(ordered) > 1 and set(ordered) <= chosen:
+            described += EVERY_COLUMN
     elif ordered:
         first = runs[runs["column"] == ordered[0]].iloc[0]
         chosen = {c for c in ordered if backbone[c] == backbone[ordered[0]]}
