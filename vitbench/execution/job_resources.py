@@ -15,7 +15,8 @@ held a whole node's memory, and the next job waited for it).
       image, times the images of a step;
     * a frozen protocol's features, width x 4 bytes x the images of its splits, twice (the cache
       entry and the copy the solve reads).
-  `--mem-gb` overrides it; the planned figure is said when the jobs go out.
+  A data-parallel job adds its launcher (torchrun: LAUNCHER_BYTES). `--mem-gb` overrides it; the
+  planned figure is said when the jobs go out.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ TRAINING_COPIES = 6
 FROZEN_COPIES = 2
 ACTIVATION_BYTES_PER_FLOP = 0.012  # ViT-B/16 at 224 px: ~200 MB kept for the backward pass per 17.6 GFLOP image
 MARGIN = 1.25
+# torchrun, the launcher of a data-parallel job's ranks: Python and torch, resident beside them (a
+# 2-rank CPU fine-tune asked for 4 GB without it and Slurm killed it for exceeding that, issue 88)
+LAUNCHER_BYTES = 0.75 * GIB
 
 
 def default_cpus(processes: int, workers: int) -> int:
@@ -78,7 +82,8 @@ def default_mem_gb(groups: list[Group], processes: int, workers: int, on_cpu: bo
     """The memory a job of the plan asks for: its largest group's, for each process, with MARGIN."""
     processes = max(1, processes)
     per_process = max((process_bytes(g, workers, processes, on_cpu) for g in groups), default=PROCESS_BYTES)
-    return max(1, math.ceil(per_process * processes * MARGIN / GIB))
+    launcher = LAUNCHER_BYTES if processes > 1 else 0.0  # torchrun, itself a process of the job
+    return max(1, math.ceil((per_process * processes + launcher) * MARGIN / GIB))
 
 
 def with_defaults(opts, req: Request, groups: list[Group]):
