@@ -12,7 +12,6 @@ cache only, unless downloads are allowed (--download): then huggingface_hub fetc
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ import numpy as np
 from vitbench import downloads
 from vitbench.datasets.base import DatasetFormat, DatasetSpec
 from vitbench.datasets.container_spec import ContainerSplit, by_split, container_spec, identity, read_once, split_of
-from vitbench.datasets.image_folders import IMAGE_SUFFIXES
+from vitbench.datasets.image_folders import holds_images
 from vitbench.datasets.records import Container, Records, open_binary, remote_fs
 from vitbench.errors import UserError, one_line
 
@@ -331,26 +330,12 @@ def _find_splits(root: Path, label_key: str | None, where: str) -> Found:
         raise UserError(f"{root}: one saved split; save the DatasetDict (train and test) with save_to_disk")
     grouped = by_split([str(f) for f in sorted(root.rglob("*.parquet"))], str(root))
     if not grouped:
-        hint = f"; it holds image files: an ImageFolder tree reads as folder:{root}" if _holds_images(root) else ""
+        hint = f"; it holds image files: an ImageFolder tree reads as folder:{root}" if holds_images(root) else ""
         raise UserError(f"{where}: no parquet files named by split (train-*.parquet, data/test-*.parquet) "
                         f"and no save_to_disk folder (dataset_dict.json){hint}")  # fmt: skip
     for split, files in grouped.items():
         found.splits[split], found.columns = _parquet_split(files, label_key, where)
     return found
-
-
-def _holds_images(root: Path, look: int = 2000) -> bool:
-    """Whether an image file is among the first `look` entries under `root` (a class-folder tree
-    given to hf:, which the error then points to folder:), without walking a large tree whole."""
-    seen = 0
-    for _, _, files in os.walk(root):
-        for name in files:
-            if Path(name).suffix.lower() in IMAGE_SUFFIXES:
-                return True
-        seen += len(files) + 1
-        if seen > look:
-            return False
-    return False
 
 
 def _remote_splits(url: str, label_key: str | None) -> Found:

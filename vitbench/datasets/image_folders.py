@@ -77,3 +77,17 @@ def class_folders(folder: Path, what: str) -> list[tuple[Path, list[str]]]:
         found.append((class_dir, files))
     say_left_out(folder, left_out)
     return found
+
+
+def holds_images(root: Path, look: int = 2000) -> bool:
+    """Whether an image file is among the first `look` entries under `root` (hf: given a class-folder
+    tree points to folder:), without walking a large tree whole."""
+    seen = 0
+    for _, _, files in os.walk(root):
+        for name in files:
+            if Path(name).suffix.lower() in IMAGE_SUFFIXES:
+                return True
+        seen += len(files) + 1
+        if seen > look:
+            return False
+    return False

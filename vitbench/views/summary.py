@@ -124,15 +124,7 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
     acc["identity"] = identities(acc)
     acc = _at_headline(acc)
     known = protocols()
-    header = {p: known[p].label for p in known}
-    # the axis values each protocol's cells show: one value, and the header names it (its headline,
-    # or the one every cell shows: "10-shot" titled 25-shot cells, issue 89); several, and each cell
-    # away from the headline names its own
-    shown = {p: sorted(set(part["_axis"].dropna())) for p, part in acc.groupby("protocol", sort=False)}
-    for protocol in known.values():
-        axis = protocol.axis
-        if axis is not None and axis.headline is not None and len(shown.get(protocol.name) or [None]) == 1:
-            header[protocol.name] += f", {axis.text((shown.get(protocol.name) or [axis.headline])[0])}"
+    header, shown = _axis_headers(acc, known)
     meta = meta_by_column(m.runs)
     present = [p for p in in_report_order(acc["protocol"]) if p in known]
     matched = _paper_matches(acc, compare)
@@ -198,6 +190,19 @@ def _headline(df: pd.DataFrame, compare: Sequence[str]) -> TableData:
         )
     marker_footnotes(data, include_marked=False, compared=False)
     return data
+
+
+def _axis_headers(acc: pd.DataFrame, known) -> tuple[dict[str, str], dict[str, list]]:
+    """Each protocol's column header, and the axis values its cells show: one value, and the header
+    names it (its headline, or the one every cell shows: "10-shot" titled 25-shot cells, issue 89);
+    several, and each cell away from the headline names its own."""
+    header = {p: known[p].label for p in known}
+    shown = {p: sorted(set(part["_axis"].dropna())) for p, part in acc.groupby("protocol", sort=False)}
+    for protocol in known.values():
+        axis = protocol.axis
+        if axis is not None and axis.headline is not None and len(shown.get(protocol.name) or [None]) == 1:
+            header[protocol.name] += f", {axis.text((shown.get(protocol.name) or [axis.headline])[0])}"
+    return header, shown
 
 
 def headline_setting(part: pd.DataFrame) -> str:
