@@ -257,3 +257,52 @@ def test_item17_a_baseline_that_matches_every_column_is_said_so(cli, tmp_path):
     text = " ".join(out.split())
     assert "--baseline model=vit-ti/16 matches every column of this table, so none is left to test against it" in text
     assert "no cell has a baseline cell" not in text
+
+
+def _relabel_in_place(shard: Path, relabel: dict[str, bytes]) -> None:
+    """Rewrite `.cls` members of `shard` in place (same sizes), its modification time restored: what a
+    script fixing labels with `dd` or an editor that keeps times leaves behind."""
+    stat = shard.stat()
+    with tarfile.open(shard) as tar:
+        places = {m.name: (m.offset_data, m.size) for m in tar.getmembers()}
+    with shard.open("r+b") as f:
+        for name, payload in relabel.items():
+            offset, size = places[name]
+            assert len(payload) == size
+            f.seek(offset)
+            f.write(payload)
+    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def _accuracies(results: Path) -> list[float]:
+    runs = store.read_results(results)
+    return runs[runs["metric"] == "accuracy"]["value"].tolist()
+
+
+def test_item1_verify_data_reads_labels_rewritten_in_place_not_the_kept_index(cli, shards, tmp_path, monkeypatch):
+    """Before: the shard index (labels among it) was kept by path, size and time: labels rewritten in
+    place were never read again, and --verify-data stored the old labels' number under the new
+    bytes' fingerprint (100.00 % where the truth was 0.00 %), --rerun too."""
+    folder = tmp_path / "shards"
+    shutil.copytree(shards, folder)
+    dataset = f"wds:{folder}"
+    verified = (*R, "--shots", "3", "--dataset", dataset, "--verify-data")
+    results = tmp_path / "results"
+    code, _, err = cli("run", *verified, "--results", results)
+    assert code == 0, err[-800:]
+    before = _accuracies(results)[0]
+    with tarfile.open(folder / "test-000000.tar") as tar:  # every test label moved on by one class
+        labels = {m.name: int(tar.extractfile(m).read()) for m in tar.getmembers() if m.name.endswith(".cls")}
+    _relabel_in_place(folder / "test-000000.tar", {n: str((c + 1) % 3).encode() for n, c in labels.items()})
+    code, _, err = cli("run", *verified, "--results", results)
+    assert code == 0, err[-800:]
+    stored = _accuracies(results)
+    code, _, err = cli("run", *verified, "--results", results, "--rerun")
+    assert code == 0, err[-800:]
+    rerun = _accuracies(results)
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "fresh-cache"))  # the truth: nothing kept
+    code, _, err = cli("run", *verified, "--results", tmp_path / "truth")
+    assert code == 0, err[-800:]
+    truth = _accuracies(tmp_path / "truth")[0]
+    assert truth != before  # the relabelling moves the number
+    assert sorted(stored) == sorted([before, truth]) and truth in rerun, (before, truth, stored, rerun)

@@ -15,7 +15,7 @@ from PIL import Image
 
 from vitbench.atomic import read_regular
 from vitbench.datasets.decoding import CorruptImage, decode
-from vitbench.datasets.records import Records
+from vitbench.datasets.records import Records, rereading_indexes
 from vitbench.errors import UserError
 from vitbench.provenance import fingerprint_files, sha256_text
 
@@ -277,10 +277,11 @@ class DatasetSpec:
             raise UserError(f"--data-source {source}: dataset {self.name} reads {' or '.join(self.sources)}")
         if self._derived(split):
             return self._held_out(self.load_split(data_dir, "train", source, verify), split)
-        if source in self.other_sources:
-            result = self.other_sources[source](data_dir, split)
-        else:
-            result = self.load(self.root(data_dir), split)
+        with rereading_indexes(verify):  # --verify-data re-reads what it verifies: no kept index is trusted
+            if source in self.other_sources:
+                result = self.other_sources[source](data_dir, split)
+            else:
+                result = self.load(self.root(data_dir), split)
         result.official_size = self.official_sizes.get(split)
         if verify and result.content_fingerprint is not None:
             result.fingerprint, result.content_fingerprint = result.content_fingerprint(), None

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from vitbench.datasets.base import DatasetSpec, Split
-from vitbench.datasets.records import Records, file_size, is_remote, open_binary
+from vitbench.datasets.records import Records, file_size, is_remote, open_binary, rereading
 from vitbench.errors import UserError
 from vitbench.provenance import fingerprint_files, sha256_file, sha256_text
 
@@ -54,13 +54,15 @@ class ContainerSplit:
 
 
 def read_once(read: Callable[[], tuple[Records, np.ndarray]]) -> Callable[[], tuple[Records, np.ndarray]]:
-    """`read`, run the first time only: a split's index is built (or read from the cache) once a process."""
-    cached: list[tuple[Records, np.ndarray]] = []
+    """`read`, run the first time only: a split's index is built (or read from the cache) once a
+    process, and once more the first time --verify-data asks for it read from the bytes."""
+    cached: dict[bool, tuple[Records, np.ndarray]] = {}
 
     def once() -> tuple[Records, np.ndarray]:
-        if not cached:
-            cached.append(read())
-        return cached[0]
+        fresh = rereading()
+        if fresh not in cached:
+            cached[fresh] = cached[False] = read()
+        return cached[fresh]
 
     return once
 

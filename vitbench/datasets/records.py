@@ -11,6 +11,7 @@ pickle cheaply."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -153,6 +154,25 @@ def concatenated(parts: list[dict[str, np.ndarray]]) -> tuple[np.ndarray, np.nda
     return which, *(np.concatenate([p[k] for p in parts]) for k in ("offset", "size", "label"))  # type: ignore[return-value]
 
 
+# --verify-data: a container's kept index (its labels among it) is keyed by path, size and time, which
+# an in-place rewrite can keep; while this is set, indexes are built again from the bytes (and kept)
+_rereading = contextvars.ContextVar("vitbench_rereading_indexes", default=False)
+
+
+@contextlib.contextmanager
+def rereading_indexes(on: bool):
+    """While `on`, `kept_index` builds every index from the file's bytes instead of trusting its kept copy."""
+    token = _rereading.set(on)
+    try:
+        yield
+    finally:
+        _rereading.reset(token)
+
+
+def rereading() -> bool:
+    return _rereading.get()
+
+
 def kept_index(
     kind: str, url: str, settings: str, build: Callable[[], dict[str, np.ndarray]], keys: tuple[str, ...] = ()
 ) -> dict[str, np.ndarray]:
@@ -168,7 +188,7 @@ def kept_index(
         stat = os.stat(url)
         stamp = f"{os.path.abspath(url)}|{stat.st_size}|{stat.st_mtime_ns}"
     kept = downloads.cache_root() / kind / f"{sha256_text(f'{stamp}|{settings}')[:24]}.npz"
-    if kept.is_file():
+    if kept.is_file() and not rereading():
         try:
             with np.load(kept) as f:
                 return {k: f[k] for k in (keys or f.files)}
