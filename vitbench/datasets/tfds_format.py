@@ -25,8 +25,27 @@ from vitbench.errors import UserError, one_line
 from vitbench.native_stderr import held_back
 
 PREFIX = "tfds"
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: records checked against their CRCs as they are indexed
 HEADER = 12  # a TFRecord: length (uint64), its CRC (uint32), the data, the data's CRC (uint32)
+CRC = 4
+
+
+def _masked_crc(data: bytes) -> int:
+    """TFRecord's checksum: CRC-32C, masked as TensorFlow's `crc32c::Mask` masks it (a CRC of data
+    holding CRCs is not itself a weak check)."""
+    import google_crc32c  # TensorFlow's own dependency chain brings it; the tfds extra names it
+
+    crc = google_crc32c.value(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _checked(data: bytes, stored_crc: bytes, where: Callable[[], str]) -> bytes:
+    """`data` when its CRC is the one stored after it, as TensorFlow's reader checks it (it raises
+    DataLossError): a damaged record is refused, never decoded into a number."""
+    if len(stored_crc) != CRC or struct.unpack("<I", stored_crc)[0] != _masked_crc(data):
+        raise UserError(f"{where()}: the record fails its CRC check (corrupted, or rewritten without its checksum); "
+                        "prepare the build again")  # fmt: skip
+    return data
 
 
 def _tfds():
@@ -77,16 +96,16 @@ def index_file(path: str, image_key: str, label_key: str) -> dict[str, np.ndarra
             header = f.read(HEADER)
             if len(header) < HEADER:
                 raise UserError(f"{path}: truncated after record {len(offsets)} (a partial record header)")
-            (length,) = struct.unpack("<Q", header[:8])
-            if position + HEADER + length + 4 > size:
+            where = functools.partial("{}:record {}".format, path, len(offsets))
+            (length,) = struct.unpack("<Q", _checked(header[:8], header[8:], where))
+            if position + HEADER + length + CRC > size:
                 raise UserError(f"{path}: truncated inside record {len(offsets)}")
-            data = f.read(length)
-            f.read(4)
-            _, label = _parse(data, image_key, label_key, functools.partial("{}:record {}".format, path, len(offsets)))
+            data = _checked(f.read(length), f.read(CRC), where)
+            _, label = _parse(data, image_key, label_key, where)
             offsets.append(position + HEADER)
             lengths.append(length)
             labels.append(label)
-            position += HEADER + length + 4
+            position += HEADER + length + CRC
     return {
         "offset": np.asarray(offsets, dtype=np.int64),
         "size": np.asarray(lengths, dtype=np.int64),
@@ -104,11 +123,13 @@ class RecordImages(OffsetContainer):
 
     def __init__(self, files: list[str], parts: list[dict[str, np.ndarray]], image_key: str, label_key: str):
         which, offset, size, self.labels = concatenated(parts)
-        super().__init__(files, which, offset, size)
+        super().__init__(files, which, offset, size + CRC)  # each read takes the record's CRC with it
         self.image_key, self.label_key = image_key, label_key
 
     def read(self, row: int) -> bytes:
-        return _parse(self.raw(row), self.image_key, self.label_key, lambda: self.where(row))[0]
+        raw = self.raw(row)
+        data = _checked(raw[:-CRC], raw[-CRC:], lambda: self.where(row))
+        return _parse(data, self.image_key, self.label_key, lambda: self.where(row))[0]
 
     def where(self, row: int) -> str:
         return f"{self.files[int(self.which[row])]}:record {self.within(row)}"
