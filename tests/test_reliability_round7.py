@@ -339,3 +339,32 @@ def test_item3_a_tfrecord_that_fails_its_crc_is_refused_naming_it(cli, tmp_path)
         "checksum); prepare the build again"
     )
     assert not (results / "vitbench.duckdb").exists() or store.read_results(results).empty
+
+
+@pytest.mark.parametrize("permuted", [True, False], ids=["permuted", "canonical"])
+def test_item2_imagenet_whose_classes_are_in_another_order_is_refused(cli, tmp_path, permuted):
+    """Before: `--dataset imagenet --data-source hf` from a parquet whose ClassLabel names were a
+    permutation of ImageNet's order was scored against the classifier's order and stored as
+    `imagenet` (0.00 % where the canonical order gives 72.00 %)."""
+    pytest.importorskip("datasets")
+    from timm.data import ImageNetInfo
+
+    info = ImageNetInfo()
+    # the Hub's ILSVRC/imagenet-1k names classes by their words; ClassLabel needs the two cranes told apart
+    names = [info.index_to_description(i) for i in range(1000)]
+    names = [f"{n} ({info.index_to_label_name(i)})" if names.count(n) > 1 else n for i, n in enumerate(names)]
+    if permuted:
+        names[0], names[1] = names[1], names[0]
+    data = samples({"train": 2, "val": 1})
+    write_parquet(data, tmp_path / "data" / "hf" / "imagenet-1k", classes=names)
+    results = tmp_path / "results"
+    args = (*R, "--dataset", "imagenet", "--data-source", "hf", "--data-dir", tmp_path / "data", "--results", results)
+    code, _, err = cli("run", *args)
+    if not permuted:
+        assert code == 0, err[-1500:]
+        return
+    assert code == 2 and "Traceback" not in err, err[-1500:]
+    last = err.strip().splitlines()[-1]
+    assert "its class 0 is 'goldfish, Carassius auratus', imagenet's class 0 is 'tench, Tinca tinca'" in last, last
+    assert "the classes are in another order than imagenet's" in last
+    assert not (results / "vitbench.duckdb").exists() or store.read_results(results).empty

@@ -12,6 +12,7 @@ The source is each result's `data_source` (part of its key), as `tfds` and `vtab
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -102,6 +103,7 @@ def container_loader(spec_name: str, num_classes: int, source: str) -> Loader:
                 f"{container.name}: {container.num_classes} classes, {spec_name} has {num_classes}: "
                 f"not {spec_name} (--data-source {source})"
             )
+        check_class_order(container, spec_name, source)
         theirs = PUBLISHED[spec_name].splits[split]
         if theirs not in container.split_names:
             raise UserError(f"{container.name}: has no {theirs} split for {spec_name} {split}")
@@ -109,6 +111,47 @@ def container_loader(spec_name: str, num_classes: int, source: str) -> Loader:
         return replace(found, dataset=spec_name, name=split)
 
     return load
+
+
+# CIFAR-10's classes in the order of its `batches.meta` (the labels every CIFAR-10 classifier was trained on)
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+
+def canonical_classes(spec_name: str) -> list[tuple[str, ...]]:
+    """The names each class of a paper dataset goes by, in its canonical order (ImageNet: the synset
+    and its words, as timm lists them); empty where vitbench knows no names to check against."""
+    if spec_name == "imagenet":
+        from timm.data import ImageNetInfo
+
+        info = ImageNetInfo()
+        return [(synset, info.index_to_description(i)) for i, synset in enumerate(info.label_names())]
+    if spec_name == "cifar10":
+        return [(name,) for name in CIFAR10_CLASSES]
+    return []
+
+
+def _normal(name: str) -> str:
+    return " ".join(name.lower().replace("_", " ").split())
+
+
+def check_class_order(container: DatasetSpec, spec_name: str, source: str) -> None:
+    """A container whose class names are the dataset's in another order is refused: its label 0 is
+    not the class a classifier's output 0 scores (a permuted ImageNet scored 0 % where the canonical
+    order gives 72 %). Names vitbench does not know are not judged."""
+    canonical = canonical_classes(spec_name)
+    if not container.class_names or not canonical:
+        return
+    seen = Counter(_normal(name) for names in canonical for name in set(names))
+    # a name two classes share (ImageNet's bird and machine are both 'crane') tells nothing
+    index = {_normal(name): i for i, names in enumerate(canonical) for name in names if seen[_normal(name)] == 1}
+    for i, name in enumerate(container.class_names):
+        j = index.get(_normal(name))
+        if j is not None and j != i:
+            raise UserError(
+                f"{container.name}: its class {i} is '{name}', {spec_name}'s class {i} is '{canonical[i][-1]}' "
+                f"(--data-source {source}): the classes are in another order than {spec_name}'s, so scores "
+                f"would go to the wrong classes; write the labels in {spec_name}'s order"
+            )
 
 
 def with_container_sources(spec: DatasetSpec) -> DatasetSpec:
