@@ -368,3 +368,22 @@ def test_item2_imagenet_whose_classes_are_in_another_order_is_refused(cli, tmp_p
     assert "its class 0 is 'goldfish, Carassius auratus', imagenet's class 0 is 'tench, Tinca tinca'" in last, last
     assert "the classes are in another order than imagenet's" in last
     assert not (results / "vitbench.duckdb").exists() or store.read_results(results).empty
+
+
+def test_item5_a_test_class_without_a_training_image_makes_a_0_shot_cell(cli, tmp_path):
+    """Before: train without class 1 and test with it stored 25.00 % as a plain 1-shot cell over 3
+    classes (n_train=2), no mark: the class could never be predicted."""
+    pytest.importorskip("datasets")
+    import json
+
+    data = samples({"train": 2, "test": 2})
+    data["train"] = [item for item in data["train"] if item[1] != 1]
+    root = write_parquet(data, tmp_path / "parquet")
+    results = tmp_path / "results"
+    code, _, err = cli("run", *R, "--dataset", f"hf:{root}", "--results", results)
+    assert code == 0, err[-1500:]
+    assert "has no image of 1 class(es) the test split holds (class 1 first)" in " ".join(err.split())
+    runs = store.read_results(results)
+    assert [json.loads(n)["effective_shots"] for n in runs["notes"]] == [0]
+    code, out, err = cli("table", "--results", results)
+    assert code == 0 and "[0-shot]" in out, out

@@ -110,9 +110,17 @@ class FewShot(Protocol):
         hparams = {**hparams, "fewshot_l2": label, **representation_hparams(group, group.runtime)}
         first, drawn_from = _shots_split(group, self.splits(group.dataset)[0], o.fewshot_train)
         hparams |= drawn_from
-        fewest = fewest_per_class(first.labels)
+        scored = scored_classes(group, self.splits(group.dataset)[1])
+        fewest = fewest_per_class(first.labels, scored)
         beyond = sorted(k for k in o.shots if k > fewest)
-        if beyond:
+        if fewest == 0:
+            missing = scored[np.bincount(first.labels, minlength=int(scored.max()) + 1)[scored] == 0]
+            log.warning(
+                "%s %s has no image of %d class(es) the test split holds (class %d first): they cannot be "
+                "predicted, so every run is stored and shown as [0-shot]",
+                group.dataset.name, first.name, len(missing), int(missing[0]),
+            )  # fmt: skip
+        elif beyond:
             log.warning(
                 "--shots %s: %s %s has only %d image(s) in its smallest class; those runs use all of a "
                 "smaller class (the effective shot count is recorded and shown in tables)",
@@ -134,6 +142,7 @@ class FewShot(Protocol):
 
         group = self._as_planned(group, todo[0])
         split_labels = group.splits[self.splits(group.dataset)[0]].labels
+        scored = scored_classes(group, self.splits(group.dataset)[1])
         classes = group.dataset.num_classes
 
         def wanted(present: np.ndarray | None) -> np.ndarray:  # only the images the runs draw are extracted
@@ -160,7 +169,7 @@ class FewShot(Protocol):
                 )
             drawn = sample_indices(split_labels, classes, shots, spec.seed, present)
             share = 1 / len(todo)  # the one extraction is shared by the runs that needed it
-            notes = {"extraction_seconds": found.seconds, "effective_shots": fewest_per_class(split_labels[drawn])}
+            notes = {"extraction_seconds": found.seconds, "effective_shots": fewest_per_class(split_labels[drawn], scored)}
             predictions = Predictions(list(test_ids), np.asarray(test.labels), kept[0]) if kept else None
             yield frozen_result(
                 spec, found, _metrics(accs, label), started, share, solve.seconds, notes, predictions, n_train,
@@ -217,11 +226,17 @@ def _shots_split(group: Group, name: str, choice: str) -> tuple[Split, dict]:
     }
 
 
-def fewest_per_class(labels: np.ndarray) -> int:
-    """Images in the smallest class that has any: a k-shot run with k above it is a smaller-shot
-    run for that class (big_vision's sampling takes what there is, as vitbench's does)."""
-    counts = np.bincount(labels)
-    return int(counts[counts > 0].min()) if counts.any() else 0
+def fewest_per_class(labels: np.ndarray, scored: np.ndarray) -> int:
+    """Images in the smallest of the classes the test split holds (`scored`): a k-shot run with k
+    above it is a smaller-shot run for that class (big_vision's sampling takes what there is, as
+    vitbench's does), and 0 where a test class has no training image at all (it cannot be
+    predicted: the cell is a [0-shot] one). A class in neither split counts for nothing."""
+    counts = np.bincount(labels, minlength=int(scored.max()) + 1 if len(scored) else 0)
+    return int(counts[scored].min()) if len(scored) else 0
+
+
+def scored_classes(group: Group, test_split: str) -> np.ndarray:
+    return np.unique(group.splits[test_split].labels)
 
 
 def _metrics(accs: dict[float, float], l2_label: str) -> dict[str, float]:
