@@ -387,3 +387,31 @@ def test_item5_a_test_class_without_a_training_image_makes_a_0_shot_cell(cli, tm
     assert [json.loads(n)["effective_shots"] for n in runs["notes"]] == [0]
     code, out, err = cli("table", "--results", results)
     assert code == 0 and "[0-shot]" in out, out
+
+
+def test_item6_an_image_a_parquet_names_by_path_is_in_the_fingerprint(cli, tmp_path):
+    """Before: a cell {bytes: null, path: "/…/outside.jpg"} was read, but the file was not in the
+    split's fingerprint: replaced, `--verify-data` said "1 already stored" and kept the old number."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    data = samples({"train": 2, "test": 2})
+    outside = tmp_path / "outside.jpg"
+    outside.write_bytes(data["test"][0][2])
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    folder = tmp_path / "parquet"
+    folder.mkdir()
+    for split, items in data.items():
+        cells = [{"bytes": raw, "path": None} for _, _, raw in items]
+        if split == "test":
+            cells[0] = {"bytes": None, "path": str(outside)}
+        table = pa.table({"image": pa.array(cells, image), "label": pa.array([label for _, label, _ in items])})
+        pq.write_table(table, folder / f"{split}-00000-of-00001.parquet")
+    results = tmp_path / "results"
+    args = ("run", *R, "--dataset", f"hf:{folder}", "--verify-data", "--results", results)
+    assert cli(*args)[0] == 0
+    outside.write_bytes(data["test"][1][2])  # another image, the same name
+    code, _, err = cli(*args)
+    assert code == 0, err[-800:]
+    assert "0 already stored, 1 to run" in err, err[-800:]
+    assert len(store.read_results(results)["run_key"].unique()) == 2

@@ -51,6 +51,9 @@ class ContainerSplit:
     files: list[str]  # the container files, in row order
     read: Callable[[], tuple[Records, np.ndarray]]  # (records, labels): the index, built or read once
     official_size: int | None = None  # what the container's metadata says (parquet footers, _info.json)
+    # image files the records name by path outside the containers (a parquet cell {bytes: null, path}):
+    # known once `read` has run, and fingerprinted with the containers
+    referenced: Callable[[], list[str]] = lambda: []
 
 
 def read_once(read: Callable[[], tuple[Records, np.ndarray]]) -> Callable[[], tuple[Records, np.ndarray]]:
@@ -122,10 +125,11 @@ def container_spec(
         found = splits[split]
         records, labels = found.read()
         check_labels(labels, count, records, "train" if split == "train" else split, class_names, where)
-        fingerprint = files_fingerprint(found.files, content=False) + extra_fingerprint
+        files = found.files + found.referenced()
+        fingerprint = files_fingerprint(files, content=False) + extra_fingerprint
         return Split(
             name, split, labels, source, fingerprint, records=records,
-            content_fingerprint=lambda: files_fingerprint(found.files, content=True) + extra_fingerprint,
+            content_fingerprint=lambda: files_fingerprint(files, content=True) + extra_fingerprint,
         )  # fmt: skip
 
     # the sizes the container's metadata gives (parquet footers, _info.json, TFDS's split info): what

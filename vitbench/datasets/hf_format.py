@@ -209,14 +209,45 @@ def _parquet_split(files: list[str], label_key: str | None, where: str) -> tuple
     container = TableImages(files, columns.image, blocks, start, arrow=False)
     chosen = columns
 
+    referenced: list[str] = []
+
     def read() -> tuple[Records, np.ndarray]:
         labels = []
+        referenced.clear()
         for f in files:
             with open_binary(f) as handle:
                 labels.append(_labels(pa.parquet.read_table(handle, columns=[chosen.label]).column(0), f))
+                referenced.extend(_parquet_image_paths(pa.parquet.ParquetFile(handle), chosen.image))
         return Records(container, np.arange(start, dtype=np.int64)), np.concatenate(labels).astype(np.int64)
 
-    return ContainerSplit(files, read_once(read), official_size=start), columns
+    return ContainerSplit(files, read_once(read), official_size=start, referenced=lambda: referenced), columns
+
+
+def _parquet_image_paths(parquet, image: str) -> list[str]:
+    """The image files a parquet file's cells name by path instead of holding their bytes: read
+    only from row groups whose footer counts null `bytes` (the datasets library's own files hold
+    bytes: nothing is read), so a replaced file changes the split's fingerprint."""
+    schema = parquet.metadata.schema
+    leaf = next((i for i in range(len(schema)) if schema.column(i).path == f"{image}.bytes"), None)
+    if leaf is None:  # binary cells: bytes only
+        return []
+    paths: list[str] = []
+    for g in range(parquet.metadata.num_row_groups):
+        stats = parquet.metadata.row_group(g).column(leaf).statistics
+        if stats is not None and stats.has_null_count and stats.null_count == 0:
+            continue
+        column = parquet.read_row_group(g, columns=[image]).column(0).combine_chunks()
+        paths += image_paths(column)
+    return paths
+
+
+def image_paths(column) -> list[str]:
+    """The absolute paths of a {bytes, path} column's cells without bytes (what `image_bytes` reads)."""
+    if not _pyarrow().types.is_struct(column.type) or column.field("bytes").null_count == 0:
+        return []
+    no_bytes = column.field("bytes").is_null().to_numpy(zero_copy_only=False)
+    named = column.field("path").to_pylist()
+    return [p for p, empty in zip(named, no_bytes, strict=True) if empty and p and Path(p).is_absolute()]
 
 
 def _same_columns(schema, first: Columns, where: str, first_file: str) -> None:
@@ -274,11 +305,13 @@ def _arrow_split(folder: Path, label_key: str | None, where: str) -> tuple[Conta
         start += pa.ipc.open_stream(pa.memory_map(f)).read_all().num_rows
     container = TableImages(files, columns.image, blocks, start, arrow=True)
     labels_column = table.column(columns.label)
+    image_column = table.column(columns.image)  # memory-mapped: only cells without bytes are looked at
+    referenced = [p for chunk in image_column.chunks for p in image_paths(chunk)]
 
     def read() -> tuple[Records, np.ndarray]:
         return Records(container, np.arange(start, dtype=np.int64)), _labels(labels_column, files[0]).astype(np.int64)
 
-    return ContainerSplit(files, read_once(read), official_size=start), columns
+    return ContainerSplit(files, read_once(read), official_size=start, referenced=lambda: referenced), columns
 
 
 def _hub_folder(repo_id: str, download: bool = False) -> Path:
