@@ -68,7 +68,7 @@ def test_the_api_is_discoverable_without_loading_it():
     probe = "import sys, vitbench; print(dir(vitbench)); print('vitbench.api' in sys.modules, 'torch' in sys.modules)"
     shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     listed, loaded = shown.splitlines()
-    assert listed == "['Summary', '__version__', 'plan', 'request', 'results', 'run']"
+    assert listed == "['Summary', 'UserError', '__version__', 'plan', 'request', 'results', 'run']"
     assert loaded == "False False"
     assert "keyword arguments" in vitbench.__doc__ and callable(vitbench.run) and vitbench.Summary.__doc__
 

@@ -1,7 +1,9 @@
 """vitbench as a library is a good guest: `import vitbench`, `vitbench.plan(...)`, `vitbench.run(...)`
 and `vitbench.results(...)` in a researcher's own process leave it as they found it — its environment
-variables, `sys.meta_path`, torch's optimizers and compiler functions, thread settings, warning filters
-and root logger — save the modules vitbench imports. The check runs in a fresh interpreter, as a
+variables, `sys.meta_path`, torch's optimizers and compiler functions, thread settings, warning filters,
+root logger, the global random generators (torch, numpy, Python), multiprocessing's start method,
+signal handlers and running threads — save the modules vitbench imports; a mistake raises
+`vitbench.UserError` only. The check runs in a fresh interpreter, as a
 notebook's kernel would, with the user's own `HF_HUB_OFFLINE=0` set; on main 5649ac2 it failed on
 `import vitbench` alone (GOMP_SPINCOUNT and HF_HUB_OFFLINE set)."""
 
@@ -13,15 +15,38 @@ import subprocess
 import sys
 
 NOTEBOOK = r"""
-import json, logging, os, sys, warnings
+import gc, hashlib, json, logging, multiprocessing, os, random, signal, sys, threading, time, warnings
+import numpy as np
 import torch, torch.optim, torch.compiler
 # a researcher's notebook that uses timm, torchvision, scikit-learn and huggingface_hub itself: what
 # their imports do to the process (timm's and torchvision's import torch._inductor, which sets
 # TORCHINDUCTOR_CACHE_DIR; scikit-learn sets KMP_INIT_AT_FORK) is theirs, before vitbench comes in
 import timm, torchvision, sklearn, huggingface_hub
+# ... and its own optimizers: torch wraps an optimizer class's `step` (its profiler hook) when the first
+# one is made in a process, whoever makes it
+for kind in ("SGD", "Adam", "AdamW"):
+    getattr(torch.optim, kind)([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 OPTIMIZERS = ("SGD", "Adam", "AdamW")
 OPTIMIZER_METHODS = ("step", "zero_grad", "add_param_group", "state_dict", "load_state_dict")
+
+
+SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGCHLD", "SIGUSR1", "SIGUSR2", "SIGPIPE")
+
+
+def digest(*parts):
+    return hashlib.sha256(b"".join(p if isinstance(p, bytes) else repr(p).encode() for p in parts)).hexdigest()[:16]
+
+
+def threads():
+    "The threads still running once what ended is collected (a thread that is ending gets a second)."
+    deadline = time.monotonic() + 5
+    while True:
+        gc.collect()
+        alive = sorted(t.name.split(" ")[0].rstrip("-0123456789") for t in threading.enumerate())
+        if len(alive) <= 1 or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
 
 
 def host():
@@ -38,11 +63,19 @@ def host():
         "threads": [torch.get_num_threads(), torch.get_num_interop_threads()],
         "warning filters": [repr(f) for f in warnings.filters],
         "root logger": [root.level, [repr(h) for h in root.handlers]],
+        # a seeded notebook's next draws: torch's, numpy's and Python's global generators
+        "random states": {"torch": digest(torch.random.get_rng_state().numpy().tobytes()),
+                          "numpy": digest(np.random.get_state()[1].tobytes(), np.random.get_state()[2:]),
+                          "python": digest(random.getstate())},
+        "start method": multiprocessing.get_start_method(allow_none=True),
+        "signal handlers": {name: repr(signal.getsignal(getattr(signal, name))) for name in SIGNALS},
+        "running threads": threads(),
         "stand-ins in sys.modules": sorted(n for n, m in sys.modules.items() if n.startswith("torch") and m is not None
                                            and type(m).__name__ != "module"),
     }
 
 
+torch.manual_seed(0); np.random.seed(0); random.seed(0)  # a seeded notebook
 before = host()
 import vitbench
 
@@ -52,13 +85,27 @@ options = dict(model="vit-ti/16", weights="random", datasets="digits", shots=(1,
                results=results)
 planned = vitbench.plan(**options)
 summary = vitbench.run(**options)
+# DataLoader workers (their start method, SIGCHLD handler, queue threads) and a model fine-tuned
+# from random init (its weights and the loader's seeds drawn from a generator)
+tuned = vitbench.run(**{**options, "workers": 1, "protocol": "finetune", "steps": 2, "batch": 8, "device": "cpu"})
 frame = vitbench.results(results, where=["protocol=fewshot"])
+# a user's mistakes raise vitbench.UserError, nothing else
+mistakes = {}
+for name, call in {"a folder that is not there": lambda: vitbench.results(results + "-misspelt"),
+                   "an unknown dataset": lambda: vitbench.run(**{**options, "datasets": "nope"})}.items():
+    try:
+        call()
+        mistakes[name] = "nothing raised"
+    except vitbench.UserError:
+        mistakes[name] = "UserError"
+    except Exception as e:
+        mistakes[name] = type(e).__name__
 after_use = host()
 # the user's own work goes on as before: their torch.compile, their optimizer
 step = torch.compile(lambda a: a * 2 + 1, backend="eager")
 assert step(torch.ones(2)).tolist() == [3.0, 3.0]
 print("REPORT " + json.dumps({"before": before, "after import": after_import, "after use": after_use,
-                              "ran": summary.ran, "rows": len(frame)}))
+                              "ran": [summary.ran, tuned.ran], "rows": len(frame), "mistakes": mistakes}))
 """
 
 
@@ -71,7 +118,8 @@ def test_import_plan_run_and_results_leave_the_host_process_as_they_found_it(tmp
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("REPORT ")).removeprefix("REPORT "))
-    assert report["ran"] == 1 and report["rows"] == 1  # the API did its work
+    assert report["ran"][0] == 1 and report["ran"][1] > 0 and report["rows"] == 1  # the API did its work
+    assert set(report["mistakes"].values()) == {"UserError"}, report["mistakes"]
     before = report["before"]
     for moment in ("after import", "after use"):
         for what, was in before.items():

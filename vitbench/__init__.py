@@ -10,6 +10,8 @@ The Python API (vitbench/api.py), loaded on first use so that `import vitbench` 
 - `vitbench.results("results", where=[...])`: every stored run with its provenance, as a pandas
   DataFrame: a row per run, a column per metric and per stored setting (`long=True`: a row per
   run x metric).
+- `vitbench.UserError`: what every call raises for a mistake in its input (a name, a path, a
+  file), its message one line naming it, as the CLI prints it; anything else is vitbench's bug.
 """
 
 import time as _time
@@ -22,10 +24,11 @@ STARTED_CPU = _time.process_time()  # and this process's CPU time then (executio
 # no import hook and replaces nothing of torch's. Reaching the network is a property of vitbench's
 # own calls (local files only, unless `--download`); tuning the process (the OpenMP spin count) is
 # the `vitbench` command's, in its own entry (vitbench/cli/__init__.py: entry).
+from vitbench.errors import UserError  # noqa: E402  (a light module: an exception class)
 from vitbench.version import __version__  # noqa: E402
 
 API = ("plan", "request", "results", "run", "Summary")
-__all__ = ["__version__", *API]
+__all__ = ["__version__", "UserError", *API]
 
 
 def __getattr__(name: str):

@@ -29,6 +29,7 @@ from vitbench.execution import cluster, recorder, trackers
 from vitbench.execution.lease import lease_seconds
 from vitbench.execution.plan import plan as plan_groups
 from vitbench.execution.plan import suite_of
+from vitbench.host_state import leaves_no_trace
 from vitbench.execution.runner import execute
 from vitbench.out_paths import check_out_folder
 from vitbench.protocols.base import Group, Request, RunSpec, Trainer
@@ -113,11 +114,13 @@ def writable_results(results: Path) -> Path:
     return results
 
 
+@leaves_no_trace
 def plan(req: Request | None = None, **options) -> list[Group]:
     """The planned groups of run specs (nothing is run or stored)."""
     return plan_groups(request_of(req, options, "vitbench.plan"))
 
 
+@leaves_no_trace
 def run(
     req: Request | None = None,
     *,
@@ -314,6 +317,7 @@ def _run_on_cluster(req: Request, opts: cluster.ClusterOptions, rerun: bool, on_
     return summary
 
 
+@leaves_no_trace
 def results(
     results: str | Path = "results", where: str | list[str] | tuple[str, ...] | None = None, long: bool = False
 ) -> pd.DataFrame:
@@ -333,6 +337,9 @@ def results(
     if clauses is not None and not (isinstance(clauses, list | tuple) and all(isinstance(c, str) for c in clauses)):
         raise UserError(f"vitbench.results(where={where!r:.40}): expected a clause (str) or a list of them")
     path = Path(results)
+    if not path.is_dir():  # a misspelt folder is a mistake, not an empty store
+        what = "is a file" if path.exists() else "no such folder"
+        raise UserError(f"vitbench.results({str(results)!r}): {what}, expected a results folder (`vitbench run` writes one)")
     store.sync(path)
     stored = with_axes(store.read_results(path))
     selected = with_json_parsed(apply_where(stored, clauses))

@@ -43,7 +43,7 @@ from vitbench.atomic import read_regular, write_atomic
 from vitbench.datasets import CorruptImage, Split
 from vitbench.dedup_method import Method
 from vitbench.engine.dedup_compare import THUMB, correlation, descriptors, variants
-from vitbench.engine.loader_workers import init_worker, started
+from vitbench.engine.loader_workers import started, worker_options
 from vitbench.errors import one_line
 
 log = logging.getLogger("vitbench")
@@ -130,9 +130,8 @@ def thumbnail_blocks(split: Split, block: int, workers: int, first: int = 0) -> 
     loader = torch.utils.data.DataLoader(
         rest,
         batch_size=block,
-        num_workers=workers,
         collate_fn=_Thumbnailed.collate,
-        worker_init_fn=init_worker,
+        **worker_options(workers),
     )
     yield from started(loader)
 

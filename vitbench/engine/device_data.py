@@ -28,7 +28,7 @@ from vitbench import pil_resample
 from vitbench.backend import Preprocessing
 from vitbench.datasets import CorruptImage, Split
 from vitbench.datasets.base import decode
-from vitbench.engine.loader_workers import init_worker, started
+from vitbench.engine.loader_workers import started, worker_options
 from vitbench.engine.train_data import Box, MicroBatches, Stream, _item_seed, apply_box, draw_box
 from vitbench.errors import UserError
 
@@ -254,8 +254,7 @@ def streamed_train_batches(
     loader = torch.utils.data.DataLoader(
         _Files(split, decoded=not on_device),
         batch_sampler=MicroBatches(stream, start_step, total_steps),
-        num_workers=workers,
-        worker_init_fn=init_worker,
+        **worker_options(workers),
         collate_fn=_Files.collate,
         pin_memory=False,
     )
@@ -352,7 +351,6 @@ def file_loader(split: Split, batch_size: int, workers: int, decoded: bool):
         _Files(split, decoded),
         batch_size=batch_size,
         shuffle=False,
-        num_workers=workers,
-        worker_init_fn=init_worker,
+        **worker_options(workers),
         collate_fn=_Files.collate,
     )

@@ -17,7 +17,7 @@ from vitbench.backend import Preprocessing
 from vitbench.datasets import Split
 from vitbench.datasets.transformed import TransformedSplit
 from vitbench.engine import device_data, device_eval
-from vitbench.engine.loader_workers import init_worker, started
+from vitbench.engine.loader_workers import started, worker_options
 from vitbench.engine.progress import track
 from vitbench.errors import UserError
 
@@ -46,8 +46,7 @@ def loader(split: Split, transform: Callable, batch_size: int, workers: int, dev
         data,
         batch_size=batch_size,
         shuffle=False,
-        num_workers=workers,
-        worker_init_fn=init_worker,
+        **worker_options(workers),
         pin_memory=device.type == "cuda",
         collate_fn=data.collate_batch,
     )

@@ -30,6 +30,19 @@ from vitbench.engine import stopping
 SHARER = "multiprocessing/resource_sharer.py"
 
 
+def worker_options(workers: int) -> dict:
+    """A DataLoader's worker arguments: `init_worker` and, with workers, a multiprocessing context of
+    its own in the process's start method (or the platform's default). Without one, torch's loader
+    asks multiprocessing for its default context, which fixes the process's start method for good:
+    a host that then chose `spawn` was refused (issue 89)."""
+    if workers <= 0:
+        return {"num_workers": 0, "worker_init_fn": init_worker}
+    import multiprocessing
+
+    method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+    return {"num_workers": workers, "worker_init_fn": init_worker, "multiprocessing_context": method}
+
+
 def init_worker(worker_id: int) -> None:
     """`worker_init_fn`: a cut connection in the worker's resource-sharer thread passes quietly; in a
     cluster job the scheduler's USR2 and SIGTERM, which Slurm sends to every process of the job, are

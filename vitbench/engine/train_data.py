@@ -19,7 +19,7 @@ import torch
 
 from vitbench.datasets import Split
 from vitbench.datasets.transformed import TransformedSplit
-from vitbench.engine.loader_workers import init_worker
+from vitbench.engine.loader_workers import worker_options
 from vitbench.preprocessing import resize_like_tf
 
 # vit_jax's inception crop (vit_jax/input_pipeline.py): tf.image.sample_distorted_bounding_box with
@@ -258,8 +258,7 @@ def train_loader(split: Split, stream: Stream, start_step: int, total_steps: int
     return torch.utils.data.DataLoader(
         AugmentedSplit(split, transform, stream.seed),
         batch_sampler=MicroBatches(stream, start_step, total_steps),
-        num_workers=workers,
-        worker_init_fn=init_worker,
+        **worker_options(workers),
         pin_memory=pin,
         collate_fn=TransformedSplit.collate,
         # the workers' base seed comes from here, not from torch's global RNG (dropout's), so
