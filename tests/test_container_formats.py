@@ -257,29 +257,6 @@ def test_shard_indexes_are_kept_in_the_cache_and_the_shards_untouched(tmp_path, 
 # --- an object store: shards and parquet read in ranges from an S3 server on 127.0.0.1 ------------
 
 
-@pytest.fixture
-def s3(monkeypatch):
-    """An S3-compatible server (moto's) that the test starts on 127.0.0.1; s3fs is pointed at it the
-    way a user points it at MinIO or Ceph (AWS_ENDPOINT_URL). Nothing else is contacted."""
-    server_module = pytest.importorskip("moto.server")
-    pytest.importorskip("s3fs")
-    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    assert host == "127.0.0.1"
-    for name, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test",
-                        "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}.items():  # fmt: skip
-        monkeypatch.setenv(name, value)
-    import s3fs
-
-    s3fs.S3FileSystem.clear_instance_cache()  # a filesystem made before the variables were set
-    fs = s3fs.S3FileSystem()
-    fs.mkdir("data")
-    yield fs
-    s3fs.S3FileSystem.clear_instance_cache()
-    server.stop()
-
-
 def test_shards_and_parquet_on_an_object_store_read_as_the_local_ones(s3, tmp_path, monkeypatch):
     monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
     data = samples({"train": 5, "test": 3})

@@ -415,3 +415,84 @@ def test_item6_an_image_a_parquet_names_by_path_is_in_the_fingerprint(cli, tmp_p
     assert code == 0, err[-800:]
     assert "0 already stored, 1 to run" in err, err[-800:]
     assert len(store.read_results(results)["run_key"].unique()) == 2
+
+
+def _one_line_error(err: str) -> str:
+    assert "Traceback" not in err, err[-2000:]
+    return err.strip().splitlines()[-1]
+
+
+def test_item15_an_object_stores_failures_are_one_line_each(cli, s3, tmp_path, monkeypatch):
+    """Before: a missing bucket (FileNotFoundError) and an endpoint that died mid-run
+    (EndpointConnectionError) were tracebacks."""
+    from vitbench.errors import UserError
+    from vitbench.registry import get_dataset
+
+    monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
+    s3.put(str(write_shards(samples({"train": 2, "test": 1}), tmp_path / "shards")), "data/shards", recursive=True)
+    code, _, err = cli("run", *R, "--dataset", "wds:s3://nobucket/shards", "--results", tmp_path / "r1")
+    assert code == 2 and _one_line_error(err).startswith("error: wds:s3://nobucket/shards: the object store has no such")
+    # the endpoint goes away once the shards are indexed: the next image read says so
+    split = get_dataset("wds:s3://data/shards").load_split(None, "train")
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens on the discard port
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    monkeypatch.setenv("VITBENCH_STORE_TIMEOUT", "2")
+    with pytest.raises(UserError, match=r"^s3://data/shards/train-000000.tar: the object store cannot be reached"):
+        split.encoded(0)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("VITBENCH_STORE_TIMEOUT", "soon")
+    code, _, err = cli("run", *R, "--dataset", "wds:s3://data/shards", "--results", tmp_path / "r2")
+    assert code == 2 and _one_line_error(err) == "error: VITBENCH_STORE_TIMEOUT='soon': expected a number of seconds above 0"
+
+
+def test_item12_an_object_store_that_stops_answering_ends_the_run_in_bounded_time(cli, tmp_path, monkeypatch):
+    """Before: `wds:s3://…` at an endpoint that accepts connections and never answers hung with no
+    output for 150 s and more. Now each request gives up after VITBENCH_STORE_TIMEOUT seconds."""
+    pytest.importorskip("s3fs")
+    import socket
+    import threading
+    import time
+
+    import s3fs
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept_and_say_nothing() -> None:
+        silent.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(silent.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept_and_say_nothing, daemon=True)
+    thread.start()
+    endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    for name, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "t",
+                        "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": "us-east-1",
+                        "VITBENCH_STORE_TIMEOUT": "1", "VITBENCH_CACHE": str(tmp_path / "cache")}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        started = time.monotonic()
+        code, _, err = cli("run", *R, "--dataset", "wds:s3://data/shards", "--results", tmp_path / "results")
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join()
+        for connection in held:
+            connection.close()
+        silent.close()
+        s3fs.S3FileSystem.clear_instance_cache()
+    assert code == 2 and _one_line_error(err) == (
+        f"error: wds:s3://data/shards: the object store did not answer within 1 s (VITBENCH_STORE_TIMEOUT) at "
+        f"{endpoint}"
+    ), err[-1500:]
+    assert took < 60, took

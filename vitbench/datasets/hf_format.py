@@ -11,6 +11,8 @@ cache only, unless downloads are allowed (--download): then huggingface_hub fetc
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from vitbench import downloads
 from vitbench.datasets.base import DatasetFormat, DatasetSpec
 from vitbench.datasets.container_spec import ContainerSplit, by_split, container_spec, identity, read_once, split_of
 from vitbench.datasets.image_folders import holds_images
-from vitbench.datasets.records import Container, Records, open_binary, remote_fs
+from vitbench.datasets.records import Container, Records, is_remote, open_binary, remote_fs, store_errors
 from vitbench.errors import UserError, one_line
 
 PREFIX = "hf"
@@ -173,8 +175,10 @@ class TableImages(Container):
 
     def read(self, row: int) -> bytes:
         k, offset = self._locate(row)
+        file = self.files[self.blocks[k][0]]
         try:
-            value = self._block(k)[offset].as_py()
+            with store_errors(file) if is_remote(file) else contextlib.nullcontext():
+                value = self._block(k)[offset].as_py()
         except OSError as e:
             raise OSError(f"{self.where(row)}: {one_line(e, 200)}") from None
         return image_bytes(value, lambda: self.where(row))
@@ -376,10 +380,8 @@ def _remote_splits(url: str, label_key: str | None) -> Found:
     fs, path = remote_fs(url)
     protocol = url.split("://", 1)[0]
     found = Found()
-    try:
+    with store_errors(url):
         listed = sorted(p for p in fs.find(path) if p.endswith(".parquet"))
-    except OSError as e:
-        raise UserError(f"{url}: cannot be listed ({one_line(e, 200)})") from None
     grouped = by_split([f"{protocol}://{p}" for p in listed], f"{protocol}://{path}")
     if not grouped:
         raise UserError(f"{url}: no parquet files named by split (train-*.parquet)")

@@ -23,7 +23,7 @@ import numpy as np
 
 from vitbench import downloads
 from vitbench.atomic import write_atomic
-from vitbench.errors import UserError
+from vitbench.errors import UserError, one_line
 from vitbench.provenance import sha256_text
 
 
@@ -84,19 +84,72 @@ def open_binary(url: str):
     ranged reads: only the bytes asked for are fetched."""
     if "://" not in url:
         return open(url, "rb")
-    return remote_fs(url)[0].open(url, "rb")
+    with store_errors(url):
+        return remote_fs(url)[0].open(url, "rb")
+
+
+def store_timeout() -> float:
+    """Seconds an object store may take to connect or to answer one request (VITBENCH_STORE_TIMEOUT,
+    default 20) before vitbench gives up on it, saying so: a store that stopped answering hung a run."""
+    raw = os.environ.get("VITBENCH_STORE_TIMEOUT", "20")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise UserError(f"VITBENCH_STORE_TIMEOUT={raw!r}: expected a number of seconds above 0")
+    return value
 
 
 def remote_fs(url: str):
-    """(fsspec filesystem, path) for a URL; fsspec and the protocol's package are optional extras."""
+    """(fsspec filesystem, path) for a URL; fsspec and the protocol's package are optional extras.
+    S3 (s3fs, botocore) gets bounded connect and read timeouts and two attempts a request."""
     try:
         import fsspec
     except ImportError:
         raise UserError(f"{url}: reading from an object store needs fsspec: pip install 'vitbench[remote]'") from None
+    options: dict[str, Any] = {}
+    if url.split("://", 1)[0] in ("s3", "s3a"):
+        timeout = store_timeout()
+        options = {"config_kwargs": {"connect_timeout": timeout, "read_timeout": timeout,
+                                     "retries": {"max_attempts": 2, "mode": "standard"}}}  # fmt: skip
     try:
-        return fsspec.core.url_to_fs(url)
+        return fsspec.core.url_to_fs(url, **options)
     except (ImportError, ValueError) as e:
         raise UserError(f"{url}: {e} (pip install 'vitbench[remote]' installs s3fs and gcsfs)") from None
+
+
+# the packages an object store's failures come from (s3fs and gcsfs wrap some, not all, as OSError)
+_STORE_PACKAGES = {"botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "fsspec", "google", "urllib3", "requests"}
+
+
+@contextlib.contextmanager
+def store_errors(where: str):
+    """An object store's failures inside the block as one line naming `where` and the store's reason:
+    a missing bucket, refused credentials, an endpoint that is gone or silent were tracebacks."""
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as e:
+        package = type(e).__module__.split(".")[0]
+        if not (isinstance(e, OSError | TimeoutError) or package in _STORE_PACKAGES):
+            raise
+        raise UserError(f"{where}: the object store {_store_reason(e)}") from None
+
+
+def _store_reason(error: Exception) -> str:
+    name = type(error).__name__
+    if isinstance(error, FileNotFoundError):
+        return f"has no such bucket or object ({one_line(error, 160)})"
+    if isinstance(error, PermissionError):
+        return f"refused access: check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE, …) ({one_line(error, 160)})"
+    if isinstance(error, TimeoutError) or "Timeout" in name:
+        return (f"did not answer within {store_timeout():g} s (VITBENCH_STORE_TIMEOUT) at "
+                f"{os.environ.get('AWS_ENDPOINT_URL', 'its endpoint')}")  # fmt: skip
+    if "Connect" in name or isinstance(error, ConnectionError):
+        return f"cannot be reached ({name}: {one_line(error, 160)})"
+    return f"failed ({name}: {one_line(error, 160)})"
 
 
 def is_remote(url: str) -> bool:
@@ -106,7 +159,8 @@ def is_remote(url: str) -> bool:
 def file_size(url: str) -> int:
     if is_remote(url):
         fs, path = remote_fs(url)
-        return int(fs.size(path))
+        with store_errors(url):
+            return int(fs.size(path))
     return os.stat(url).st_size
 
 
@@ -132,7 +186,8 @@ class OffsetContainer(Container):
                 handles.pop(next(iter(handles))).close()
             handles[k] = open_binary(self.files[k])
         handles[k].seek(int(self.offset[row]))
-        data = handles[k].read(int(self.size[row]))
+        with store_errors(self.files[k]) if is_remote(self.files[k]) else contextlib.nullcontext():
+            data = handles[k].read(int(self.size[row]))
         if len(data) != int(self.size[row]):
             raise OSError(f"{self.where(row)}: the file ends inside it")
         return data
@@ -182,7 +237,8 @@ def kept_index(
     back (a split needs offsets, sizes and labels; member names only when one is named)."""
     if is_remote(url):
         fs, path = remote_fs(url)
-        info = fs.info(path)
+        with store_errors(url):
+            info = fs.info(path)
         stamp = f"{url}|{info.get('size')}|{info.get('ETag') or info.get('etag') or info.get('mtime') or ''}"
     else:
         stat = os.stat(url)
@@ -194,7 +250,8 @@ def kept_index(
                 return {k: f[k] for k in (keys or f.files)}
         except (OSError, ValueError, KeyError):
             pass  # damaged: built again
-    index = build()
+    with store_errors(url) if is_remote(url) else contextlib.nullcontext():
+        index = build()
 
     def save(tmp: Path) -> None:
         with tmp.open("wb") as f:

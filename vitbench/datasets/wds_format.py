@@ -31,6 +31,7 @@ from vitbench.datasets.records import (
     kept_index,
     open_binary,
     remote_fs,
+    store_errors,
 )
 from vitbench.errors import UserError, one_line
 
@@ -218,7 +219,8 @@ def _shards(target: str) -> tuple[list[str], Path | None]:
             shards = _expand(target)
             _uncompressed(target, shards)
             return shards, None
-        found = [f"{protocol}://{p}" for p in sorted(fs.find(path))]
+        with store_errors(f"wds:{target}"):
+            found = [f"{protocol}://{p}" for p in sorted(fs.find(path))]
         _uncompressed(target, found)
         return [p for p in found if p.endswith(".tar")], None
     path = Path(target).expanduser()
