@@ -496,3 +496,30 @@ def test_item12_an_object_store_that_stops_answering_ends_the_run_in_bounded_tim
         f"{endpoint}"
     ), err[-1500:]
     assert took < 60, took
+
+
+def test_item17_sigterm_just_after_wrote_never_kills_the_finished_command_silently(cli, tmp_path):
+    """Before: SIGTERM 50-100 ms after `wrote …` killed the finished command (exit 143, no line):
+    Python puts the default action back as it shuts down. Now each ending is said: exit 0 (the
+    command had finished) or 143 after "interrupted"."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    results = tmp_path / "results"
+    assert cli("run", *R, "--dataset", "digits", "--results", results)[0] == 0
+    endings = []
+    for i, delay in enumerate((0.0, 0.03, 0.06, 0.1, 0.2, 0.35)):
+        command = [sys.executable, "-m", "vitbench", "table", "--results", str(results), "--format", "md",
+                   "--out", str(tmp_path / f"table{i}.md")]  # fmt: skip
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith("wrote "):
+                time.sleep(delay)
+                proc.send_signal(signal.SIGTERM)
+                break
+        after = proc.stderr.read().strip()
+        endings.append((delay, proc.wait(timeout=60), after.splitlines()[-1] if after else ""))
+    assert all((code, said) in ((0, ""), (143, "interrupted")) for _, code, said in endings), endings

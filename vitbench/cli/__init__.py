@@ -61,7 +61,22 @@ def entry() -> None:
     # (TensorFlow Datasets' absl) printed each progress line again as `INFO:vitbench:…` (issue 89)
     logging.getLogger("vitbench").propagate = False
     signals_interrupt()
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # a signal while main's own exit was on its way out: still its one line
+        err.print("interrupted")
+        sys.exit(loader_workers.interrupted_code())
+    finally:
+        late_signals_ignored()
+
+
+def late_signals_ignored() -> None:
+    """Once the command has said how it ended, a SIGTERM, SIGHUP or Ctrl-C changes nothing of it:
+    ignored. Python puts the default action back for handlers of its own as the interpreter shuts
+    down, so a SIGTERM 50-100 ms after `wrote …` killed the finished command (exit 143, no line)."""
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(number) is loader_workers.interrupt:
+            signal.signal(number, signal.SIG_IGN)
 
 
 def signals_interrupt() -> None:
