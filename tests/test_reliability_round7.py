@@ -513,7 +513,8 @@ def test_item17_sigterm_just_after_wrote_never_kills_the_finished_command_silent
     for i, delay in enumerate((0.0, 0.03, 0.06, 0.1, 0.2, 0.35)):
         command = [sys.executable, "-m", "vitbench", "table", "--results", str(results), "--format", "md",
                    "--out", str(tmp_path / f"table{i}.md")]  # fmt: skip
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        env = {**os.environ, "COLUMNS": "60"}  # narrower than the line: it stays one line all the same
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         assert proc.stderr is not None
         for line in proc.stderr:
             if line.startswith("wrote "):

@@ -80,7 +80,7 @@ def emit(text: str, out_file: Path | None) -> None:
         sys.stdout.write(text)
         return
     write_atomic(check_out_file(out_file), text)
-    err.print(f"wrote {out_file}")
+    err.print(f"wrote {out_file}", soft_wrap=True, markup=False, highlight=False)  # a path is never broken across lines
 
 
 def show(data: TableData, fmt: str, results: Path, out_file: Path | None = None) -> None:

@@ -120,8 +120,16 @@ def image_bytes(value: Any, where: Callable[[], str]) -> bytes:
     return bytes(data)
 
 
+# a parquet row group up to this (uncompressed, from its footer) is read whole and kept while its rows
+# are read; a larger one a few rows at a time, so memory follows the rows read, not the row group
+# (one 480 MB row group peaked at 2.9 GB). The datasets library writes row groups of ~100 images.
+WHOLE_GROUP_BYTES = 64 << 20
+STREAMED_ROWS = 16  # the rows a large row group is read by (restarted for a row behind the last read)
+
+
 class TableImages(Container):
-    """Images in a column of parquet files (read a row group at a time) or Arrow files (memory-mapped)."""
+    """Images in a column of parquet files (read a row group at a time, or a few rows at a time from
+    a large one) or Arrow files (memory-mapped)."""
 
     def __init__(self, files: list[str], column: str, blocks: list[tuple[int, int, int]], total: int, arrow: bool):
         """`blocks`: (file, row group, first row) of each row group (an Arrow file is one block)."""
@@ -156,14 +164,39 @@ class TableImages(Container):
         self._open_block = (k, column)
         return column
 
-    def _parquet(self, file: int):
-        """The file opened once a process (its footer parsed once), a few kept open."""
-        opened: dict[int, Any] = self.__dict__.setdefault("_open_files", {})
-        if file not in opened:
+    def _parquet(self, file: int, streamed: bool = False):
+        """The file opened once a process (its footer parsed once), a few kept open. `streamed`: for
+        reading a large row group a few rows at a time, its column chunks through a 1 MiB buffer and
+        not fetched whole first (pyarrow's pre-buffering held the whole chunk: 3x the rows read)."""
+        opened: dict[tuple[int, bool], Any] = self.__dict__.setdefault("_open_files", {})
+        if (file, streamed) not in opened:
             if len(opened) >= 8:
                 opened.pop(next(iter(opened))).close()
-            opened[file] = _pyarrow().parquet.ParquetFile(open_binary(self.files[file]))
-        return opened[file]
+            options = {"pre_buffer": False, "buffer_size": 1 << 20} if streamed else {}
+            opened[file, streamed] = _pyarrow().parquet.ParquetFile(open_binary(self.files[file]), **options)
+        return opened[file, streamed]
+
+    def _large(self, k: int) -> bool:
+        if self.arrow:
+            return False
+        file, group, _ = self.blocks[k]
+        return self._parquet(file).metadata.row_group(group).total_byte_size > WHOLE_GROUP_BYTES
+
+    def _streamed(self, k: int, offset: int):
+        """Row `offset` of large row group `k`: from the rows read last, read on to it, or read again
+        from the group's start for a row behind them."""
+        state = getattr(self, "_open_stream", None)
+        if state is None or state[0] != k or offset < state[2]:
+            file, group, _ = self.blocks[k]
+            batches = self._parquet(file, streamed=True).iter_batches(
+                batch_size=STREAMED_ROWS, row_groups=[group], columns=[self.column], use_threads=False
+            )
+            state = [k, batches, 0, next(batches).column(0)]
+        while offset >= state[2] + len(state[3]):
+            state[2] += len(state[3])
+            state[3] = next(state[1]).column(0)
+        self._open_stream = state
+        return state[3][offset - state[2]]
 
     def groups(self, rows: np.ndarray) -> np.ndarray:
         """A parquet row group (read whole), or an Arrow file."""
@@ -178,7 +211,7 @@ class TableImages(Container):
         file = self.files[self.blocks[k][0]]
         try:
             with store_errors(file) if is_remote(file) else contextlib.nullcontext():
-                value = self._block(k)[offset].as_py()
+                value = (self._streamed(k, offset) if self._large(k) else self._block(k)[offset]).as_py()
         except OSError as e:
             raise OSError(f"{self.where(row)}: {one_line(e, 200)}") from None
         return image_bytes(value, lambda: self.where(row))
