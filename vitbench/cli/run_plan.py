@@ -43,6 +43,7 @@ def print_plan(
         solves = solve_price.plan_solves(groups, set(todo), device, here, cache_root(), summary.results)
         found.beside.solves, found.solves = solves.seconds, solves
     absent = {s.run_key for g in groups if g.absent is not None for s in g.specs}
+    lines = []
     for s in summary.specs:
         detail = get_protocol(s.protocol).describe(s)
         detail = f" {detail}" if detail else ""
@@ -52,11 +53,12 @@ def print_plan(
         cost = "  not priced" if found is not None and state == "todo" and not priced else cost  # never "< 1 s"
         key = "(no data yet)" if s.run_key in absent else s.run_key[:12]  # a key of no files: not the real one's
         # the weights on every line: two weights of one model plan lines that would otherwise read the same
-        line = (
+        lines.append(
             f"{key:13s} {s.model:12s} {weights_label(s):16s} {s.dataset:18s} {s.protocol}{detail} seed={s.seed}  "
             f"{state}{cost}"
         )
-        out.print(line, markup=False, soft_wrap=True)
+    if lines:  # one print, unhighlighted: a line each through rich took 1 ms (100,000 runs: 113 s)
+        out.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
     if len({g.dataset.name for g in groups}) > 1 or absent:
         _print_datasets(summary, found)
     if found is None:

@@ -292,7 +292,7 @@ def _priced(groups: list[Group], todo: set[str] | None = None) -> list[tuple[Gro
         if not work.shared:
             priced.append((group, work.images))
             continue
-        runs = [key for key in work.images if todo is None or key in todo]
+        runs = {key for key in work.images if todo is None or key in todo}  # a set: 100,000 runs looked up in it
         extracted = 0.0
         for path, needed in work.shared.items() if runs else ():  # a group with nothing to do reads nothing
             have = held[path] if path in held else float(held_images(Path(path)))
