@@ -76,6 +76,9 @@ class Split:
                 return decode("", self.records.read(index))
             except CorruptImage as e:  # named only when it is: where() formats a member's name
                 raise CorruptImage(self.records.where(index), e.reason) from None
+            except OSError as e:  # a record its container cannot give (a torn parquet page): the image is lost
+                where = self.records.where(index)
+                raise CorruptImage(where, " ".join(str(e).removeprefix(f"{where}: ").split())[:200]) from None
         assert self.paths is not None
         return decode(self.paths[index])
 
