@@ -70,7 +70,9 @@ def _damage(file: Path, how: str, where: float, value: int) -> None:
 
 
 def _containers(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and (".tfrecord" in p.name or p.suffix in (".parquet", ".tar")))
+    return sorted(
+        p for p in folder.rglob("*") if p.is_file() and (".tfrecord" in p.name or p.suffix in (".parquet", ".tar"))
+    )
 
 
 def _read_everything(argument: str, cache: Path) -> None:

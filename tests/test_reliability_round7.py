@@ -431,7 +431,9 @@ def test_item15_an_object_stores_failures_are_one_line_each(cli, s3, tmp_path, m
     monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
     s3.put(str(write_shards(samples({"train": 2, "test": 1}), tmp_path / "shards")), "data/shards", recursive=True)
     code, _, err = cli("run", *R, "--dataset", "wds:s3://nobucket/shards", "--results", tmp_path / "r1")
-    assert code == 2 and _one_line_error(err).startswith("error: wds:s3://nobucket/shards: the object store has no such")
+    assert code == 2 and _one_line_error(err).startswith(
+        "error: wds:s3://nobucket/shards: the object store has no such"
+    )
     # the endpoint goes away once the shards are indexed: the next image read says so
     split = get_dataset("wds:s3://data/shards").load_split(None, "train")
     endpoint = os.environ["AWS_ENDPOINT_URL"]
@@ -445,7 +447,10 @@ def test_item15_an_object_stores_failures_are_one_line_each(cli, s3, tmp_path, m
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     monkeypatch.setenv("VITBENCH_STORE_TIMEOUT", "soon")
     code, _, err = cli("run", *R, "--dataset", "wds:s3://data/shards", "--results", tmp_path / "r2")
-    assert code == 2 and _one_line_error(err) == "error: VITBENCH_STORE_TIMEOUT='soon': expected a number of seconds above 0"
+    assert (
+        code == 2
+        and _one_line_error(err) == "error: VITBENCH_STORE_TIMEOUT='soon': expected a number of seconds above 0"
+    )
 
 
 def test_item12_an_object_store_that_stops_answering_ends_the_run_in_bounded_time(cli, tmp_path, monkeypatch):
@@ -524,3 +529,34 @@ def test_item17_sigterm_just_after_wrote_never_kills_the_finished_command_silent
         after = proc.stderr.read().strip()
         endings.append((delay, proc.wait(timeout=60), after.splitlines()[-1] if after else ""))
     assert all((code, said) in ((0, ""), (143, "interrupted")) for _, code, said in endings), endings
+
+
+def test_goal2_the_linear_probe_above_scikit_learns_size_sums_its_loss_over_row_chunks(monkeypatch):
+    """ImageNet-21k's 21,843 classes: scikit-learn's full-batch L-BFGS holds several N x K float64
+    arrays (3.8 GB each at 1-shot). Above SKLEARN_MAX_LOGITS the torch L-BFGS minimises the same
+    objective a chunk of rows at a time: its fit predicts as scikit-learn's, and its chunks change
+    nothing (benchmarks/test_linear_class_count.py measures the memory)."""
+    import numpy as np
+    import torch
+
+    from vitbench.engine import logistic
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(30, 16))
+    y = np.arange(300) % 30
+    x = torch.from_numpy(centres[y] + rng.normal(scale=0.8, size=(300, 16)))
+    labels = torch.from_numpy(y)
+    reference, _ = logistic.solve(x, labels, 1.0)  # scikit-learn: 300 x 30 logits
+    monkeypatch.setattr(logistic, "SKLEARN_MAX_LOGITS", 0)
+    whole, _ = logistic.solve(x, labels, 1.0)
+    monkeypatch.setattr(logistic, "CHUNK_LOGITS", 7 * 30)  # 7 rows a chunk, the last one short
+    chunked, _ = logistic.solve(x, labels, 1.0)
+    assert np.allclose(chunked.coef, whole.coef, atol=1e-9) and np.allclose(
+        chunked.intercept, whole.intercept, atol=1e-9
+    )
+    assert np.abs(chunked.coef - reference.coef).max() < 0.05  # both stop at a gradient of 1e-4, not at the optimum
+    z = x.numpy()
+    assert chunked.accuracy(z, y) == reference.accuracy(z, y)
+    probe = chunked.probe(30, *logistic._standardizer(x, "raw"))
+    top = probe.top(x)
+    assert top.shape == (300, 5) and np.array_equal(top[:, 0], probe.scores(x).argmax(dim=1).numpy())

@@ -50,6 +50,11 @@ NEVER = -1e30  # the bias of a class absent from the fitting set: never predicte
 # features of 20 classes (0.9 M) swept in 0.79 s on the GPU against 0.23 s in scikit-learn; 1,000 x
 # 384 of 10 (3.8 M) in 0.72 s against 4.6 s; 10,000 x 768 of 10 in 0.71 s against 25.6 s.
 GPU_MIN_WORK = 1_500_000
+# Above this many logits (fitting images x classes) scikit-learn is not used on the CPU either: its
+# full-batch multinomial L-BFGS holds several N x K float64 arrays (1-shot ImageNet-21k: 21,843 x
+# 21,843, 3.8 GB each), where the torch L-BFGS below sums its loss over row chunks.
+SKLEARN_MAX_LOGITS = 2**24
+CHUNK_LOGITS = 2**21  # rows x classes scored at once (16 MB of float64): memory bounded at any class count
 
 
 @dataclass
@@ -60,14 +65,27 @@ class LinearProbe:
     std: torch.Tensor
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
-        return self.scores(x).argmax(dim=1)
+        return torch.cat([self.scores(part).argmax(dim=1) for part in _row_chunks(x, self.weight.shape[1])])
 
     def scores(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, K) logits of the probe."""
+        """(N, K) logits of the probe (for a few rows: `top` ranks any number in bounded memory)."""
         return ((x.double() - self.mean) / self.std) @ self.weight + self.bias
+
+    def top(self, x: torch.Tensor) -> np.ndarray:
+        """(N, TOP) each row's best classes, best first, scored a chunk of rows at a time."""
+        from vitbench.store.predictions import top_classes
+
+        parts = [top_classes(self.scores(part).float().cpu().numpy()) for part in _row_chunks(x, self.weight.shape[1])]
+        return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.int64)
 
     def accuracy(self, x: torch.Tensor, y: torch.Tensor) -> float:
         return float((self.predict(x) == y).double().mean())
+
+
+def _row_chunks(x, classes: int) -> list:
+    """`x` in row chunks whose logits hold at most CHUNK_LOGITS values."""
+    rows = max(1, CHUNK_LOGITS // max(classes, 1))
+    return [x[i : i + rows] for i in range(0, len(x), rows)]
 
 
 @dataclass(frozen=True)
@@ -82,9 +100,12 @@ class Solution:
     def accuracy(self, z: np.ndarray, y: np.ndarray) -> float:
         """On (standardised) features as the fit saw them, in numpy: the sweep's 19 validation
         scores cost no device round trips. The same predictions as `probe(...).predict`."""
-        logits = z @ self.coef.T + self.intercept
-        picked = (logits[:, 0] > 0).astype(np.int64) if len(self.classes) == 2 else logits.argmax(axis=1)
-        return float((self.classes[picked] == y).mean())
+        right = 0
+        for part, labels in zip(_row_chunks(z, len(self.classes)), _row_chunks(y, len(self.classes)), strict=True):
+            logits = part @ self.coef.T + self.intercept
+            picked = (logits[:, 0] > 0).astype(np.int64) if len(self.classes) == 2 else logits.argmax(axis=1)
+            right += int((self.classes[picked] == labels).sum())
+        return right / len(y)
 
     def probe(self, num_classes: int, mean: torch.Tensor, std: torch.Tensor) -> LinearProbe:
         """The K-class softmax with the same predictions and probabilities (a binary model's
@@ -130,7 +151,9 @@ def _solver(x: torch.Tensor, y: torch.Tensor, features: str) -> Callable[..., tu
     if features == "standardized":  # raw features go as they are (no copy: the fits are milliseconds)
         mean, std = _standardizer(z, features)
         z = (z - mean) / std
-    if z.device.type == "cpu" or z.shape[0] * z.shape[1] * (int(y.max()) + 1) < GPU_MIN_WORK:
+    classes = int(y.max()) + 1
+    small = z.shape[0] * classes <= SKLEARN_MAX_LOGITS
+    if small and (z.device.type == "cpu" or z.shape[0] * z.shape[1] * classes < GPU_MIN_WORK):
         z_host, y_host = z.cpu().numpy(), y.cpu().numpy()
         return lambda l2, max_iter=MAX_ITER: _sklearn(z_host, y_host, l2, max_iter)
     return lambda l2, max_iter=MAX_ITER: _torch(z, y, l2, max_iter)
@@ -168,7 +191,8 @@ def _blas():
 
 
 def _torch(z: torch.Tensor, y: torch.Tensor, l2: float, max_iter: int) -> tuple[Solution, int]:
-    """scikit-learn's objective and stopping rule, on the features' device."""
+    """scikit-learn's objective and stopping rule, on the features' device (the CPU's too above
+    SKLEARN_MAX_LOGITS)."""
     classes, target = torch.unique(y, return_inverse=True)
     binary = len(classes) == 2
     rows = 1 if binary else len(classes)
@@ -179,18 +203,25 @@ def _torch(z: torch.Tensor, y: torch.Tensor, l2: float, max_iter: int) -> tuple[
         [coef, intercept], lr=1.0, max_iter=max_iter, tolerance_grad=TOL, tolerance_change=FTOL, history_size=10,
         line_search_fn="strong_wolfe",
     )  # fmt: skip
-    loss_of: Callable[[torch.Tensor], torch.Tensor]
+    loss_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     if binary:
-        sign = target.double()
-        loss_of = lambda logits: torch.nn.functional.binary_cross_entropy_with_logits(logits[:, 0], sign)  # noqa: E731
+        loss_of = lambda logits, t: torch.nn.functional.binary_cross_entropy_with_logits(logits[:, 0], t.double())  # noqa: E731
     else:
-        loss_of = lambda logits: torch.nn.functional.cross_entropy(logits, target)  # noqa: E731
+        loss_of = lambda logits, t: torch.nn.functional.cross_entropy(logits, t)  # noqa: E731
+
+    chunks = list(zip(_row_chunks(z, rows), _row_chunks(target, rows), strict=True))
 
     def closure() -> torch.Tensor:
+        """The mean loss and its gradient, summed over row chunks: never all N x K logits at once."""
         optimizer.zero_grad()
-        loss = loss_of(z @ coef.T + intercept) + 0.5 * l2_mean * (coef**2).sum()
-        loss.backward()
-        return loss
+        total = torch.zeros((), dtype=torch.float64, device=z.device)
+        for part, labels in chunks:
+            loss = loss_of(part @ coef.T + intercept, labels) * (len(part) / len(z))
+            loss.backward()
+            total += loss.detach()
+        penalty = 0.5 * l2_mean * (coef**2).sum()
+        penalty.backward()
+        return total + penalty.detach()
 
     optimizer.step(closure)
     iterations = int(optimizer.state[coef]["n_iter"])

@@ -109,11 +109,10 @@ class LinearProbe(FrozenFeatureProtocol):
             )  # fmt: skip
             probe = logistic.fit(*train, classes, best, features)
             accuracy = probe.accuracy(*test)
-        predictions = Predictions.from_scores(
-            probe.scores(test[0]).float().cpu().numpy(),
-            found.test.labels,
-            image_ids(group.splits[self.splits(group.dataset)[1]], found.test.indices),
-        )
+        predictions = Predictions(  # ranked a chunk of rows at a time: any class count
+            list(image_ids(group.splits[self.splits(group.dataset)[1]], found.test.indices)),
+            np.asarray(found.test.labels), probe.top(test[0]),
+        )  # fmt: skip
         metrics = {"accuracy": accuracy, "l2": best, "val_accuracy": scores[best]}
         # each fit's L-BFGS iterations: what its solve cost (a dry run prices a fit at solve_pace.EXPECTED_ITERATIONS)
         notes = {
