@@ -29,8 +29,8 @@ from vitbench.execution import cluster, recorder, trackers
 from vitbench.execution.lease import lease_seconds
 from vitbench.execution.plan import plan as plan_groups
 from vitbench.execution.plan import suite_of
-from vitbench.host_state import leaves_no_trace
 from vitbench.execution.runner import execute
+from vitbench.host_state import leaves_no_trace
 from vitbench.out_paths import check_out_folder
 from vitbench.protocols.base import Group, Request, RunSpec, Trainer
 from vitbench.protocols.measures import progress_text
@@ -339,7 +339,9 @@ def results(
     path = Path(results)
     if not path.is_dir():  # a misspelt folder is a mistake, not an empty store
         what = "is a file" if path.exists() else "no such folder"
-        raise UserError(f"vitbench.results({str(results)!r}): {what}, expected a results folder (`vitbench run` writes one)")
+        raise UserError(
+            f"vitbench.results({str(results)!r}): {what}, expected a results folder (`vitbench run` writes one)"
+        )
     store.sync(path)
     stored = with_axes(store.read_results(path))
     selected = with_json_parsed(apply_where(stored, clauses))

@@ -12,7 +12,6 @@ cache only, unless downloads are allowed (--download): then huggingface_hub fetc
 from __future__ import annotations
 
 import contextlib
-
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field

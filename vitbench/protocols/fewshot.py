@@ -169,7 +169,8 @@ class FewShot(Protocol):
                 )
             drawn = sample_indices(split_labels, classes, shots, spec.seed, present)
             share = 1 / len(todo)  # the one extraction is shared by the runs that needed it
-            notes = {"extraction_seconds": found.seconds, "effective_shots": fewest_per_class(split_labels[drawn], scored)}
+            fewest = fewest_per_class(split_labels[drawn], scored)
+            notes = {"extraction_seconds": found.seconds, "effective_shots": fewest}
             predictions = Predictions(list(test_ids), np.asarray(test.labels), kept[0]) if kept else None
             yield frozen_result(
                 spec, found, _metrics(accs, label), started, share, solve.seconds, notes, predictions, n_train,
