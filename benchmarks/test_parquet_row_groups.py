@@ -25,7 +25,7 @@ RATIO = 1.2
 PROBE = """
 import sys
 import pyarrow.parquet as pq
-from vitbench.datasets.hf_format import TableImages
+from vitbench.datasets.table_images import TableImages
 path = sys.argv[1]
 meta = pq.ParquetFile(path).metadata
 blocks, start = [], 0

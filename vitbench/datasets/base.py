@@ -15,7 +15,7 @@ from PIL import Image
 
 from vitbench.atomic import read_regular
 from vitbench.datasets.decoding import CorruptImage, decode
-from vitbench.datasets.records import Records, rereading_indexes
+from vitbench.datasets.records import Records
 from vitbench.errors import UserError
 from vitbench.provenance import fingerprint_files, sha256_text
 
@@ -49,6 +49,9 @@ class Split:
     # the fingerprint from the files' contents, for --verify-data (None: `fingerprint` already is
     # one, or the split is in memory); computed only when asked: it reads every byte
     content_fingerprint: Callable[[], str] | None = None
+    # the split read again with its index built from the container's bytes (--verify-data): a kept
+    # index is found by path, size and time, which a rewrite in place can keep
+    reread: Callable[[], Split] | None = None
     # images inside containers, read by row (hf:, wds:, tfds:): neither `images` nor `paths`
     records: Records | None = None
 
@@ -280,11 +283,12 @@ class DatasetSpec:
             raise UserError(f"--data-source {source}: dataset {self.name} reads {' or '.join(self.sources)}")
         if self._derived(split):
             return self._held_out(self.load_split(data_dir, "train", source, verify), split)
-        with rereading_indexes(verify):  # --verify-data re-reads what it verifies: no kept index is trusted
-            if source in self.other_sources:
-                result = self.other_sources[source](data_dir, split)
-            else:
-                result = self.load(self.root(data_dir), split)
+        if source in self.other_sources:
+            result = self.other_sources[source](data_dir, split)
+        else:
+            result = self.load(self.root(data_dir), split)
+        if verify and result.reread is not None:  # --verify-data re-reads what it verifies: no kept index trusted
+            result = result.reread()
         result.official_size = self.official_sizes.get(split)
         if verify and result.content_fingerprint is not None:
             result.fingerprint, result.content_fingerprint = result.content_fingerprint(), None

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from vitbench.datasets.base import DatasetSpec, Split
-from vitbench.datasets.records import Records, file_size, is_remote, open_binary, rereading
+from vitbench.datasets.records import Records, file_size, is_remote, open_binary
 from vitbench.errors import UserError
 from vitbench.provenance import fingerprint_files, sha256_file, sha256_text
 
@@ -49,22 +49,22 @@ class ContainerSplit:
     """One split found in a container format: its records and labels, read when first asked for."""
 
     files: list[str]  # the container files, in row order
-    read: Callable[[], tuple[Records, np.ndarray]]  # (records, labels): the index, built or read once
+    # (records, labels): the index, built or read once; read(fresh=True) builds it from the bytes (--verify-data)
+    read: Callable[..., tuple[Records, np.ndarray]]
     official_size: int | None = None  # what the container's metadata says (parquet footers, _info.json)
     # image files the records name by path outside the containers (a parquet cell {bytes: null, path}):
     # known once `read` has run, and fingerprinted with the containers
     referenced: Callable[[], list[str]] = lambda: []
 
 
-def read_once(read: Callable[[], tuple[Records, np.ndarray]]) -> Callable[[], tuple[Records, np.ndarray]]:
-    """`read`, run the first time only: a split's index is built (or read from the cache) once a
-    process, and once more the first time --verify-data asks for it read from the bytes."""
+def read_once(read: Callable[[bool], tuple[Records, np.ndarray]]) -> Callable[..., tuple[Records, np.ndarray]]:
+    """`read(fresh)`, run the first time only: a split's index is built (or read from the cache) once
+    a process, and once more the first time --verify-data asks for it built from the bytes."""
     cached: dict[bool, tuple[Records, np.ndarray]] = {}
 
-    def once() -> tuple[Records, np.ndarray]:
-        fresh = rereading()
+    def once(fresh: bool = False) -> tuple[Records, np.ndarray]:
         if fresh not in cached:
-            cached[fresh] = cached[False] = read()
+            cached[fresh] = cached[False] = read(fresh)
         return cached[fresh]
 
     return once
@@ -121,15 +121,16 @@ def container_spec(
     has_val = "val" in splits
     test = "test" if "test" in splits else "val"
 
-    def load(_root: Path | None, split: str) -> Split:
+    def load(_root: Path | None, split: str, fresh: bool = False) -> Split:
         found = splits[split]
-        records, labels = found.read()
+        records, labels = found.read(fresh)
         check_labels(labels, count, records, "train" if split == "train" else split, class_names, where)
         files = found.files + found.referenced()
         fingerprint = files_fingerprint(files, content=False) + extra_fingerprint
         return Split(
             name, split, labels, source, fingerprint, records=records,
             content_fingerprint=lambda: files_fingerprint(files, content=True) + extra_fingerprint,
+            reread=None if fresh else lambda: load(_root, split, fresh=True),
         )  # fmt: skip
 
     # the sizes the container's metadata gives (parquet footers, _info.json, TFDS's split info): what

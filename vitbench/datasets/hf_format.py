@@ -11,9 +11,7 @@ cache only, unless downloads are allowed (--download): then huggingface_hub fetc
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,21 +22,14 @@ from vitbench import downloads
 from vitbench.datasets.base import DatasetFormat, DatasetSpec
 from vitbench.datasets.container_spec import ContainerSplit, by_split, container_spec, identity, read_once, split_of
 from vitbench.datasets.image_folders import holds_images
-from vitbench.datasets.records import Container, Records, is_remote, open_binary, remote_fs, store_errors
+from vitbench.datasets.records import Records, open_binary, remote_fs, store_errors
+from vitbench.datasets.table_images import TableImages, image_paths, parquet_image_paths
+from vitbench.datasets.table_images import pyarrow_module as _pyarrow
 from vitbench.errors import UserError, one_line
 
 PREFIX = "hf"
 IMAGE_NAMES = ("image", "img", "jpg", "png", "webp")
 LABEL_NAMES = ("label", "labels", "fine_label", "cls", "class")
-
-
-def _pyarrow():
-    try:
-        import pyarrow
-        import pyarrow.parquet  # noqa: F401
-    except ImportError:
-        raise UserError("hf: datasets need pyarrow: pip install 'vitbench[hf]'") from None
-    return pyarrow
 
 
 @dataclass
@@ -105,126 +96,6 @@ def _is_image_type(pa, kind) -> bool:
     return pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
 
 
-def image_bytes(value: Any, where: Callable[[], str]) -> bytes:
-    """The encoded image of one cell: a {bytes, path} struct's bytes (or, as the datasets library
-    reads a local dataset that refers to its files, the file at its absolute path), or the binary value."""
-    data = value.get("bytes") if isinstance(value, dict) else value
-    if not data and isinstance(value, dict) and value.get("path") and Path(value["path"]).is_absolute():
-        try:
-            return Path(value["path"]).read_bytes()
-        except OSError as e:
-            raise OSError(f"{where()}: its image file {value['path']}: {e.strerror or e}") from None
-    if not data:
-        raise UserError(f"{where()}: the row has no image bytes")
-    return bytes(data)
-
-
-# a parquet row group up to this (uncompressed, from its footer) is read whole and kept while its rows
-# are read; a larger one a few rows at a time, so memory follows the rows read, not the row group
-# (one 480 MB row group peaked at 2.9 GB). The datasets library writes row groups of ~100 images.
-WHOLE_GROUP_BYTES = 64 << 20
-STREAMED_ROWS = 16  # the rows a large row group is read by (restarted for a row behind the last read)
-
-
-class TableImages(Container):
-    """Images in a column of parquet files (read a row group at a time, or a few rows at a time from
-    a large one) or Arrow files (memory-mapped)."""
-
-    def __init__(self, files: list[str], column: str, blocks: list[tuple[int, int, int]], total: int, arrow: bool):
-        """`blocks`: (file, row group, first row) of each row group (an Arrow file is one block)."""
-        self.files = tuple(files)
-        self.column = column
-        self.arrow = arrow
-        self.blocks = blocks
-        self.starts = np.asarray([b[2] for b in blocks], dtype=np.int64)
-        self.total = total
-
-    def __len__(self) -> int:
-        return self.total
-
-    def _block(self, k: int):
-        cached = getattr(self, "_open_block", None)
-        if cached is not None and cached[0] == k:
-            return cached[1]
-        pa = _pyarrow()
-        file, group, _ = self.blocks[k]
-        if self.arrow:
-            tables = getattr(self, "_open_tables", None) or {}
-            if file not in tables:  # memory-mapped: the pages are read as rows are
-                tables[file] = pa.ipc.open_stream(pa.memory_map(self.files[file])).read_all()
-                self._open_tables = tables
-            column = tables[file].column(self.column)
-        else:
-            # one row group, one array: its `bytes` child read directly (a struct scalar's as_py() built
-            # a dict per image, and parquet then decoded 5 % slower than the same JPEGs as files)
-            column = self._parquet(file).read_row_group(group, columns=[self.column]).column(0).combine_chunks()
-            if pa.types.is_struct(column.type) and column.null_count == 0 and column.field("bytes").null_count == 0:
-                column = column.field("bytes")
-        self._open_block = (k, column)
-        return column
-
-    def _parquet(self, file: int, streamed: bool = False):
-        """The file opened once a process (its footer parsed once), a few kept open. `streamed`: for
-        reading a large row group a few rows at a time, its column chunks through a 1 MiB buffer and
-        not fetched whole first (pyarrow's pre-buffering held the whole chunk: 3x the rows read)."""
-        opened: dict[tuple[int, bool], Any] = self.__dict__.setdefault("_open_files", {})
-        if (file, streamed) not in opened:
-            if len(opened) >= 8:
-                opened.pop(next(iter(opened))).close()
-            options = {"pre_buffer": False, "buffer_size": 1 << 20} if streamed else {}
-            opened[file, streamed] = _pyarrow().parquet.ParquetFile(open_binary(self.files[file]), **options)
-        return opened[file, streamed]
-
-    def _large(self, k: int) -> bool:
-        if self.arrow:
-            return False
-        file, group, _ = self.blocks[k]
-        return self._parquet(file).metadata.row_group(group).total_byte_size > WHOLE_GROUP_BYTES
-
-    def _streamed(self, k: int, offset: int):
-        """Row `offset` of large row group `k`: from the rows read last, read on to it, or read again
-        from the group's start for a row behind them."""
-        state = getattr(self, "_open_stream", None)
-        if state is None or state[0] != k or offset < state[2]:
-            file, group, _ = self.blocks[k]
-            batches = self._parquet(file, streamed=True).iter_batches(
-                batch_size=STREAMED_ROWS, row_groups=[group], columns=[self.column], use_threads=False
-            )
-            state = [k, batches, 0, next(batches).column(0)]
-        while offset >= state[2] + len(state[3]):
-            state[2] += len(state[3])
-            state[3] = next(state[1]).column(0)
-        self._open_stream = state
-        return state[3][offset - state[2]]
-
-    def groups(self, rows: np.ndarray) -> np.ndarray:
-        """A parquet row group (read whole), or an Arrow file."""
-        return np.searchsorted(self.starts, rows, side="right").astype(np.int64) - 1
-
-    def _locate(self, row: int) -> tuple[int, int]:
-        k = int(np.searchsorted(self.starts, row, side="right")) - 1
-        return k, row - int(self.starts[k])
-
-    def read(self, row: int) -> bytes:
-        k, offset = self._locate(row)
-        file = self.files[self.blocks[k][0]]
-        try:
-            with store_errors(file) if is_remote(file) else contextlib.nullcontext():
-                value = (self._streamed(k, offset) if self._large(k) else self._block(k)[offset]).as_py()
-        except OSError as e:
-            raise OSError(f"{self.where(row)}: {one_line(e, 200)}") from None
-        return image_bytes(value, lambda: self.where(row))
-
-    def where(self, row: int) -> str:
-        k, offset = self._locate(row)
-        file, group, _ = self.blocks[k]
-        within = offset if self.arrow else int(self.starts[k] - self._file_start(file)) + offset
-        return f"{self.files[file]}:row {within}"
-
-    def _file_start(self, file: int) -> int:
-        return int(next(b[2] for b in self.blocks if b[0] == file))
-
-
 def _parquet_split(files: list[str], label_key: str | None, where: str) -> tuple[ContainerSplit, Columns]:
     pa = _pyarrow()
     blocks, start, columns = [], 0, None
@@ -247,43 +118,16 @@ def _parquet_split(files: list[str], label_key: str | None, where: str) -> tuple
 
     referenced: list[str] = []
 
-    def read() -> tuple[Records, np.ndarray]:
+    def read(_fresh: bool) -> tuple[Records, np.ndarray]:  # labels and paths are read from the files each time
         labels = []
         referenced.clear()
         for f in files:
             with open_binary(f) as handle:
                 labels.append(_labels(pa.parquet.read_table(handle, columns=[chosen.label]).column(0), f))
-                referenced.extend(_parquet_image_paths(pa.parquet.ParquetFile(handle), chosen.image))
+                referenced.extend(parquet_image_paths(pa.parquet.ParquetFile(handle), chosen.image))
         return Records(container, np.arange(start, dtype=np.int64)), np.concatenate(labels).astype(np.int64)
 
     return ContainerSplit(files, read_once(read), official_size=start, referenced=lambda: referenced), columns
-
-
-def _parquet_image_paths(parquet, image: str) -> list[str]:
-    """The image files a parquet file's cells name by path instead of holding their bytes: read
-    only from row groups whose footer counts null `bytes` (the datasets library's own files hold
-    bytes: nothing is read), so a replaced file changes the split's fingerprint."""
-    schema = parquet.metadata.schema
-    leaf = next((i for i in range(len(schema)) if schema.column(i).path == f"{image}.bytes"), None)
-    if leaf is None:  # binary cells: bytes only
-        return []
-    paths: list[str] = []
-    for g in range(parquet.metadata.num_row_groups):
-        stats = parquet.metadata.row_group(g).column(leaf).statistics
-        if stats is not None and stats.has_null_count and stats.null_count == 0:
-            continue
-        column = parquet.read_row_group(g, columns=[image]).column(0).combine_chunks()
-        paths += image_paths(column)
-    return paths
-
-
-def image_paths(column) -> list[str]:
-    """The absolute paths of a {bytes, path} column's cells without bytes (what `image_bytes` reads)."""
-    if not _pyarrow().types.is_struct(column.type) or column.field("bytes").null_count == 0:
-        return []
-    no_bytes = column.field("bytes").is_null().to_numpy(zero_copy_only=False)
-    named = column.field("path").to_pylist()
-    return [p for p, empty in zip(named, no_bytes, strict=True) if empty and p and Path(p).is_absolute()]
 
 
 def _same_columns(schema, first: Columns, where: str, first_file: str) -> None:
@@ -344,7 +188,7 @@ def _arrow_split(folder: Path, label_key: str | None, where: str) -> tuple[Conta
     image_column = table.column(columns.image)  # memory-mapped: only cells without bytes are looked at
     referenced = [p for chunk in image_column.chunks for p in image_paths(chunk)]
 
-    def read() -> tuple[Records, np.ndarray]:
+    def read(_fresh: bool) -> tuple[Records, np.ndarray]:
         return Records(container, np.arange(start, dtype=np.int64)), _labels(labels_column, files[0]).astype(np.int64)
 
     return ContainerSplit(files, read_once(read), official_size=start, referenced=lambda: referenced), columns

@@ -108,7 +108,11 @@ def container_loader(spec_name: str, num_classes: int, source: str) -> Loader:
         if theirs not in container.split_names:
             raise UserError(f"{container.name}: has no {theirs} split for {spec_name} {split}")
         found = container.load_split(None, theirs)
-        return replace(found, dataset=spec_name, name=split)
+        named = replace(found, dataset=spec_name, name=split)
+        if found.reread is not None:  # --verify-data's re-read, named as this dataset too
+            reread = found.reread
+            named.reread = lambda: replace(reread(), dataset=spec_name, name=split)
+        return named
 
     return load
 

@@ -11,7 +11,6 @@ pickle cheaply."""
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -209,32 +208,20 @@ def concatenated(parts: list[dict[str, np.ndarray]]) -> tuple[np.ndarray, np.nda
     return which, *(np.concatenate([p[k] for p in parts]) for k in ("offset", "size", "label"))  # type: ignore[return-value]
 
 
-# --verify-data: a container's kept index (its labels among it) is keyed by path, size and time, which
-# an in-place rewrite can keep; while this is set, indexes are built again from the bytes (and kept)
-_rereading = contextvars.ContextVar("vitbench_rereading_indexes", default=False)
-
-
-@contextlib.contextmanager
-def rereading_indexes(on: bool):
-    """While `on`, `kept_index` builds every index from the file's bytes instead of trusting its kept copy."""
-    token = _rereading.set(on)
-    try:
-        yield
-    finally:
-        _rereading.reset(token)
-
-
-def rereading() -> bool:
-    return _rereading.get()
-
-
 def kept_index(
-    kind: str, url: str, settings: str, build: Callable[[], dict[str, np.ndarray]], keys: tuple[str, ...] = ()
+    kind: str,
+    url: str,
+    settings: str,
+    build: Callable[[], dict[str, np.ndarray]],
+    keys: tuple[str, ...] = (),
+    fresh: bool = False,
 ) -> dict[str, np.ndarray]:
     """A file's index (`build()`'s arrays), kept in vitbench's cache under `kind`, keyed by the file's
     path, size and time (an S3 object's ETag) and `settings`: built once, never beside the data,
     rebuilt when the file changes or the kept copy is damaged. `keys`: only those arrays are read
-    back (a split needs offsets, sizes and labels; member names only when one is named)."""
+    back (a split needs offsets, sizes and labels; member names only when one is named). `fresh`
+    (--verify-data): built from the bytes whatever is kept, since an in-place rewrite can keep the
+    path, size and time the kept copy is found by (and kept again)."""
     if is_remote(url):
         fs, path = remote_fs(url)
         with store_errors(url):
@@ -244,7 +231,7 @@ def kept_index(
         stat = os.stat(url)
         stamp = f"{os.path.abspath(url)}|{stat.st_size}|{stat.st_mtime_ns}"
     kept = downloads.cache_root() / kind / f"{sha256_text(f'{stamp}|{settings}')[:24]}.npz"
-    if kept.is_file() and not rereading():
+    if kept.is_file() and not fresh:
         try:
             with np.load(kept) as f:
                 return {k: f[k] for k in (keys or f.files)}

@@ -113,9 +113,9 @@ def index_file(path: str, image_key: str, label_key: str) -> dict[str, np.ndarra
     }
 
 
-def file_index(path: str, image_key: str, label_key: str) -> dict[str, np.ndarray]:
+def file_index(path: str, image_key: str, label_key: str, fresh: bool = False) -> dict[str, np.ndarray]:
     settings = f"{INDEX_VERSION}|{image_key}|{label_key}"
-    return kept_index("tfds-index", path, settings, lambda: index_file(path, image_key, label_key))
+    return kept_index("tfds-index", path, settings, lambda: index_file(path, image_key, label_key), fresh=fresh)
 
 
 class RecordImages(OffsetContainer):
@@ -173,8 +173,9 @@ def tfds_spec(argument: str) -> DatasetSpec:
             continue
         files = [os.fspath(p) for p in split_info.filepaths]
 
-        def read(files=files) -> tuple[Records, np.ndarray]:
-            container = RecordImages(files, [file_index(f, image_key, label_key) for f in files], image_key, label_key)
+        def read(fresh: bool, files=files) -> tuple[Records, np.ndarray]:
+            parts = [file_index(f, image_key, label_key, fresh) for f in files]
+            container = RecordImages(files, parts, image_key, label_key)
             return Records(container, np.arange(len(container), dtype=np.int64)), container.labels
 
         splits[split] = ContainerSplit(files, read_once(read), official_size=int(split_info.num_examples))

@@ -152,10 +152,13 @@ def index_shard(shard: str, label_key: str | None) -> dict[str, np.ndarray]:
     }
 
 
-def shard_index(shard: str, label_key: str | None, keys: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
-    """`index_shard`'s arrays (`keys` of them), from the cache when this shard (unchanged) was indexed before."""
+def shard_index(
+    shard: str, label_key: str | None, keys: tuple[str, ...] = (), fresh: bool = False
+) -> dict[str, np.ndarray]:
+    """`index_shard`'s arrays (`keys` of them), from the cache when this shard (unchanged) was indexed
+    before, unless `fresh` (--verify-data)."""
     settings = f"{INDEX_VERSION}|{label_key}"
-    return kept_index("wds-index", shard, settings, lambda: index_shard(shard, label_key), keys)
+    return kept_index("wds-index", shard, settings, lambda: index_shard(shard, label_key), keys, fresh)
 
 
 class ShardImages(OffsetContainer):
@@ -175,8 +178,8 @@ class ShardImages(OffsetContainer):
 
 
 def _split_reader(shards: list[str], label_key: str | None):
-    def read() -> tuple[Records, np.ndarray]:
-        parts = [shard_index(s, label_key, ("offset", "size", "label")) for s in shards]
+    def read(fresh: bool) -> tuple[Records, np.ndarray]:
+        parts = [shard_index(s, label_key, ("offset", "size", "label"), fresh) for s in shards]
         container = ShardImages(shards, parts, label_key)
         return Records(container, np.arange(len(container), dtype=np.int64)), container.labels
 

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from vitbench.store.predictions import top_classes
+
 log = logging.getLogger("vitbench")
 
 COARSE = tuple(10.0**e for e in range(-6, 7))  # CLIP's range, one per decade: 1e-6 .. 1e6
@@ -73,8 +75,6 @@ class LinearProbe:
 
     def top(self, x: torch.Tensor) -> np.ndarray:
         """(N, TOP) each row's best classes, best first, scored a chunk of rows at a time."""
-        from vitbench.store.predictions import top_classes
-
         parts = [top_classes(self.scores(part).float().cpu().numpy()) for part in _row_chunks(x, self.weight.shape[1])]
         return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.int64)
 
