@@ -8,6 +8,11 @@ import torch
 
 TEMPERATURE = 0.07  # DINO's default `--temperature`
 TEST_CHUNK = 256  # test images per similarity block (DINO: imgs_per_chunk = num_test_images // 100)
+# Memory bounded by the work, not the memory bank: a block holds at most this many similarities (32 MB
+# of float64; fewer test rows a block above 16,384 train images), and the train features are
+# normalised in float64 a chunk at a time (a whole float64 copy of 200,000 x 192 took 307 MB).
+SIMILARITIES = 2**22
+TRAIN_CHUNK = 2**14
 
 
 def knn_accuracies(
@@ -25,16 +30,16 @@ def knn_accuracies(
     largest k, sorted by similarity, give every smaller k as a prefix. `weighted=False` gives every
     neighbour one vote (scikit-learn's uniform KNeighborsClassifier). `rankings`: filled with each k's
     (M, min(5, k)) top classes per test image, in blocks, for the run's per-image predictions."""
-    train = torch.nn.functional.normalize(train.double(), dim=1)  # (N, D)
     test = torch.nn.functional.normalize(test.double(), dim=1)  # (M, D)
     largest = min(max(ks), len(train))
     hits = {k: [0, 0] for k in ks}
-    for start in range(0, len(test), TEST_CHUNK):
-        block = test[start : start + TEST_CHUNK] @ train.T  # (B, N) cosine similarities
+    rows = max(1, min(TEST_CHUNK, SIMILARITIES // max(len(train), 1)))
+    for start in range(0, len(test), rows):
+        block = _similarities(test[start : start + rows], train)  # (B, N) cosine similarities
         similarity, index = block.topk(largest, dim=1)  # (B, K), most similar first
         votes_all = torch.exp(similarity / temperature) if weighted else torch.ones_like(similarity)
         neighbour_labels = train_labels[index]  # (B, K)
-        truth = test_labels[start : start + TEST_CHUNK]
+        truth = test_labels[start : start + rows]
         for k in ks:
             votes = torch.zeros(len(block), num_classes, dtype=votes_all.dtype, device=block.device)
             votes.scatter_add_(1, neighbour_labels[:, :k], votes_all[:, :k])  # (B, C)
@@ -47,3 +52,16 @@ def knn_accuracies(
             if rankings is not None:
                 rankings.setdefault(k, []).append(ranked.cpu())
     return {k: (top1 / len(test), top5 / len(test)) for k, (top1, top5) in hits.items()}
+
+
+def _similarities(test: torch.Tensor, train: torch.Tensor) -> torch.Tensor:
+    """(B, N) cosine similarities of normalised test rows to every train image, the train features
+    normalised in float64 a chunk at a time (up to TRAIN_CHUNK images: one product, as before)."""
+    if len(train) <= TRAIN_CHUNK:
+        return test @ torch.nn.functional.normalize(train.double(), dim=1).T
+    block = torch.empty(len(test), len(train), dtype=torch.float64, device=test.device)
+    for start in range(0, len(train), TRAIN_CHUNK):
+        chunk = train[start : start + TRAIN_CHUNK].double()  # normalised in place: F.normalize's own operations
+        chunk /= chunk.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        block[:, start : start + TRAIN_CHUNK] = test @ chunk.T
+    return block
