@@ -264,6 +264,11 @@ def s3(monkeypatch):
     server.start()
     host, port = server.get_host_and_port()
     assert host == "127.0.0.1"
+    # moto keeps its buckets in this process, across servers: an earlier test's `data` bucket (and its
+    # shards) would still be there. Its own reset endpoint empties it.
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST"), timeout=30)
     for name, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test",
                         "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}.items():  # fmt: skip
         monkeypatch.setenv(name, value)
