@@ -49,9 +49,7 @@ class Split:
     # the fingerprint from the files' contents, for --verify-data (None: `fingerprint` already is
     # one, or the split is in memory); computed only when asked: it reads every byte
     content_fingerprint: Callable[[], str] | None = None
-    # the split read again with its index built from the container's bytes (--verify-data): a kept
-    # index is found by path, size and time, which a rewrite in place can keep
-    reread: Callable[[], Split] | None = None
+    reread: Callable[[], Split] | None = None  # read again, its index built from the bytes (--verify-data)
     # images inside containers, read by row (hf:, wds:, tfds:): neither `images` nor `paths`
     records: Records | None = None
 
@@ -283,10 +281,8 @@ class DatasetSpec:
             raise UserError(f"--data-source {source}: dataset {self.name} reads {' or '.join(self.sources)}")
         if self._derived(split):
             return self._held_out(self.load_split(data_dir, "train", source, verify), split)
-        if source in self.other_sources:
-            result = self.other_sources[source](data_dir, split)
-        else:
-            result = self.load(self.root(data_dir), split)
+        other = self.other_sources.get(source) if source is not None else None
+        result = other(data_dir, split) if other is not None else self.load(self.root(data_dir), split)
         if verify and result.reread is not None:  # --verify-data re-reads what it verifies: no kept index trusted
             result = result.reread()
         result.official_size = self.official_sizes.get(split)

@@ -122,9 +122,10 @@ def _parquet_split(files: list[str], label_key: str | None, where: str) -> tuple
         labels = []
         referenced.clear()
         for f in files:
-            with open_binary(f) as handle:
-                labels.append(_labels(pa.parquet.read_table(handle, columns=[chosen.label]).column(0), f))
-                referenced.extend(parquet_image_paths(pa.parquet.ParquetFile(handle), chosen.image))
+            with open_binary(f) as handle:  # one footer parse a file for its labels and its image paths
+                parquet = pa.parquet.ParquetFile(handle)
+                labels.append(_labels(parquet.read(columns=[chosen.label]).column(0), f))
+                referenced.extend(parquet_image_paths(parquet, chosen.image))
         return Records(container, np.arange(start, dtype=np.int64)), np.concatenate(labels).astype(np.int64)
 
     return ContainerSplit(files, read_once(read), official_size=start, referenced=lambda: referenced), columns
