@@ -560,3 +560,43 @@ def test_goal2_the_linear_probe_above_scikit_learns_size_sums_its_loss_over_row_
     probe = chunked.probe(30, *logistic._standardizer(x, "raw"))
     top = probe.top(x)
     assert top.shape == (300, 5) and np.array_equal(top[:, 0], probe.scores(x).argmax(dim=1).numpy())
+
+
+def test_item10_a_pass_writes_its_chunks_in_place_not_into_a_copy_of_what_it_holds():
+    """The whole k-NN run from nothing peaked at 1.46x at 200,000 images: each chunk of the pass
+    was concatenated to what was held, so the last one held every feature twice. The chunks are
+    now written into arrays sized once for the pass: the held rows are never copied again, the
+    result is what one concatenation in split order gives, and a chunk out of order (a resumed
+    few-shot draw) or of unreadable images only is still merged right."""
+    import numpy as np
+
+    from vitbench.engine.features import _appended, _nothing
+    from vitbench.engine.inference import Outputs
+
+    rng = np.random.default_rng(0)
+
+    def chunk(positions, unreadable=()):
+        n = len(positions)
+        return Outputs(rng.standard_normal((n, 4)).astype(np.float32), rng.integers(0, 3, n),
+                       np.asarray(positions, np.int64), [], np.asarray(unreadable, np.int64),
+                       np.full(n, 0.5))  # fmt: skip
+
+    parts = [chunk(range(0, 3)), chunk(range(3, 5), unreadable=[5]), chunk([], unreadable=[6]), chunk(range(7, 10))]
+    have, room = _nothing(type("S", (), {"labels": np.zeros(10, np.int64)})()), None
+    buffers = set()
+    for part in parts:
+        have, room = _appended(have, part, 10, room)
+        buffers.add(id(room))
+        assert np.shares_memory(have.values, room.values)
+    assert len(buffers) == 1  # one room for the pass: nothing held was copied into another
+    expected = np.concatenate([p.values for p in parts])
+    assert np.array_equal(have.values, expected) and have.values.dtype == np.float32
+    assert have.indices.tolist() == [0, 1, 2, 3, 4, 7, 8, 9] and have.unreadable.tolist() == [5, 6]
+    assert np.array_equal(have.labels, np.concatenate([p.labels for p in parts]))
+    assert len(have.seconds) == len(have.indices)
+    # a chunk from before what is held: merged into split order, the room given up
+    early = Outputs(np.ones((1, 4), np.float32), np.array([2]), np.array([5], np.int64), [], np.empty(0, np.int64),
+                    np.full(1, 0.5))  # fmt: skip
+    merged, room = _appended(have, early, 10, room)
+    assert room is None and merged.indices.tolist() == [0, 1, 2, 3, 4, 5, 7, 8, 9]
+    assert np.array_equal(merged.values[5], np.ones(4, np.float32))

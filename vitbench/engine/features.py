@@ -102,9 +102,10 @@ def _extend(group, split_name: str, runtime: Runtime, clock: Clock, fn, model, c
     (outputs, whether any were computed)."""
     cache, key = cache_key
     missing = np.setdiff1d(positions, np.concatenate([have.indices, have.unreadable]))
+    room: _Room | None = None  # where a pass's chunks are written in place
     for new in _computed(group, split_name, runtime, clock, fn, model, _chunks(missing, len(have.indices))):
         check_features(new.values, group, split_name)  # before it is cached or solved on
-        have = _merge(have, new)
+        have, room = _appended(have, new, len(have.indices) + len(missing), room)
         cache.save(key, have)
         if world().size == 1:  # under torchrun every rank would have to agree first: a training step's way
             stopping.reached(f"extracting {group.dataset.name} {split_name} ({len(have.indices):,} images kept)")
@@ -198,6 +199,60 @@ def sampled_outputs(group, split_name: str, runtime: Runtime, clock: Clock, cach
         want = wanted(~unreadable if unreadable.any() else None)
         have, more = _extend(group, split_name, runtime, clock, fn, model, (cache, key), have, want)
     return have, len(have.indices) - held
+
+
+@dataclass
+class _Room:
+    """Arrays sized once for every row a pass can add to what is held: the outputs so far are
+    views of their first rows."""
+
+    values: np.ndarray
+    labels: np.ndarray
+    indices: np.ndarray
+    seconds: np.ndarray
+    held: int = 0  # the rows written
+
+    @classmethod
+    def around(cls, have: Outputs, new: Outputs, rows: int) -> _Room:
+        width, dtype = new.values.shape[1], new.values.dtype
+        room = cls(np.empty((rows, width), dtype), np.empty(rows, new.labels.dtype), np.empty(rows, np.int64),
+                   np.empty(rows, np.float64))  # fmt: skip
+        if len(have.indices):  # (an empty one is (0, 0) wide)
+            room.write(have)
+        return room
+
+    def write(self, part: Outputs) -> None:
+        end = self.held + len(part.indices)
+        self.values[self.held : end], self.labels[self.held : end] = part.values, part.labels
+        self.indices[self.held : end], self.seconds[self.held : end] = part.indices, part.seconds
+        self.held = end
+
+    def outputs(self, skipped: list[str], unreadable: np.ndarray) -> Outputs:
+        n = self.held
+        return Outputs(self.values[:n], self.labels[:n], self.indices[:n], skipped, unreadable, self.seconds[:n])
+
+
+def _appended(have: Outputs, new: Outputs, rows: int, room: _Room | None) -> tuple[Outputs, _Room | None]:
+    """`have` and a pass's next chunk `new` as one, in split order, and the room they are held in.
+    A chunk that comes after all of `have` (a pass's, always) is written into `room`, made on the
+    first chunk for `rows` rows (what is held, and every image still missing): the last chunk of a
+    200,000-image pass is no longer a copy of every feature before it (concatenating held them
+    twice: issue 89, item 10). Anything else is merged (_merge) and the room given up."""
+    timed = len(have.seconds) == len(have.indices) and len(new.seconds) == len(new.indices)
+    after = not len(have.indices) or not len(new.indices) or have.indices[-1] < new.indices[0]
+    fits = len(have.indices) + len(new.indices) <= rows and (not len(have.indices) or
+                                                             have.values.shape[1:] == new.values.shape[1:])  # fmt: skip
+    kept = room is not None and room.held == len(have.indices)  # `have` is the room's
+    if not len(new.indices) and kept:  # a chunk of unreadable images only
+        pass
+    elif not (timed and after and fits and len(new.indices) and bool(np.all(np.diff(new.indices) > 0))):
+        return _merge(have, new), None
+    else:
+        room = room if kept else _Room.around(have, new, rows)
+        room.write(new)
+    assert room is not None
+    unreadable = np.union1d(have.unreadable, new.unreadable).astype(np.int64)
+    return room.outputs(have.skipped + new.skipped, unreadable), room
 
 
 def _merge(a: Outputs, b: Outputs) -> Outputs:
