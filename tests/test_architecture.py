@@ -26,7 +26,7 @@ def test_the_import_contract_is_kept():
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert done.stdout.count("KEPT") == 2
+    assert done.stdout.count("KEPT") == 3
 
 
 HEAVY = {"torch", "timm", "torchvision", "matplotlib", "scipy", "sklearn", "safetensors", "tensorflow",
@@ -130,12 +130,13 @@ def test_no_view_and_no_runner_compares_a_protocol_name():
 
 def layout_modules(text: str) -> set[str]:
     """The modules docs/architecture.md's Layout describes, as paths under vitbench/: a name on a
-    line under a folder's line (`  engine/`) is that folder's, a name on a top-level line is
-    vitbench's own; a name written with a folder (`views/significance.py`) is a reference, not a
-    description, and counts for nothing."""
+    line under a folder's line (`  engine/`, or a package within it: `    views/tables/` written
+    `    tables/`, two deeper) is that folder's, a name on a top-level line is vitbench's own; a name
+    written with a folder (`views/statistics/significance.py`) is a reference, not a description, and counts
+    for nothing."""
     block = text.split("## Layout", 1)[1].split("```", 2)[1]
     found: set[str] = set()
-    folder: str | None = None
+    folders: dict[int, str] = {}  # the indent of a folder's line -> its path under vitbench/
     for line in block.splitlines():
         indent = len(line) - len(line.lstrip())
         if indent == 0:
@@ -143,14 +144,17 @@ def layout_modules(text: str) -> set[str]:
                 break  # plugins/: outside the package
             continue
         head = re.match(r"\s*([a-z_0-9]+)/\s", line + " ")
-        if indent == 2:
-            folder = head.group(1) if head else None
+        if head or indent <= max(folders, default=0):  # a line at a folder's depth or above closes what is deeper
+            folders = {i: f for i, f in folders.items() if i < indent}
         names = re.findall(r"(?<![/\w])([a-z_0-9]+\.py)\b", line)
+        if head:
+            parent = folders[max(folders)] + "/" if folders else ""
+            folders[indent] = parent + head.group(1)
         if indent == 2 and not head:
             found |= {name for name in names[:1]}  # a top-level module's line starts with its name
             found |= {name for name in names[1:] if line.split()[0].endswith(",")}
-        elif folder:
-            found |= {f"{folder}/{name}" for name in names}
+        elif folders:
+            found |= {f"{folders[max(folders)]}/{name}" for name in names}
     return found
 
 
@@ -281,3 +285,39 @@ def test_the_stores_public_names_are_not_its_modules_names():
 
     modules = {m.name for m in pkgutil.iter_modules(vitbench.store.__path__)}
     assert modules and not modules & set(vitbench.store.__all__)
+
+
+def _views_room(module: str) -> str | None:
+    """The room of views/ a module is in (`tables`, `registry`, …), or None outside views/."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["vitbench", "views"] and len(parts) > 2 else None
+
+
+def test_the_views_rooms_are_drawn_as_the_code_imports_them():
+    """Issue 90: docs/architecture.md draws views/' rooms, each with the rooms it imports, every
+    arrow pointing at a room drawn below it; the drawing is the code's (module-level and late
+    imports alike, and the registry's lazily loaded views by the names it loads them by)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("## The views' rooms", 1)[1].split("```", 2)[1]
+    drawn: dict[str, list[str]] = {}
+    for line in block.strip().splitlines():
+        source, _, targets = line.partition("─►")
+        drawn[source.strip().removesuffix("/").removesuffix(".py")] = [
+            t.removesuffix("/").removesuffix(".py") for t in targets.split()
+        ]
+    order = list(drawn)
+    assert all(order.index(t) > order.index(s) for s, ts in drawn.items() for t in ts), "an arrow points up"
+    found: dict[str, set[str]] = {room: set() for room in drawn}
+    for path in sorted((ROOT / "vitbench" / "views").rglob("*.py")):
+        source = _views_room(_module_name(path))
+        if source is None or source == "__init__":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            named = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                named = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and source == "registry":
+                named = [f"vitbench.views.{node.value}"] if re.fullmatch(r"[a-z]+\.[a-z_]+", node.value) else []
+            rooms = {_views_room(n) for n in named} - {None, "__init__", source}
+            found[source] |= {r for r in rooms if r in drawn} | {f"undrawn: {r}" for r in rooms if r not in drawn}
+    assert found == {room: set(targets) for room, targets in drawn.items()}

@@ -18,8 +18,8 @@ from PIL import Image
 from vitbench import stats, store
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import json_field
-from vitbench.views.axes import with_axes
-from vitbench.views.significance import ALPHA, SIGNIFICANT_MARK
+from vitbench.views.measured.axes import with_axes
+from vitbench.views.statistics.significance import ALPHA, SIGNIFICANT_MARK
 
 CLASSES = (0, 1, 2)  # airplane, automobile, bird
 

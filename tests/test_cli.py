@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 from vitbench import store
 from vitbench.engine import ridge
 from vitbench.protocols import fewshot
-from vitbench.views.axes import with_axes
+from vitbench.views.measured.axes import with_axes
 
 FAST = ("--res", "32", "--workers", "0", "--extraction-batch", "256")
 

@@ -19,7 +19,7 @@ from vitbench.api import request, work
 from vitbench.execution import cluster, launch
 from vitbench.execution.lease import Lease
 from vitbench.execution.plan import plan
-from vitbench.views.axes import with_axes
+from vitbench.views.measured.axes import with_axes
 
 pytestmark = pytest.mark.slow
 FEWSHOT = (

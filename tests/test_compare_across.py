@@ -79,7 +79,7 @@ def test_compare_all_gives_a_row_per_dataset_protocol_and_shots_across_resolutio
 
 
 def test_a_pair_that_differs_in_more_than_the_backbone_says_so():
-    from vitbench.views.settings import also_differ, pairing
+    from vitbench.views.measured.settings import also_differ, pairing
 
     assert pairing("knn", None, "knn/2", {"knn_k": 20, "res": 224}) == "knn · knn/2 · k=20"
     assert (
@@ -110,7 +110,7 @@ def test_the_report_says_each_footnote_once_and_draws_the_standalone_figures(cli
     import pandas as pd
 
     from vitbench.views.cells import Cell, TableData
-    from vitbench.views.report import Page
+    from vitbench.views.report.report import Page
 
     data = TableData(title="wide")
     data.add_row("Digits")
@@ -147,7 +147,7 @@ def test_a_ringed_points_label_stays_inside_its_panel():
     import pandas as pd
 
     from vitbench.protocols.registry import protocols
-    from vitbench.views.axis_plot import _draw_panel, line_style
+    from vitbench.views.figures.axis_plot import _draw_panel, line_style
 
     points = pd.DataFrame({"key": ["a"] * 3, "x": [1.0, 5.0, 100.0], "mean": [30.0, 50.0, 60.0],
                            "std": [None] * 3, "n": [2] * 3, "legend": ["a"] * 3,

@@ -19,7 +19,7 @@ from vitbench.errors import UserError
 from vitbench.registry import get_dataset
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import json_field
-from vitbench.views.axes import with_axes
+from vitbench.views.measured.axes import with_axes
 
 pytest.importorskip("datasets")
 pytest.importorskip("webdataset")

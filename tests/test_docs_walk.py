@@ -13,7 +13,7 @@ from conftest import needs_shared_data
 from readme_walk import WALKED_DOCS, Step, check_quote, failed_steps, parse, walk
 
 from vitbench import store
-from vitbench.views.axes import with_axes
+from vitbench.views.measured.axes import with_axes
 
 QUOTED = [(s, q) for page in WALKED_DOCS for s in parse(page)[0] for q in s.quotes]
 

@@ -14,7 +14,7 @@ from vitbench.engine.feature_cache import FeatureCache
 from vitbench.engine.inference import Outputs
 from vitbench.errors import UserError
 from vitbench.protocols import fewshot as fewshot_protocol
-from vitbench.views.axes import with_axes
+from vitbench.views.measured.axes import with_axes
 
 
 def dense_ridge_accuracy(x, y, x_test, y_test, num_classes, l2):

@@ -12,7 +12,7 @@ from PIL import Image
 
 from vitbench import registry, store
 from vitbench.execution import inspection
-from vitbench.views.inspection_plots import DPI, SIZES
+from vitbench.views.figures.inspection_plots import DPI, SIZES
 
 
 def brute_force_mean_pairwise_distance(grid, patch_px):

@@ -21,8 +21,8 @@ import vitbench
 from vitbench import store as store_module
 from vitbench.engine.device_data import NVJPEG_DECODER
 from vitbench.provenance import run_key_of
-from vitbench.views.columns import measured_columns
-from vitbench.views.settings import run_setting
+from vitbench.views.measured.columns import measured_columns
+from vitbench.views.measured.settings import run_setting
 
 pytestmark = needs_shared_data
 

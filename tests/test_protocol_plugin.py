@@ -115,7 +115,7 @@ import json
 import matplotlib.pyplot as plt
 
 from vitbench.views.cells import Cell, TableData
-from vitbench.views.plots import Figure
+from vitbench.views.figures.plots import Figure
 from vitbench.views.registry import FigureView, TableView
 
 

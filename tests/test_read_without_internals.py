@@ -24,7 +24,7 @@ from vitbench import registry, store
 from vitbench.cli.output import print_summary_table
 from vitbench.provenance import run_key_of
 from vitbench.store.shards import read_shards
-from vitbench.views import summary
+from vitbench.views.report import summary
 
 RUN = dict(datasets=["digits"], workers=0, seeds=(0, 1), shots=(1, 100))  # 100 shots: more than a digit has
 BASELINE = "model=vit-ti/16"

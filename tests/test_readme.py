@@ -22,7 +22,7 @@ from readme_walk import (
 )
 
 from vitbench import store
-from vitbench.views.axes import with_axes
+from vitbench.views.measured.axes import with_axes
 
 STEPS, SKIPPED = parse(README)
 QUOTED = [(s, q) for s in STEPS for q in s.quotes]

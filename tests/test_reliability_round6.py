@@ -311,7 +311,7 @@ def test_item1_a_sweep_of_30_checkpoints_keeps_30_columns(cli, tmp_path):
     "on data whose files have changed": 26 columns in table, export --cells and the report."""
     import pandas as pd
 
-    from vitbench.views.settings import letters
+    from vitbench.views.measured.settings import letters
 
     assert [letters(i) for i in (0, 25, 26, 27, 51, 52, 701, 702)] == ["a", "z", "aa", "ab", "az", "ba", "zz", "aaa"]
     results = tmp_path / "results"
@@ -642,7 +642,7 @@ def test_item11_runs_of_millions_of_images_pair_by_id_digests_as_by_ids(tmp_path
 
     from vitbench.provenance import sha256_file
     from vitbench.store import duck, predictions
-    from vitbench.views import paired_compare, significance
+    from vitbench.views.statistics import paired_compare, significance
 
     results = tmp_path / "results"
     _, other = write_predicted_runs(results, 5000)

@@ -28,10 +28,10 @@ from loopback import Server
 from test_tables import add_pretraining, build_store, check_golden, write_run
 
 from vitbench import paper, store
-from vitbench.views import summary
-from vitbench.views.report import report_html
-from vitbench.views.report_page import CONTENT_SECURITY_POLICY, SCRIPT
-from vitbench.views.table import PAPER_COST_ROW
+from vitbench.views.report import summary
+from vitbench.views.report.report import report_html
+from vitbench.views.report.report_page import CONTENT_SECURITY_POLICY, SCRIPT
+from vitbench.views.tables.table import PAPER_COST_ROW
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -402,7 +402,7 @@ def test_script_in_any_stored_value_never_runs_in_the_report(cli, tmp_path):
 def test_hidden_paths_never_touch_the_pages_markup():
     """Before: a data folder named /style turned `</style>` into `<&lt;data-dir&gt;>` (a blank page),
     /td broke the table's cells and /script the page's script (issue 49, item 5)."""
-    from vitbench.views.private_paths import DATA, redact
+    from vitbench.views.report.private_paths import DATA, redact
 
     page = (
         "<html><head><style>td { color: red }</style><script>let a = 1;</script></head><body><table><tr>"

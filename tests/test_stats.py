@@ -14,8 +14,8 @@ from test_tables import build_store, check_golden, column_of, write_run
 
 from vitbench import stats, store
 from vitbench.store.predictions import Predictions, write_predictions
-from vitbench.views import render, table
-from vitbench.views.significance import SIGNIFICANT_MARK
+from vitbench.views.statistics.significance import SIGNIFICANT_MARK
+from vitbench.views.tables import render, table
 
 
 def test_the_bootstrap_interval_covers_a_known_rate_95_percent_of_the_time():

@@ -18,9 +18,9 @@ from PIL import Image
 
 from vitbench import store
 from vitbench.datasets.vtab import TASKS
-from vitbench.views import render, table
 from vitbench.views.cells import SUBSET_MARK
-from vitbench.views.paper_match import SETTING_MARK
+from vitbench.views.measured.paper_match import SETTING_MARK
+from vitbench.views.tables import render, table
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("VITBENCH_UPDATE_GOLDEN") == "1"  # regenerate after a deliberate change, then review the diff

@@ -38,8 +38,8 @@ from vitbench.protocols.registry import get_protocol
 from vitbench.protocols.requests import make_request, options_doc, request_of
 from vitbench.store import duck
 from vitbench.store.query import apply_where, per_run, with_json_parsed
-from vitbench.views import contact_sheet, inspection_plots
-from vitbench.views.axes import with_axes
+from vitbench.views.figures import contact_sheet, inspection_plots
+from vitbench.views.measured.axes import with_axes
 
 log = logging.getLogger("vitbench")
 

@@ -50,7 +50,7 @@ def inspect_cmd(
 ) -> None:
     """Paper §4.5 views of a backbone: embedding filters, position similarity, attention distance, rollout."""
     from vitbench import api
-    from vitbench.views import attention
+    from vitbench.views.tables import attention
 
     found = api.inspect(
         model, weights, res=res, images=images, dataset=dataset, data_dir=check_data_dir(data_dir),

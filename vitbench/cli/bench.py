@@ -96,7 +96,7 @@ def bench_cmd(
     loops and timm's benchmark.py; images/s, MFU and peak memory into the store (`table --bench`)."""
     from vitbench import api
     from vitbench.engine import bench as engine_bench
-    from vitbench.views import bench_table
+    from vitbench.views.tables import bench_table
 
     opts = _options(
         mode=mode, batch=batch, micro_batch=micro_batch, steps=steps, warmup=warmup, rounds=rounds,

@@ -29,7 +29,7 @@ def compare_cmd(
 ) -> None:
     """B − A per dataset on the same test images: Δ, its 95 % interval and a paired p-value."""
     from vitbench.store import query
-    from vitbench.views.paired_compare import compare_view
+    from vitbench.views.statistics.paired_compare import compare_view
 
     store.sync(results)
     df = query.apply_where(store.read_results(results), where)

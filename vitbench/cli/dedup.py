@@ -144,7 +144,7 @@ def print_priced(priced: list, startup: float, rerun: bool) -> None:
 
 def summary_table(audits: list[dict]) -> Table:
     table = Table(title="Near-duplicates of test images")
-    from vitbench.views.contamination import AUDIT_COLUMNS, audit_cells
+    from vitbench.views.measured.contamination import AUDIT_COLUMNS, audit_cells
 
     for name in ("test set", *AUDIT_COLUMNS, "images/s", "audit"):
         table.add_column(name, justify="right" if name in ("test images", "pairs", "images/s") else "left")

@@ -1,6 +1,6 @@
 """Every command-line option, declared once, and the checks their values share. Choices are
 checked against the constants the code already has (devices.PIPELINES,
-devices.PRECISIONS, views.render.FORMATS, …) with vitbench's one-line errors."""
+devices.PRECISIONS, views.tables.render.FORMATS, …) with vitbench's one-line errors."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from vitbench.cli.app import err, print_table, table_width
 from vitbench.cli.options import check_choice, check_out_file
 from vitbench.errors import UserError
 from vitbench.protocols.registry import own_view, protocols
+from vitbench.views import registry
 
 if TYPE_CHECKING:  # the views (pandas, DuckDB) load when something is shown, not for `--help`
     from vitbench.views.cells import TableData
@@ -23,7 +24,7 @@ def print_summary_table(results: Path, run_keys: set[str] | None = None) -> None
     (pre-training: beside its transfer results), then the accuracy view of every other run, only
     the rows that have results, its columns named as the store's other runs of those datasets and
     protocols tell them apart. `run_keys`: only these runs (the ones the command planned)."""
-    from vitbench.views import registry, table
+    from vitbench.views.tables import table
 
     stored = store.read_results(results)
     df = stored[stored["run_key"].isin(run_keys)] if run_keys is not None else stored
@@ -47,7 +48,7 @@ def print_summary_table(results: Path, run_keys: set[str] | None = None) -> None
 
 def print_view(data: TableData) -> None:
     """A view on stdout as a rich table that fits the terminal (or COLUMNS): split, never cut."""
-    from vitbench.views import render
+    from vitbench.views.tables import render
 
     print_table(render.to_rich(data, table_width()))
 
@@ -85,7 +86,7 @@ def emit(text: str, out_file: Path | None) -> None:
 
 def show(data: TableData, fmt: str, results: Path, out_file: Path | None = None) -> None:
     """`data` in `fmt` on the terminal (rich) or as text to stdout or `out_file`."""
-    from vitbench.views import render
+    from vitbench.views.tables import render
 
     check_choice("--format", fmt, render.FORMATS)
     if not data.rows:

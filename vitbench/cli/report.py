@@ -34,7 +34,7 @@ def report_cmd(
     file (no server, no network). Open it in any browser; forward it as it is."""
     if protocol is not None:
         check_choice("--protocol", protocol, list(protocols()), "or")
-    from vitbench.views.report import report_html
+    from vitbench.views.report.report import report_html
 
     page = report_html(results, where, compare or (), protocol, show_paths=show_paths, baseline=words(baseline))
     emit(page, out_file)

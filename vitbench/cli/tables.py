@@ -185,7 +185,7 @@ def export_cmd(
     if out_file is not None:
         check_out_file(out_file)  # a regular file or none yet, in a folder that exists
     if cells:
-        from vitbench.views.cell_export import cells_frame
+        from vitbench.views.tables.cell_export import cells_frame
 
         _view_protocol(protocol, None)  # an unknown --protocol is one line naming the known ones
 

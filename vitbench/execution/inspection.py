@@ -7,7 +7,7 @@
 
 Attention weights come from the real forward pass: each block's timm `Attention` is switched to
 its explicit (non-fused) path and a hook on `attn_drop` records the softmaxed attention. This
-module measures; the figures are drawn by the `figures` it is handed (views/inspection_plots.py,
+module measures; the figures are drawn by the `figures` it is handed (views/figures/inspection_plots.py,
 which the API passes: a measurement never imports a view), and `api.inspect` stores the distances.
 """
 
@@ -163,7 +163,7 @@ def inspect_backbone(
     rollout_images: int = 8,
     batch_size: int = 8,
 ) -> dict:
-    """Draw the four §4.5 views under `out_dir` with `figures` (views/inspection_plots.py);
+    """Draw the four §4.5 views under `out_dir` with `figures` (views/figures/inspection_plots.py);
     return the mean attention distances and provenance."""
     from pathlib import Path
 

@@ -94,7 +94,7 @@ class FewShot(Protocol):
     version = "fewshot-lsr/3"
     summary = "closed-form linear few-shot on frozen features (1/5/10/25 shots x 3 seeds)"
     label = "few-shot"
-    # a `--fewshot-l2 sweep` run stores `accuracy@l2=λ` per λ instead (views/columns.py picks one λ)
+    # a `--fewshot-l2 sweep` run stores `accuracy@l2=λ` per λ instead (views/measured/columns.py picks one λ)
     # a figure of shots draws the full-data linear probe of the same features beside it: what few-shot approaches
     metrics = (Metric("accuracy", "accuracy", axis=Axis("shots", "shots per class", headline=10, shown="{}-shot",
                                                         reference="linear")),)  # fmt: skip

@@ -53,7 +53,7 @@ def export(results: Path, fmt: str, out: Path, where: list[str] | None = None) -
 
 
 def export_cells(results: Path, fmt: str, out: Path, where: list[str] | None, cells) -> int:
-    """Write the cells `cells` makes of the (filtered) stored rows (views/cell_export.cells_frame) to
+    """Write the cells `cells` makes of the (filtered) stored rows (views/tables/cell_export.cells_frame) to
     `out`; returns the number of cells written. JSON: an array of one object per cell."""
     _check(fmt, out)
     store.sync(results)

@@ -1,7 +1,7 @@
 """Selecting and grouping stored runs by any stored field: `--where` and `--group-by`.
 
 A field is a `runs` column (`model`, `data_source`, `device_name`, …), a protocol's axis where the
-runs were read with them (`shots`, `knn_k`: views/axes.with_axes), `date` (the day a run
+runs were read with them (`shots`, `knn_k`: views/measured/axes.with_axes), `date` (the day a run
 finished, YYYY-MM-DD), a key inside the JSON columns (`hparams.res`, `notes.restarts`), or a
 setting the runs store, by its bare name (`shots=10` is `hparams.shots=10`).
 Shared by `vitbench table`, `export` and `plot`, so one filter means the same thing everywhere.

@@ -1,5 +1,5 @@
 """What every view builds: a table of cells (mean ± std over seeds, n, markers, Δ) with its row
-and column labels and footnotes; views/render.py turns it into rich, Markdown, LaTeX, CSV or HTML."""
+and column labels and footnotes; views/tables/render.py turns it into rich, Markdown, LaTeX, CSV or HTML."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class Cell:
     is_paper: bool = False
     rankable: bool = False  # takes part in the row's best (accuracy cells without a marker)
     interval: tuple[float, float] | None = None  # a 95 % interval of the mean (fractions), with --ci
-    # with --ci, where the cell was tested against its baseline's (views/significance.py): that column,
+    # with --ci, where the cell was tested against its baseline's (views/statistics/significance.py): that column,
     # the test's p-value and the p-value after Holm's correction over the table's tests
     baseline: str | None = None
     p: float | None = None

@@ -23,18 +23,10 @@ from vitbench.views.cells import TableData
 if TYPE_CHECKING:
     import pandas as pd
 
-    from vitbench.views import (
-        attention,
-        bench_table,
-        contamination,
-        per_class,
-        plots,
-        pretraining,
-        robustness,
-        series,
-        table,
-    )
-    from vitbench.views.plots import Figure
+    from vitbench.views.figures import confusion, plots, pretraining, series
+    from vitbench.views.figures.figure_kit import Figure
+    from vitbench.views.measured import contamination, pretraining_runs
+    from vitbench.views.tables import attention, bench_table, per_class, pretrain, robustness, table
 else:  # the views (pandas, DuckDB, matplotlib) load when one is built: `--help` lists them by name only
 
     class _OnUse:
@@ -44,13 +36,14 @@ else:  # the views (pandas, DuckDB, matplotlib) load when one is built: `--help`
         def __getattr__(self, attr: str) -> Any:
             return getattr(import_module(f"vitbench.views.{self._name}"), attr)
 
-    attention, bench_table, contamination, per_class, plots, pretraining, robustness, series, table = (
+    attention, bench_table, contamination, confusion, per_class, plots, pretrain, pretraining, pretraining_runs = (
         _OnUse(name)
         for name in (
-            "attention", "bench_table", "contamination", "per_class", "plots", "pretraining", "robustness",
-            "series", "table",
+            "tables.attention", "tables.bench_table", "measured.contamination", "figures.confusion",
+            "tables.per_class", "figures.plots", "tables.pretrain", "figures.pretraining", "measured.pretraining_runs",
         )
     )  # fmt: skip
+    robustness, series, table = (_OnUse(name) for name in ("tables.robustness", "figures.series", "tables.table"))
 
 
 @dataclass
@@ -167,8 +160,8 @@ _BUILTIN_TABLES = (
     ),
     TableView(
         "pretrain",
-        lambda i: pretraining.pretrain_view(i.df),
-        shows=lambda df: pretraining.linked_runs(df),
+        lambda i: pretrain.pretrain_view(i.df),
+        shows=lambda df: pretraining_runs.linked_runs(df),
         summary="pre-training runs beside the few-shot accuracy of their weights and of random init",
     ),
     TableView(
@@ -238,7 +231,7 @@ _BUILTIN_FIGURES = (
     ),
     FigureView(
         "confusion",
-        lambda i: per_class.confusion_figure(i.df, i.results, i.out_dir, i.formats, i.run),
+        lambda i: confusion.confusion_figure(i.df, i.results, i.out_dir, i.formats, i.run),
         False,
         "one run's confusion matrix (--run KEY)",
     ),

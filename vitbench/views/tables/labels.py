@@ -2,12 +2,12 @@
 per cell. A model and weights common to all measured columns move into the title (the columns keep
 only their setting: "1-shot", "finetune"), and a run count common to every measured cell moves into
 the footnote (cells drop their "(n=3)"). Provenance footnotes are already one per distinct
-provenance (views/footnotes.py)."""
+provenance (views/measured/footnotes.py)."""
 
 from __future__ import annotations
 
 from vitbench.views.cells import RANDOM_MARK, TableData
-from vitbench.views.columns import Measured, weights_label
+from vitbench.views.measured.columns import Measured, weights_label
 
 PER_CELL_N = "mean ± std over seeds (n runs)"
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from vitbench.datasets import CorruptImage, Split
 from vitbench.out_paths import no_mathtext, write_figure
-from vitbench.views.figure_kit import DPI, pyplot
+from vitbench.views.figures.figure_kit import DPI, pyplot
 
 PAIRS_SHOWN = 12  # half the nearest pairs, half those nearest the threshold
 PER_ROW = 3  # pairs side by side in a row of the sheet

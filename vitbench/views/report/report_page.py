@@ -15,10 +15,10 @@ import re
 from pathlib import Path
 
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, SUBSET_MARK, TableData
-from vitbench.views.contamination import DUPLICATE_MARK
-from vitbench.views.paper_match import SETTING_MARK, WITHIN_MARK
-from vitbench.views.render import STYLE, cell_pieces, label_pieces, table_fragment
-from vitbench.views.significance import SIGNIFICANT_MARK
+from vitbench.views.measured.contamination import DUPLICATE_MARK
+from vitbench.views.measured.paper_match import SETTING_MARK, WITHIN_MARK
+from vitbench.views.statistics.significance import SIGNIFICANT_MARK
+from vitbench.views.tables.render import STYLE, cell_pieces, label_pieces, table_fragment
 
 SCRIPT = """
 function sortBy(th) {
@@ -64,7 +64,7 @@ body:has(#show-intervals:checked) .ci { display: inline; }
 thead th { cursor: pointer; } input.filter { margin: .5em 0; }
 /* a column's label wraps between its parts and settings, never inside one that fits; one longer than
    the column breaks inside itself, never over its neighbour. A cell wraps between its value, n and
-   marks, each kept whole: a table split into parts that fit (views/report.py) never scrolls */
+   marks, each kept whole: a table split into parts that fit (views/report/report.py) never scrolls */
 div.scroll thead th { white-space: normal; overflow-wrap: normal; word-break: normal; vertical-align: bottom;
                       min-width: 5em; max-width: 13em; }
 div.scroll thead th span.part { display: inline-block; max-width: 100%; white-space: normal;

@@ -11,9 +11,9 @@ import pandas as pd
 from vitbench import paper
 from vitbench.datasets.robustness import ROBUSTNESS
 from vitbench.views.cells import SUBSET_MARK, Cell, TableData
-from vitbench.views.columns import measured_columns, meta_by_column, seed_cell
-from vitbench.views.footnotes import marker_footnotes, provenance_footnotes
-from vitbench.views.table import add_deltas, paper_columns, resolve_delta_to
+from vitbench.views.measured.columns import measured_columns, meta_by_column, seed_cell
+from vitbench.views.measured.footnotes import marker_footnotes, provenance_footnotes
+from vitbench.views.tables.table import add_deltas, paper_columns, resolve_delta_to
 
 # row key -> (dataset, stored metric, row label); the ImageNet rows first, the shifts below them
 ROWS: dict[str, tuple[str, str, str]] = {

@@ -8,7 +8,7 @@ is a mean over seeds (and an LR sweep's stages), never over settings. A column (
 beside — `res=64`, `k=20`, `precision=bf16`, `decoder=nvjpeg` — and only by those that another
 named setting does not already explain (the preprocessing text follows from `res`), never cut; a
 run decoded by nvjpeg says so wherever it is shown (not the reference's pixels).
-`views/columns.py` labels every run by this rule; the tables, figures, the report, `compare`, the
+`views/measured/columns.py` labels every run by this rule; the tables, figures, the report, `compare`, the
 run summary and `vitbench.results` read those labels (docs/tables.md, "One number, one meaning").
 """
 
@@ -122,7 +122,7 @@ def default_columns(df: pd.DataFrame, finals: pd.Series) -> tuple[pd.Series, pd.
     The names a label gives are the view's (`viewed_names`): every column names each of them that
     its runs record. The condition is what the column measured apart from the backbone (protocol,
     shots, version and those settings), the same for two columns that differ in model or weights
-    alone: what `--ci`'s marks, the report and `compare` pair (views/significance.py). The series is
+    alone: what `--ci`'s marks, the report and `compare` pair (views/statistics/significance.py). The series is
     the named settings other than the protocol's axis (`res=64`): a figure's line runs along the
     axis within one series. `finals` marks the runs with a scored accuracy. The work is done once
     per distinct (column identity, hparams text), then mapped back to the runs."""

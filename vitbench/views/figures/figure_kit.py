@@ -29,10 +29,10 @@ FILE_NAMES = {
     "vtab": "vtab_groups",
     "cost": "accuracy_vs_cost",
     "curves": "finetune_curves",
-    "confusion": "confusion_matrix",  # views/per_class.py; asked for by name only (it needs --run)
-    "checkpoints": "accuracy_vs_checkpoint",  # views/series.py; asked for by name only
-    "datasize": "accuracy_vs_pretraining_images",  # views/pretraining.py
-    "compute": "accuracy_vs_pretraining_exaflops",  # views/pretraining.py
+    "confusion": "confusion_matrix",  # views/figures/confusion.py; asked for by name only (it needs --run)
+    "checkpoints": "accuracy_vs_checkpoint",  # views/figures/series.py; asked for by name only
+    "datasize": "accuracy_vs_pretraining_images",  # views/figures/pretraining.py
+    "compute": "accuracy_vs_pretraining_exaflops",  # views/figures/pretraining.py
 }
 # a FILE figure's axes, in inches: left margin, top margin, width, height; the x label's room below them
 AXES = (0.8, 0.5, 7.8, 3.9)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from vitbench.out_paths import no_mathtext, write_figure
-from vitbench.views.plots import pyplot  # matplotlib on Agg, loaded when a figure is drawn
+from vitbench.views.figures.plots import pyplot  # matplotlib on Agg, loaded when a figure is drawn
 
 DPI = 100
 SIZES = {  # inches at DPI: the PNG sizes tests expect

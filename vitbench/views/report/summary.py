@@ -27,9 +27,9 @@ from vitbench.protocols.registry import protocols
 from vitbench.provenance import ANY, DEFAULT_SETTINGS
 from vitbench.registry import get_model
 from vitbench.store.query import json_field
-from vitbench.views.axes import axis_values
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, Cell, TableData
-from vitbench.views.columns import (
+from vitbench.views.measured.axes import axis_values
+from vitbench.views.measured.columns import (
     accelerator_days,
     measured_columns,
     meta_by_column,
@@ -37,10 +37,11 @@ from vitbench.views.columns import (
     per_distinct,
     seed_cell,
 )
-from vitbench.views.columns import weights_label as _weights_label
-from vitbench.views.footnotes import marker_footnotes
-from vitbench.views.paper_match import as_values, match
-from vitbench.views.table import TABLE2_ROWS, title
+from vitbench.views.measured.columns import weights_label as _weights_label
+from vitbench.views.measured.dataset_titles import title
+from vitbench.views.measured.footnotes import marker_footnotes
+from vitbench.views.measured.paper_match import as_values, match
+from vitbench.views.tables.table import TABLE2_ROWS
 
 
 @dataclass

@@ -26,26 +26,16 @@ from vitbench import store
 from vitbench.errors import UserError
 from vitbench.protocols.registry import protocols, with_metric
 from vitbench.store.query import apply_where, json_field
-from vitbench.views import (
-    attention,
-    bench_table,
-    contact_sheet,
-    contamination,
-    inspection_plots,
-    per_class,
-    plots,
-    pretraining,
-    report_page,
-    robustness,
-    summary,
-    table,
-)
 from vitbench.views.cells import Cell, TableData
-from vitbench.views.columns import accelerator_days, measured_columns
-from vitbench.views.footnotes import short_fingerprint
-from vitbench.views.private_paths import explanation, private_roots, redact
-from vitbench.views.settings import settings_listed
-from vitbench.views.significance import SIGNIFICANT_MARK
+from vitbench.views.figures import contact_sheet, inspection_plots, plots, pretraining
+from vitbench.views.measured import contamination, pretraining_runs
+from vitbench.views.measured.columns import accelerator_days, measured_columns
+from vitbench.views.measured.footnotes import short_fingerprint
+from vitbench.views.measured.settings import settings_listed
+from vitbench.views.report import report_page, summary
+from vitbench.views.report.private_paths import explanation, private_roots, redact
+from vitbench.views.statistics.significance import SIGNIFICANT_MARK
+from vitbench.views.tables import attention, bench_table, per_class, pretrain, robustness, table
 
 
 @dataclass
@@ -181,12 +171,12 @@ def _fitting(view: TableData, blocks: list[list[str]] | None = None) -> list[lis
 
 def _pretraining_section(page: Page) -> Section:
     out = Section("pretrain", "Pre-training")
-    out.parts.append(page.table("pretrain", pretraining.pretrain_view(page.df), filter_box=False))
+    out.parts.append(page.table("pretrain", pretrain.pretrain_view(page.df), filter_box=False))
     out.parts.append(page.figure("datasize", lambda: pretraining.datasize_figure(page.df, page.figures, ("svg",),
                                                                                  plots.PAGE)))  # fmt: skip
     out.parts.append(page.figure("compute", lambda: pretraining.compute_figure(page.df, page.figures, ("svg",),
                                                                                plots.PAGE)))  # fmt: skip
-    pre = page.df[page.df["protocol"].isin(pretraining.pretraining_protocols())]
+    pre = page.df[page.df["protocol"].isin(pretraining_runs.pretraining_protocols())]
     curves = store.read_curves(page.results, list(pre["run_key"].unique()))
     if not curves.empty:
         latest = pre.sort_values("finished_at")["run_key"].iloc[-1]
@@ -232,7 +222,7 @@ def _sections(page: Page, only: str | None) -> list[Section]:
     if not df.empty and df["metric"].isin(["ece", "nll"]).any():
         calibration = per_class.calibration_view(df)
         out.append(Section("calibration", "Calibration", [page.table("calibration", calibration, filter_box=False)]))
-    if present & pretraining.pretraining_protocols():
+    if present & pretraining_runs.pretraining_protocols():
         out.append(_pretraining_section(page))
     if only is None:
         distances = store.read_attention_distance(page.results)

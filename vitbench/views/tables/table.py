@@ -1,6 +1,6 @@
 """The comparison views: stored runs (mean ± std over seeds, n) beside the paper's own numbers.
 
-Every view builds a `TableData` (rows × columns of `Cell`s plus footnotes); `vitbench.views.render`
+Every view builds a `TableData` (rows × columns of `Cell`s plus footnotes); `vitbench.views.tables.render`
 turns it into rich, Markdown, LaTeX, CSV or HTML. Views:
 
 - `accuracy_view`: Table 2's layout — rows ImageNet, ReaL, CIFAR-10/100, Pets, Flowers, VTAB,
@@ -10,7 +10,7 @@ turns it into rich, Markdown, LaTeX, CSV or HTML. Views:
 - `table5_view`: Table 5's blocks by pre-training dataset, measured weights as blocks of their own.
 - `table6_view`: Table 6's models with pre-training exaFLOPs, measured columns as rows.
 
-(The attention-distance view is views/attention.py; the throughput table views/bench_table.py.)
+(The attention-distance view is views/tables/attention.py; the throughput table views/tables/bench_table.py.)
 
 Honesty: random-init (†), subset-data (‡) and smoke (§) results carry their symbol and a
 footnote in every view, get no Δ and are never the row's best unless `include_marked`.
@@ -24,13 +24,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitbench import paper, registry
-from vitbench.datasets import DATASETS
+from vitbench import paper
 from vitbench.datasets.vtab import GROUPS, TASKS, group_means
 from vitbench.errors import UserError, listed
 from vitbench.protocols.registry import protocols
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, Cell, TableData
-from vitbench.views.columns import (
+from vitbench.views.measured.columns import (
     Measured,
     accelerator_days,
     delta_allowed,
@@ -42,31 +41,15 @@ from vitbench.views.columns import (
     vtab_rollups,
     weights_label,
 )
-from vitbench.views.footnotes import marker_footnotes, provenance_footnotes
-from vitbench.views.labels import PER_CELL_N, say_once
-from vitbench.views.paper_match import SETTING_MARK, WITHIN_MARK, Matches, as_values, flag, match
-from vitbench.views.significance import add_significance
+from vitbench.views.measured.dataset_titles import TITLES, title
+from vitbench.views.measured.footnotes import marker_footnotes, provenance_footnotes
+from vitbench.views.measured.paper_match import SETTING_MARK, WITHIN_MARK, Matches, as_values, flag, match
+from vitbench.views.statistics.significance import add_significance
+from vitbench.views.tables.labels import PER_CELL_N, say_once
 
 TABLE2_ROWS = ["imagenet", "imagenet_real", "cifar10", "cifar100", "pets", "flowers102", "vtab"]
 TABLE5_ROWS = ["cifar10", "cifar100", "imagenet", "imagenet_real", "flowers102", "pets"]
 TABLE6_ROWS = ["imagenet", "imagenet_real", "cifar10", "cifar100", "pets", "flowers102"]
-TITLES = {
-    **{k: v.title for k, v in DATASETS.items()},
-    "imagenet_real": "ImageNet ReaL",
-    "vtab": "VTAB (19 tasks)",
-    **{f"vtab_{g}": f"{g.capitalize()} ({sum(t.group == g for t in TASKS)} tasks)" for g in GROUPS},
-    **{f"vtab/{t.key}": t.title for t in TASKS},
-}
-
-
-def title(dataset: str) -> str:
-    """A dataset's row label: the paper's name, a plugin dataset's own title, else its name."""
-    if dataset in TITLES:
-        return TITLES[dataset]
-    spec = registry.datasets().get(dataset)
-    return spec.title if spec is not None else dataset
-
-
 COST_ROW = "vitbench accelerator-days"
 PAPER_COST_ROW = "paper TPUv3-core-days"
 COST_NOTE = (
@@ -124,7 +107,7 @@ def add_deltas(
     matches: Matches | None = None,
 ) -> int:
     """Δ = measured − the `delta_to` paper cell, in percentage points; with `matches`, the cell of
-    the measured setting (views/paper_match.py), flagged where none is. Returns how many were shown."""
+    the measured setting (views/measured/paper_match.py), flagged where none is. Returns how many were shown."""
     if delta_to is None:
         return 0
     ref_col, shown = f"{delta_to} (paper)", 0
@@ -192,8 +175,8 @@ def accuracy_view(
     """Table 2's layout: the dataset rows that hold a measured cell (`all_rows`: Table 2's seven
     rows whether measured or not, for the paper columns alone), any other measured dataset, the cost
     rows, measured columns, then the `compare` paper columns. `ci`: the results folder whose kept
-    predictions give each cell an interval and mark significant differences (views/significance.py).
-    `keep`: only these runs are shown, labelled as among all of `df` (views/columns.measured_columns).
+    predictions give each cell an interval and mark significant differences (views/statistics/significance.py).
+    `keep`: only these runs are shown, labelled as among all of `df` (views/measured/columns.measured_columns).
     `heading`: what the title names first (the report: the protocol's section)."""
     delta_to = resolve_delta_to(compare, delta_to)
     m = measured_columns(df, protocol, shots, group_by, keep)
@@ -348,8 +331,8 @@ def table6_view(df: pd.DataFrame, protocol: str | None = None, include_marked: b
     data = TableData(title="Table 6: model scaling, top-1 accuracy (%) and compute")
     cols = {d: TITLES[d] for d in TABLE6_ROWS}
     paper_flops, our_flops = "paper pre-training exaFLOPs", "vitbench exaFLOPs (this evaluation)"
-    for title in [*cols.values(), paper_flops, our_flops]:
-        data.add_column(title)
+    for heading in [*cols.values(), paper_flops, our_flops]:
+        data.add_column(heading)
     for _, part in t6.groupby("column", sort=False):
         first = part.iloc[0]
         row = f"{first['model']} · {int(first['epochs'])} ep (paper)"

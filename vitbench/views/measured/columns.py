@@ -1,5 +1,5 @@
 """Stored runs become labelled columns: one per (model, weights, protocol, shots, setting), named
-as views/settings.py names what differs, or per `--group-by` fields, with the cells' mean ± std
+as views/measured/settings.py names what differs, or per `--group-by` fields, with the cells' mean ± std
 over seeds and the markers that withhold a Δ."""
 
 from __future__ import annotations
@@ -16,11 +16,18 @@ from vitbench.protocols.fewshot import choose_sweep_l2
 from vitbench.protocols.registry import protocols, with_metric
 from vitbench.provenance import canonical_json
 from vitbench.store.query import field_values, json_field
-from vitbench.views import contamination
-from vitbench.views.axes import with_axes
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, SUBSET_MARK, Cell, TableData
-from vitbench.views.settings import default_columns, differing, explaining, run_setting, setting_text, value_text
-from vitbench.views.shot_counts import cell_effective_shots, effective_shots, fewest_shots
+from vitbench.views.measured import contamination
+from vitbench.views.measured.axes import with_axes
+from vitbench.views.measured.settings import (
+    default_columns,
+    differing,
+    explaining,
+    run_setting,
+    setting_text,
+    value_text,
+)
+from vitbench.views.measured.shot_counts import cell_effective_shots, effective_shots, fewest_shots
 
 
 def paper_comparable() -> set[str]:
@@ -58,7 +65,7 @@ class Measured:
     runs: pd.DataFrame
     chosen_l2: dict[int, float]
     superseded: int = 0  # earlier runs of the same setting on data whose files have changed since
-    # the input settings every column shares, said once under a view (views/settings.common_settings)
+    # the input settings every column shares, said once under a view (views/measured/settings.common_settings)
     common: dict[str, str] = field(default_factory=dict)
 
 
@@ -81,7 +88,7 @@ def measured_columns(
     keep: set[str] | None = None,
 ) -> Measured:
     """Label every run with its column. Default columns: (model, weights, protocol, shots, setting),
-    where a setting splits a column by the hparams that differ in the view (views/settings.py: e.g.
+    where a setting splits a column by the hparams that differ in the view (views/measured/settings.py: e.g.
     `res=96` next to `res=384`, or smoke next to full); `group_by` replaces that key. `keep`: only
     these runs are shown, labelled as among all of `df` (the summary after a run: its runs, named
     as the store's other runs of those datasets tell them apart)."""
@@ -139,7 +146,7 @@ def _with_base(df: pd.DataFrame) -> pd.DataFrame:
 
 def default_labels(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:
     """`df` (stored rows, a row per run and metric, with their axes) with each run's `column`,
-    `condition` and `series` as views/settings.py names them among the runs of `df`, and the input
+    `condition` and `series` as views/measured/settings.py names them among the runs of `df`, and the input
     settings every column shares. The one rule of which cells pair: two cells pair where their
     dataset and condition are the same (`vitbench table --ci`, the report, `compare --all`)."""
     if "base" not in df:
@@ -157,7 +164,7 @@ def default_labels(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:
 
 
 def _apart_within(df: pd.DataFrame, group_by: Sequence[str]) -> pd.Series:
-    """`--group-by` columns split by what their runs still differ in (views/settings.py: a cell is a
+    """`--group-by` columns split by what their runs still differ in (views/measured/settings.py: a cell is a
     mean over seeds only): the protocol and its version, then the settings within one protocol
     (`data_source=folder · knn · res=64` beside `… · res=224`)."""
     grouped = {f.removeprefix("hparams.") for f in group_by}

@@ -1,7 +1,7 @@
 """`vitbench compare A B` (docs/tables.md, "Intervals and significance"): per dataset both sides
 select, B − A on the same test images, its 95 % interval and p-value, Holm over the rows; with
 `--all`, a row per dataset and setting. It pairs runs and tests them as `table --ci` does
-(views/significance.py: outcomes, matrix, the paired test); this module is what is compare's own —
+(views/statistics/significance.py: outcomes, matrix, the paired test); this module is what is compare's own —
 its sides, units, narrowing advice and footnotes."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import pandas as pd
 from vitbench import stats
 from vitbench.errors import UserError
 from vitbench.store.query import apply_where, json_field
-from vitbench.views.axes import with_axes
 from vitbench.views.cells import SUBSET_MARK, Cell, TableData
-from vitbench.views.columns import default_labels, natural_order
-from vitbench.views.settings import differing, explaining, pairing, run_setting, value_text
-from vitbench.views.shot_counts import cell_effective_shots
-from vitbench.views.significance import Scored, matrix, outcomes, paired_outcomes
+from vitbench.views.measured.axes import with_axes
+from vitbench.views.measured.columns import default_labels, natural_order
+from vitbench.views.measured.settings import differing, explaining, pairing, run_setting, value_text
+from vitbench.views.measured.shot_counts import cell_effective_shots
+from vitbench.views.statistics.significance import Scored, matrix, outcomes, paired_outcomes
 
 log = logging.getLogger("vitbench")
 
@@ -90,10 +90,10 @@ def compare_view(df: pd.DataFrame, a: list[str], b: list[str], results: Path, ev
 
 def _with_settings(sides: dict[str, pd.DataFrame]) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """Each side's runs with their unit, `dataset · condition`: the condition their table column has
-    among the runs of both sides (views/columns.default_labels: protocol, shots, version and the
+    among the runs of both sides (views/measured/columns.default_labels: protocol, shots, version and the
     settings that differ, `res=224`, `k=20`; not what follows from the backbone, so DeiT-Ti at 224 px
     pairs with ResNet-18 at 224 px): the rule `vitbench table --ci` pairs cells by. Conditions that
-    have no partner on the other side are then paired as `--baseline` pairs (views/settings.pairing:
+    have no partner on the other side are then paired as `--baseline` pairs (views/measured/settings.pairing:
     the same protocol, version and shots or k), where one condition of each side has that pairing on a
     dataset: `compare res=112 res=224 --all` gives a row per dataset, protocol and shot count, and a
     footnote names what the row's two sides differ in. Also the units a side still has alone."""
@@ -167,7 +167,7 @@ DISTINGUISHING = ("model", "weights", "protocol", "shots", "protocol_version", "
 
 def _narrowing(part: pd.DataFrame, clauses: list[str]) -> str:
     """What to add to a side that selects several runs per seed: the fields, else the settings
-    (views/settings.py: `res`, `knn_k`, `precision`, …), whose values differ among them, and the
+    (views/measured/settings.py: `res`, `knn_k`, `precision`, …), whose values differ among them, and the
     side's clauses with one that picks one of the values of the first (`res=224`)."""
     apart: dict[str, list[str]] = {}
     for field in DISTINGUISHING:

@@ -4,7 +4,6 @@
   class's accuracy (mean ± std over seeds), and mean-per-class accuracy (the mean over classes:
   what mmpretrain and CLIP_benchmark report beside top-1) as the last row;
 - `calibration_view`: the `eval` runs' expected calibration error and negative log-likelihood;
-- `confusion_figure`: one run's confusion matrix (`vitbench plot confusion --run KEY`).
 """
 
 from __future__ import annotations
@@ -19,13 +18,11 @@ from vitbench.errors import UserError
 from vitbench.protocols.registry import declared_metric
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import json_field
-from vitbench.views import figure_kit, plots
 from vitbench.views.cells import Cell, TableData
-from vitbench.views.columns import measured_columns
-from vitbench.views.footnotes import provenance_footnotes
+from vitbench.views.measured.columns import measured_columns
+from vitbench.views.measured.footnotes import provenance_footnotes
 
 log = logging.getLogger("vitbench")
-MAX_DRAWN_CLASSES = 2_000  # a (k, k) matrix drawn: ImageNet's 1,000 fit; 2e9 asked for 26.8 GiB
 
 MEAN_PER_CLASS = "mean per-class accuracy"
 
@@ -113,35 +110,3 @@ def calibration_view(df: pd.DataFrame) -> TableData:
         "NLL: mean negative log-likelihood of the label (both from the checkpoint's own logits)"
     )
     return data
-
-
-def confusion_figure(df: pd.DataFrame, results: Path, out_dir: Path, formats: tuple[str, ...], run: str | None):
-    """One run's confusion matrix (rows: true class, columns: predicted), counts normalised per row."""
-    if run is None:
-        raise UserError("vitbench plot confusion: give --run KEY (the run_key, or its start)")
-    runs = df.drop_duplicates("run_key")
-    runs = runs[runs["run_key"].str.startswith(run)]
-    if runs["run_key"].nunique() != 1:
-        raise UserError(f"--run {run}: matches {runs['run_key'].nunique()} stored runs; expected one")
-    chosen = runs.iloc[0]
-    table = read_predictions(results, str(chosen["run_key"]), json_field(chosen["notes"]).get("predictions"))
-    if table is None:
-        raise UserError(f"--run {run}: the run kept no per-image predictions (stored before they were kept)")
-    k = int(max(table["label"].max(), table["top1"].max())) + 1
-    if k > MAX_DRAWN_CLASSES:
-        raise UserError(f"--run {run}: {k:,} classes; a confusion matrix draws at most {MAX_DRAWN_CLASSES:,}")
-    counts = np.zeros((k, k))
-    np.add.at(counts, (table["label"].to_numpy(), table["top1"].to_numpy()), 1)
-    share = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
-    fig, ax = plots.pyplot().subplots(figsize=figure_kit.SIZE)
-    fig.subplots_adjust(bottom=0.2, top=0.92)
-    image = ax.imshow(share, cmap="Blues", vmin=0, vmax=1)
-    fig.colorbar(image, ax=ax, label="share of the true class")
-    ax.set_xlabel("predicted class")
-    ax.set_ylabel("true class")
-    ax.set_title(f"Confusion matrix: {chosen['model']} on {chosen['dataset']} ({chosen['protocol']})", fontsize=9)
-    caption = (
-        f"Run {str(chosen['run_key'])[:12]} ({chosen['protocol_version']}, seed {int(chosen['seed'])}): "
-        f"{len(table)} test images, top-1 {table['correct'].mean() * 100:.2f} %; rows normalised."
-    )
-    return plots.Figure("confusion", caption, plots.save(fig, caption, out_dir, "confusion", formats))

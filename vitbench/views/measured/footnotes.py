@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 
-from vitbench.views import contamination
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, SUBSET_MARK, TableData
-from vitbench.views.columns import Measured
-from vitbench.views.coverage import class_coverage, fewer_classes_text, has_top5
-from vitbench.views.paper_match import WITHIN_MARK
-from vitbench.views.settings import common_text
+from vitbench.views.measured import contamination
+from vitbench.views.measured.columns import Measured
+from vitbench.views.measured.coverage import class_coverage, fewer_classes_text, has_top5
+from vitbench.views.measured.paper_match import WITHIN_MARK
+from vitbench.views.measured.settings import common_text
 
 
 def marker_footnotes(data: TableData, include_marked: bool, compared: bool, runs=None) -> None:

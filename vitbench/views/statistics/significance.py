@@ -3,7 +3,7 @@ cell whose runs kept their per-image predictions gets a 95 % bootstrap interval,
 compared with its baseline's cell: by default the table's first model, at the same dataset, protocol,
 shots and setting; named (`--baseline model=deit-ti/16,res=224`), the baseline's cell of the same
 dataset, protocol, version and shots or k, whatever the backbone, weights or resolution (Table 2's
-backbones, each at its own resolution: views/settings.pairing), on the same test images
+backbones, each at its own resolution: views/measured/settings.pairing), on the same test images
 (exact McNemar for one run each, a paired bootstrap over seeds otherwise); a difference significant
 after Holm's correction over the table's comparisons is marked, and the legend names each pair.
 Runs without predictions (stored before they were kept) get neither, and a footnote says how many.
@@ -23,8 +23,8 @@ from vitbench.errors import UserError
 from vitbench.store.predictions import IDS_AS_DIGESTS_ABOVE, read_outcomes
 from vitbench.store.query import apply_where, json_field
 from vitbench.views.cells import TableData
-from vitbench.views.columns import weights_label
-from vitbench.views.settings import also_differ, pairing, run_setting
+from vitbench.views.measured.columns import weights_label
+from vitbench.views.measured.settings import also_differ, pairing, run_setting
 
 SIGNIFICANT_MARK = "*"
 # rows not scored on the kept labels: ReaL (its labels are not in the predictions) gets no interval
@@ -176,9 +176,9 @@ def baseline_columns(
 ) -> tuple[dict[str, str], str, dict[str, list[str]]]:
     """Each of `columns` (those whose cells can be tested, in table order) -> the baseline column
     its cells are tested against; the baseline in words; and, per column, the settings other than the
-    backbone's own in which it differs from its baseline (views/settings.also_differ). Named by
+    backbone's own in which it differs from its baseline (views/measured/settings.also_differ). Named by
     `baseline`'s clauses (`model=deit-ti/16,res=224`, `weights=random`), a pair is what a researcher
-    compares: the same protocol, version and shots or k (views/settings.pairing), the backbone,
+    compares: the same protocol, version and shots or k (views/measured/settings.pairing), the backbone,
     weights, resolution, precision or decoder free to differ (Table 2's backbones each at its own
     resolution); where several baseline columns fit, the one of the same condition, then of the same
     model. Without `baseline`: the first column's model and weights, paired within one condition

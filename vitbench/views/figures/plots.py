@@ -23,9 +23,10 @@ from vitbench.datasets.vtab import GROUPS, TASKS, group_means
 from vitbench.errors import UserError
 from vitbench.protocols.registry import with_metric
 from vitbench.store.query import json_field, written_weights_sha
-from vitbench.views import cells, columns
-from vitbench.views.axis_plot import axis_figure
-from vitbench.views.figure_kit import FILE, PAGE, Figure, Look, legend, new_figure, pyplot, runs_text, save
+from vitbench.views import cells
+from vitbench.views.figures.axis_plot import axis_figure
+from vitbench.views.figures.figure_kit import FILE, PAGE, Figure, Look, legend, new_figure, pyplot, runs_text, save
+from vitbench.views.measured import columns
 
 # the kit, as the figure modules beside this one have always imported it from here
 __all__ = ["FILE", "PAGE", "Figure", "Look", "axis_figure", "legend", "new_figure", "pyplot", "runs_text", "save"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from vitbench.views.cells import RANDOM_MARK, Cell, TableData
-from vitbench.views.footnotes import marker_footnotes
+from vitbench.views.measured.footnotes import marker_footnotes
 
 
 def attention_view(df: pd.DataFrame, only: str | None = None) -> TableData:

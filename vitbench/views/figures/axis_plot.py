@@ -1,6 +1,6 @@
 """`vitbench plot NAME` for a protocol whose runs vary along an axis (few-shot: shots; k-NN: k; a
 plugin's): its accuracy against that axis, a panel per dataset, a line per backbone and setting,
-each point the mean ± std over seeds of one table cell (views/settings.py: a line never averages two
+each point the mean ± std over seeds of one table cell (views/measured/settings.py: a line never averages two
 settings, so DeiT-Ti at 64 and at 224 px are two lines, named `res=64` and `res=224`). Every line is
 drawn, each in a colour, marker and dash of its own (the same in every panel), lines that coincide
 side by side; a point whose runs had fewer shots than its x says so (`[2-shot]`). The linear probe
@@ -17,12 +17,14 @@ from vitbench.errors import UserError
 from vitbench.protocols.registry import protocols
 from vitbench.registry import get_dataset
 from vitbench.store.query import json_field
-from vitbench.views import cells, columns, table
-from vitbench.views.axes import axis_values
-from vitbench.views.coverage import chance_percent, class_coverage, fewer_classes_text
-from vitbench.views.figure_kit import FILE, Figure, Look, legend_under, new_grid, runs_text, save
-from vitbench.views.settings import INPUT_SETTINGS, run_setting, value_text
-from vitbench.views.shot_counts import cell_effective_shots
+from vitbench.views import cells
+from vitbench.views.figures.figure_kit import FILE, Figure, Look, legend_under, new_grid, runs_text, save
+from vitbench.views.measured import columns
+from vitbench.views.measured.axes import axis_values
+from vitbench.views.measured.coverage import chance_percent, class_coverage, fewer_classes_text
+from vitbench.views.measured.dataset_titles import title
+from vitbench.views.measured.settings import INPUT_SETTINGS, run_setting, value_text
+from vitbench.views.measured.shot_counts import cell_effective_shots
 
 # what makes a line: the backbone, the protocol's version and the settings it names (a panel: the dataset)
 LINE = ["model", "weights", "weights_sha256", "random_init", "protocol_version", "series", "smoke"]
@@ -67,7 +69,7 @@ def axis_points(acc: pd.DataFrame, x: pd.Series) -> pd.DataFrame:
         *identity, dataset = key
         model, _, sha, _, _, series, _ = identity
         subset = cells.SUBSET_MARK if part["data_subset"].any() else ""
-        where = f"{table.title(str(dataset))}{subset}"
+        where = f"{title(str(dataset))}{subset}"
         legend, label = _line_label(tuple(identity), versions), _line_label(tuple(identity), versions, where)
         for value, point in part.groupby("_x", sort=True):
             percent = point["value"].astype(float) * 100

@@ -9,7 +9,10 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench.errors import UserError
-from vitbench.views import cells, columns, plots, table
+from vitbench.views import cells
+from vitbench.views.figures import plots
+from vitbench.views.measured import columns
+from vitbench.views.measured.dataset_titles import title
 
 
 def checkpoint_step(weights: str) -> int | None:
@@ -38,7 +41,7 @@ def checkpoints_figure(df: pd.DataFrame, out_dir: Path, formats: tuple[str, ...]
         if len(means) < 2:
             continue
         subset = cells.SUBSET_MARK if part["data_subset"].any() else ""
-        label = f"{model} · {Path(str(folder)).name}/ · {table.title(str(dataset))}{subset} · {protocol_name}{shots}"
+        label = f"{model} · {Path(str(folder)).name}/ · {title(str(dataset))}{subset} · {protocol_name}{shots}"
         ax.plot(means.index, means["mean"] * 100, marker="o", label=f"{label} (n={int(means['count'].min())})")
         used += list(part["run_key"])
     if not used:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench.store.query import json_field
-from vitbench.views.settings import run_setting
-from vitbench.views.table import accuracy_view
+from vitbench.views.measured.settings import run_setting
+from vitbench.views.tables.table import accuracy_view
 
 FIXED = ["row", "dataset", "column", "model", "weights", "weights_sha256", "random_init", "protocol",
          "protocol_version", "shots"]  # fmt: skip
