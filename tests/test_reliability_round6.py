@@ -74,7 +74,10 @@ def test_item8_sigterm_and_sighup_end_a_run_as_ctrl_c_does(tmp_path, name):
     results = tmp_path / "results"
     command = [sys.executable, "-m", "vitbench", "run", "--model", "vit-ti/16", "--weights", "random", *FEWSHOT[:-4],
                "--shots", "1,2", "--seeds", "0,1", "--workers", "1", "--results", str(results)]  # fmt: skip
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # started as from a terminal, the signal at its default: a suite run under `nohup` hands its
+    # children SIGHUP ignored, and a command started ignoring it keeps ignoring it (the test below)
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(getattr(signal, name), signal.SIG_DFL))  # fmt: skip
     deadline = time.monotonic() + 120
     workers: list[int] = []
     while not workers and time.monotonic() < deadline:  # a run under way, its DataLoader worker started
