@@ -238,21 +238,31 @@ def _appended(have: Outputs, new: Outputs, rows: int, room: _Room | None) -> tup
     first chunk for `rows` rows (what is held, and every image still missing): the last chunk of a
     200,000-image pass is no longer a copy of every feature before it (concatenating held them
     twice: issue 89, item 10). Anything else is merged (_merge) and the room given up."""
-    timed = len(have.seconds) == len(have.indices) and len(new.seconds) == len(new.indices)
-    after = not len(have.indices) or not len(new.indices) or have.indices[-1] < new.indices[0]
-    fits = len(have.indices) + len(new.indices) <= rows and (not len(have.indices) or
-                                                             have.values.shape[1:] == new.values.shape[1:])  # fmt: skip
     kept = room is not None and room.held == len(have.indices)  # `have` is the room's
-    if not len(new.indices) and kept:  # a chunk of unreadable images only
-        pass
-    elif not (timed and after and fits and len(new.indices) and bool(np.all(np.diff(new.indices) > 0))):
-        return _merge(have, new), None
-    else:
+    if len(new.indices):
+        wide = not len(have.indices) or have.values.shape[1:] == new.values.shape[1:]
+        fits = wide and len(have.indices) + len(new.indices) <= rows
+        if not (fits and _timed(have, new) and _follows(have, new)):
+            return _merge(have, new), None
         room = room if kept else _Room.around(have, new, rows)
         room.write(new)
+    elif not kept:  # unreadable images only, and no room yet
+        return _merge(have, new), None
     assert room is not None
     unreadable = np.union1d(have.unreadable, new.unreadable).astype(np.int64)
     return room.outputs(have.skipped + new.skipped, unreadable), room
+
+
+def _timed(a: Outputs, b: Outputs) -> bool:
+    """Whether both know each row's device-seconds (a cache entry from before they were kept does not)."""
+    return len(a.seconds) == len(a.indices) and len(b.seconds) == len(b.indices)
+
+
+def _follows(a: Outputs, b: Outputs) -> bool:
+    """Whether `b`'s rows come after all of `a`'s, in split order: a pass's next chunk."""
+    return (not len(a.indices) or not len(b.indices) or a.indices[-1] < b.indices[0]) and bool(
+        np.all(np.diff(b.indices) > 0)
+    )
 
 
 def _merge(a: Outputs, b: Outputs) -> Outputs:
@@ -261,9 +271,9 @@ def _merge(a: Outputs, b: Outputs) -> Outputs:
     if not len(a.indices) or not len(b.indices):
         kept = b if len(b.indices) else a
         return Outputs(kept.values, kept.labels, kept.indices, a.skipped + b.skipped, unreadable, kept.seconds)
-    timed = len(a.seconds) == len(a.indices) and len(b.seconds) == len(b.indices)  # else unknown for all
+    timed = _timed(a, b)  # else unknown for all
     # a pass's next chunk, in split order after what is held: one copy and no gather (3x the features at the end)
-    if a.indices[-1] < b.indices[0] and bool(np.all(np.diff(b.indices) > 0)):
+    if _follows(a, b):
         return Outputs(
             np.concatenate([a.values, b.values]), np.concatenate([a.labels, b.labels]),
             np.concatenate([a.indices, b.indices]), a.skipped + b.skipped, unreadable,
