@@ -9,6 +9,8 @@ import gzip
 import io
 import os
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -619,3 +621,48 @@ def test_item10_a_batchs_features_are_kept_without_the_tokens_they_view():
         kept = _to_host(out)
     assert out.untyped_storage().nbytes() == 17 * out.nbytes  # the view: 16 patches and the CLS token
     assert kept.untyped_storage().nbytes() == kept.nbytes and torch.equal(kept, out)
+
+
+def test_item10_a_part_is_handed_out_one_batch_at_a_time_never_held_twice():
+    """A part of the pass (the last chunk of 200,000 images: 50,000 rows) was held twice as it was
+    handed out: as the batches waiting in the pass's list and as their concatenation. Each batch is
+    now written into the part's arrays and let go of; rows after the part's end stay for the next."""
+    import numpy as np
+    import torch
+
+    from vitbench.engine.inference import _hand_out
+
+    batches = [(torch.arange(12.0).reshape(4, 3) + 100 * b, torch.tensor([b] * 4), torch.arange(4 * b, 4 * b + 4))
+               for b in range(3)]  # fmt: skip
+    rows = list(batches)
+    left, bad_left, done = _hand_out(rows, [(5, "bad.jpg: broken"), (11, "late.jpg")], 10, torch.device("cpu"), "t")
+    assert all(row is None for row in rows)  # the pass's list no longer holds a handed-out batch
+    expected = torch.cat([b[0] for b in batches])[:10].numpy()
+    assert np.array_equal(done.values, expected) and done.values.dtype == np.float32
+    assert done.indices.tolist() == list(range(10)) and done.labels.tolist() == [0] * 4 + [1] * 4 + [2] * 2
+    assert done.unreadable.tolist() == [5] and done.skipped == ["bad.jpg: broken"] and bad_left == [(11, "late.jpg")]
+    assert len(left) == 1 and left[0][2].tolist() == [10, 11] and torch.equal(left[0][0], batches[2][0][2:])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heap")
+def test_item10_the_heap_a_pass_left_free_is_given_back_before_the_solve():
+    """A k-NN pass over 200,000 images left 140 MB of glibc's heap free but resident (its batches
+    come from the heap once the mmap threshold has risen), and the search after it peaked that much
+    above the same search over cached features. `give_back` returns free heap pages; here 256 MB
+    of holes between blocks still in use, which freeing alone keeps resident."""
+    code = (
+        "import numpy as np\n"
+        "from vitbench.engine import freed_memory\n"
+        "def rss(): return int(open('/proc/self/statm').read().split()[1]) * 4096 / 2**20\n"
+        "big = np.ones((8 << 20) // 8); del big\n"  # a freed 8 MB mmapped block: the threshold rises to 8 MB
+        "blocks, guards = [], []\n"
+        "for _ in range(64):\n"
+        "    blocks.append(np.ones((4 << 20) // 8)); guards.append(np.ones(512))\n"
+        "start = rss(); del blocks; freed = rss(); freed_memory.give_back(); after = rss()\n"
+        "print('RSS', start, freed, after)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    start, freed, after = map(float, done.stdout.split("RSS")[1].split())
+    assert freed > start - 64  # freeing alone kept the holes resident
+    assert after < freed - 192, (start, freed, after)

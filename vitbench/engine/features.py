@@ -13,7 +13,7 @@ import torch
 
 from vitbench.datasets import Split
 from vitbench.devices import Clock, Runtime, autocast
-from vitbench.engine import device_data, stopping
+from vitbench.engine import device_data, freed_memory, stopping
 from vitbench.engine.distributed import world
 from vitbench.engine.feature_cache import cache_key, feature_parts
 from vitbench.engine.inference import Outputs, run_over_parts
@@ -109,6 +109,8 @@ def _extend(group, split_name: str, runtime: Runtime, clock: Clock, fn, model, c
         cache.save(key, have)
         if world().size == 1:  # under torchrun every rank would have to agree first: a training step's way
             stopping.reached(f"extracting {group.dataset.name} {split_name} ({len(have.indices):,} images kept)")
+    if len(missing):
+        freed_memory.give_back()  # what the pass's batches left free in the heap: the solve comes next
     return have, bool(len(missing))
 
 

@@ -125,7 +125,8 @@ def run_over_parts(
     device_eval.py); the batch is normalised on the device (bit-identical to doing it per image)."""
     ends = [int(e) for e in ends]
     if not len(split):
-        yield from (_outputs([], [], [], []) for _ in ends)
+        nothing = np.empty(0, np.int64)
+        yield from (_outputs(np.empty((0, 0), np.float32), nothing, nothing, []) for _ in ends)
         return
     batches: Iterable
     # a split cropped on decoding (ObjectNet's PNGs, which the device decodes on the CPU anyway) stays with the workers
@@ -161,39 +162,40 @@ def run_over_parts(
 def _hand_out(
     rows: list, bad_rows: list, end: int, device: torch.device, description: str
 ) -> tuple[list, list, Outputs]:
-    """The rows and unreadable images before `end` as Outputs, and what is left of each."""
+    """The rows and unreadable images before `end` as Outputs, and what is left of each. Each batch
+    is written into the part's arrays and let go of in turn (`rows` is emptied as it is read): a
+    part is never held twice, as its batches and as their concatenation (the last chunk of a
+    200,000-image pass is 50,000 rows; issue 89, item 10)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # the outputs' copies to the host were asynchronous
-    kept, left = [], []
-    for values, labels, indices in rows:
+    kept = [int((indices < end).sum()) for _, _, indices in rows]
+    width = next((values.shape[1:] for values, _, _ in rows), ())
+    values_out = np.empty((sum(kept), *width), np.float32)
+    labels_out, indices_out = np.empty(sum(kept), np.int64), np.empty(sum(kept), np.int64)
+    left, at = [], 0
+    for i, n in enumerate(kept):
+        values, labels, indices = rows[i]
+        rows[i] = None  # let go of as soon as it is written
         before = indices < end
-        if bool(before.all()):
-            kept.append((values, labels, indices))
-        else:
-            kept.append((values[before], labels[before], indices[before]))
+        take = before if n < len(indices) else slice(None)  # (a whole batch: no copy)
+        values_out[at : at + n], labels_out[at : at + n], indices_out[at : at + n] = (
+            values[take].numpy(), labels[take].numpy(), indices[take].numpy()
+        )  # fmt: skip
+        at += n
+        if n < len(indices):
             left.append((values[~before], labels[~before], indices[~before]))
     skipped = [(i, m) for i, m in bad_rows if i < end]
     if skipped:
         log.warning("%s: skipped %d corrupt image(s), first: %s", description, len(skipped), skipped[0][1])
-    done = _outputs([r[0] for r in kept], [r[1] for r in kept], [r[2] for r in kept], skipped)
+    done = _outputs(values_out, labels_out, indices_out, skipped)
     return left, [(i, m) for i, m in bad_rows if i >= end], done
 
 
-def _outputs(values: list, labels: list, indices: list, skipped: list[tuple[int, str]]) -> Outputs:
+def _outputs(values: np.ndarray, labels: np.ndarray, indices: np.ndarray, skipped: list[tuple[int, str]]) -> Outputs:
+    """A part's Outputs: its rows (none: (0, 0) wide) and the unreadable images among its positions."""
     unreadable = np.asarray([i for i, _ in skipped], np.int64)
     messages = [m for _, m in skipped]
-    values, labels, indices = (
-        [v for v in values if len(v)],
-        [v for v in labels if len(v)],
-        [v for v in indices if len(v)],
-    )
-    if not values:
+    if not len(indices):
         nothing = np.empty(0, np.int64)
         return Outputs(np.empty((0, 0), np.float32), nothing, nothing, messages, unreadable)
-    return Outputs(
-        torch.cat(values).numpy(),
-        torch.cat(labels).numpy().astype(np.int64),
-        torch.cat(indices).numpy().astype(np.int64),
-        messages,
-        unreadable,
-    )
+    return Outputs(values, labels, indices, messages, unreadable)
