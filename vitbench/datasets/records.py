@@ -22,7 +22,6 @@ import numpy as np
 
 from vitbench import downloads
 from vitbench.atomic import write_atomic
-from vitbench.datasets import store_clients
 from vitbench.errors import UserError, one_line
 from vitbench.provenance import sha256_text
 
@@ -103,10 +102,9 @@ def store_timeout() -> float:
 
 def remote_fs(url: str):
     """(fsspec filesystem, path) for a URL; fsspec and the protocol's package are optional extras.
-    S3 (s3fs, botocore) gets bounded connect and read timeouts and two attempts a request. An
-    asynchronous filesystem runs on vitbench's own loop (store_clients.py)."""
+    S3 (s3fs, botocore) gets bounded connect and read timeouts and two attempts a request."""
     try:
-        import fsspec  # noqa: F401
+        import fsspec
     except ImportError:
         raise UserError(f"{url}: reading from an object store needs fsspec: pip install 'vitbench[remote]'") from None
     options: dict[str, Any] = {}
@@ -115,7 +113,7 @@ def remote_fs(url: str):
         options = {"config_kwargs": {"connect_timeout": timeout, "read_timeout": timeout,
                                      "retries": {"max_attempts": 2, "mode": "standard"}}}  # fmt: skip
     try:
-        return store_clients.filesystem(url, options)
+        return fsspec.core.url_to_fs(url, **options)
     except (ImportError, ValueError) as e:
         raise UserError(f"{url}: {e} (pip install 'vitbench[remote]' installs s3fs and gcsfs)") from None
 
