@@ -103,9 +103,10 @@ class LinearProbe(FrozenFeatureProtocol):
         iterations: dict[float, int] = {}
         with solve:
             features = todo[0].hparams["linear_features"]
+            # the sweep's two sets gathered straight into the solver's float64 (memory: features + the work)
             best, scores = logistic.sweep(
-                (train[0][fit_idx], train[1][fit_idx]), (train[0][val_idx], train[1][val_idx]), classes, features,
-                iterations=iterations,
+                (logistic.float64_rows(train[0], fit_idx), train[1][fit_idx]),
+                (logistic.float64_rows(train[0], val_idx), train[1][val_idx]), classes, features, iterations=iterations,
             )  # fmt: skip
             probe = logistic.fit(*train, classes, best, features)
             accuracy = probe.accuracy(*test)
