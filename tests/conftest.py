@@ -274,9 +274,14 @@ def s3(monkeypatch):
         monkeypatch.setenv(name, value)
     import s3fs
 
-    s3fs.S3FileSystem.clear_instance_cache()  # a filesystem made before the variables were set
+    from vitbench.datasets import store_clients
+
+    # filesystems made before the variables were set (an earlier test's server): s3fs's and vitbench's own
+    s3fs.S3FileSystem.clear_instance_cache()
+    store_clients.close()
     fs = s3fs.S3FileSystem()
     fs.mkdir("data")
     yield fs
     s3fs.S3FileSystem.clear_instance_cache()
+    store_clients.close()
     server.stop()

@@ -22,6 +22,8 @@ import torch, torch.optim, torch.compiler
 # their imports do to the process (timm's and torchvision's import torch._inductor, which sets
 # TORCHINDUCTOR_CACHE_DIR; scikit-learn sets KMP_INIT_AT_FORK) is theirs, before vitbench comes in
 import timm, torchvision, sklearn, huggingface_hub
+if "s3://" in sys.argv[2]:  # ... and s3fs, reading from S3 itself (botocore's import adds its vendored six's finder)
+    import s3fs
 # ... and its own optimizers: torch wraps an optimizer class's `step` (its profiler hook) when the first
 # one is made in a process, whoever makes it
 for kind in ("SGD", "Adam", "AdamW"):
@@ -80,8 +82,8 @@ before = host()
 import vitbench
 
 after_import = host()
-results = sys.argv[1]
-options = dict(model="vit-ti/16", weights="random", datasets="digits", shots=(1,), seeds=(0,), res=32, workers=0,
+results, dataset = sys.argv[1:3]
+options = dict(model="vit-ti/16", weights="random", datasets=dataset, shots=(1,), seeds=(0,), res=32, workers=0,
                results=results)
 planned = vitbench.plan(**options)
 summary = vitbench.run(**options)
@@ -92,7 +94,9 @@ frame = vitbench.results(results, where=["protocol=fewshot"])
 # a user's mistakes raise vitbench.UserError, nothing else
 mistakes = {}
 for name, call in {"a folder that is not there": lambda: vitbench.results(results + "-misspelt"),
-                   "an unknown dataset": lambda: vitbench.run(**{**options, "datasets": "nope"})}.items():
+                   "an unknown dataset": lambda: vitbench.run(**{**options, "datasets": "nope"}),
+                   **({"a bucket that is not there": lambda: vitbench.run(**{**options, "datasets": "wds:s3://none/x"})}
+                      if "s3://" in dataset else {})}.items():
     try:
         call()
         mistakes[name] = "nothing raised"
@@ -110,13 +114,28 @@ print("REPORT " + json.dumps({"before": before, "after import": after_import, "a
 
 
 def test_import_plan_run_and_results_leave_the_host_process_as_they_found_it(tmp_path):
+    _a_notebook_is_left_as_it_was(tmp_path, "digits")
+
+
+def test_a_run_over_an_object_store_leaves_no_thread_or_loop_behind(s3, tmp_path):
+    """Shards read from an S3 server (on 127.0.0.1) in the notebook's process and in a DataLoader
+    worker: before, fsspec's IO thread (`fsspecIO`, its process-wide event loop) and that loop's
+    resolver threads (`asyncio_0`) kept running after `vitbench.run` returned."""
+    from container_data import samples, write_shards
+
+    s3.put(str(write_shards(samples({"train": 2, "test": 1}), tmp_path / "shards")), "data/shards", recursive=True)
+    _a_notebook_is_left_as_it_was(tmp_path, "wds:s3://data/shards")
+
+
+def _a_notebook_is_left_as_it_was(tmp_path, dataset: str) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "0", "VITBENCH_CACHE": str(tmp_path / "cache")}
     env.pop("GOMP_SPINCOUNT", None)
     done = subprocess.run(
-        [sys.executable, "-c", NOTEBOOK, str(tmp_path / "results")],
+        [sys.executable, "-c", NOTEBOOK, str(tmp_path / "results"), dataset],
         capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "Unclosed" not in done.stderr, done.stderr[-3000:]  # a client session left open for the GC to find
     report = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("REPORT ")).removeprefix("REPORT "))
     assert report["ran"][0] == 1 and report["ran"][1] > 0 and report["rows"] == 1  # the API did its work
     assert set(report["mistakes"].values()) == {"UserError"}, report["mistakes"]

@@ -440,9 +440,9 @@ def test_item15_an_object_stores_failures_are_one_line_each(cli, s3, tmp_path, m
     split = get_dataset("wds:s3://data/shards").load_split(None, "train")
     endpoint = os.environ["AWS_ENDPOINT_URL"]
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens on the discard port
-    import s3fs
+    from vitbench.datasets import store_clients
 
-    s3fs.S3FileSystem.clear_instance_cache()
+    store_clients.close()  # the filesystem made for the live endpoint
     monkeypatch.setenv("VITBENCH_STORE_TIMEOUT", "2")
     with pytest.raises(UserError, match=r"^s3://data/shards/train-000000.tar: the object store cannot be reached"):
         split.encoded(0)
@@ -463,7 +463,7 @@ def test_item12_an_object_store_that_stops_answering_ends_the_run_in_bounded_tim
     import threading
     import time
 
-    import s3fs
+    from vitbench.datasets import store_clients
 
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
@@ -486,7 +486,7 @@ def test_item12_an_object_store_that_stops_answering_ends_the_run_in_bounded_tim
                         "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": "us-east-1",
                         "VITBENCH_STORE_TIMEOUT": "1", "VITBENCH_CACHE": str(tmp_path / "cache")}.items():  # fmt: skip
         monkeypatch.setenv(name, value)
-    s3fs.S3FileSystem.clear_instance_cache()
+    store_clients.close()  # a filesystem made for another endpoint
     try:
         started = time.monotonic()
         code, _, err = cli("run", *R, "--dataset", "wds:s3://data/shards", "--results", tmp_path / "results")
@@ -497,7 +497,7 @@ def test_item12_an_object_store_that_stops_answering_ends_the_run_in_bounded_tim
         for connection in held:
             connection.close()
         silent.close()
-        s3fs.S3FileSystem.clear_instance_cache()
+        store_clients.close()
     assert code == 2 and _one_line_error(err) == (
         f"error: wds:s3://data/shards: the object store did not answer within 1 s (VITBENCH_STORE_TIMEOUT) at "
         f"{endpoint}"

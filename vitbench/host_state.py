@@ -1,7 +1,9 @@
 """A library call leaves its host as it found it: what a run changes of the process it runs in
 (the global random generators, which random-init weights and torch's DataLoader draw from; the
 SIGCHLD handler torch's DataLoader installs) is put back when `vitbench.run`, `plan` or `results`
-returns, so a seeded notebook's next `torch.rand` is what it would have been without vitbench.
+returns, so a seeded notebook's next `torch.rand` is what it would have been without vitbench; the
+object-store clients a call opened (their event loop and its threads) are closed
+(datasets/store_clients.py).
 
 What is better not changed at all is not: DataLoaders are given a multiprocessing context of their
 own (engine/loader_workers.py) instead of fixing the process's start method."""
@@ -16,6 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from vitbench.datasets.store_clients import opened_here
+
 # the handlers a run may touch: torch's SIGCHLD (its DataLoader), a cluster job's USR2 and SIGTERM
 KEPT_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGCHLD", "SIGUSR1", "SIGUSR2")
@@ -28,7 +32,8 @@ F = TypeVar("F", bound=Callable)
 @contextmanager
 def host_kept() -> Iterator[None]:
     """The host's random states (torch's CPU and initialised CUDA generators, numpy's, Python's) and
-    signal handlers, as they were before the block, once it ends however it ends."""
+    signal handlers, as they were before the block, and no object-store client it opened, once it
+    ends however it ends."""
     import numpy as np
     import torch
 
@@ -37,7 +42,7 @@ def host_kept() -> Iterator[None]:
     handlers = {s: signal.getsignal(s) for s in KEPT_SIGNALS} if in_main else {}
     cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
     try:
-        with torch.random.fork_rng(devices=cuda):
+        with torch.random.fork_rng(devices=cuda), opened_here():
             yield
     finally:
         random.setstate(python_state)

@@ -22,6 +22,7 @@ import numpy as np
 
 from vitbench import downloads
 from vitbench.atomic import write_atomic
+from vitbench.datasets import store_clients
 from vitbench.errors import UserError, one_line
 from vitbench.provenance import sha256_text
 
@@ -102,9 +103,10 @@ def store_timeout() -> float:
 
 def remote_fs(url: str):
     """(fsspec filesystem, path) for a URL; fsspec and the protocol's package are optional extras.
-    S3 (s3fs, botocore) gets bounded connect and read timeouts and two attempts a request."""
+    S3 (s3fs, botocore) gets bounded connect and read timeouts and two attempts a request. An
+    asynchronous filesystem runs on vitbench's own loop (store_clients.py)."""
     try:
-        import fsspec
+        import fsspec  # noqa: F401
     except ImportError:
         raise UserError(f"{url}: reading from an object store needs fsspec: pip install 'vitbench[remote]'") from None
     options: dict[str, Any] = {}
@@ -113,7 +115,7 @@ def remote_fs(url: str):
         options = {"config_kwargs": {"connect_timeout": timeout, "read_timeout": timeout,
                                      "retries": {"max_attempts": 2, "mode": "standard"}}}  # fmt: skip
     try:
-        return fsspec.core.url_to_fs(url, **options)
+        return store_clients.filesystem(url, options)
     except (ImportError, ValueError) as e:
         raise UserError(f"{url}: {e} (pip install 'vitbench[remote]' installs s3fs and gcsfs)") from None
 
@@ -178,18 +180,24 @@ class OffsetContainer(Container):
         return len(self.offset)
 
     def raw(self, row: int) -> bytes:
-        handles: dict[int, Any] = self.__dict__.setdefault("_open_handles", {})
         k = int(self.which[row])
+        url = self.files[k]
+        handle = store_clients.kept_open(url, lambda: open_binary(url)) if is_remote(url) else self._local(k)
+        with store_errors(url) if is_remote(url) else contextlib.nullcontext():
+            handle.seek(int(self.offset[row]))
+            data = handle.read(int(self.size[row]))
+        if len(data) != int(self.size[row]):
+            raise OSError(f"{self.where(row)}: the file ends inside it")
+        return data
+
+    def _local(self, k: int):
+        """File `k` (a local one), kept open by this container in this process, the KEEP_OPEN last opened."""
+        handles: dict[int, Any] = self.__dict__.setdefault("_open_handles", {})
         if k not in handles:
             if len(handles) >= self.KEEP_OPEN:
                 handles.pop(next(iter(handles))).close()
             handles[k] = open_binary(self.files[k])
-        handles[k].seek(int(self.offset[row]))
-        with store_errors(self.files[k]) if is_remote(self.files[k]) else contextlib.nullcontext():
-            data = handles[k].read(int(self.size[row]))
-        if len(data) != int(self.size[row]):
-            raise OSError(f"{self.where(row)}: the file ends inside it")
-        return data
+        return handles[k]
 
     def read(self, row: int) -> bytes:
         return self.raw(row)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from vitbench.datasets import store_clients
 from vitbench.datasets.records import Container, is_remote, open_binary, store_errors
 from vitbench.errors import UserError, one_line
 
@@ -88,12 +89,19 @@ class TableImages(Container):
         """The file opened once a process (its footer parsed once), a few kept open. `streamed`: for
         reading a large row group a few rows at a time, its column chunks through a 1 MiB buffer and
         not fetched whole first (pyarrow's pre-buffering held the whole chunk: 3x the rows read)."""
+        options = {"pre_buffer": False, "buffer_size": 1 << 20} if streamed else {}
+        url = self.files[file]
+
+        def parquet_file():
+            return pyarrow_module().parquet.ParquetFile(open_binary(url), **options)
+
+        if is_remote(url):  # kept by vitbench's store clients: closed with them when a library call returns
+            return store_clients.kept_open((url, streamed), parquet_file)
         opened: dict[tuple[int, bool], Any] = self.__dict__.setdefault("_open_files", {})
         if (file, streamed) not in opened:
             if len(opened) >= 8:
                 opened.pop(next(iter(opened))).close()
-            options = {"pre_buffer": False, "buffer_size": 1 << 20} if streamed else {}
-            opened[file, streamed] = pyarrow_module().parquet.ParquetFile(open_binary(self.files[file]), **options)
+            opened[file, streamed] = parquet_file()
         return opened[file, streamed]
 
     def _large(self, k: int) -> bool:
