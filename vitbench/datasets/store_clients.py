@@ -5,9 +5,11 @@ fsspec's asynchronous filesystems (s3fs, gcsfs, http) run on one process-wide lo
 thread (`fsspecIO`) that fsspec starts on first use and never stops, with that loop's resolver
 threads beside it: after `vitbench.run` over `wds:s3://…` returned, both were still running in
 the researcher's process (issue 89, goal 3). Here each filesystem is made (outside fsspec's
-instance cache) on vitbench's own loop and kept for the calls that follow, and `opened_here()`
-closes the sessions, the loop and its threads that a block opened. A forked DataLoader worker
-starts its own loop: the parent's thread does not exist in it."""
+instance cache) on vitbench's own loop and kept for the calls that follow, the remote files read by
+row are kept open here too (`kept_open`, never in a container a caller's plan may keep), and
+`opened_here()` closes the files, the sessions, the loop and its threads that a block opened. A loop
+whose filesystem something still holds is left running: its session closes on it when it goes.
+A forked DataLoader worker starts its own loop: the parent's thread does not exist in it."""
 
 from __future__ import annotations
 
