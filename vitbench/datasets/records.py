@@ -182,8 +182,9 @@ class OffsetContainer(Container):
     def raw(self, row: int) -> bytes:
         k = int(self.which[row])
         url = self.files[k]
-        handle = store_clients.kept_open(url, lambda: open_binary(url)) if is_remote(url) else self._local(k)
-        with store_errors(url) if is_remote(url) else contextlib.nullcontext():
+        remote = is_remote(url)  # (asked once a row: this is every image's read)
+        handle = store_clients.kept_open(url, lambda: open_binary(url)) if remote else self._local(k)
+        with store_errors(url) if remote else contextlib.nullcontext():
             handle.seek(int(self.offset[row]))
             data = handle.read(int(self.size[row]))
         if len(data) != int(self.size[row]):
