@@ -1,5 +1,6 @@
 """Developer sessions. `nox -s tests` is what CI runs (.ci/run)."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -17,59 +18,107 @@ TEST_INSTALL = ["-c", ".ci/constraints.txt", "-e", ".[dev,tfds,hf,wds,remote,wan
 SOURCES = ["vitbench", "plugins", "tests", "benchmarks", "noxfile.py"]
 
 
-@nox.session
+# uv builds a session's environment where it is installed (.ci/run installs it beside nox: 109 s against
+# pip's 3 min for the test extras), pip elsewhere; the same pins either way
+@nox.session(venv_backend="uv|virtualenv")
 def tests(session: nox.Session) -> None:
-    session.install(*TEST_INSTALL)
-    # Two workers (tests/conftest.py groups the files that share a costly fixture): many tests wait on
-    # subprocesses they start, so one process leaves a core idle. OpenMP threads that wait sleep
-    # instead of spinning on the core the other worker needs; it changes no number (the thread count
-    # stays the same).
-    parallel = ["-n", str(min(4, os.cpu_count() or 1)), "--no-loadscope-reorder"]
+    """Every test, as CI runs it: the suite and the benchmarks (run once each, untimed) on pytest-xdist
+    workers, the real-Slurm tests among them in lanes of their own (each worker that takes one starts
+    a Slurm of its own); then the tests that compare paces they measure, alone.
+    `nox -s tests -- ARGS` runs pytest ARGS instead (`-- tests/test_cli.py`, `-- tests/test_slurm.py`)."""
+    with _phase(session, "install the test environment"):
+        # pip too: uv makes an environment without it, and the plugin and packaging tests pip-install wheels
+        session.install("pip", *TEST_INSTALL)
+    with _phase(session, "find or install Slurm"):
+        slurm = _slurm_for_the_tests(session)
     # what a test keeps for a person to look at (the report's screenshot in Chromium): .ci/artifacts
     artefacts = os.environ.get("VITBENCH_TEST_ARTIFACTS", str(Path(__file__).parent / ".ci" / "artifacts"))
-    env = {"OMP_WAIT_POLICY": "PASSIVE", "VITBENCH_TEST_ARTIFACTS": artefacts}
-    # the benchmarks run once each (no timing, no ratio: they must keep working), on the same two
-    # workers as the tests (one after the other, they left a core idle for a minute and a half)
-    suite = [*parallel, "tests", "benchmarks", "--benchmark-disable"]
-    # the slowest tests, named at the end: what to look at first when CI nears its 15 minutes
+    # OpenMP threads that wait sleep instead of spinning on the core another worker needs; it changes no
+    # number (the thread count stays the same)
+    env = {"OMP_WAIT_POLICY": "PASSIVE", "VITBENCH_TEST_ARTIFACTS": artefacts, "VITBENCH_TEST_SLURM": slurm}
     if session.posargs:
         session.run("pytest", "-q", "-ra", "--durations=15", *session.posargs, env=env)
         return
-    session.run("pytest", "-q", "-ra", "--durations=15", "-m", "not alone", *suite, env=env)
+    # Workers: the Slurm lanes mostly wait on their jobs (which use the CPUs), and many other tests wait
+    # on processes they start, so the workers outnumber the cores (tests/conftest.py: the units of work)
+    workers = ["-n", str(WORKERS), "--no-loadscope-reorder"]
+    # the slowest tests named at the end, and each file's total (tests/conftest.py): what to look at
+    # first when CI nears its 15 minutes
+    with _phase(session, "pytest: the suite, the benchmarks and the Slurm lanes"):
+        session.run("pytest", "-q", "-ra", "--durations=25", "-m", "not alone", *workers, "tests", "benchmarks",
+                    "--benchmark-disable", env=env)  # fmt: skip
     # then the tests that compare paces they measure, one at a time: beside the other worker's test a
     # dry run's micro-benchmark is measured busy and again by the next (two dry runs of one plan priced
     # 102 s and 114 s on CI, their model passes 64 s and 1.7 min here)
-    session.run("pytest", "-q", "-ra", "-m", "alone", "tests", "benchmarks", "--benchmark-disable", env=env)
+    with _phase(session, "pytest: the paced tests, alone"):
+        session.run("pytest", "-q", "-ra", "-m", "alone", "tests", "benchmarks", "--benchmark-disable", env=env)
 
 
-@nox.session
-def slurm(session: nox.Session) -> None:
-    """The cluster tests (tests/test_slurm.py) against a real Slurm: Debian's slurm-wlm and munge,
-    installed with apt-get where it can (root, or sudo without a password), started for one node on
-    127.0.0.1 with a config this session writes into a temporary folder (tests/slurm_cluster.py),
-    and stopped again by the pids it started. Where it cannot, those tests skip and say why."""
-    import tempfile
+@nox.session(venv_backend="uv|virtualenv")
+def fast(session: nox.Session) -> None:
+    """The edit-test loop: the tests of the core path (plan -> protocol -> store -> table), under two
+    minutes on 2 cores. CI still runs everything (`nox -s tests`)."""
+    session.install("pip", *TEST_INSTALL)
+    env = {"OMP_WAIT_POLICY": "PASSIVE"}
+    session.run("pytest", "-q", "-n", "2", *FAST_LANE, *session.posargs, env=env)
 
+
+# the fast lane's files: each runs the real path end to end on digits at 32 px, in the test process
+FAST_LANE = [
+    "tests/test_config.py",
+    "tests/test_fewshot.py",
+    "tests/test_store.py",
+    "tests/test_tables.py",
+    "tests/test_api.py",
+]
+WORKERS = 5
+
+
+def _slurm_for_the_tests(session: nox.Session) -> str:
+    """VITBENCH_TEST_SLURM for tests/test_slurm.py: "" where Slurm's daemons are here, or installed now
+    with apt-get (Debian's slurm-wlm and munge, as root or with sudo -n), and this is root (each worker
+    starts a single-node Slurm of its own, tests/slurm_cluster.py); else "skip: why"."""
     sys.path.insert(0, str(Path(__file__).parent / "tests"))
     import slurm_cluster
 
-    session.install(*TEST_INSTALL)
+    _wait_for_the_ci_packages(session)
     why = slurm_cluster.missing()
     if why is not None and _apt_install(session, ["slurm-wlm", "munge"]):
         why = slurm_cluster.missing()
-    folder = Path(tempfile.mkdtemp(prefix="vitbench-slurm-"))
-    env = {"OMP_WAIT_POLICY": "PASSIVE"}
+    return "" if why is None else f"skip: {why}"
+
+
+def _wait_for_the_ci_packages(session: nox.Session) -> None:
+    """.ci/run installs Debian's packages (Chromium, Slurm) in the background while the test environment
+    is built; it names a file that holds apt-get's exit status once it is done."""
+    import time
+
+    done = os.environ.get("VITBENCH_CI_APT_DONE")
+    if not done:
+        return
+    deadline = time.monotonic() + 900
+    while not Path(done).exists() and time.monotonic() < deadline:
+        time.sleep(1)
+    if Path(done).exists():
+        session.log(f"Debian's packages for the tests: apt-get ended {Path(done).read_text().strip()}")
+    else:
+        session.log("Debian's packages for the tests: apt-get still running after 15 min")
+
+
+@contextlib.contextmanager
+def _phase(session: nox.Session, name: str):
+    """Time one phase of the session: logged, and appended to VITBENCH_PHASE_LOG (.ci/run prints it)."""
+    import time
+
+    start = time.monotonic()
     try:
-        if why is None:
-            try:
-                env |= slurm_cluster.start(folder)
-            except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
-                why = f"the Slurm daemons did not start: {e}"
-        env["VITBENCH_TEST_SLURM"] = "" if why is None else f"skip: {why}"
-        # the jobs' workers share the node's CPUs with the test processes: one test at a time
-        session.run("pytest", "-q", "-ra", "--durations=10", *(session.posargs or ["tests/test_slurm.py"]), env=env)
+        yield
     finally:
-        slurm_cluster.stop(folder)
+        line = f"{name}: {time.monotonic() - start:.0f} s"
+        session.log(line)
+        if os.environ.get("VITBENCH_PHASE_LOG"):
+            with open(os.environ["VITBENCH_PHASE_LOG"], "a") as log:
+                log.write(line + "\n")
 
 
 def _apt_install(session: nox.Session, packages: list[str]) -> bool:
@@ -82,8 +131,9 @@ def _apt_install(session: nox.Session, packages: list[str]) -> bool:
     quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     try:
         subprocess.run([*root, "apt-get", "update", "-qq"], check=True, capture_output=True, env=quiet)
-        subprocess.run([*root, "apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages], check=True,
-                       capture_output=True, env=quiet)  # fmt: skip
+        # another apt-get (.ci/run's, or a person's) may hold dpkg's lock: wait for it
+        subprocess.run([*root, "apt-get", "install", "-y", "-qq", "--no-install-recommends", "-o",
+                        "DPkg::Lock::Timeout=600", *packages], check=True, capture_output=True, env=quiet)  # fmt: skip
     except (OSError, subprocess.CalledProcessError) as e:
         session.log(f"apt-get could not install {' '.join(packages)}: {e}")
         return False

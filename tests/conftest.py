@@ -29,9 +29,11 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 DEIT_WEIGHTS = SHARED_DATA / "weights" / "deit_tiny_patch16_224.safetensors"
 needs_shared_data = pytest.mark.skipif(not DEIT_WEIGHTS.exists(), reason="../shared/data is not present")
 
-# `nox -s tests` runs the suite on two xdist workers. A test file is one unit of work, except that
-# the files sharing a costly session fixture are one unit together (the fixture is built once, on
-# one worker). The README's walk and the docs' walk, the longest units, are handed out first.
+# `nox -s tests` runs the suite on xdist workers. A test file is one unit of work, except that the
+# files sharing a costly session fixture are one unit together (the fixture is built once, on one
+# worker), and that the real-Slurm tests are split in lanes, each a unit: a worker that takes one
+# starts a Slurm of its own (tests/test_slurm.py), and its tests mostly wait on their jobs, so the
+# lanes are handed out first, then the README's walk and the docs' walk, the longest units.
 SHARED_FIXTURE_GROUPS = {
     "test_cli.py": "deit-cifar10",  # deit_cifar10_linear
     "test_linear_probe.py": "deit-cifar10",
@@ -40,12 +42,34 @@ SHARED_FIXTURE_GROUPS = {
     "test_robustness.py": "deit-imagenet",
     "test_conformance.py": "deit-imagenet",
 }
-FIRST = ("test_readme.py", "test_docs_walk.py")
+FIRST = ("test_slurm.py", "test_readme.py", "test_docs_walk.py")
+# the Slurm tests' lanes, about equally long (the time-limit test alone waits out a 4-minute limit and
+# a second attempt: 8 min beside the suite); a test not named here runs in lane 0, with the fine-tunes
+# that share its `finetune_alone` (built once per worker)
+SLURM_LANES = {
+    "test_a_fine_tune_that_reaches_its_time_limit_is_requeued_once_and_resumes": 1,
+    "test_a_pre_training_preempted_with_usr2_resumes_and_makes_the_same_weights": 2,
+    "test_a_few_shot_plan_preempted_while_extracting_keeps_its_features": 2,
+    "test_data_parallel_under_slurm_follows_the_single_process_run": 2,
+    "test_a_few_shot_plan_runs_as_jobs_with_what_it_needs_and_says_where_it_is": 2,
+    "test_a_job_over_its_memory_is_said_as_slurm_killed_it": 2,
+    "test_on_a_terminal_the_wait_is_one_line_that_updates": 2,
+    "test_a_cancelled_pending_job_and_a_failing_job_end_the_wait_each_in_one_line": 2,
+}
 
 
 def pytest_collection_modifyitems(config, items) -> None:
     # stable: every other file keeps its order
     items.sort(key=lambda item: FIRST.index(item.path.name) if item.path.name in FIRST else len(FIRST))
+
+
+def unit_of_work(nodeid: str) -> str:
+    """The unit of work a test belongs to (see above): its file, its files' group, or its Slurm lane."""
+    file, _, test = nodeid.partition("::")
+    name = Path(file).name
+    if name == "test_slurm.py":
+        return f"{file}::lane{SLURM_LANES.get(test.split('[')[0], 0)}"
+    return SHARED_FIXTURE_GROUPS.get(name, file)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -56,10 +80,26 @@ def pytest_xdist_make_scheduler(config, log):
 
     class FileGroups(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            file = nodeid.split("::", 1)[0]
-            return SHARED_FIXTURE_GROUPS.get(Path(file).name, file)
+            return unit_of_work(nodeid)
 
     return FileGroups(config, log)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """The time each unit of work took, summed over its tests (setup, call and teardown), the longest
+    first: where CI's minutes go, printed by every run of more than a few tests."""
+    took: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) in ("setup", "call", "teardown") and hasattr(report, "duration"):
+                unit = unit_of_work(report.nodeid)
+                took[unit] = took.get(unit, 0.0) + report.duration
+    if len(took) < 5:
+        return
+    total = sum(took.values())
+    terminalreporter.write_sep("=", f"time by unit of work: {total / 60:.1f} min in all, the 15 longest")
+    for unit, seconds in sorted(took.items(), key=lambda kv: -kv[1])[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f}s  {unit}")
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,15 @@
 """A real single-node Slurm on 127.0.0.1, started from Debian's `slurm-wlm` and `munge` for the
-cluster tests (`nox -s slurm`), and stopped again by the pids it started.
+cluster tests (tests/test_slurm.py: each test worker starts one of its own), and stopped again by
+the pids it started.
 
     python tests/slurm_cluster.py start FOLDER   # prints `export SLURM_CONF=FOLDER/slurm.conf`
     python tests/slurm_cluster.py stop FOLDER
 
 Everything lives in FOLDER: munge's key, socket and seed, slurm.conf, the daemons' state, spool,
 pid and log files. Nothing is written under /etc or /run, and nothing already running is touched:
-the daemons listen on ports picked free now, so a Slurm of the machine's own keeps running beside it.
+the daemons listen on ports picked free now, so a Slurm of the machine's own keeps running beside it,
+and so do the clusters of the other test workers. Each cluster numbers its jobs from its own
+`first_job` (a job id names one job on this machine), so a lost node kills its own jobs only.
 
 The cluster: one node named `localhost` (submitit's torchrun rendezvous resolves it), every CPU
 and most of the memory of this machine, one partition `cpu`, no accounting daemon (`sacct` says
@@ -56,7 +59,7 @@ def _program(name: str) -> str:
     return shutil.which(name) or str(Path("/usr/sbin", name))
 
 
-def config(folder: Path, ctld_port: int, slurmd_port: int) -> str:
+def config(folder: Path, ctld_port: int, slurmd_port: int, first_job: int = 1) -> str:
     cpus = os.cpu_count() or 1
     memory_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.9)
     return "\n".join(
@@ -96,6 +99,7 @@ def config(folder: Path, ctld_port: int, slurmd_port: int) -> str:
             "SlurmdTimeout=10",
             "MinJobAge=300",
             "SchedulerParameters=batch_sched_delay=0",
+            f"FirstJobId={first_job}",
             f"NodeName={NODE} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
             "PartitionName=cpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
             "",
@@ -103,9 +107,10 @@ def config(folder: Path, ctld_port: int, slurmd_port: int) -> str:
     )
 
 
-def start(folder: Path, timeout: float = 60) -> dict[str, str]:
-    """Start munged, slurmctld and slurmd with a config written into `folder`; the environment a
-    client needs (SLURM_CONF). Raises RuntimeError saying which daemon did not come up."""
+def start(folder: Path, timeout: float = 60, first_job: int = 1) -> dict[str, str]:
+    """Start munged, slurmctld and slurmd with a config written into `folder`, its jobs numbered from
+    `first_job`; the environment a client needs (SLURM_CONF). Raises RuntimeError saying which
+    daemon did not come up."""
     folder = folder.resolve()
     for sub in ("state", "spool"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
@@ -116,7 +121,7 @@ def start(folder: Path, timeout: float = 60) -> dict[str, str]:
     os.chmod(key, 0o600)
     ctld_port, slurmd_port = _free_ports(2)
     conf = folder / "slurm.conf"
-    conf.write_text(config(folder, ctld_port, slurmd_port))
+    conf.write_text(config(folder, ctld_port, slurmd_port, first_job))
     env = {**os.environ, "SLURM_CONF": str(conf)}
     subprocess.run(
         [
@@ -157,18 +162,22 @@ def start_slurmd(folder: Path) -> None:
 
 def lose_node(folder: Path) -> None:
     """The node lost as a power cut loses it: every process of every job on it and its slurmd killed
-    at once (SIGKILL: nothing runs a handler), so that slurmctld hears no more from it."""
+    at once (SIGKILL: nothing runs a handler), so that slurmctld hears no more from it. Only this
+    cluster's: another test worker's cluster on the same machine runs on."""
     env = {**os.environ, "SLURM_CONF": str(folder / "slurm.conf")}
     jobs = subprocess.run(["squeue", "-h", "-t", "running", "-o", "%A"], capture_output=True, text=True, env=env)
+    ours = set(jobs.stdout.split())
     pids: set[int] = set()
-    for job in jobs.stdout.split():
+    for job in ours:
         listed = subprocess.run(["scontrol", "listpids", job], capture_output=True, text=True, env=env).stdout
         pids |= {int(line.split()[0]) for line in listed.splitlines()[1:] if line.split()[:1] != ["-1"]}
     pids.add(int((folder / "slurmd.pid").read_text().split()[0]))
-    for proc in Path("/proc").iterdir():  # the jobs' slurmstepd too
+    for proc in Path("/proc").iterdir():  # the jobs' slurmstepd too (`slurmstepd: [JOB.batch]`)
         try:
             if proc.name.isdigit() and (proc / "comm").read_text().strip() == "slurmstepd":
-                pids.add(int(proc.name))
+                step = (proc / "cmdline").read_text().replace("\0", " ")
+                if any(f"[{job}." in step for job in ours):
+                    pids.add(int(proc.name))
         except OSError:
             continue
     for pid in pids:

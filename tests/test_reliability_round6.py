@@ -581,7 +581,10 @@ def test_items9_10_a_signal_during_a_view_ends_in_one_line_and_leaves_no_temp_fi
     }[command]
     args = [sys.executable, "-m", "vitbench", command, "--results", str(store_of_3000_runs), *target]
     for delay in delays:  # moments across the command's life once it can answer: reading, drawing, writing
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # the signal at its default, as a terminal starts the command (a test process started in the
+        # background of a shell ignores SIGINT, and so would the command: it would end 0, proving nothing)
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(getattr(signal, name), signal.SIG_DFL))  # fmt: skip
         # from when the command's entry has installed its handlers (SigCgt holds SIGTERM): before that,
         # Python is still importing and a signal ends it as it ends any Python program
         deadline = time.monotonic() + 60

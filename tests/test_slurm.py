@@ -1,5 +1,8 @@
 """`vitbench submit` against a real Slurm: Debian's slurm-wlm, one node on 127.0.0.1, no
-accounting daemon, started by `nox -s slurm` (tests/slurm_cluster.py). Each test runs the
+accounting daemon, started by each test worker for its own tests (tests/slurm_cluster.py) where
+`nox -s tests` found or installed Slurm. The tests run in lanes (tests/conftest.py), each on a
+worker and a cluster of its own, beside the rest of the suite: most of a test's time is a job's
+wait in Slurm (a requeue, a time limit), which another lane or test uses. Each test runs the
 `vitbench` command as a cluster user types it, with the default options where the issue asks for
 them (DataLoader workers included), and acts on its jobs as Slurm and its users do: `scancel`,
 `scancel -s USR2`, `scontrol requeue`, a node set DOWN, a time limit reached.
@@ -8,7 +11,7 @@ Slurm holds a requeued batch job for two minutes before it may start again; wher
 what a test is about, the test lets it start at once (`scontrol update StartTime=now`, what an
 admin does), which changes nothing vitbench sees but the time.
 
-Without a Slurm these tests skip and say why (`nox -s tests` has none: `nox -s slurm` starts one)."""
+Without a Slurm these tests skip and say why."""
 
 from __future__ import annotations
 
@@ -30,14 +33,37 @@ import slurm_cluster
 import vitbench
 from vitbench.devices import DEFAULT_WORKERS
 
+# "" where `nox -s tests` found Slurm and root (each worker then starts a cluster), else "skip: why"
 _WHY = os.environ.get("VITBENCH_TEST_SLURM")
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         _WHY is None or _WHY.startswith("skip:"),
-        reason=(_WHY or "skip: no Slurm started for these tests (`nox -s slurm` starts one)").removeprefix("skip: "),
+        reason=(_WHY or "skip: no Slurm for these tests (`nox -s tests` starts one where it can)").removeprefix("skip: "),
     ),
 ]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def a_cluster_of_this_workers_own(worker_id):
+    """This test worker's own Slurm, started for its first Slurm test and stopped when the session
+    ends: SLURM_CONF points this process, and the commands it starts, at it. Its job ids start at
+    100,000 × (the worker's number + 1), unique on the machine (slurm_cluster.lose_node)."""
+    import tempfile
+
+    number = int(worker_id.removeprefix("gw")) if worker_id.startswith("gw") else 0
+    folder = Path(tempfile.mkdtemp(prefix=f"vitbench-slurm-{worker_id}-"))
+    before = os.environ.get("SLURM_CONF")
+    try:
+        os.environ.update(slurm_cluster.start(folder, first_job=100_000 * (number + 1)))
+        yield folder
+    finally:
+        slurm_cluster.stop(folder)
+        if before is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = before
+        shutil.rmtree(folder, ignore_errors=True)
 
 VITBENCH = str(Path(sys.executable).with_name("vitbench"))
 WAIT = float(os.environ.get("VITBENCH_TEST_SLURM_WAIT", "600"))  # the longest a test waits for `vitbench submit`
@@ -85,9 +111,12 @@ class Submitted:
     def __init__(self, folder: Path, *args: str, env: dict | None = None):
         self.folder = folder
         self.stdout, self.stderr = folder / "submit.out", folder / "submit.err"
+        # SIGINT at its default, as a terminal starts the command: a test process started in the background
+        # of a shell (CI's may be) ignores it, and so would the command, which a Ctrl-C test then waits on
         with open(self.stdout, "w") as out, open(self.stderr, "w") as err:
             self.process = subprocess.Popen([VITBENCH, "submit", "--cluster", "slurm", *args], stdout=out, stderr=err,
-                                            cwd=folder, env={**os.environ, **(env or {})})  # fmt: skip
+                                            cwd=folder, env={**os.environ, **(env or {})},
+                                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
 
     def job(self, number: int = 0, timeout: float = 120) -> str:
         """The id of the `number`th job it submitted, as submitit names its files (`7`, `5_1`)."""
