@@ -39,8 +39,8 @@ def tests(session: nox.Session) -> None:
     if session.posargs:
         session.run("pytest", "-q", "-ra", "--durations=15", *session.posargs, env=env)
         return
-    # Workers: the Slurm lanes mostly wait on their jobs (which use the CPUs), and many other tests wait
-    # on processes they start, so the workers outnumber the cores (tests/conftest.py: the units of work)
+    # Workers: one more than the cores, since many tests wait on processes they start and the Slurm
+    # lanes on their jobs (tests/conftest.py: the units of work)
     workers = ["-n", str(WORKERS), "--no-loadscope-reorder"]
     # the slowest tests named at the end, and each file's total (tests/conftest.py): what to look at
     # first when CI nears its 15 minutes
@@ -63,15 +63,23 @@ def fast(session: nox.Session) -> None:
     session.run("pytest", "-q", "-n", "2", *FAST_LANE, *session.posargs, env=env)
 
 
-# the fast lane's files: each runs the real path end to end on digits at 32 px, in the test process
+# the fast lane's files: the real path, in the test process, on digits at 32 px (tests/test_one_number.py,
+# the same number in every view, runs DeiT-Ti at 224 px: CI's)
 FAST_LANE = [
-    "tests/test_config.py",
-    "tests/test_fewshot.py",
-    "tests/test_store.py",
-    "tests/test_tables.py",
-    "tests/test_api.py",
+    "tests/test_config.py",  # options, config files, the plan they make
+    "tests/test_validation.py",  # the one-line errors of bad input
+    "tests/test_fewshot.py",  # the few-shot protocol, run
+    "tests/test_knn.py",
+    "tests/test_store.py",  # shards, the database, their merge
+    "tests/test_legacy_store.py",
+    "tests/test_predictions.py",
+    "tests/test_tables.py",  # the views of what is stored
+    "tests/test_stats.py",
+    "tests/test_api.py",  # the same path as a library call
 ]
-WORKERS = 5
+# three: the Slurm lanes' jobs and the tests' own processes fill what a waiting worker leaves of 2 cores.
+# Five (a worker per lane beside two) loaded 2 cores 7-fold and every test ran 2-4x slower: 49.5 min
+WORKERS = 3
 
 
 def _slurm_for_the_tests(session: nox.Session) -> str:

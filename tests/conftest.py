@@ -32,8 +32,7 @@ needs_shared_data = pytest.mark.skipif(not DEIT_WEIGHTS.exists(), reason="../sha
 # `nox -s tests` runs the suite on xdist workers. A test file is one unit of work, except that the
 # files sharing a costly session fixture are one unit together (the fixture is built once, on one
 # worker), and that the real-Slurm tests are split in lanes, each a unit: a worker that takes one
-# starts a Slurm of its own (tests/test_slurm.py), and its tests mostly wait on their jobs, so the
-# lanes are handed out first, then the README's walk and the docs' walk, the longest units.
+# starts a Slurm of its own (tests/test_slurm.py). The longest units are handed out first (FIRST).
 SHARED_FIXTURE_GROUPS = {
     "test_cli.py": "deit-cifar10",  # deit_cifar10_linear
     "test_linear_probe.py": "deit-cifar10",
@@ -42,25 +41,36 @@ SHARED_FIXTURE_GROUPS = {
     "test_robustness.py": "deit-imagenet",
     "test_conformance.py": "deit-imagenet",
 }
-FIRST = ("test_slurm.py", "test_readme.py", "test_docs_walk.py")
-# the Slurm tests' lanes, about equally long (the time-limit test alone waits out a 4-minute limit and
-# a second attempt: 8 min beside the suite); a test not named here runs in lane 0, with the fine-tunes
-# that share its `finetune_alone` (built once per worker)
+# the Slurm tests' lanes, about equally long, each of three tests or more (a worker whose unit has two
+# tests or fewer left is handed the next unit, queued behind them): the time-limit test waits out a
+# 4-minute limit and a second attempt; a test not named here runs in lane 0, with the fine-tunes that
+# share its `finetune_alone` (built once per worker)
 SLURM_LANES = {
     "test_a_fine_tune_that_reaches_its_time_limit_is_requeued_once_and_resumes": 1,
+    "test_a_job_over_its_memory_is_said_as_slurm_killed_it": 1,
+    "test_on_a_terminal_the_wait_is_one_line_that_updates": 1,
+    "test_a_cancelled_pending_job_and_a_failing_job_end_the_wait_each_in_one_line": 1,
     "test_a_pre_training_preempted_with_usr2_resumes_and_makes_the_same_weights": 2,
     "test_a_few_shot_plan_preempted_while_extracting_keeps_its_features": 2,
     "test_data_parallel_under_slurm_follows_the_single_process_run": 2,
     "test_a_few_shot_plan_runs_as_jobs_with_what_it_needs_and_says_where_it_is": 2,
-    "test_a_job_over_its_memory_is_said_as_slurm_killed_it": 2,
-    "test_on_a_terminal_the_wait_is_one_line_that_updates": 2,
-    "test_a_cancelled_pending_job_and_a_failing_job_end_the_wait_each_in_one_line": 2,
 }
+# the longest units, handed out first (every other unit keeps the order it is collected in)
+FIRST = (
+    "tests/test_slurm.py::lane1",
+    "tests/test_readme.py",
+    "tests/test_docs_walk.py",
+    "tests/test_slurm.py::lane0",
+    "tests/test_slurm.py::lane2",
+)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    # stable: every other file keeps its order
-    items.sort(key=lambda item: FIRST.index(item.path.name) if item.path.name in FIRST else len(FIRST))
+    def first(item) -> int:
+        unit = unit_of_work(item.nodeid)
+        return FIRST.index(unit) if unit in FIRST else len(FIRST)
+
+    items.sort(key=first)  # stable: the rest keep their order
 
 
 def unit_of_work(nodeid: str) -> str:

@@ -644,6 +644,9 @@ def test_item10_a_part_is_handed_out_one_batch_at_a_time_never_held_twice():
     assert len(left) == 1 and left[0][2].tolist() == [10, 11] and torch.equal(left[0][0], batches[2][0][2:])
 
 
+# alone: it reads its process's resident memory, which a machine loaded far past its cores moved (CI on 5
+# workers beside Slurm jobs: the holes were already gone before give_back, 291 -> 35 MiB; alone, 3 of 3 held)
+@pytest.mark.alone
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heap")
 def test_item10_the_heap_a_pass_left_free_is_given_back_before_the_solve():
     """A k-NN pass over 200,000 images left 140 MB of glibc's heap free but resident (its batches
