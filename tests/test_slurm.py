@@ -39,7 +39,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         _WHY is None or _WHY.startswith("skip:"),
-        reason=(_WHY or "skip: no Slurm for these tests (`nox -s tests` starts one where it can)").removeprefix("skip: "),
+        reason=(_WHY or "skip: no Slurm here (`nox -s tests` starts one where it can)").removeprefix("skip: "),
     ),
 ]
 
@@ -64,6 +64,7 @@ def a_cluster_of_this_workers_own(worker_id):
         else:
             os.environ["SLURM_CONF"] = before
         shutil.rmtree(folder, ignore_errors=True)
+
 
 VITBENCH = str(Path(sys.executable).with_name("vitbench"))
 WAIT = float(os.environ.get("VITBENCH_TEST_SLURM_WAIT", "600"))  # the longest a test waits for `vitbench submit`
@@ -95,6 +96,10 @@ def job_state(job: str) -> dict[str, str]:
     return {}
 
 
+def _sigint_at_its_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_for(what: str, condition, timeout: float = 240, every: float = 0.5):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -116,7 +121,7 @@ class Submitted:
         with open(self.stdout, "w") as out, open(self.stderr, "w") as err:
             self.process = subprocess.Popen([VITBENCH, "submit", "--cluster", "slurm", *args], stdout=out, stderr=err,
                                             cwd=folder, env={**os.environ, **(env or {})},
-                                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+                                            preexec_fn=_sigint_at_its_default)  # fmt: skip
 
     def job(self, number: int = 0, timeout: float = 120) -> str:
         """The id of the `number`th job it submitted, as submitit names its files (`7`, `5_1`)."""
