@@ -43,8 +43,8 @@ SHARED_FIXTURE_GROUPS = {
 }
 # the Slurm tests' lanes, about equally long, each of three tests or more (a worker whose unit has two
 # tests or fewer left is handed the next unit, queued behind them); a test not named here runs in lane 0,
-# with the fine-tunes that share its `finetune_alone` (built once per worker). CI's times (ci1: 3
-# workers): lane 0 793 s; the others, as laid out now, about 550 and 640 s
+# with the fine-tunes that share its `finetune_alone` (built once per worker). Their times in CI (3
+# workers, 2026-12-02): lane 0 737 s, lane 1 566 s, lane 2 598 s
 SLURM_LANES = {
     "test_a_fine_tune_that_reaches_its_time_limit_is_requeued_once_and_resumes": 1,
     "test_a_job_over_its_memory_is_said_as_slurm_killed_it": 1,

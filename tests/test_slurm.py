@@ -147,15 +147,19 @@ class Submitted:
 
 @pytest.fixture
 def no_requeue_hold():
-    """Requeued jobs of this test start again at once instead of after Slurm's two-minute hold. Yields
-    the fields a test wants set on a requeued job before it starts again (`{"TimeLimit": "30"}`), in
-    the same `scontrol update`."""
+    """Requeued jobs of this test start again at once instead of after Slurm's two-minute hold, once no
+    job of this cluster is still completing (released while its first attempt's steps were still being
+    ended, a job was started on the node and failed at once, "Job credential revoked": with torch's
+    imports compiled the tests got there first). Yields the fields a test wants set on a requeued job
+    before it starts again (`{"TimeLimit": "30"}`), in the same `scontrol update`."""
     stop = threading.Event()
     before_start: dict[str, str] = {}
 
     def release() -> None:
         while not stop.wait(1):
-            for line in slurm("squeue", "-h", "-o", "%i %r", check=False).splitlines():
+            if slurm("squeue", "-h", "-t", "completing", "-o", "%A", check=False).strip():
+                continue
+            for line in slurm("squeue", "-h", "-t", "pending", "-o", "%i %r", check=False).splitlines():
                 job, _, reason = line.partition(" ")
                 if reason.strip() == "BeginTime":
                     fields = [f"{name}={value}" for name, value in before_start.items()]
