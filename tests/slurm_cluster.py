@@ -32,11 +32,12 @@ from pathlib import Path
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 NODE = "localhost"
-# slurmd at nice -5, and with it its jobs (PropagatePrioProcess=0, Slurm's default: a job's tasks take
-# slurmd's priority): the node's CPUs are its jobs' first, as on a cluster, though the test suite runs on
-# the same 2 cores. At nice 0 beside 3 test workers a job ran 4-6x slower than alone, and a test whose
-# job must do something within a grace (keep the split it was extracting within USR2's 60 s) failed
-SLURMD = ("-N", NODE, "-n", "-5")
+# The jobs run at the same nice as the tests. Where the kernel groups processes by session
+# (sched_autogroup_enabled=1, as on CI's machines), slurmstepd starts each job in a session of its own,
+# and that session's group shares the CPU equally with the test session's whatever the nice inside it
+# (/proc/PID/autogroup): slurmd at nice -5 changed nothing. With three lanes' jobs at once, each job has
+# a quarter of the 2 cores, and a test that needs its job to finish something within a grace (keep the
+# split it was extracting within USR2's 60 s) can miss it.
 
 
 def missing() -> str | None:
@@ -100,7 +101,6 @@ def config(folder: Path, ctld_port: int, slurmd_port: int, first_job: int = 1) -
             "JobCompType=jobcomp/none",
             "ReturnToService=2",
             "KillWait=10",
-            "PropagatePrioProcess=0",  # a job's tasks at slurmd's nice (SLURMD)
             # a node whose slurmd stops answering is DOWN after 10 s (300 s by default): a lost node's test
             "SlurmdTimeout=10",
             "MinJobAge=300",
@@ -144,7 +144,7 @@ def start(folder: Path, timeout: float = 60, first_job: int = 1) -> dict[str, st
     )
     # -i: a fresh controller (no state from a previous start of this folder)
     subprocess.run([_program("slurmctld"), "-f", str(conf), "-i"], check=True, capture_output=True, env=env)
-    subprocess.run([_program("slurmd"), *SLURMD, "-f", str(conf)], check=True, capture_output=True, env=env)
+    subprocess.run([_program("slurmd"), "-f", str(conf), "-N", NODE], check=True, capture_output=True, env=env)
     deadline = time.monotonic() + timeout
     state = ""
     while time.monotonic() < deadline:
@@ -163,7 +163,7 @@ def start_slurmd(folder: Path) -> None:
     """slurmd again (a lost node coming back): it registers, and the node returns to service."""
     conf = folder / "slurm.conf"
     env = {**os.environ, "SLURM_CONF": str(conf)}
-    subprocess.run([_program("slurmd"), *SLURMD, "-f", str(conf)], check=True, capture_output=True, env=env)
+    subprocess.run([_program("slurmd"), "-f", str(conf), "-N", NODE], check=True, capture_output=True, env=env)
 
 
 def lose_node(folder: Path) -> None:
