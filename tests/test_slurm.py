@@ -25,7 +25,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -180,13 +179,27 @@ def no_jobs_left():
         slurm("scancel", job, check=False)
 
 
-def run_here(folder: Path, *args: str, threads: int = JOB_CPUS) -> Path:
-    """`vitbench run ARGS` in `folder`, uninterrupted, on as many threads as the job has CPUs (a trained
-    number on a CPU depends on them): the numbers a job must end with. Returns its results folder."""
+def start_here(folder: Path, *args: str, threads: int = JOB_CPUS) -> subprocess.Popen:
+    """`vitbench run ARGS` started in `folder`, on as many threads as the job has CPUs (a trained number
+    on a CPU depends on them): the uninterrupted run whose numbers a job must end with."""
     folder.mkdir(exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    subprocess.run([VITBENCH, "run", *args, "--results", "results"], cwd=folder, env=env, check=True,
-                   capture_output=True, timeout=900)  # fmt: skip
+    return subprocess.Popen([VITBENCH, "run", *args, "--results", "results"], cwd=folder, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def run_here(folder: Path, *args: str, threads: int = JOB_CPUS) -> Path:
+    """`start_here`'s run, waited for. Returns its results folder."""
+    return ended_here(start_here(folder, *args, threads=threads), folder)
+
+
+def ended_here(process: subprocess.Popen, folder: Path) -> Path:
+    """A `start_here` run's results folder once it has ended well (killed, and its error said, if not)."""
+    try:
+        _, err = process.communicate(timeout=900)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
     return folder / "results"
 
 
@@ -476,6 +489,12 @@ def test_a_pre_training_preempted_with_usr2_resumes_and_makes_the_same_weights(t
     resumed_where_it_stopped(log, 300)
 
 
+def _half_done(log_text: str, what: str) -> bool:
+    """Whether a job's log says it has extracted half of `what`'s batches (engine/progress.py's lines)."""
+    done = re.findall(rf"{re.escape(what)}: (\d+)/(\d+) batches", log_text)
+    return any(2 * int(i) >= int(n) for i, n in done)
+
+
 def test_a_few_shot_plan_preempted_while_extracting_keeps_its_features(tmp_path, no_requeue_hold):
     """The default few-shot plan (224 px, 4 shot counts x 3 seeds) pre-empted during its extraction:
     the job stops once the split it was extracting is kept, is requeued, reads it back instead of
@@ -485,7 +504,9 @@ def test_a_few_shot_plan_preempted_while_extracting_keeps_its_features(tmp_path,
     submitted = Submitted(tmp_path, *args, "--results", "results")
     job = submitted.job()
     log = tmp_path / "results" / "jobs"
-    wait_for("the extraction", lambda: any("digits test:" in f.read_text() for f in log.glob("*/*_log.err")))
+    # USR2 half-way through the test split: the rest of it must fit USR2's 60 s grace, and on CI's two
+    # busy cores the whole split (13 batches at 224 px) has taken 80 s
+    wait_for("half the test split", lambda: any(_half_done(f.read_text(), "digits test") for f in log.glob("*/*err")))
     slurm("scancel", "-s", "USR2", job)
     code, out, err = submitted.ended()
     assert code == 0, err
@@ -557,20 +578,22 @@ def test_a_fine_tune_that_reaches_its_time_limit_is_requeued_once_and_resumes(tm
     again the test gives it 30 minutes, so that its second attempt is not cut short at any pace. The
     job trains on one CPU without DataLoader workers (the USR2 test has them), as does its reference."""
     args = (*FINETUNE[:-1], "2000", "--workers", "0")  # 18 steps/s on one thread of an idle EPYC: 110 s
-    reference = ThreadPoolExecutor(1)  # the reference runs beside the job: it only slows the job down
-    local_run = reference.submit(run_here, tmp_path / "local", *args, threads=1)
-    submitted = Submitted(tmp_path, *args, "--cpus-per-job", "1", "--time-limit", "4", "--results", "results")
-    job = submitted.job()
-    script = next((tmp_path / "results" / "jobs").glob("*/*_submission.sh")).read_text()
-    assert "#SBATCH --time=4" in script and "#SBATCH --signal=USR2@90" in script, script
-    wait_for("the first checkpoint", _checkpointed(tmp_path))
-    no_requeue_hold["TimeLimit"] = "30"
-    ran = _seconds(job_state(job)["RunTime"])
-    slurm("scontrol", "update", f"JobId={job}", f"TimeLimit={math.ceil((ran + 60) / 60)}")
-    code, out, err = submitted.ended(timeout=900)
-    assert code == 0, err
-    local = local_run.result()
-    reference.shutdown()
+    reference = start_here(tmp_path / "local", *args, threads=1)  # beside the job: it only slows the job down
+    try:
+        submitted = Submitted(tmp_path, *args, "--cpus-per-job", "1", "--time-limit", "4", "--results", "results")
+        job = submitted.job()
+        script = next((tmp_path / "results" / "jobs").glob("*/*_submission.sh")).read_text()
+        assert "#SBATCH --time=4" in script and "#SBATCH --signal=USR2@90" in script, script
+        wait_for("the first checkpoint", _checkpointed(tmp_path))
+        no_requeue_hold["TimeLimit"] = "30"
+        ran = _seconds(job_state(job)["RunTime"])
+        slurm("scontrol", "update", f"JobId={job}", f"TimeLimit={math.ceil((ran + 60) / 60)}")
+        code, out, err = submitted.ended(timeout=900)
+        assert code == 0, err
+    except BaseException:
+        reference.kill()  # the test has failed: its reference is of no use
+        raise
+    local = ended_here(reference, tmp_path / "local")
     run, alone = _only_run(tmp_path / "results"), _only_run(local)
     assert run["run"]["run_key"] == alone["run"]["run_key"] and len(run["curves"]["train_loss"]) == 2000
     assert run["curves"]["train_loss"] == alone["curves"]["train_loss"]
