@@ -610,6 +610,31 @@ def test_items9_10_a_signal_during_a_view_ends_in_one_line_and_leaves_no_temp_fi
                 json.loads(finished.read_text())
 
 
+def _import_interrupted(**_) -> None:
+    """What duckdb's import raises when a signal's KeyboardInterrupt lands inside its native init."""
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as e:
+        raise ImportError("Encountered an error while initializing the extension.") from e
+
+
+def test_items9_10_a_signal_inside_a_native_import_ends_in_one_line(cli, monkeypatch):
+    """CI: SIGHUP 1 s into `report` landed in duckdb's import, which wraps the KeyboardInterrupt in its
+    own ImportError: a traceback. An error caused by an interruption ends as the interruption."""
+    import vitbench.cli
+
+    monkeypatch.setattr(vitbench.cli, "app", _import_interrupted)
+    code, out, err = cli("report")
+    assert (code, err.strip()) == (130, "interrupted")
+
+    def plain_import_error(**_) -> None:
+        raise ImportError("No module named 'duckdb'")
+
+    monkeypatch.setattr(vitbench.cli, "app", plain_import_error)
+    with pytest.raises(ImportError):  # any other error still raises: not taken for an interruption
+        cli("report")
+
+
 def test_item10_an_interruption_counts_the_shards_written_not_the_lines_printed(tmp_path):
     """Before: "interrupted: 5 of 9 runs stored" with 6 shards on disk: a signal that lands after a
     run's shard is written and before its progress line counted it. Here the progress line itself is

@@ -123,8 +123,8 @@ def main() -> None:
     except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
         sys.exit(loader_workers.interrupted_code())
-    except Exception as e:  # a signal inside any DuckDB query (a view's read): DuckDB's own way of saying it
-        if not _duckdb_interrupted(e):
+    except Exception as e:  # a signal inside a DuckDB query or a native import: their own ways of saying it
+        if not (_duckdb_interrupted(e) or _interrupted_inside(e)):
             raise
         err.print("interrupted")
         sys.exit(loader_workers.interrupted_code())
@@ -132,6 +132,19 @@ def main() -> None:
         err.print("interrupted")
         code = loader_workers.interrupted_code()
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _interrupted_inside(e: BaseException) -> bool:
+    """Whether `e` wraps a KeyboardInterrupt: a signal during a native extension's import turns into
+    its error (duckdb's `ImportError: Encountered an error while initializing the extension`, caused
+    by the KeyboardInterrupt: `report` killed by SIGHUP 1 s after its start printed that traceback)."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
 
 INTERRUPTED = 130  # 128 + SIGINT: typer's code for a KeyboardInterrupt, whichever signal raised it

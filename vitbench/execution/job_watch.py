@@ -144,10 +144,13 @@ class Watch:
         error = w.job.exception()
         if error is None:
             return
-        said = w.state.said() if w.state is not None else "FAILED"
+        # Slurm's own word where it has one for the end (TIMEOUT, CANCELLED, …); else FAILED: the state seen
+        # at the last poll may be older than the result (a job that started and failed between two polls
+        # was said "PENDING"), and a raised exception is a COMPLETED job to Slurm
+        ended = w.state is not None and w.state.ended and w.state.state != "COMPLETED"
         trace = [line for line in str(error).splitlines() if line.strip() and not line.startswith(("-----", "You can"))]
         lines = [line.strip() for line in trace if not line.startswith(("  ", "Traceback", "Job (task"))]
-        self._fail(w, "FAILED" if said.startswith(("COMPLETED", "RUNNING")) else said,
+        self._fail(w, w.state.said() if ended else "FAILED",
                    _exception_line(lines) or _last_error(w.job.paths.stderr))  # fmt: skip
 
     def _fail(self, w: Watched, cause: str, detail: str | None) -> None:

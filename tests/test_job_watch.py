@@ -1,0 +1,40 @@
+"""Waiting for cluster jobs (execution/job_watch.py) on submitit's real job folders: what a job's
+ending is said as when Slurm's last word on it is older than its result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import submitit
+
+from vitbench.errors import UserError
+from vitbench.execution import slurm_jobs
+from vitbench.execution.job_watch import Watch, Watched
+
+
+def _failing_job(folder: Path):
+    """A real submitit job (a process of this machine) that raised a UserError, ended."""
+
+    def fails() -> None:  # local: pickled by value, as the job's process cannot import this test file
+        raise UserError("missing ImageFolder tree: /data")
+
+    job = submitit.LocalExecutor(folder=folder).submit(fails)
+    job.wait()
+    return job
+
+
+def test_a_job_that_failed_between_two_polls_is_said_failed_not_pending(tmp_path: Path):
+    """A job Slurm said PENDING at the last poll, that started and raised before the next: its result
+    holds the exception, and its line says FAILED with it (CI printed `PENDING · UserError: …`)."""
+    job = _failing_job(tmp_path / "jobs")
+    watched = Watched(job, ["key"], state=slurm_jobs.JobState(job.job_id, "PENDING", "Resources"))
+    (failed,) = Watch([watched], tmp_path / "results", slurm=True, poll_seconds=0).until_done(lambda: None, None)
+    assert failed.startswith(f"job {job.job_id}: FAILED · UserError: missing ImageFolder tree: /data (log: "), failed
+
+
+def test_a_job_slurm_ended_in_its_own_word_keeps_that_word(tmp_path: Path):
+    """A job whose last state is one Slurm ends jobs with (TIMEOUT here) is said in Slurm's word."""
+    job = _failing_job(tmp_path / "jobs")
+    watched = Watched(job, ["key"], state=slurm_jobs.JobState(job.job_id, "TIMEOUT"))
+    (failed,) = Watch([watched], tmp_path / "results", slurm=True, poll_seconds=0).until_done(lambda: None, None)
+    assert failed.startswith(f"job {job.job_id}: TIMEOUT · UserError: "), failed
