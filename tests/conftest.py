@@ -42,15 +42,18 @@ SHARED_FIXTURE_GROUPS = {
     "test_conformance.py": "deit-imagenet",
 }
 # the Slurm tests' lanes, about equally long, each of three tests or more (a worker whose unit has two
-# tests or fewer left is handed the next unit, queued behind them); a test not named here runs in lane 0,
-# with the fine-tunes that share its `finetune_alone` (built once per worker). Their times in CI (3
-# workers, 2026-12-02): lane 0 737 s, lane 1 566 s, lane 2 598 s
+# tests or fewer left is handed the next unit, queued behind them); a test not named here runs in lane 0.
+# Lanes 0 and 1 each hold fine-tunes that share a `finetune_alone` (built once per worker). Their times
+# in CI (3 workers, 2026-12-02, before the time-limit and extraction tests were cut down): lane 0 649 s,
+# lane 1 450 s, lane 2 474 s
 SLURM_LANES = {
-    "test_a_fine_tune_that_reaches_its_time_limit_is_requeued_once_and_resumes": 1,
+    "test_a_cancelled_running_job_ends_the_wait_in_one_line_and_the_rerun_resumes_it": 1,
+    "test_a_job_killed_outside_slurm_ends_without_a_result_and_says_so": 1,
+    "test_a_run_still_queued_in_slurm_is_never_run_twice": 1,
     "test_a_job_over_its_memory_is_said_as_slurm_killed_it": 1,
-    "test_on_a_terminal_the_wait_is_one_line_that_updates": 1,
-    "test_a_cancelled_pending_job_and_a_failing_job_end_the_wait_each_in_one_line": 1,
-    "test_a_few_shot_plan_runs_as_jobs_with_what_it_needs_and_says_where_it_is": 1,
+    "test_on_a_terminal_the_wait_is_one_line_that_updates": 2,
+    "test_a_cancelled_pending_job_and_a_failing_job_end_the_wait_each_in_one_line": 2,
+    "test_a_few_shot_plan_runs_as_jobs_with_what_it_needs_and_says_where_it_is": 2,
     "test_a_pre_training_preempted_with_usr2_resumes_and_makes_the_same_weights": 2,
     "test_a_few_shot_plan_preempted_while_extracting_keeps_its_features": 2,
     "test_data_parallel_under_slurm_follows_the_single_process_run": 2,
