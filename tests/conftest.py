@@ -7,6 +7,7 @@ import hashlib
 import logging
 import os
 import pickle
+import resource
 import subprocess
 import sys
 import tempfile
@@ -98,20 +99,65 @@ def pytest_xdist_make_scheduler(config, log):
     return FileGroups(config, log)
 
 
+_PHASE_CPU = pytest.StashKey[float]()
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process (every thread) and of its children that have been waited for: what a
+    test costs the machine, beside its wall time (the jobs of the Slurm daemons are not its children)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    yield from _timed_phase(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    yield from _timed_phase(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    yield from _timed_phase(item)
+
+
+def _timed_phase(item):
+    began = _cpu_seconds()
+    yield
+    item.stash[_PHASE_CPU] = _cpu_seconds() - began
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report carries its CPU seconds (to the xdist controller, which sums them)."""
+    outcome = yield
+    outcome.get_result().user_properties.append(("cpu_seconds", item.stash.get(_PHASE_CPU, 0.0)))
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    """The time each unit of work took, summed over its tests (setup, call and teardown), the longest
-    first: where CI's minutes go, printed by every run of more than a few tests."""
+    """The wall time and the CPU time each unit of work took, summed over its tests (setup, call and
+    teardown), the longest first: where CI's minutes go, printed by every run of more than a few tests.
+    On 2 cores CI is as fast as its CPU seconds allow: the CPU column is the one to cut."""
     took: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     for reports in terminalreporter.stats.values():
         for report in reports:
             if getattr(report, "when", None) in ("setup", "call", "teardown") and hasattr(report, "duration"):
                 unit = unit_of_work(report.nodeid)
                 took[unit] = took.get(unit, 0.0) + report.duration
+                cpu[unit] = cpu.get(unit, 0.0) + sum(v for k, v in report.user_properties if k == "cpu_seconds")
     if len(took) < 5:
         return
     total = sum(took.values())
     terminalreporter.write_sep("=", f"time by unit of work: {total / 60:.1f} min in all, the 15 longest")
     for unit, seconds in sorted(took.items(), key=lambda kv: -kv[1])[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f}s  {unit}")
+    spent = sum(cpu.values()) / 60  # the tests' processes and the children they waited for; not Slurm's jobs
+    terminalreporter.write_sep("=", f"CPU by unit of work: {spent:.1f} CPU-min in all, the 25 costliest")
+    for unit, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])[:25]:
         terminalreporter.write_line(f"{seconds:8.1f}s  {unit}")
 
 
