@@ -169,26 +169,52 @@ def start_slurmd(folder: Path) -> None:
 def lose_node(folder: Path) -> None:
     """The node lost as a power cut loses it: every process of every job on it and its slurmd killed
     at once (SIGKILL: nothing runs a handler), so that slurmctld hears no more from it. Only this
-    cluster's: another test worker's cluster on the same machine runs on."""
+    cluster's: another test worker's cluster on the same machine runs on.
+
+    Every process under the jobs' slurmstepd goes, the batch script's `srun` included: `scontrol
+    listpids` missed it once, and that srun, alive after the requeue, cancelled the job's next attempt
+    (the same step id, 100002.0) 30 s into it. Each is stopped first (a stopped process starts no other),
+    then all are killed."""
     env = {**os.environ, "SLURM_CONF": str(folder / "slurm.conf")}
     jobs = subprocess.run(["squeue", "-h", "-t", "running", "-o", "%A"], capture_output=True, text=True, env=env)
     ours = set(jobs.stdout.split())
-    pids: set[int] = set()
-    for job in ours:
-        listed = subprocess.run(["scontrol", "listpids", job], capture_output=True, text=True, env=env).stdout
-        pids |= {int(line.split()[0]) for line in listed.splitlines()[1:] if line.split()[:1] != ["-1"]}
-    pids.add(int((folder / "slurmd.pid").read_text().split()[0]))
-    for proc in Path("/proc").iterdir():  # the jobs' slurmstepd too (`slurmstepd: [JOB.batch]`)
-        try:
-            if proc.name.isdigit() and (proc / "comm").read_text().strip() == "slurmstepd":
-                step = (proc / "cmdline").read_text().replace("\0", " ")
-                if any(f"[{job}." in step for job in ours):
-                    pids.add(int(proc.name))
-        except OSError:
-            continue
-    for pid in pids:
+    doomed: set[int] = set()
+    while True:  # the jobs' slurmstepd and everything under them, until no new one appears
+        found = {pid for pid in _job_processes(ours) if pid not in doomed}
+        if not found:
+            break
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        doomed |= found
+    doomed.add(int((folder / "slurmd.pid").read_text().split()[0]))
+    for pid in doomed:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def _job_processes(jobs: set[str]) -> set[int]:
+    """The slurmstepd of `jobs` (`slurmstepd: [JOB.batch]`, `[JOB.0]`) and every process under them."""
+    parents: dict[int, int] = {}
+    roots: set[int] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if (proc / "comm").read_text().strip() == "slurmstepd":
+                step = (proc / "cmdline").read_text().replace("\0", " ")
+                if any(f"[{job}." in step for job in jobs):
+                    roots.add(int(proc.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    found = set(roots)
+    grew = True
+    while grew:
+        below = {pid for pid, parent in parents.items() if parent in found and pid not in found}
+        found |= below
+        grew = bool(below)
+    return found
 
 
 def stop(folder: Path) -> None:

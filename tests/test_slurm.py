@@ -16,6 +16,7 @@ Without a Slurm these tests skip and say why."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import math
 import os
@@ -145,19 +146,35 @@ class Submitted:
         return code, self.stdout.read_text(), self.stderr.read_text()
 
 
+def _still_ending() -> bool:
+    """Whether the cluster may still be ending a job's earlier attempt: slurmctld has messages to send
+    to the node (`sdiag`: its agent queue and agents), or the node's slurmd started under 45 s ago
+    (a lost node back: what was under way on it when it was lost came to it 30 s later)."""
+    said = dict(re.findall(r"^(Agent queue size|Agent count):\s+(\d+)", slurm("sdiag", check=False), re.M))
+    if not said or any(int(count) for count in said.values()):
+        return True
+    started = re.search(r"SlurmdStartTime=(\S+)", slurm("scontrol", "show", "node", "-o", check=False))
+    if started is None or not started.group(1)[:1].isdigit():
+        return True
+    return (datetime.datetime.now() - datetime.datetime.fromisoformat(started.group(1))).total_seconds() < 45
+
+
 @pytest.fixture
 def no_requeue_hold():
-    """Requeued jobs of this test start again at once instead of after Slurm's two-minute hold, once no
-    job of this cluster is still completing (released while its first attempt's steps were still being
-    ended, a job was started on the node and failed at once, "Job credential revoked": with torch's
-    imports compiled the tests got there first). Yields the fields a test wants set on a requeued job
-    before it starts again (`{"TimeLimit": "30"}`), in the same `scontrol update`."""
+    """Requeued jobs of this test start again at once instead of after Slurm's two-minute hold, once the
+    cluster has ended their first attempts: no job is still completing (released while its first
+    attempt's steps were still being ended, a job was started on the node and failed at once, "Job
+    credential revoked"), and a node lost and back has had time to end what was under way on it (its
+    lost attempt's end reached the next attempt of the same job id, 30 s into it, and cancelled it:
+    `_still_ending`). Slurm's two-minute hold is what gives both time on a cluster. Yields the
+    fields a test wants set on a requeued job before it starts again (`{"TimeLimit": "30"}`), in the
+    same `scontrol update`."""
     stop = threading.Event()
     before_start: dict[str, str] = {}
 
     def release() -> None:
         while not stop.wait(1):
-            if slurm("squeue", "-h", "-t", "completing", "-o", "%A", check=False).strip():
+            if slurm("squeue", "-h", "-t", "completing", "-o", "%A", check=False).strip() or _still_ending():
                 continue
             for line in slurm("squeue", "-h", "-t", "pending", "-o", "%i %r", check=False).splitlines():
                 job, _, reason = line.partition(" ")
