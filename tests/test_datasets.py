@@ -86,6 +86,48 @@ def test_digits_is_real_and_split_deterministically():
     assert sorted(set(train.labels.tolist())) == list(range(10))
 
 
+def _digits_here(cache) -> str:
+    """What a fresh process reads of the digits with VITBENCH_CACHE=cache: whether it imported
+    scikit-learn, and a digest of every split it loads (images, labels, fingerprint)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import hashlib, sys\n"
+        "from vitbench.datasets import DATASETS\n"
+        "h = hashlib.sha256()\n"
+        "for name in ('digits', 'digits0-4', 'digits5-9'):\n"
+        "    for split in ('train', 'test'):\n"
+        "        s = DATASETS[name].load_split(None, split)\n"
+        "        h.update(s.images.tobytes() + s.labels.tobytes() + s.fingerprint.encode())\n"
+        "print('sklearn' in sys.modules, h.hexdigest())"
+    )
+    env = {**os.environ, "VITBENCH_CACHE": str(cache)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_digits_kept_in_the_cache_are_scikit_learns_and_spare_its_import(tmp_path):
+    """A process that finds the digits kept for the installed scikit-learn reads exactly what scikit-learn
+    gives (images, labels, the fingerprint that keys runs) without importing it (1.4 s of a core); a
+    damaged or altered file is only a cache: read from scikit-learn again, and rewritten."""
+    cache = tmp_path / "cache"
+    first = _digits_here(cache)
+    assert first.startswith("True ")  # nothing kept yet: read from scikit-learn, and kept
+    [kept] = cache.glob("digits-scikit-learn-*.npz")
+    assert _digits_here(cache) == first.replace("True", "False", 1)
+    kept.write_bytes(kept.read_bytes()[:-100])  # truncated
+    assert _digits_here(cache) == first
+    assert _digits_here(cache) == first.replace("True", "False", 1)  # rewritten whole
+    with np.load(kept) as arrays:
+        altered = dict(arrays)
+    altered["scans"] = altered["scans"].copy()
+    altered["scans"][0, 0, 0] = 17  # beyond scikit-learn's 0..16: not what this file holds
+    np.savez(kept, **altered)
+    assert _digits_here(cache) == first
+
+
 def test_fingerprint_changes_with_the_files(cifar10_dir):
     before = DATASETS["cifar10"].load_split(cifar10_dir, "train").fingerprint
     write_cifar_batch(cifar10_dir / "cifar-10-batches-py" / "data_batch_1", 60, 10, "labels", seed=9)
