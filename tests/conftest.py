@@ -11,6 +11,8 @@ import resource
 import subprocess
 import sys
 import tempfile
+import time
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -162,6 +164,30 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     terminalreporter.write_sep("=", f"CPU by unit of work: {spent:.1f} CPU-min in all, the 25 costliest")
     for unit, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])[:25]:
         terminalreporter.write_line(f"{seconds:8.1f}s  {unit}")
+
+
+QUIET_BELOW = 0.1  # the share of the CPUs other work may use while an `alone` test starts
+QUIET_WAIT = 60.0  # seconds an `alone` test waits at most for it
+
+
+@pytest.fixture(autouse=True)
+def a_quiet_machine_for_the_paced_tests(request):
+    """An `alone` test (it compares paces it measures) starts once other work has left the machine, up
+    to a minute: what the phase before it started may still be ending (CI: a Slurm job that outlived its
+    test cluster used 28 % of the CPUs while a dry run measured its pace, 138 s, and the next, quiet, 90 s)."""
+    if request.node.get_closest_marker("alone") is None:
+        yield
+        return
+    from vitbench.execution.machine_load import others_busy
+
+    deadline = time.monotonic() + QUIET_WAIT
+    busy = others_busy(1.0)
+    while busy is not None and busy > QUIET_BELOW and time.monotonic() < deadline:
+        busy = others_busy(1.0)
+    if busy is not None and busy > QUIET_BELOW:
+        said = f"other work still used {busy:.0%} of the CPUs after {QUIET_WAIT:.0f} s: paces may be slow"
+        warnings.warn(said, stacklevel=2)
+    yield
 
 
 @pytest.fixture(scope="session")

@@ -58,7 +58,7 @@ def a_cluster_of_this_workers_own(worker_id):
     folder = Path(tempfile.mkdtemp(prefix=f"vitbench-slurm-{worker_id}-"))
     before = os.environ.get("SLURM_CONF")
     try:
-        os.environ.update(slurm_cluster.start(folder, first_job=100_000 * (number + 1)))
+        os.environ.update(slurm_cluster.start(folder, first_job=slurm_cluster.JOBS_PER_CLUSTER * (number + 1)))
         yield folder
     finally:
         slurm_cluster.stop(folder)
