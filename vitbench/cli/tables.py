@@ -138,8 +138,9 @@ def ingest_cmd(
     if rebuild:
         aside, merged, copied = store.rebuild(results)
         if aside is not None and copied is None:
+            why = "not vitbench's own plain tables, never read" if ".refused-" in aside.name else "unreadable"
             out.print(
-                f"set {results / store.DB_NAME} aside as {aside} (unreadable: its inspect and bench rows, and the "
+                f"set {results / store.DB_NAME} aside as {aside} ({why}: its inspect and bench rows, and the "
                 "dedup audits stored before audits had shards, stay there; audits with a shard are rebuilt)"
             )
         elif aside is not None:

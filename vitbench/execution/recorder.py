@@ -6,7 +6,6 @@ too, each in one transaction of its own table."""
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ from vitbench.provenance import canonical_json, environment, sha256_text
 from vitbench.store import SHARD_SCHEMA, StoreUnavailable, ingest, metric_values, shard_metric_values
 from vitbench.store.audit_shards import ingest_audits, write_audit_shard
 from vitbench.store.predictions import write_predictions
+from vitbench.store.row_checks import metric_problem
 from vitbench.store.shards import shard_path
 
 log = logging.getLogger("vitbench")
@@ -43,17 +43,11 @@ def check_metrics(protocol: Protocol, metrics: object) -> None:
     within [0, 1]: a plugin's accuracy of 1.5 was stored and tabled as 150.00."""
     if not isinstance(metrics, dict) or not metrics:
         raise RefusedResult(f"its metrics are {type(metrics).__name__} {metrics!r:.60}, expected {{name: number}}")
-    declared = {m.name: m for m in protocol.metrics}
+    declared = {m.name for m in protocol.metrics if m.unit == "%"}
     for name, value in metrics.items():
-        if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, int | float):
-            raise RefusedResult(f"metric {name!r} = {value!r:.60} is not a number; not stored")
-        if not math.isfinite(value):
-            raise RefusedResult(f"metric {name!r} = {value!r} is not a finite number; not stored")
-        metric = declared.get(name)
-        if metric is not None and metric.unit == "%" and not 0 <= value <= 1:
-            raise RefusedResult(
-                f"metric {name!r} = {value!r} is declared a fraction (shown as %), expected from 0 to 1; not stored"
-            )
+        problem = metric_problem(name, value, declared)
+        if problem:
+            raise RefusedResult(f"{problem}; not stored")
 
 
 class Recorder:

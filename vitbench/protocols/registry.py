@@ -9,6 +9,7 @@ from collections.abc import Callable
 from functools import cache
 
 from vitbench.entry_points import PROTOCOLS, Registry, load_group
+from vitbench.errors import UserError
 from vitbench.protocols.base import Protocol
 from vitbench.protocols.eval import EVAL
 from vitbench.protocols.fewshot import FEWSHOT
@@ -18,6 +19,7 @@ from vitbench.protocols.linear import LINEAR
 from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import Declared, ProtocolOptions, declared
 from vitbench.protocols.pretrain import PRETRAIN
+from vitbench.store import row_checks
 
 log = logging.getLogger("vitbench")
 
@@ -93,3 +95,15 @@ def option_table() -> dict[str, tuple[Declared, tuple[str, ...]]]:
 @cache
 def _warn_once(message: str) -> None:
     log.warning("%s", message)
+
+
+def fraction_metrics(name: str) -> frozenset[str]:
+    """The metrics protocol `name` declares fractions (unit "%"); none for a protocol not known here."""
+    try:
+        return frozenset(m.name for m in get_protocol(name).metrics if m.unit == "%")
+    except UserError:
+        return frozenset()
+
+
+# the store range-checks every stored fraction it reads, a shard's or the database's (store/row_checks.py)
+row_checks.declare_fractions(fraction_metrics)

@@ -9,8 +9,9 @@ import duckdb
 import pandas as pd
 
 from vitbench.store import duck
+from vitbench.store.catalog import StoreRefused, checked_version
 from vitbench.store.database import read_table
-from vitbench.store.schema import DB_NAME, ENVIRONMENT_COLUMNS, schema_version, transaction
+from vitbench.store.schema import DB_NAME, ENVIRONMENT_COLUMNS, transaction
 
 BENCH_COLUMNS = [
     "bench_id",
@@ -66,8 +67,8 @@ def read_bench_quietly(results: Path) -> pd.DataFrame | None:
     except duckdb.Error:
         return None
     try:
-        return con.execute("SELECT * FROM bench").df() if schema_version(con) >= 5 else None
-    except duckdb.Error:
+        return con.execute("SELECT * FROM bench").df() if checked_version(con, path) >= 5 else None
+    except (duckdb.Error, StoreRefused):  # refused: no view or macro of someone else's runs here either
         return None
     finally:
         con.close()

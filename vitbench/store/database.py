@@ -21,7 +21,9 @@ import pandas as pd
 from vitbench.errors import UserError, one_line
 from vitbench.store import duck
 from vitbench.store.audit_shards import audit_shard_keys, ingest_audits, stored_audit_keys
+from vitbench.store.catalog import StoreRefused, checked_version
 from vitbench.store.merge import StoreUnavailable, done_keys, ingest, ingest_pending
+from vitbench.store.row_checks import checked_rows
 from vitbench.store.schema import (
     CURVE_COLUMNS,
     DB_NAME,
@@ -92,7 +94,7 @@ def connect(results: Path) -> duckdb.DuckDBPyConnection:
         raise UserError(_damaged(path, e) if path.exists() else f"{path}: cannot create it ({one_line(e)})") from None
     try:
         with _MIGRATING:  # two threads of one process opening a new store both created its tables: a conflict
-            version = schema_version(con)
+            version = checked_version(con, path)
             check_not_newer(path, version)
             migrate(con, version)
         done_keys(con)  # a file damaged inside opens, and fails at its first real read: fail here instead
@@ -124,7 +126,7 @@ def sync(results: Path, strict: bool = False) -> int:
         try:
             con = duck.connect(path, read_only=True)
             try:
-                version = schema_version(con)
+                version = checked_version(con, path)
                 check_not_newer(path, version)  # "merged 0" and exit 0 on a newer vitbench's file, before
                 known = done_keys(con) if version >= 1 else set()
                 known_audits = stored_audit_keys(con) if version >= AUDITS_SINCE else set()
@@ -172,13 +174,17 @@ def rebuild(results: Path) -> tuple[Path | None, int, int | None]:
     """Set the database aside (renamed, never modified) and build a new one from the run shards.
     Returns (where the old file went, runs merged, `inspect`/`bench` rows copied over: None when the
     old file could not be read, so they stay in the set-aside file only). A readable file is set
-    aside as `.previous-<time>`, a damaged one as `.damaged-<time>`; one written by a newer vitbench
+    aside as `.previous-<time>`, a damaged one as `.damaged-<time>`, one holding objects that are not
+    vitbench's plain tables (store/catalog.py) as `.refused-<time>`; one written by a newer vitbench
     is refused (this version would lose what it does not know)."""
     path = results / DB_NAME
     aside, kept = None, None
     if path.exists():
-        kept = _database_only_rows(path)  # never from under a running process: raises StoreLocked
-        state = "previous" if kept is not None else "damaged"
+        try:
+            kept = _database_only_rows(path)  # never from under a running process: raises StoreLocked
+            state = "previous" if kept is not None else "damaged"
+        except StoreRefused:  # objects of someone else's: set aside unread, nothing of it copied
+            state = "refused"
         aside = path.with_name(f"{DB_NAME}.{state}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}")
         try:
             os.replace(path, aside)
@@ -213,7 +219,7 @@ def _database_only_rows(path: Path) -> dict[str, pd.DataFrame] | None:
             raise _locked(path, e, "; rebuild it once that one ends") from None
         return None
     try:
-        check_not_newer(path, schema_version(con))
+        check_not_newer(path, checked_version(con, path))
         done_keys(con)  # a file damaged inside opens, and fails at its first real read
         tables = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         return {t: con.execute(f"SELECT * FROM {t}").df() for t in DATABASE_ONLY if t in tables}
@@ -251,11 +257,19 @@ def open_for_reading(results: Path) -> duckdb.DuckDBPyConnection | None:
         return _shard_snapshot(results) if shard_keys(results) or audit_shard_keys(results) else None
     try:
         con = duck.connect(path, read_only=True)
-        version = schema_version(con)
     except duckdb.Error as e:
         if not _is_lock(e):
             log.warning("%s; reading the shards meanwhile", _damaged(path, e))
         return _shard_snapshot(results)
+    try:
+        version = checked_version(con, path)
+    except duckdb.Error as e:
+        con.close()
+        log.warning("%s; reading the shards meanwhile", _damaged(path, e))
+        return _shard_snapshot(results)
+    except StoreRefused:
+        con.close()
+        raise
     try:
         check_not_newer(path, version)
     except UserError:
@@ -272,6 +286,7 @@ def open_for_reading(results: Path) -> duckdb.DuckDBPyConnection | None:
                         path, version, e)  # fmt: skip
             return _shard_snapshot(results)
         con = duck.connect(path, read_only=True)
+        checked_version(con, path)  # migrated by this process, as it was checked: still plain tables
     try:
         pending = len(pending_keys(results, done_keys(con)))
         pending += len(audit_shard_keys(results) - stored_audit_keys(con))
@@ -310,11 +325,13 @@ def read_table(results: Path | str, since_version: int, sql: str, columns: list[
 
 def read_results(results: Path | str) -> pd.DataFrame:
     """Every finished run joined with its metrics (one row per metric), read-only.
-    An absent store is an empty frame, never an error."""
-    return read_table(
+    An absent store is an empty frame, never an error; a run whose rows fail a shard's checks is left
+    out, in one line (store/row_checks.py)."""
+    frame = read_table(
         results,
         1,
         "SELECT r.*, m.name AS metric, m.value FROM runs r JOIN metrics m USING (run_key) "
         "WHERE r.status = 'done' ORDER BY r.model, r.dataset, r.seed",
         [*RUN_COLUMNS, "metric", "value"],
     )
+    return checked_rows(frame, Path(results) / DB_NAME)

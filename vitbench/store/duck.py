@@ -35,10 +35,20 @@ def check_path(path: Path, option: str = "--results") -> Path:
     return path
 
 
+# a results database is data, never code (store/catalog.py): on its connection nothing reads or writes any
+# file but the database's own (a view over read_text('/some/file') fails), and no statement changes that
+STORE: dict[str, str | bool | int | float | list[str]] = {
+    **OFFLINE,
+    "enable_external_access": False,
+    "lock_configuration": True,
+}
+
+
 def connect(path: Path | None = None, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """DuckDB on the file at `path` (None: in memory), offline."""
+    """DuckDB on the results database at `path`, offline and without access to any other file; None:
+    in memory, offline (vitbench's own frames, written out with COPY)."""
     import duckdb  # (half a second: loaded by what opens a database, not by what checks a path)
 
     if path is None:
         return duckdb.connect(config=OFFLINE)
-    return duckdb.connect(str(check_path(Path(path), "the database").absolute()), read_only=read_only, config=OFFLINE)
+    return duckdb.connect(str(check_path(Path(path), "the database").absolute()), read_only=read_only, config=STORE)

@@ -199,14 +199,15 @@ def check_not_newer(path: Path, version: int) -> None:
         )
 
 
-def migrate(con: duckdb.DuckDBPyConnection, version: int) -> None:
-    """Apply the migrations after `version` in one transaction (0: a new, empty store)."""
-    if version >= SCHEMA_VERSION:
+def migrate(con: duckdb.DuckDBPyConnection, version: int, upto: int = SCHEMA_VERSION) -> None:
+    """Apply the migrations after `version`, up to `upto` (the newest), in one transaction (0: a new,
+    empty store)."""
+    if version >= upto:
         return
     with transaction(con):
         if version == 0:
             con.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP, vitbench_version VARCHAR)")
-        for number, steps in enumerate(MIGRATIONS[version:], start=version + 1):
+        for number, steps in enumerate(MIGRATIONS[version:upto], start=version + 1):
             for sql in steps:
                 con.execute(sql)
             con.execute("INSERT INTO schema_version VALUES (?, now(), ?)", [number, __version__])

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from vitbench.atomic import read_regular
 from vitbench.provenance import KEYED_AS, explicit_hparams
+from vitbench.store.row_checks import fractions, metric_problem
 
 log = logging.getLogger("vitbench")
 
@@ -161,12 +162,14 @@ def _check_finite(value: object, where: str) -> None:
             _check_finite(item, f"{where}[{i}]")
 
 
-def _check_metrics(metrics: object) -> None:
+def _check_metrics(metrics: object, protocol: str) -> None:
     if not isinstance(metrics, dict):
         raise BadShard("'metrics' is missing or not an object")
+    declared = fractions(protocol)
     for name, value in metrics.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise BadShard(f"metric {name!r} = {value!r} is not a finite number")
+        problem = metric_problem(name, value, declared)  # a fraction of its protocol's outside [0, 1] too
+        if problem:
+            raise BadShard(problem)
 
 
 def _check_curves(curves: object) -> None:
@@ -199,7 +202,7 @@ def read_shard(path: Path) -> dict:
     if not isinstance(run, dict):
         raise BadShard("'run' is missing or not an object")
     _check_run(run)
-    _check_metrics(record.get("metrics"))
+    _check_metrics(record.get("metrics"), run["protocol"])
     _check_curves(record.get("curves"))
     if run.get("run_key") != path.stem:
         raise BadShard(f"its run_key {str(run.get('run_key'))[:16]}… is not its file name (a copy?)")
