@@ -178,3 +178,27 @@ def test_a_full_disk_at_each_write_of_an_audit_loses_nothing_and_the_rerun_compl
     assert "leases/audit-" in failures[0][1] and lease in failures[0][1]
     assert "dedup/" in failures[1][1] and ".pt: cannot write it (No space left on device)" in failures[1][1]
     assert "audits/" in failures[2][1] and ".json: cannot write it (No space left on device)" in failures[2][1]
+
+
+def test_a_full_tmpdir_ends_the_report_in_one_line_never_without_its_figure(cli, disk, one_run, tmp_path, monkeypatch):
+    """Issue 97, item 9. Before: with TMPDIR nearly full, `vitbench report` exited 0 without its few-shot
+    figure (a failed write was taken as "nothing to draw")."""
+    import tempfile
+
+    import vitbench
+
+    results = tmp_path / "results"
+    shutil.copytree(one_run, results)
+    vitbench.run(model="vit-ti/16", weights="random", datasets="digits", res=32, workers=0, shots=(1, 5), seeds=(0,),
+                 results=results)  # fmt: skip  # (its features cached) two shot counts: the few-shot figure
+    out = tmp_path / "report.html"
+    code, _, err = cli("report", "--out", out, "--results", results)
+    assert code == 0 and 'id="figure-' in out.read_text(), err  # with room, the report has its figure
+    out.unlink()
+    monkeypatch.setattr(tempfile, "tempdir", str(disk.root))  # TMPDIR, as tempfile read it
+    for free in (0, PAGE):
+        disk.fill(free)
+        code, _, err = cli("report", "--out", out, "--results", results)
+        line = _error_line(err)
+        assert code == 2 and "No space left on device" in line and "TMPDIR" in line and str(disk.root) in line, err
+        assert not out.exists() and not [p for p in disk.root.rglob("*") if p != disk.filler]

@@ -131,6 +131,12 @@ def test_per_class_rows_name_folder_classes_and_markdown_keeps_names_inert(cli, 
     assert "<img" not in md
     code, text, err = cli("table", "--per-class", dataset, "--results", results)
     assert code == 0 and "class 0: <img src=x onerror=alert(1)>" in text and "class 2: dog|wolf" in text, err
+    # issue 97, item 12: the name `run` was given, and the folder's name alone, mean the stored folder:pics@…
+    # (before: "no stored run on that dataset"); a name that matches none says the stored names
+    for given in (folder, "folder:pics"):
+        assert cli("table", "--per-class", given, "--results", results)[1] == text, given
+    code, _, err = cli("table", "--per-class", "folder:pets", "--results", results)
+    assert code == 2 and f"no stored run on that dataset; stored: {dataset}" in err
 
 
 def test_predictions_with_labels_out_of_range_are_named_not_used(cli, tmp_path):

@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 
 import duckdb
+import pandas as pd
 import pytest
+from held_store import hold_the_store
 
 import vitbench
 from vitbench.store import DB_NAME
@@ -169,3 +171,300 @@ def test_item2_every_way_in_knows_which_metrics_are_fractions(entry):
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "expected from 0 to 1" in done.stdout, done.stderr[-1500:]
+
+
+RUN = ("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", "digits", "--res", "32", "--workers", "0")
+RUN += ("--shots", "1", "--seeds", "0")
+
+
+def finished_at(results: Path) -> dict[str, pd.Timestamp]:
+    """When each shard of `results` says its run finished."""
+    import json
+
+    return {
+        path.stem: pd.Timestamp(json.loads(path.read_text())["run"]["finished_at"]).tz_convert(None)
+        for path in (results / "runs").glob("*.json")
+    }
+
+
+def stored_finished_at(store: Path | duckdb.DuckDBPyConnection) -> dict[str, pd.Timestamp]:
+    """When the database (a results folder's, read as any DuckDB would, or one open) says each run finished."""
+    con = duckdb.connect(str(store / DB_NAME), read_only=True) if isinstance(store, Path) else store
+    try:
+        rows = con.execute("SELECT run_key, finished_at FROM runs").fetchall()
+    finally:
+        if con is not store:
+            con.close()
+    return {key: pd.Timestamp(at) for key, at in rows}
+
+
+@pytest.mark.parametrize("how", ["cli", "api"])
+def test_item3_a_rerun_written_while_another_process_held_the_database_wins_in_every_view(cli, one_run, tmp_path, how):
+    """Before: the rerun's shard replaced the old one, but the database already held its run key, so
+    no later merge took it: table and export showed the old row until `ingest --rebuild`."""
+    results = tmp_path / "results"
+    shutil.copytree(one_run, results)
+    old = finished_at(results)
+    holder = hold_the_store(results)
+    try:
+        if how == "cli":
+            code, _, err = cli(*RUN, "--rerun", "--results", results)
+            assert code == 0 and "stores its results as shards" in err, err[-2000:]
+        else:
+            vitbench.run(model="vit-ti/16", weights="random", datasets="digits", res=32, workers=0, shots=(1,),
+                         seeds=(0,), rerun=True, results=results)  # fmt: skip
+    finally:
+        holder.kill()
+        holder.wait()
+    new = finished_at(results)
+    assert new.keys() == old.keys() and all(new[k] > old[k] for k in new)
+    code, out, err = cli("table", "--results", results)  # the first reader merges it
+    assert code == 0, err
+    assert stored_finished_at(results) == new
+    assert vitbench.results(results).drop_duplicates("run_key").set_index("run_key")["finished_at"].to_dict() == new
+    exported = tmp_path / "out.csv"
+    assert cli("export", "--format", "csv", "--out", exported, "--results", results)[0] == 0
+    assert pd.to_datetime(pd.read_csv(exported)["finished_at"]).tolist() == list(new.values())
+    assert not list((results / "runs").glob("*.unmerged")), "merged: no mark left"
+
+
+def test_item3_a_merge_that_read_the_old_shard_leaves_the_rerun_marked(three_runs, tmp_path, monkeypatch):
+    """The race the marks guard: a merge takes a run's mark and reads its shard while a rerun rewrites
+    it; the rerun marks it again once written, so the next merge takes the new shard."""
+    import json
+
+    from vitbench.store import merge, shards
+
+    results = tmp_path / "results"
+    shutil.copytree(three_runs, results)
+    key = sorted(finished_at(results))[0]
+    path = shards.shard_path(results, key)
+    shards.mark(results, key)  # the rerun, before its write
+    con = vitbench.store.connect(results)
+    try:
+        real_ingest = merge.ingest
+
+        def rewritten_as_it_is_read(con, paths):  # the rerun's write and its second mark, mid-merge
+            merged = real_ingest(con, paths)
+            record = json.loads(path.read_text())
+            record["run"]["finished_at"] = "2030-01-01T00:00:00+00:00"
+            path.write_text(json.dumps(record))
+            shards.mark(results, key)
+            return merged
+
+        with monkeypatch.context() as patched:
+            patched.setattr(merge, "ingest", rewritten_as_it_is_read)
+            merge.ingest_pending(con, results)
+        assert stored_finished_at(con)[key] != pd.Timestamp("2030-01-01")
+        merge.ingest_pending(con, results)
+        assert stored_finished_at(con)[key] == pd.Timestamp("2030-01-01")
+        assert not shards.marked_keys(results)
+    finally:
+        con.close()
+
+
+KILLED_MID_WRITE = """
+import os, sys, time
+from pathlib import Path
+from vitbench.atomic import write_atomic
+
+def half_written(tmp):
+    tmp.write_bytes(b"x" * 4096)  # a feature-cache entry, an export, a shard: half of it on disk
+    print("writing", flush=True)
+    time.sleep(120)
+
+write_atomic(Path(sys.argv[1]), half_written)
+"""
+
+
+def killed_mid_write(target: Path) -> Path:
+    """The temp file a writer of `target` leaves when SIGKILLed mid-write (as the OOM killer or a pre-empted
+    job does), in a real process of its own."""
+    import subprocess
+
+    writer = subprocess.Popen([sys.executable, "-c", KILLED_MID_WRITE, str(target)], stdout=subprocess.PIPE, text=True)
+    assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
+    writer.kill()
+    writer.wait()
+    (left,) = target.parent.glob(f".{target.name}.*.tmp")
+    return left
+
+
+@pytest.mark.parametrize("writer", ["run", "export", "an audit's write"])
+def test_item7_a_dead_writers_temp_file_is_removed_by_the_next_writer(cli, one_run, tmp_path, writer, monkeypatch):
+    """Before: every kill during an atomic write left its temp file for good (a whole feature-cache entry
+    each). The next writer into that folder removes those of dead processes of this host; a live
+    writer's and another host's are left alone (on shared storage their writer may still run)."""
+    import os
+
+    from vitbench import atomic
+
+    results = tmp_path / "results"
+    shutil.copytree(one_run, results)
+    monkeypatch.setattr(atomic, "_SWEPT", set())  # this test's process is the next writer, as a new one would be
+    folders = {
+        "run": [results / "runs", results / "cache" / "features"],  # a new resolution: a shard and features
+        "export": [tmp_path / "exports"],
+        "an audit's write": [results / "audits"],
+    }[writer]
+    left = []
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+        dead = killed_mid_write(folder / "entry.npz")
+        live = folder / f".other.npz.{atomic.HOST}.{os.getpid()}.1.tmp"  # this very process: it runs
+        elsewhere = folder / f".other.npz.another-host.{2**22 + 7}.1.tmp"  # a pid no process here has
+        for kept in (live, elsewhere):
+            kept.write_bytes(b"y")
+        left.append((dead, live, elsewhere))
+    if writer == "run":
+        code, _, err = cli(*[("48" if a == "32" else a) for a in RUN], "--results", results)
+    elif writer == "export":
+        code, _, err = cli("export", "--format", "csv", "--out", folders[0] / "runs.csv", "--results", results)
+    else:  # the folder's next write, through the function every writer of vitbench's uses
+        atomic.write_atomic(folders[0] / "next.json", "{}")
+        code, err = 0, ""
+    assert code == 0, err[-2000:]
+    for dead, live, elsewhere in left:
+        assert not dead.exists() and live.exists() and elsewhere.exists(), (dead, sorted(dead.parent.iterdir()))
+
+
+def test_item4_submit_rerun_reruns_and_counts_only_what_it_stored(cli, one_run, tmp_path):
+    """Before: `submit --cluster local --rerun` of a stored run: the job skipped it (rerun was not passed
+    to the workers), yet the command printed "1 of 1 runs now stored"."""
+    results = tmp_path / "results"
+    shutil.copytree(one_run, results)
+    old = finished_at(results)
+    code, out, err = cli("submit", "--cluster", "local", *RUN[1:], "--rerun", "--results", results)
+    assert code == 0, err[-2000:]
+    assert "1 of 1 runs now stored" in err
+    new = finished_at(results)
+    assert all(new[k] > old[k] for k in old) and stored_finished_at(results) == new
+
+
+def test_item4_submit_ends_0_only_when_every_planned_run_is_stored(cli, one_run, tmp_path):
+    """Before: a submitted run its job skipped (leased by another process) ended rc 0 with "0 of 1 runs
+    now stored": `vitbench submit … && vitbench table` went on without it."""
+    from vitbench.execution.lease import Lease
+
+    results = tmp_path / "results"
+    shutil.copytree(one_run, results)
+    (key,) = finished_at(results)
+    held = Lease(results, key)
+    assert held.acquire()  # this live test process runs it, as far as the job can tell
+    try:
+        code, out, err = cli("submit", "--cluster", "local", *RUN[1:], "--rerun", "--results", results)
+    finally:
+        held.release()
+    assert code == 2 and "0 of 1 runs now stored" in err, err[-2000:]
+    assert "1 of 1 submitted run(s) have no result yet" in err and "Traceback" not in err
+
+
+KILLED_REBUILD = """
+import os, signal, sys
+from pathlib import Path
+from vitbench.store import rebuilding
+
+def die(*_):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+point, real_connect, real_ingest, real_replace = sys.argv[2], rebuilding.connect, rebuilding.ingest, os.replace
+if point == "the new database's first commit":  # its tables made, nothing copied yet
+    rebuilding.connect = lambda results, file=None: die() if file is not None and real_connect(results, file) else None
+elif point == "the shards merged":
+    rebuilding.ingest = lambda con, paths: die(real_ingest(con, paths))
+elif point == "the swap":
+    rebuilding.os.replace = lambda src, dst: die() if Path(dst).name == "vitbench.duckdb" else real_replace(src, dst)
+rebuilding.rebuild(Path(sys.argv[1]))
+"""
+BENCH_ROWS = 36
+
+
+@pytest.mark.parametrize("point", ["the new database's first commit", "the shards merged", "the swap"])
+def test_item5_a_rebuild_killed_anywhere_leaves_the_old_database_whole(cli, three_runs, tmp_path, point):
+    """Before: SIGKILL at the new database's first commit lost the old one's 36 `inspect`/`bench` rows
+    without a word, and a second `--rebuild` said rows were "copied over" (0 were). The new database is
+    built beside the old and swapped in last; the next rebuild removes the half-built one."""
+    import subprocess
+
+    from vitbench import store
+
+    results = tmp_path / "results"
+    shutil.copytree(three_runs, results)
+    con = store.connect(results)
+    for i in range(BENCH_ROWS):
+        con.execute(
+            "INSERT INTO bench (bench_id, created_at, model, res, mode, runner, data, batch, precision, compile, "
+            f"images_per_second) VALUES ('b{i}', now(), 'vit-ti/16', 64, 'train', 'vitbench', 'synthetic', 16, "
+            f"'fp32', false, {100 + i})"
+        )
+    con.close()
+    killed = subprocess.run([sys.executable, "-c", KILLED_REBUILD, str(results), point], timeout=120)
+    assert killed.returncode == -9
+    assert [p.name for p in results.iterdir() if p.name.endswith(".tmp")], "the half-built database, left"
+    assert len(store.read_bench(results)) == BENCH_ROWS  # the old database, in place and whole
+    assert len(vitbench.results(results)) == 3
+    code, out, err = cli("ingest", "--rebuild", "--results", results)
+    assert code == 0 and f"{BENCH_ROWS} inspect, bench and dedup row(s) copied over" in out, out + err
+    assert len(store.read_bench(results)) == BENCH_ROWS and len(vitbench.results(results)) == 3
+    assert not [p.name for p in results.iterdir() if p.name.endswith((".tmp", ".tmp.wal"))]
+
+
+def test_item6_submits_in_the_same_second_each_keep_their_own_jobs_record(tmp_path):
+    """Before: two `vitbench submit`s started in the same second into one results folder shared one
+    `jobs/<timestamp>/` folder, and its ledger kept only the last writer's job. Three at once here (real
+    processes, the local executor's real jobs), each a seed of its own: each its own folder and ledger,
+    every run stored, each command ending 0."""
+    import json
+    import subprocess
+
+    from vitbench.execution.cluster import new_jobs_folder
+
+    results = tmp_path / "results"
+    same_second = [new_jobs_folder(results) for _ in range(3)]
+    assert len(set(same_second)) == 3
+    submits = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "vitbench",
+                "submit",
+                "--cluster",
+                "local",
+                *RUN[1:-1],
+                str(seed),
+                "--results",
+                str(results),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for seed in range(3)
+    ]
+    ended = [(p.wait(timeout=300), p.stderr.read()) for p in submits if p.stderr is not None]
+    assert [code for code, _ in ended] == [0, 0, 0], [err[-1500:] for _, err in ended]
+    ledgers = [json.loads(p.read_text()) for p in (results / "jobs").glob("*/vitbench-jobs.json")]
+    assert len(ledgers) == 3 and all(len(ledger["jobs"]) == 1 for ledger in ledgers)
+    assert sorted(vitbench.results(results)["seed"]) == [0, 1, 2]
+
+
+def test_item8_a_submit_waits_for_a_held_database_and_says_so(cli, tmp_path):
+    """Before: of two submits into a fresh folder at once, one ended rc 2 "held by another process (PID …)"
+    without waiting or saying to retry."""
+    import subprocess
+
+    results = tmp_path / "results"
+    code = (
+        "import sys, time; from pathlib import Path; from vitbench import store; "
+        "con = store.connect(Path(sys.argv[1])); print('held', flush=True); time.sleep(4); con.close()"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(results)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        code, out, err = cli("submit", "--cluster", "local", *RUN[1:], "--results", results)
+    finally:
+        holder.wait(timeout=60)
+    assert code == 0, err[-2000:]
+    assert f"held by another process (PID {holder.pid}" in err and "waiting for it (up to 60 s)" in err
+    assert len(vitbench.results(results)) == 1

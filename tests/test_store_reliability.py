@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from held_store import hold_the_store
 
 from vitbench import store
 from vitbench.store.shards import SHARD_SCHEMA, read_shard
@@ -238,7 +239,7 @@ def test_rebuild_refuses_a_newer_database_and_a_folder_it_cannot_write(cli, stor
     def read_only(*_):
         raise OSError(30, "Read-only file system")
 
-    monkeypatch.setattr("vitbench.store.database.os.replace", read_only)
+    monkeypatch.setattr("vitbench.store.rebuilding.os.replace", read_only)
     code, _, err = cli("ingest", "--rebuild", "--results", stored)
     assert code == 2 and "cannot set it aside (Read-only file system); is" in err and "Traceback" not in err
 
@@ -259,20 +260,9 @@ def test_a_database_on_a_read_only_mount_is_not_called_damaged(cli, stored, monk
     assert code == 2 and "cannot be opened for writing" in err and "read-only?" in err and "damaged" not in err
 
 
-def _hold_the_store(results: Path) -> subprocess.Popen:
-    """Another process holding the database open for writing, as a long `vitbench run` does."""
-    code = (
-        "import sys, time; from pathlib import Path; from vitbench import store; "
-        "con = store.connect(Path(sys.argv[1])); print('held', flush=True); time.sleep(120)"
-    )
-    holder = subprocess.Popen([sys.executable, "-c", code, str(results)], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-    return holder
-
-
 def test_a_second_run_on_a_held_store_writes_shards_and_the_next_command_merges_them(cli, stored):
     """Before: a second `vitbench run` failed at once on DuckDB's lock; `ingest` printed "merged 0"."""
-    holder = _hold_the_store(stored)
+    holder = hold_the_store(stored)
     try:
         code, _, err = cli(*RUN, "--shots", "1", "--seeds", "1", "--results", stored)
         assert code == 0 and "this run stores its results as shards" in err

@@ -10,9 +10,11 @@ cluster workers and a notebook call it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -256,9 +258,11 @@ def not_data_parallel(protocol: str) -> str:
     return f"the {protocol} protocol runs on one process only: run it without --devices"
 
 
-def work(req: Request, run_keys: list[str]) -> dict:
+def work(req: Request, run_keys: list[str], rerun_since: float | None = None) -> dict:
     """A cluster job's body: run `run_keys` of the request's plan in this process (or this torchrun
-    world), the same plan the submitting process made, re-made here from the same request."""
+    world), the same plan the submitting process made, re-made here from the same request. With
+    `rerun_since` (`submit --rerun`: when it submitted) a run whose shard is older is run again; one
+    stored since (by an earlier attempt of a requeued job) is not."""
     groups = plan_groups(req)
     planned = {s.run_key for g in groups for s in g.specs}
     unknown = [k for k in run_keys if k not in planned]
@@ -268,7 +272,12 @@ def work(req: Request, run_keys: list[str]) -> dict:
             "changed since submission); run the command again to plan afresh"
         )
     # the other runs of the plan count as done; of ours, those with a shard already are skipped
-    executed = execute(groups, req, None, planned - set(run_keys), on_result=_said_in_the_log(len(run_keys)))
+    again = (
+        frozenset()
+        if rerun_since is None
+        else frozenset(k for k in run_keys if store.stored_before(req.results, k, rerun_since))
+    )
+    executed = execute(groups, req, None, planned - set(run_keys), again, on_result=_said_in_the_log(len(run_keys)))
     if executed.failed:  # the job fails, saying which protocol (the submitting process lists it)
         raise UserError("; ".join(executed.failed))
     return {"ran": executed.ran, "host": socket.gethostname()}
@@ -294,7 +303,7 @@ def _run_on_cluster(req: Request, opts: cluster.ClusterOptions, rerun: bool, on_
     cluster.check_time_limit(opts)  # before anything is planned or submitted
     writable_results(req.results)
     groups = plan_groups(req)
-    con = store.connect(req.results)  # closed again at once: the workers' shards are merged by `sync`
+    con = store.connect_when_free(req.results)  # closed again at once: the workers' shards are merged by `sync`
     try:
         store.ingest_pending(con, req.results)
         done = store.done_keys(con)
@@ -307,11 +316,14 @@ def _run_on_cluster(req: Request, opts: cluster.ClusterOptions, rerun: bool, on_
     if not todo:
         return summary
     opts = cluster.with_default_resources(opts, req, [g for g in groups if any(s.run_key in todo for s in g.specs)])
+    since = time.time() if rerun else None  # a rerun's result is a shard written after this
+    worker = work if since is None else functools.partial(work, rerun_since=since)
     submitted, summary.failed = cluster.submit_and_wait(
-        work, req, groups, todo, opts, lambda: store.sync(req.results), on_jobs
+        worker, req, groups, todo, opts, lambda: store.sync(req.results), on_jobs, since
     )
     store.sync(req.results)
-    stored = len(todo & set(store.read_results(req.results)["run_key"]))
+    fresh = {k for k in todo if not store.stored_before(req.results, k, since)} if since is not None else todo
+    stored = len(fresh & set(store.read_results(req.results)["run_key"]))  # a skipped rerun is not stored
     log.info("%d job(s) submitted; %d of %d runs now stored", submitted, stored, len(todo))
     summary.ran, summary.waiting = stored, len(todo) - stored
     return summary

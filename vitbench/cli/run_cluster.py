@@ -82,17 +82,18 @@ class JobsProgress:
 
 def report(summary: api.Summary, waited: bool) -> None:
     """What a cluster session left: failures, runs without a result yet, or the summary table."""
-    if waited and not summary.failed and summary.waiting:
-        err.print(
-            f"{summary.waiting} run(s) have no result yet: leased by another job (see the job logs) or "
-            "waiting for their LR sweep; run the same command again to pick them up"
-        )
     if summary.failed:
         for line in summary.failed:
             err.print(f"failed: {line}", markup=False, highlight=False, soft_wrap=True)
         raise UserError(
             f"{len(summary.failed)} job(s) failed; run the same command again to resubmit what has no result "
             "(fine-tunes resume from their last checkpoint)"
+        )
+    if waited and summary.waiting:  # exit 0 only once every planned run is stored: `submit … && table` sees them
+        print_summary_table(summary.results, {s.run_key for s in summary.specs})
+        raise UserError(
+            f"{summary.waiting} of {len(summary.todo)} submitted run(s) have no result yet: leased by another job "
+            "(see the job logs); run the same command again to pick them up"
         )
     if not waited and summary.todo:
         out.print(

@@ -125,8 +125,9 @@ def ingest_cmd(
         bool,
         option(
             "--rebuild",
-            help="Set the database aside (renamed, not changed) and build a new one from the run shards "
-            "(inspect and bench rows copied over where the old file reads): for a damaged file.",
+            help="Build a new database from the run shards beside the old one and swap it in last (inspect "
+            "and bench rows copied over where the old file reads; the old file kept under a name of its own, "
+            "unchanged): for a damaged file, or one that is not vitbench's own plain tables.",
         ),
     ] = False,
     results: Results = Path("results"),

@@ -200,12 +200,20 @@ def make_executor(folder: Path, opts: ClusterOptions):
 
 
 def submit_and_wait(
-    worker: Worker, request, groups, todo_keys: set[str], opts: ClusterOptions, on_ingest, on_progress=None
+    worker: Worker,
+    request,
+    groups,
+    todo_keys: set[str],
+    opts: ClusterOptions,
+    on_ingest,
+    on_progress=None,
+    rerun_since: float | None = None,
 ) -> tuple[int, list[str]]:
     """Submit the waves, merge shards as they land (`on_ingest()`), and return (jobs submitted,
     one line per failed job). With `wait=False` only the first wave is submitted. Runs a job of an
     earlier submission still holds in Slurm's queue (requeued, or still pending) are not submitted
-    again: that job is waited on with the first wave. `on_progress(Tally)`: after each poll."""
+    again: that job is waited on with the first wave. `on_progress(Tally)`: after each poll.
+    `rerun_since`: a rerun's, counted stored once its shard is newer than that."""
     check_time_limit(opts)
     slurm = kind_of(opts) == "slurm"
     queued = job_ledger.queued(Path(request.results), todo_keys) if slurm else []
@@ -233,7 +241,7 @@ def submit_and_wait(
             if not opts.wait:
                 break
             if watched:
-                watch = job_watch.Watch(watched, Path(request.results), slurm, opts.poll_seconds)
+                watch = job_watch.Watch(watched, Path(request.results), slurm, opts.poll_seconds, rerun_since)
                 failed += watch.until_done(on_ingest, on_progress)
     return submitted, failed
 
@@ -266,10 +274,25 @@ def submitit_warnings_once() -> Iterator[None]:
         logger.removeFilter(quiet)
 
 
+def new_jobs_folder(results: Path) -> Path:
+    """A wave's own folder under `jobs/`, named for when it was submitted: two `submit`s in the same
+    second once shared one, and its ledger kept only the last one's jobs (the other's pending runs were
+    then submitted a second time)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for attempt in range(1, 1000):
+        folder = results / "jobs" / (stamp if attempt == 1 else f"{stamp}-{attempt}")
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            continue
+    raise UserError(f"{results / 'jobs'}: 999 job folders named {stamp}; remove some of them")
+
+
 def submit(worker: Worker, request, wave: list[list[str]], opts: ClusterOptions) -> list:
     """One job per unit of `wave`, as one SLURM array (submitit's batch), noted in the folder's
     ledger (job_ledger.py) with the runs each was given."""
-    folder = Path(request.results) / "jobs" / time.strftime("%Y%m%d-%H%M%S")
+    folder = new_jobs_folder(Path(request.results))
     executor = make_executor(folder, opts)
     # the workers re-plan the request: its paths made absolute (a SLURM job starts elsewhere)
     request = replace(

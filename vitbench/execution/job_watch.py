@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vitbench.execution import slurm_jobs
-from vitbench.store.shards import shard_path
+from vitbench.store.shards import shard_path, stored_before
 
 log = logging.getLogger("vitbench")
 
@@ -77,8 +77,11 @@ class Watch:
     """Wait until every job of `watched` has ended (`until_done`, which returns a line for each one
     that failed). `slurm`: states from Slurm (else submitit's local executor's own)."""
 
-    def __init__(self, watched: list[Watched], results: Path, slurm: bool, poll_seconds: float):
+    def __init__(
+        self, watched: list[Watched], results: Path, slurm: bool, poll_seconds: float, since: float | None = None
+    ):
         self.watched, self.results, self.slurm, self.poll = watched, results, slurm, poll_seconds
+        self.since = since  # a rerun's: a shard written before it is not this submission's result
         self.started = time.monotonic()
         self.failed: list[str] = []
         # requeues seen: a job of an earlier submission comes with its own
@@ -183,7 +186,9 @@ class Watch:
                 tally.pending += 1
         keys = [k for w in self.watched for k in w.run_keys]
         tally.runs = len(keys)
-        tally.stored = sum(shard_path(self.results, k).exists() for k in keys)
+        tally.stored = sum(
+            shard_path(self.results, k).exists() and not stored_before(self.results, k, self.since) for k in keys
+        )
         tally.elapsed = time.monotonic() - self.started
         return tally
 

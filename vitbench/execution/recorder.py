@@ -24,11 +24,12 @@ from vitbench.execution.trackers import Trackers
 from vitbench.protocols.base import Group, Protocol, Request, Result
 from vitbench.protocols.registry import get_protocol
 from vitbench.provenance import canonical_json, environment, sha256_text
-from vitbench.store import SHARD_SCHEMA, StoreUnavailable, ingest, metric_values, shard_metric_values
+from vitbench.store import SHARD_SCHEMA, StoreUnavailable, metric_values, shard_metric_values
 from vitbench.store.audit_shards import ingest_audits, write_audit_shard
+from vitbench.store.merge import merge_runs
 from vitbench.store.predictions import write_predictions
 from vitbench.store.row_checks import metric_problem
-from vitbench.store.shards import shard_path
+from vitbench.store.shards import mark, shard_path
 
 log = logging.getLogger("vitbench")
 
@@ -131,9 +132,11 @@ class Recorder:
         }
         shard = shard_path(self.req.results, spec.run_key)
         record = {"schema": SHARD_SCHEMA, "run": run, "metrics": metrics, "curves": result.curves or {}}
+        mark(self.req.results, spec.run_key)  # newer than the database's row until merged (shards.MARK)
         write_atomic(shard, canonical_json(record))
+        mark(self.req.results, spec.run_key)
         if self.con is not None:  # a cluster worker leaves the merge to `vitbench ingest`
-            self._ingest(shard)
+            self._ingest(spec.run_key)
         if self.trackers is not None:  # after the shard: a tracker that fails never costs the result
             self.trackers.log_run(record)
         if self.leases is not None:
@@ -142,12 +145,12 @@ class Recorder:
         if self.on_result:
             self.on_result(spec, metrics)
 
-    def _ingest(self, shard: Path) -> None:
+    def _ingest(self, run_key: str) -> None:
         """The shard into the database; where the database cannot take it (a full disk, an I/O
         error), the shard stays pending and the rest of this command writes shards only: the next
         command that opens the store merges them, and this one ends saying so (store.StoreUnavailable)."""
         try:
-            ingest(self.con, [shard])
+            merge_runs(self.con, self.req.results, [run_key])
         except StoreUnavailable as e:
             self.store_problem, self.con = str(e), None
 

@@ -35,12 +35,14 @@ def execute(
     req: Request,
     con,
     done: set[str],
-    rerun: bool = False,
+    rerun: bool | frozenset[str] = False,
     on_result: Callable[[RunSpec, dict], None] | None = None,
 ) -> Executed:
-    """Run every planned spec not yet done; each result is a shard and an ingest of its own, so an
-    interruption loses at most the run in flight. A plugin's protocol that fails (raises, or yields
-    a metric the store refuses) costs its own runs only: one line names it, the rest go on."""
+    """Run every planned spec not yet done, and those `rerun` names (True: every one); each result is
+    a shard and an ingest of its own, so an interruption loses at most the run in flight. A plugin's
+    protocol that fails (raises, or yields a metric the store refuses) costs its own runs only: one
+    line names it, the rest go on."""
+    again = frozenset(s.run_key for g in groups for s in g.specs) if rerun is True else rerun or frozenset()
     world, device = setup(resolve_device(req.device))
     failed: list[str] = []
     with Leases(req.results) as leases:
@@ -49,7 +51,8 @@ def execute(
         recorder = Recorder(req, con, device, on_result, world, leases)
         runtime = Runtime.of(req, device)  # resolved once: what protocols and the engine run with
         for group in groups:
-            todo = _leased([s for s in group.specs if rerun or s.run_key not in done], req, leases, world, rerun)
+            todo = _leased([s for s in group.specs if s.run_key in again or s.run_key not in done], req, leases, world,
+                           again)  # fmt: skip
             if not todo:
                 continue
             try:  # each result stored before the protocol goes on (a final run reads its sweep's)
@@ -81,14 +84,15 @@ def _failure(group: Group, error: Exception, world) -> str | None:
     return f"{group.protocol}{by} on {group.model.name}, {group.dataset.name}: {' '.join(said.split())}"
 
 
-def _leased(todo: list[RunSpec], req: Request, leases: Leases, world, rerun: bool) -> list[RunSpec]:
+def _leased(todo: list[RunSpec], req: Request, leases: Leases, world, again: frozenset[str]) -> list[RunSpec]:
     """The runs of `todo` this process may execute: those whose lease it took (rank 0 takes them,
-    the other ranks follow) and that nobody finished meanwhile (their shard appeared)."""
+    the other ranks follow) and that nobody finished meanwhile (their shard appeared), but for those
+    to run `again`."""
     if not todo:
         return []
     keys: list[str] = []
     if world.is_main:
-        pending = [s.run_key for s in todo if rerun or not shard_path(req.results, s.run_key).exists()]
+        pending = [s.run_key for s in todo if s.run_key in again or not shard_path(req.results, s.run_key).exists()]
         keys, busy = leases.take(pending)
         for key in busy:
             holder = Lease(req.results, key).holder()

@@ -15,15 +15,16 @@ if TYPE_CHECKING:
     from vitbench.store.database import (
         StoreLocked,
         connect,
+        connect_when_free,
         open_for_reading,
         read_curves,
         read_results,
         read_table,
-        rebuild,
         sync,
     )
     from vitbench.store.dedup import AUDIT_COLUMNS, PAIR_COLUMNS, read_audits, read_pairs, save_audit
     from vitbench.store.merge import StoreUnavailable, done_keys, ingest, ingest_pending, metric_values
+    from vitbench.store.rebuilding import rebuild
     from vitbench.store.schema import (
         DB_NAME,
         ENVIRONMENT_COLUMNS,
@@ -33,7 +34,14 @@ if TYPE_CHECKING:
         migrate,
         transaction,
     )
-    from vitbench.store.shards import SHARD_SCHEMA, checkpoint_path, shard_dir, shard_keys, shard_metric_values
+    from vitbench.store.shards import (
+        SHARD_SCHEMA,
+        checkpoint_path,
+        shard_dir,
+        shard_keys,
+        shard_metric_values,
+        stored_before,
+    )
 
 # each public name -> the module that defines it
 _WHERE = {
@@ -45,11 +53,12 @@ _WHERE = {
     "save_bench": "vitbench.store.bench",
     "StoreLocked": "vitbench.store.database",
     "connect": "vitbench.store.database",
+    "connect_when_free": "vitbench.store.database",
     "open_for_reading": "vitbench.store.database",
     "read_curves": "vitbench.store.database",
     "read_results": "vitbench.store.database",
     "read_table": "vitbench.store.database",
-    "rebuild": "vitbench.store.database",
+    "rebuild": "vitbench.store.rebuilding",
     "sync": "vitbench.store.database",
     "AUDIT_COLUMNS": "vitbench.store.dedup",
     "PAIR_COLUMNS": "vitbench.store.dedup",
@@ -72,6 +81,7 @@ _WHERE = {
     "checkpoint_path": "vitbench.store.shards",
     "shard_dir": "vitbench.store.shards",
     "shard_keys": "vitbench.store.shards",
+    "stored_before": "vitbench.store.shards",
     "shard_metric_values": "vitbench.store.shards",
 }
 
@@ -100,6 +110,7 @@ __all__ = [
     "StoreLocked",
     "StoreUnavailable",
     "connect",
+    "connect_when_free",
     "done_keys",
     "ingest",
     "ingest_pending",
@@ -117,6 +128,7 @@ __all__ = [
     "checkpoint_path",
     "shard_dir",
     "shard_keys",
+    "stored_before",
     "shard_metric_values",
     "sync",
     "transaction",

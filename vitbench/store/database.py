@@ -9,10 +9,9 @@ shards while a run holds the file.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
-from datetime import UTC, datetime
+import time
 from pathlib import Path
 
 import duckdb
@@ -33,7 +32,7 @@ from vitbench.store.schema import (
     migrate,
     schema_version,
 )
-from vitbench.store.shards import shard_dir, shard_keys
+from vitbench.store.shards import marked_keys, shard_dir, shard_keys
 
 log = logging.getLogger("vitbench")
 
@@ -52,11 +51,11 @@ _READ_ONLY = re.compile(r"read-only file system|permission denied", re.IGNORECAS
 _HOLDER = re.compile(r"lock is held in (?P<program>.+?) \(PID (?P<pid>\d+)\)")
 
 
-def _is_lock(error: BaseException) -> bool:
+def is_lock(error: BaseException) -> bool:
     return bool(_LOCK.search(str(error)))
 
 
-def _locked(path: Path, error: BaseException, then: str = "") -> StoreLocked:
+def locked(path: Path, error: BaseException, then: str = "") -> StoreLocked:
     """The one line for a held database: the holder's whole PID and program as DuckDB names them
     (cut to a width, the message once named PID 2038 for 20386)."""
     found = _HOLDER.search(str(error))
@@ -74,10 +73,11 @@ def _damaged(path: Path, error: BaseException) -> str:
 _MIGRATING = threading.Lock()  # DuckDB's catalog takes one writer at a time within a process
 
 
-def connect(results: Path) -> duckdb.DuckDBPyConnection:
-    """Open (creating or migrating) the store for writing. StoreLocked while another process
-    holds it; a damaged file is a UserError suggesting `ingest --rebuild` (and is not touched)."""
-    path = results / DB_NAME
+def connect(results: Path, file: Path | None = None) -> duckdb.DuckDBPyConnection:
+    """Open (creating or migrating) the store for writing (its database, or `file`: one being built
+    beside it). StoreLocked while another process holds it; a damaged file is a UserError suggesting
+    `ingest --rebuild` (and is not touched)."""
+    path = file or results / DB_NAME
     duck.check_path(results)
     results.mkdir(parents=True, exist_ok=True)
     if path.exists() and not path.is_file():
@@ -85,8 +85,8 @@ def connect(results: Path) -> duckdb.DuckDBPyConnection:
     try:
         con = duck.connect(path)
     except duckdb.Error as e:
-        if _is_lock(e):
-            raise _locked(path, e) from None
+        if is_lock(e):
+            raise locked(path, e) from None
         if _READ_ONLY.search(str(e)):  # a read-only folder or mount: the file is fine, called "damaged" before
             raise UserError(
                 f"{path}: cannot be opened for writing ({one_line(e, 120)}); is {results} read-only?"
@@ -107,8 +107,30 @@ def connect(results: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
+WAIT_SECONDS = 60.0  # how long a command that needs the database waits while another process holds it
+
+
+def connect_when_free(results: Path, seconds: float = WAIT_SECONDS) -> duckdb.DuckDBPyConnection:
+    """`connect`, waiting up to `seconds` while another process holds the database (said once, in one
+    line): two `vitbench submit`s into one folder each hold it a moment, and the second ended rc 2."""
+    deadline = time.monotonic() + seconds
+    said = False
+    while True:
+        try:
+            return connect(results)
+        except StoreLocked as e:
+            if time.monotonic() >= deadline:
+                raise StoreLocked(f"{e}; waited {seconds:.0f} s: run the command again once that one ends") from None
+            if not said:
+                log.warning("%s; waiting for it (up to %.0f s)", e, seconds)
+                said = True
+            time.sleep(0.25)
+
+
 def pending_keys(results: Path, known: set[str]) -> set[str]:
-    return shard_keys(results) - known
+    """The shards the database lacks: runs it does not hold, and reruns marked newer than its row."""
+    shards = shard_keys(results)
+    return (shards - known) | (marked_keys(results) & shards)
 
 
 def sync(results: Path, strict: bool = False) -> int:
@@ -132,7 +154,7 @@ def sync(results: Path, strict: bool = False) -> int:
                 known_audits = stored_audit_keys(con) if version >= AUDITS_SINCE else set()
             finally:
                 con.close()
-            if shards <= known and audits <= known_audits:
+            if not pending_keys(results, known) and audits <= known_audits:
                 return 0
         except duckdb.Error:
             pass  # held by a writer, or damaged: `connect` below says which
@@ -145,7 +167,9 @@ def sync(results: Path, strict: bool = False) -> int:
             log.warning("result shards not merged now: %s; tables read the shards meanwhile", e)
         else:  # those the database lacks, not every shard
             log.warning(
-                "%d result shard(s) not merged yet: %s; tables read the shards meanwhile", len(shards - known), e
+                "%d result shard(s) not merged yet: %s; tables read the shards meanwhile",
+                len(pending_keys(results, known)),
+                e,
             )
         return 0
     try:
@@ -158,73 +182,6 @@ def sync(results: Path, strict: bool = False) -> int:
             raise
         log.warning("%s; tables read the shards meanwhile", e)
         return 0
-    finally:
-        con.close()
-
-
-DATABASE_ONLY = (
-    "attention_distance",
-    "bench",
-    "dedup_audits",
-    "dedup_pairs",
-)  # `inspect`, `bench`, `dedup` rows: no shard carries them
-
-
-def rebuild(results: Path) -> tuple[Path | None, int, int | None]:
-    """Set the database aside (renamed, never modified) and build a new one from the run shards.
-    Returns (where the old file went, runs merged, `inspect`/`bench` rows copied over: None when the
-    old file could not be read, so they stay in the set-aside file only). A readable file is set
-    aside as `.previous-<time>`, a damaged one as `.damaged-<time>`, one holding objects that are not
-    vitbench's plain tables (store/catalog.py) as `.refused-<time>`; one written by a newer vitbench
-    is refused (this version would lose what it does not know)."""
-    path = results / DB_NAME
-    aside, kept = None, None
-    if path.exists():
-        try:
-            kept = _database_only_rows(path)  # never from under a running process: raises StoreLocked
-            state = "previous" if kept is not None else "damaged"
-        except StoreRefused:  # objects of someone else's: set aside unread, nothing of it copied
-            state = "refused"
-        aside = path.with_name(f"{DB_NAME}.{state}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}")
-        try:
-            os.replace(path, aside)
-            wal = path.with_name(f"{DB_NAME}.wal")
-            if wal.exists():
-                os.replace(wal, aside.with_name(f"{aside.name}.wal"))
-        except OSError as e:  # a read-only folder: EROFS was a traceback
-            raise UserError(f"{path}: cannot set it aside ({e.strerror or e}); is {results} read-only?") from None
-    con = connect(results)
-    try:
-        copied = 0
-        for table, frame in (kept or {}).items():
-            if len(frame):
-                con.register("kept_rows", frame)
-                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM kept_rows")
-                con.unregister("kept_rows")
-                copied += len(frame)
-        merged = ingest_pending(con, results)
-        ingest_audits(con, results)  # those the old file held are copied above; the rest from their shards
-        return aside, merged, copied if kept is not None else None
-    finally:
-        con.close()
-
-
-def _database_only_rows(path: Path) -> dict[str, pd.DataFrame] | None:
-    """The `inspect`/`bench` tables of a readable database (None: damaged). StoreLocked while
-    another process holds it; a UserError, the file unchanged, when a newer vitbench wrote it."""
-    try:
-        con = duck.connect(path, read_only=True)
-    except duckdb.Error as e:
-        if _is_lock(e):
-            raise _locked(path, e, "; rebuild it once that one ends") from None
-        return None
-    try:
-        check_not_newer(path, checked_version(con, path))
-        done_keys(con)  # a file damaged inside opens, and fails at its first real read
-        tables = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-        return {t: con.execute(f"SELECT * FROM {t}").df() for t in DATABASE_ONLY if t in tables}
-    except duckdb.Error:
-        return None
     finally:
         con.close()
 
@@ -258,7 +215,7 @@ def open_for_reading(results: Path) -> duckdb.DuckDBPyConnection | None:
     try:
         con = duck.connect(path, read_only=True)
     except duckdb.Error as e:
-        if not _is_lock(e):
+        if not is_lock(e):
             log.warning("%s; reading the shards meanwhile", _damaged(path, e))
         return _shard_snapshot(results)
     try:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from vitbench.errors import UserError, io_reason, one_line, system_reason
 from vitbench.store.schema import CURVE_COLUMNS, DB_NAME, RUN_COLUMNS, transaction
-from vitbench.store.shards import quarantine, read_shards, shard_dir, shard_keys
+from vitbench.store.shards import mark, marked_keys, quarantine, read_shards, shard_dir, shard_keys, take_marks
 
 
 class StoreUnavailable(UserError):
@@ -132,12 +132,26 @@ def done_keys(con: duckdb.DuckDBPyConnection) -> set[str]:
 
 
 def ingest_pending(con: duckdb.DuckDBPyConnection, results: Path) -> int:
-    """Shards written (by this or another process) but not yet in the database."""
-    folder = shard_dir(results)
-    if not folder.is_dir():
+    """Shards written (by this or another process) but not yet in the database: those of runs it lacks,
+    and those marked newer than its row (a rerun written while another process held it)."""
+    if not shard_dir(results).is_dir():
         return 0
-    pending = sorted(shard_keys(results) - done_keys(con))  # names compared as text: sorting Paths costs seconds
-    return ingest(con, [folder / f"{key}.json" for key in pending])
+    shards = shard_keys(results)
+    marked = marked_keys(results)
+    take_marks(results, sorted(marked - shards))  # a mark whose shard is gone (quarantined): nothing to merge
+    return merge_runs(con, results, sorted((shards - done_keys(con)) | (marked & shards)))
+
+
+def merge_runs(con: duckdb.DuckDBPyConnection, results: Path, run_keys: list[str]) -> int:
+    """These runs' shards into the database, their marks taken off first (so a shard rewritten
+    meanwhile is marked again) and put back should the database fail."""
+    taken = take_marks(results, run_keys)
+    try:
+        return ingest(con, [shard_dir(results) / f"{key}.json" for key in run_keys])
+    except BaseException:
+        for key in taken:
+            mark(results, key)
+        raise
 
 
 def metric_values(con: duckdb.DuckDBPyConnection, run_keys: list[str], name: str) -> dict[str, float]:

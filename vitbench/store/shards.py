@@ -68,13 +68,26 @@ def shard_path(results: Path, run_key: str) -> Path:
     return shard_dir(results) / f"{run_key}.json"
 
 
+def stored_before(results: Path, run_key: str, since: float | None) -> bool:
+    """Whether the run's shard was written before `since` (a time.time()): a rerun asked for at `since`
+    has not stored it yet. False where there is no shard, or no `since`."""
+    if since is None:
+        return False
+    try:
+        return shard_path(results, run_key).stat().st_mtime < since
+    except OSError:
+        return False
+
+
 def checkpoint_path(results: Path, run_key: str) -> Path:
     """Where a training run keeps its resumable checkpoint until its result is stored: a run that
     has one continues from it when the same command runs again."""
     return shard_dir(results) / run_key / "checkpoint.pt"
 
 
-_LISTED: dict[Path, tuple[int, frozenset[str]]] = {}  # folder -> (its mtime, the keys listed then)
+_LISTED: dict[
+    Path, tuple[int, frozenset[str], frozenset[str]]
+] = {}  # folder -> (its mtime, shards' and marks' keys then)
 SETTLED_NS = 2_000_000_000  # a folder unchanged this long before it is listed keeps its listing until it changes
 
 
@@ -83,21 +96,65 @@ def shard_keys(results: Path) -> set[str]:
     that had not changed for two seconds when it was listed is listed again only once its
     modification time changes (two seconds: longer than the coarsest file-system clock, so a shard
     added after the listing always changes it), so 100,000 shards are listed once per command."""
+    return set(_listing(results)[0])
+
+
+def marked_keys(results: Path) -> set[str]:
+    """The run keys whose shard is marked newer than the database's row (`mark`), from the same listing."""
+    return set(_listing(results)[1])
+
+
+def _listing(results: Path) -> tuple[frozenset[str], frozenset[str]]:
     folder = shard_dir(results)
     try:
         mtime = folder.stat().st_mtime_ns
     except OSError:
-        return set()
+        return frozenset(), frozenset()
     if not folder.is_dir():
-        return set()
+        return frozenset(), frozenset()
     cached = _LISTED.get(folder)
     if cached is not None and cached[0] == mtime:
-        return set(cached[1])
+        return cached[1], cached[2]
+    names = [e for e in os.scandir(folder) if e.name.endswith((".json", MARK))]
     # vitbench's files only: what else is in runs/ is another tool's (TensorBoard and Hydra write runs/ too)
-    keys = frozenset(e.name[:-5] for e in os.scandir(folder) if e.name.endswith(".json") and not foreign(Path(e.path)))
+    keys = frozenset(e.name[:-5] for e in names if e.name.endswith(".json") and not foreign(Path(e.path)))
+    marked = frozenset(
+        e.name[: -len(MARK)] for e in names if e.name.endswith(MARK) and RUN_KEY.fullmatch(e.name[: -len(MARK)])
+    )
     if mtime < time.time_ns() - SETTLED_NS:
-        _LISTED[folder] = (mtime, keys)
-    return set(keys)
+        _LISTED[folder] = (mtime, keys, marked)
+    return keys, marked
+
+
+# A shard is pending while the database lacks its run key. A rerun's shard has a key the database holds:
+# written while another process held the database, no later merge took it, and every view showed the
+# old number until `ingest --rebuild`. So whoever writes a shard marks it `runs/<key>.unmerged`, before
+# and again after the write (a merge that took the first mark off meanwhile read the old shard); a merge
+# takes the mark off before it reads the shard (merge.merge_runs), and puts it back should it fail.
+MARK = ".unmerged"
+
+
+def mark_path(results: Path, run_key: str) -> Path:
+    return shard_dir(results) / f"{run_key}{MARK}"
+
+
+def mark(results: Path, run_key: str) -> None:
+    """Mark the run's shard newer than the database's row, until a merge takes it."""
+    path = mark_path(results, run_key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+
+
+def take_marks(results: Path, run_keys: list[str]) -> list[str]:
+    """Take these runs' marks off (before their shards are read); the keys that had one."""
+    taken = []
+    for key in run_keys:
+        try:
+            mark_path(results, key).unlink()
+            taken.append(key)
+        except FileNotFoundError:
+            pass
+    return taken
 
 
 FOREIGN_BYTES = 64 * 2**20  # a shard of a run with curves is some kilobytes; this is far more

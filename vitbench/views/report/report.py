@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench import store
+from vitbench.atomic import WriteFailed
 from vitbench.errors import UserError
 from vitbench.protocols.registry import protocols, with_metric
 from vitbench.store.query import apply_where, json_field
@@ -83,6 +84,10 @@ class Page:
         """The figure `make` draws, or nothing where it has no measured data to draw."""
         try:
             drawn = make()
+        except WriteFailed as e:  # not "nothing to draw": a full TMPDIR ended the report 0 without its figure
+            raise WriteFailed(
+                f"the report's {name} figure: {e} (the report draws its figures in TMPDIR, {tempfile.gettempdir()})"
+            ) from None
         except UserError:
             return ""
         return report_page.figure(drawn.files[0], f"figure-{name}", drawn.caption)
@@ -325,7 +330,12 @@ def report_html(
         + ")."
         + (f" {html.escape(explanation(roots))}" if roots else "")
     )
-    with tempfile.TemporaryDirectory() as tmp:
+    try:
+        drawing = tempfile.TemporaryDirectory()
+    except OSError as e:
+        where, why = tempfile.gettempdir(), e.strerror or e
+        raise WriteFailed(f"{where}: cannot make the report's figure folder there ({why}); TMPDIR names it") from None
+    with drawing as tmp:
         page = Page(df, results, compare, Path(tmp), baseline)
         sections = _sections(page, protocol)  # an inspection or a bench alone has sections too
         if not sections:

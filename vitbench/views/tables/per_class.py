@@ -35,9 +35,25 @@ def _per_class(table: pd.DataFrame, num_classes: int) -> np.ndarray:
         return np.where(totals > 0, hits / totals, np.nan)
 
 
+def stored_dataset(given: str, stored: set[str]) -> str:
+    """The stored dataset name `--per-class` means: itself, or the one stored name it is without its
+    fingerprint (`folder:uni` and `folder:/data/uni` for `folder:uni@dff0c312`, the name `run` was given
+    and the name it stored). Otherwise one line naming the stored names."""
+    if given in stored:
+        return given
+    prefix, _, where = given.rpartition(":")
+    short = f"{prefix}:{where.rstrip('/').rsplit('/', 1)[-1]}" if prefix else given
+    matches = sorted(name for name in stored if name.split("@", 1)[0] in (given, short))
+    if len(matches) == 1:
+        return matches[0]
+    names = matches or sorted(stored)
+    listed = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    why = "names more than one stored dataset" if matches else "no stored run on that dataset"
+    raise UserError(f"--per-class {given}: {why}; stored: {listed or 'none'}")
+
+
 def per_class_view(df: pd.DataFrame, dataset: str, results: Path, protocol: str | None = None) -> TableData:
-    if df.empty or dataset not in set(df["dataset"]):
-        raise UserError(f"--per-class {dataset}: no stored run on that dataset")
+    dataset = stored_dataset(dataset, set() if df.empty else set(df["dataset"]))
     m = measured_columns(df[df["dataset"] == dataset], protocol)
     data = TableData(title=f"Per-class top-1 accuracy (%) on {dataset}")
     classes: dict[str, list[np.ndarray]] = {}
