@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import duckdb
 import numpy as np
@@ -186,3 +187,34 @@ def test_top_classes_rank_as_a_stable_sort_of_every_score_does(classes):
     expected = np.argsort(-scores, axis=1, kind="stable")[:, :5]
     np.testing.assert_array_equal(top_classes(scores), expected)
     assert top_classes(scores[:0]).shape == (0, min(5, classes))
+
+
+def test_class_names_that_read_alike_are_told_apart_and_bidi_controls_are_shown(cli, tmp_path):
+    """Issue 97, item 11. Before: class folders named "café" composed (NFC) and decomposed (NFD, as macOS
+    writes names), or "cat" and "cat ", printed as identical rows; a name holding U+202E (RIGHT-TO-LEFT
+    OVERRIDE) reached the terminal raw and drew the rest of its line backwards."""
+    import unicodedata
+
+    from PIL import Image
+
+    names = [unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café"), "cat", "cat ", "x\u202eyz"]
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 4), ("test", 2)):
+        for c, name in enumerate(names):
+            folder = tmp_path / "pics" / split / name
+            folder.mkdir(parents=True)
+            for i in range(n):
+                pixels = np.clip(rng.normal(40 * c + 40, 25, (16, 16, 3)), 0, 255).astype(np.uint8)
+                Image.fromarray(pixels).save(folder / f"{i}.png")
+    results = tmp_path / "results"
+    folder = f"folder:{tmp_path / 'pics'}"
+    code, _, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", folder, "--res", "32",
+                       "--workers", "0", "--shots", "2", "--seeds", "0", "--results", results)  # fmt: skip
+    assert code == 0, err
+    (dataset,) = set(store.read_results(results)["dataset"])
+    for fmt in ("rich", "md"):
+        code, shown, err = cli("table", "--per-class", dataset, "--format", fmt, "--results", results)
+        assert code == 0, err
+        labels = re.findall(r"class \d+: (?:'[^']*'|\S+)", shown)
+        assert len(labels) == len(set(labels)) == len(names), labels
+        assert "\u202e" not in shown and "x\\u202eyz" in shown and "cafe\\u0301" in shown and "'cat '" in shown, shown

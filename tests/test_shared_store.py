@@ -468,3 +468,85 @@ def test_item8_a_submit_waits_for_a_held_database_and_says_so(cli, tmp_path):
     assert code == 0, err[-2000:]
     assert f"held by another process (PID {holder.pid}" in err and "waiting for it (up to 60 s)" in err
     assert len(vitbench.results(results)) == 1
+
+
+@pytest.mark.parametrize("command", ["table", "export", "ingest", "run"])
+def test_item10_a_results_folder_named_in_bytes_that_are_not_utf8_is_one_line(cli, three_runs, tmp_path, command):
+    """Before: `RuntimeError: std::bad_cast` (DuckDB names its files in UTF-8 only)."""
+    import os
+
+    results = tmp_path / os.fsdecode(b"lab\xff")
+    shutil.copytree(three_runs, results)
+    args = {"export": ("--format", "csv", "--out", tmp_path / "out.csv"), "run": RUN[1:]}.get(command, ())
+    code, out, err = cli(*(RUN[:1] if command == "run" else (command,)), *args, "--results", results)
+    assert code == 2 and "Traceback" not in err and "bad_cast" not in err, err[-2000:]
+    assert "byte ff of its name is not UTF-8" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("where", ["the folder", "a class folder"])
+def test_item10_a_folder_dataset_named_in_bytes_that_are_not_utf8_is_one_line(cli, tmp_path, where):
+    """Before: a `folder:` dataset whose path held a byte that is not UTF-8 was a UnicodeEncodeError."""
+    import os
+
+    from PIL import Image
+
+    root = tmp_path / (os.fsdecode(b"pics\xfe") if where == "the folder" else "pics")
+    for split in ("train", "test"):
+        for name in ("cat", os.fsdecode(b"dog\xfe") if where == "a class folder" else "dog"):
+            (root / split / name).mkdir(parents=True)
+            Image.new("RGB", (16, 16)).save(root / split / name / "0.png")
+    code, out, err = cli(*RUN[:6], f"folder:{root}", *RUN[7:], "--results", tmp_path / "results")
+    assert code == 2 and "Traceback" not in err and "byte fe of" in err and "not UTF-8" in err, err[-2000:]
+    assert len(err.strip().splitlines()) == 1, err
+
+
+API_WRITER = """
+import sys
+import vitbench
+vitbench.run(model="vit-ti/16", weights="random", datasets="digits", res=32, workers=0, shots=(1,), seeds=(4, 5),
+             rerun=True, results=sys.argv[1])
+"""
+
+
+def test_a_shared_folder_written_by_three_processes_while_a_fourth_reads_it(cli, one_run, tmp_path):
+    """Issue 97's shared folder: `run`, `submit --cluster local` and the API write one results folder at once,
+    each rerunning a stored run beside a new one, while this process tables and reports it in a loop. Every
+    number once in every read, the newest in the end, in every view; no temp file, mark or lease left."""
+    import subprocess
+
+    results = tmp_path / "results"
+    shutil.copytree(one_run, results)
+    vitbench.run(model="vit-ti/16", weights="random", datasets="digits", res=32, workers=0, shots=(1,),
+                 seeds=(0, 2, 4), results=results)  # fmt: skip  # (seed 0 is one_run's; features cached)
+    before = {run.seed: run.finished_at for run in vitbench.results(results).itertuples()}
+    vitbench_cli = [sys.executable, "-m", "vitbench"]
+    writers = [
+        subprocess.Popen([*vitbench_cli, *RUN[:-1], "0,1", "--rerun", "--results", str(results)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+        subprocess.Popen([*vitbench_cli, "submit", "--cluster", "local", *RUN[1:-1], "2,3", "--rerun", "--results",
+                          str(results)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+        subprocess.Popen([sys.executable, "-c", API_WRITER, str(results)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True),
+    ]  # fmt: skip
+    reads = 0
+    while any(w.poll() is None for w in writers) or reads < 2:
+        code, out, err = cli("table", "--results", results)
+        assert code == 0 and "Traceback" not in err, err[-2000:]
+        code, _, err = cli("report", "--out", tmp_path / "report.html", "--results", results)
+        assert code == 0 and "Traceback" not in err, err[-2000:]
+        frame = vitbench.results(results)
+        assert frame["run_key"].is_unique and set(frame["seed"]) <= set(range(6)), frame[["run_key", "seed"]]
+        reads += 1
+    said = [w.stdout.read() for w in writers if w.stdout is not None]
+    assert [w.returncode for w in writers] == [0, 0, 0], [text[-1500:] for text in said]
+    frame = vitbench.results(results)
+    assert sorted(frame["seed"]) == [0, 1, 2, 3, 4, 5] and frame["run_key"].is_unique
+    assert all(run.finished_at > before[run.seed] for run in frame.itertuples() if run.seed in before)
+    assert stored_finished_at(results) == finished_at(results)  # the database holds every newest shard
+    exported = tmp_path / "runs.csv"
+    assert cli("export", "--format", "csv", "--out", exported, "--results", results)[0] == 0
+    csv = pd.read_csv(exported)
+    assert sorted(csv["seed"]) == [0, 1, 2, 3, 4, 5]
+    assert dict(zip(csv["run_key"], pd.to_datetime(csv["finished_at"]), strict=True)) == finished_at(results)
+    left = [p.name for p in results.rglob("*") if p.name.endswith((".tmp", ".tmp.wal", ".unmerged", ".lease"))]
+    assert left == [] and reads >= 2

@@ -289,6 +289,57 @@ def test_a_few_shot_plan_runs_as_jobs_with_what_it_needs_and_says_where_it_is(tm
     assert "sacct" not in err + out and "submitit" not in err + out and "accounting" not in err + out
 
 
+@pytest.mark.parametrize(
+    "asked, said",
+    [(("--mem-gb", "100000"), "memory specification can not be satisfied"), (("--partition", "nope"), "partition")],
+    ids=["memory", "partition"],
+)
+def test_a_request_sbatch_refuses_ends_in_one_line_naming_what_sbatch_said(tmp_path, asked, said):
+    """Issue 97, item 10. Before: sbatch refusing the request (more memory than the node has, a partition
+    that does not exist) was an 84-line traceback ending in submitit's FailedJobError, rc 1, after
+    sbatch's own lines printed raw."""
+    code, out, err = Submitted(tmp_path, *FEWSHOT, *asked, "--results", "results").ended(timeout=120)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err and "sbatch: error" not in err, err
+    assert errors[0].startswith("error: sbatch refused the job(s): ") and said in errors[0].lower(), err
+    assert vitbench.results(tmp_path / "results").empty
+
+
+def test_a_request_slurm_can_never_start_ends_the_wait_in_one_line_and_leaves_no_job(tmp_path):
+    """Issue 97, item 9b. Before: `--cpus-per-job 4` on a 2-CPU node (Slurm's reason: PartitionConfig) was
+    shown as "1 pending" for 11.5 min until Ctrl-C. Slurm's reason is said, the job cancelled."""
+    asked = ("--cpus-per-job", str(4 * os.cpu_count()))
+    code, out, err = Submitted(tmp_path, *FEWSHOT, *asked, "--results", "results").ended(timeout=180)
+    failed = [line for line in err.splitlines() if line.startswith("failed:")]
+    assert code == 2 and len(failed) == 1 and "Traceback" not in err, err
+    assert "PENDING (PartitionConfig): Slurm can never start it as asked (cancelled)" in failed[0], err
+    assert not slurm("squeue", "-h", "-o", "%i").strip()
+
+
+def test_a_folders_jobs_are_named_listed_and_cancelled_from_vitbench(tmp_path):
+    """Issue 97, item 14. Before: every job was named "vitbench" in `squeue`, the wave line printed no job
+    ids, and no command listed or cancelled a plan's jobs. Two jobs wait behind another user's job."""
+    blocker = slurm("sbatch", "--parsable", "-c", str(os.cpu_count()), "-o", "/dev/null", "--wrap", "sleep 600").strip()
+    try:
+        args = ("--model", "vit-ti/16", "--weights", "random", "--res", "32", "--shots", "1", "--seeds", "0,1",
+                "--dataset", "digits", "--no-wait", "--results", "results")  # fmt: skip
+        code, out, err = Submitted(tmp_path, *args).ended(timeout=120)
+        assert code == 0, err
+        (wave,) = re.findall(r"wave 1: 1 job\(s\) submitted \((\S+)\)", err)
+        assert slurm("squeue", "-h", "-j", wave.split("_")[0], "-o", "%j").split() == ["vitbench-results"]
+        listed = subprocess.run([VITBENCH, "jobs", "--results", "results"], cwd=tmp_path, capture_output=True,
+                                text=True, timeout=60)  # fmt: skip
+        assert listed.returncode == 0, listed.stderr
+        assert re.search(rf"job {wave}: PENDING \((Resources|Priority)\) · 0/2 runs stored · ", listed.stdout), listed
+        assert "1 still queued or running; `vitbench jobs --cancel --results results` cancels them" in listed.stdout
+        cancelled = subprocess.run([VITBENCH, "jobs", "--cancel", "--results", "results"], cwd=tmp_path,
+                                   capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert cancelled.returncode == 0 and "cancelled 1 job(s)" in cancelled.stdout, cancelled
+        wait_for("the job to leave the queue", lambda: slurm("squeue", "-h", "-o", "%i").split() == [blocker])
+    finally:
+        slurm("scancel", blocker)
+
+
 def test_a_fine_tune_preempted_with_usr2_is_requeued_once_and_resumes(tmp_path, finetune_alone, no_requeue_hold):
     """`scancel -s USR2` (what Slurm sends before a time limit, and on pre-emption) during a fine-tune
     with DataLoader workers: the job checkpoints where it is, is requeued once, resumes there and ends

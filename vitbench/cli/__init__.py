@@ -13,7 +13,7 @@ import typer
 
 import vitbench
 from vitbench import cpu_waiting, native_stderr
-from vitbench.cli import backbones, bench, compare, dedup, info, report, run, tables  # noqa: F401  (each registers its commands)
+from vitbench.cli import backbones, bench, compare, dedup, info, jobs, report, run, tables  # noqa: F401  (each registers its commands)
 from vitbench.cli.app import app, err, mark_process_start, out
 from vitbench.engine import loader_workers
 from vitbench.errors import UserError
@@ -33,6 +33,7 @@ ORDER = (
     "plot",
     "export",
     "ingest",
+    "jobs",
     "bench",
     "dedup",
     "inspect",

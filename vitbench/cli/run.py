@@ -194,7 +194,9 @@ def _dispatch(ctx: typer.Context, given: dict, command: Callable[..., None]) -> 
             progress.close()
             err.print(
                 "interrupted: the submitted jobs go on in the queue; run the same command again to wait for "
-                "them (it does not submit them again), or `vitbench ingest` to merge what they stored"
+                "them (it does not submit them again), `vitbench ingest` to merge what they stored, or "
+                f"`vitbench jobs --cancel --results {req.results}` to cancel them",
+                soft_wrap=True,
             )
             sys.exit(loader_workers.interrupted_code())
         finally:

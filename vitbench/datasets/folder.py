@@ -13,6 +13,7 @@ from vitbench.datasets.base import DatasetFormat, DatasetSpec, Split, fingerprin
 from vitbench.datasets.image_folders import class_folders
 from vitbench.errors import UserError
 from vitbench.provenance import sha256_file, sha256_text
+from vitbench.text_safety import non_utf8_byte
 
 PREFIX = "folder:"
 log = logging.getLogger("vitbench")
@@ -20,7 +21,13 @@ DEV_FRACTION = 0.1  # without a val/ folder, 10 % of train is held out for LR se
 
 
 def _classes(root: Path) -> list[str]:
-    return [d.name for d, _ in class_folders(root / "train", "train folder of an ImageFolder tree")]
+    classes = [d.name for d, _ in class_folders(root / "train", "train folder of an ImageFolder tree")]
+    for name in classes:
+        byte = non_utf8_byte(name)
+        if byte is not None:  # a class's name is stored and shown (per-class tables)
+            raise UserError(f"{ascii(str(root / 'train' / name))}: byte {byte} of this class folder's name is not "
+                            "UTF-8; name it in UTF-8")  # fmt: skip
+    return classes
 
 
 def _listing(folder: Path) -> set[tuple[str, int]]:
@@ -51,6 +58,9 @@ def _warn_if_test_is_train(root: Path) -> None:
 def folder_spec(path: str) -> DatasetSpec:
     """The spec of `folder:<path>`: classes and splits read from the tree itself."""
     root = Path(path).expanduser().resolve()
+    byte = non_utf8_byte(str(root))
+    if byte is not None:  # its name is the dataset's, in every run key and table (a UnicodeEncodeError before)
+        raise UserError(f"folder:{ascii(path)}: byte {byte} of the folder's path is not UTF-8; name it in UTF-8")
     require_dir(root, "ImageFolder tree (folder:<path> needs train/ and test/ inside)")
     for split in ("train", "test"):
         require_dir(root / split, f"'{split}' folder of the ImageFolder tree")

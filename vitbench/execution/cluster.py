@@ -16,22 +16,24 @@ subprocesses with `--cluster local`), each worker writing its shards to the shar
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
 import pickle
+import re
 import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from vitbench.atomic import write_atomic
 from vitbench.engine import stopping
-from vitbench.errors import UserError
+from vitbench.errors import UserError, one_line
 from vitbench.execution import job_ledger, job_process, job_resources, job_watch
 from vitbench.execution.job_watch import Tally  # noqa: F401  (what `on_progress` is given)
 from vitbench.execution.launch import torchrun_command
@@ -180,7 +182,7 @@ def make_executor(folder: Path, opts: ClusterOptions):
         return executor
     slurm = submitit.SlurmExecutor(folder=str(folder))
     params: dict = {
-        "job_name": "vitbench",
+        "job_name": job_name(folder),
         "time": opts.time_limit_min,
         "nodes": opts.nodes,
         "ntasks_per_node": 1,  # one worker per node; it starts torchrun's processes itself
@@ -236,7 +238,9 @@ def submit_and_wait(
                 jobs = submit(worker, request, wave, opts)
                 submitted += len(jobs)
                 asks = f", {opts.cpus_per_task} CPU(s) and {opts.mem_gb} GB each" if slurm and opts.mem_gb else ""
-                log.info("wave %d: %d job(s) submitted%s, logs under %s", number, len(jobs), asks, jobs[0].paths.folder)
+                ids = ", ".join(job.job_id for job in jobs[:4]) + (f" … {jobs[-1].job_id}" if len(jobs) > 4 else "")
+                log.info("wave %d: %d job(s) submitted (%s)%s, logs under %s", number, len(jobs), ids, asks,
+                         jobs[0].paths.folder)  # fmt: skip
                 watched += [job_watch.Watched(job, keys) for job, keys in zip(jobs, wave, strict=True)]
             if not opts.wait:
                 break
@@ -274,6 +278,33 @@ def submitit_warnings_once() -> Iterator[None]:
         logger.removeFilter(quiet)
 
 
+def job_name(folder: Path) -> str:
+    """What `squeue` calls a job: vitbench's, and of which results folder (every job was "vitbench")."""
+    results = folder.parent.parent.resolve()  # <results>/jobs/<wave>
+    return "vitbench-" + re.sub(r"[^A-Za-z0-9._-]", "_", results.name)[:40]
+
+
+@contextmanager
+def refused_in_one_line(folder: Path) -> Iterator[None]:
+    """A request sbatch refuses (`--mem-gb 64` on a 16 GB node, an unknown `--partition`) as one line
+    saying what sbatch said, where it was submitit's FailedJobError in an 84-line traceback, after
+    sbatch's own lines printed raw (held back here; printed as they were where nothing failed)."""
+    from submitit.core.utils import FailedJobError
+
+    held = io.StringIO()
+    try:
+        with redirect_stderr(held):
+            yield
+    except FailedJobError as e:
+        said = [line.split("error:", 1)[-1].strip() for line in str(e).splitlines() if "error:" in line]
+        raise UserError(
+            f"sbatch refused the job(s): {'; '.join(said) or one_line(e, 200)}; ask for what the cluster has "
+            f"(--mem-gb, --cpus-per-job, --partition, --time-limit; `sinfo` lists it). None of them was submitted "
+            f"({folder} holds the script)"
+        ) from None
+    sys.stderr.write(held.getvalue())
+
+
 def new_jobs_folder(results: Path) -> Path:
     """A wave's own folder under `jobs/`, named for when it was submitted: two `submit`s in the same
     second once shared one, and its ledger kept only the last one's jobs (the other's pending runs were
@@ -301,7 +332,7 @@ def submit(worker: Worker, request, wave: list[list[str]], opts: ClusterOptions)
         data_dir=Path(request.data_dir).resolve() if request.data_dir else None,
     )
     command = command_line()
-    with executor.batch():
+    with refused_in_one_line(folder), executor.batch():
         jobs = [executor.submit(RunUnit(worker, request, keys, opts, command)) for keys in wave]
     job_ledger.note(folder, kind_of(opts), [(job.job_id, keys) for job, keys in zip(jobs, wave, strict=True)])
     return jobs

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from vitbench.atomic import read_regular, write_atomic
@@ -60,3 +61,37 @@ def queued(results: Path, wanted: set[str]) -> list[Watched]:
             w.state = state
             alive.append(w)
     return alive
+
+
+@dataclass(frozen=True)
+class Noted:
+    """A job a `submit` from this results folder sent, as its ledger recorded it."""
+
+    job_id: str
+    cluster: str  # "slurm" or "local"
+    run_keys: tuple[str, ...]
+    folder: Path  # the wave's folder: its scripts and logs
+
+    @property
+    def has_result(self) -> bool:
+        """Whether it left its result (submitit's pickle): it ended, its runs stored or its failure said."""
+        from submitit.core.utils import JobPaths
+
+        return JobPaths(self.folder, job_id=self.job_id, task_id=0).result_pickle.exists()
+
+
+def noted(results: Path) -> list[Noted]:
+    """Every job the ledgers of `results/jobs/` name, oldest wave first."""
+    found = []
+    for ledger in sorted((results / "jobs").glob(f"*/{LEDGER}")):
+        try:
+            record = json.loads(read_regular(ledger))
+        except (OSError, ValueError):
+            continue  # not one vitbench wrote whole
+        if not isinstance(record, dict):
+            continue
+        for entry in record.get("jobs", []) if isinstance(record.get("jobs"), list) else []:
+            keys = entry.get("run_keys") if isinstance(entry, dict) else None
+            if isinstance(entry, dict) and isinstance(entry.get("job_id"), str) and isinstance(keys, list):
+                found.append(Noted(entry["job_id"], str(record.get("cluster")), tuple(map(str, keys)), ledger.parent))
+    return found

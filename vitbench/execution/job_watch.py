@@ -62,9 +62,11 @@ class Tally:
     elapsed: float = 0.0
     unanswered: str | None = None  # why Slurm gave no states at the last poll
     events: list[str] = field(default_factory=list)  # what happened since the last tally (a requeue)
+    waiting_for: dict[str, int] = field(default_factory=dict)  # Slurm's reasons the pending jobs wait: count
 
     def line(self) -> str:
-        parts = [f"{self.pending} pending", f"{self.running} running"]
+        reasons = ", ".join(r if n == self.pending else f"{n} {r}" for r, n in sorted(self.waiting_for.items()))
+        parts = [f"{self.pending} pending" + (f" ({reasons})" if reasons else ""), f"{self.running} running"]
         parts += [f"{self.requeued} requeued"] if self.requeued else []
         parts += [f"{self.held} held"] if self.held else []
         parts += [f"{self.done} done"] + ([f"{self.failed} failed"] if self.failed else [])
@@ -128,6 +130,12 @@ class Watch:
             self.restarts[w.job.job_id] = state.restarts
             events.append(f"job {w.job.job_id} requeued (restart {state.restarts}); it resumes from its checkpoint")
         w.state = state
+        if state.never_starts:  # waited on for 11.5 min until Ctrl-C, as "1 pending"
+            cancelled = "cancelled" if slurm_jobs.cancel(w.job.job_id) else f"`scancel {w.job.job_id}` it"
+            asked = "--cpus-per-job, --mem-gb, --time-limit, --partition; `sinfo -l` lists them"
+            cause = f"PENDING ({state.reason}): Slurm can never start it as asked ({cancelled})"
+            self._fail(w, f"{cause}; ask for what the partition has ({asked})", None)
+            return True
         if not state.ended and state.state != "UNKNOWN":
             return False
         w.ended_polls += 1
@@ -184,6 +192,8 @@ class Watch:
                 tally.requeued += 1
             else:
                 tally.pending += 1
+                if w.state is not None and w.state.reason not in {"None", ""}:
+                    tally.waiting_for[w.state.reason] = tally.waiting_for.get(w.state.reason, 0) + 1
         keys = [k for w in self.watched for k in w.run_keys]
         tally.runs = len(keys)
         tally.stored = sum(

@@ -22,6 +22,16 @@ ENDED = {
     "OUT_OF_MEMORY", "REVOKED",
 }  # fmt: skip
 HELD = {"REQUEUE_HOLD", "SPECIAL_EXIT"}  # requeued and held: runs again only when someone releases it
+# why a pending job waits, where the wait never ends: the request is more than the partition, the QOS or the
+# association lets one job have (`--cpus-per-job 4` on a 2-CPU node: PartitionConfig), or an account or QOS
+# that does not exist. Only an administrator's change clears them; a drained node (ReqNodeNotAvail) or a
+# busy one (Resources, Priority) clears by itself.
+NEVER_STARTS = {
+    "PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "InvalidAccount",
+    "InvalidQOS", "DependencyNeverSatisfied", "QOSMaxCpuPerJobLimit", "QOSMaxMemoryPerJob",
+    "QOSMaxNodePerJobLimit", "QOSMaxWallDurationPerJobLimit", "AssocMaxCpuPerJobLimit",
+    "AssocMaxNodesPerJobLimit", "AssocMaxWallDurationPerJobLimit", "AssocMaxMemPerJob",
+}  # fmt: skip
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z/:_]*)=")
 
 
@@ -39,6 +49,11 @@ class JobState:
     @property
     def ended(self) -> bool:
         return self.state in ENDED
+
+    @property
+    def never_starts(self) -> bool:
+        """Pending for a reason that does not clear by itself (NEVER_STARTS)."""
+        return self.state == "PENDING" and self.reason in NEVER_STARTS
 
     @property
     def held(self) -> bool:
@@ -127,6 +142,15 @@ def show(ids: list[str], timeout: float = 30) -> dict[str, JobState]:
             known[state.job_id] = state
             known.setdefault(state.own_id, state)
     return known
+
+
+def cancel(job_id: str, timeout: float = 30) -> bool:
+    """`scancel JOB`; whether Slurm took it."""
+    try:
+        done = subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def accounted(job_id: str, timeout: float = 30) -> JobState | None:

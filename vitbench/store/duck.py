@@ -6,7 +6,7 @@
   no scheme starts, and no extension is installed or loaded by itself.
 - DuckDB reads a `?` in a file's path as the start of connection options: the database opened,
   its write-ahead log went to another path, and the first commit failed as "damaged". Such a path
-  is refused in one line.
+  is refused in one line, as is one whose name is not UTF-8 (a `RuntimeError: std::bad_cast` before).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vitbench.errors import UserError
+from vitbench.text_safety import non_utf8_byte
 
 if TYPE_CHECKING:
     import duckdb
@@ -27,10 +28,17 @@ OFFLINE: dict[str, str | bool | int | float | list[str]] = {
 
 def check_path(path: Path, option: str = "--results") -> Path:
     """A path DuckDB can keep a file under (checked before any folder is made for it)."""
-    if "?" in str(Path(path).absolute()):
+    absolute = str(Path(path).absolute())
+    if "?" in absolute:
         raise UserError(
             f"{option} {path}: DuckDB reads a '?' in a path as the start of connection options; "
             "name a folder without '?'"
+        )
+    byte = non_utf8_byte(absolute)
+    if byte is not None:  # DuckDB's `RuntimeError: std::bad_cast`
+        raise UserError(
+            f"{option} {ascii(str(path))}: byte {byte} of its name is not UTF-8, and DuckDB names its files "
+            "in UTF-8 only; name a folder in UTF-8"
         )
     return path
 

@@ -18,6 +18,7 @@ from vitbench.errors import UserError
 from vitbench.protocols.registry import declared_metric
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import json_field
+from vitbench.text_safety import visible_name
 from vitbench.views.cells import Cell, TableData
 from vitbench.views.measured.columns import measured_columns
 from vitbench.views.measured.footnotes import provenance_footnotes
@@ -92,7 +93,7 @@ def per_class_view(df: pd.DataFrame, dataset: str, results: Path, protocol: str 
 def _class_label(c: int, names: list) -> str:
     """`class 3: persian` where the run kept the dataset's class names (folder:<path>), else `class 3`."""
     name = names[c] if c < len(names) and isinstance(names[c], str) else None
-    return f"class {c}: {name}" if name else f"class {c}"
+    return f"class {c}: {visible_name(name)}" if name else f"class {c}"
 
 
 def _cell(values: np.ndarray) -> Cell:
