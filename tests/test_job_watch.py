@@ -38,3 +38,17 @@ def test_a_job_slurm_ended_in_its_own_word_keeps_that_word(tmp_path: Path):
     watched = Watched(job, ["key"], state=slurm_jobs.JobState(job.job_id, "TIMEOUT"))
     (failed,) = Watch([watched], tmp_path / "results", slurm=True, poll_seconds=0).until_done(lambda: None, None)
     assert failed.startswith(f"job {job.job_id}: TIMEOUT · UserError: "), failed
+
+
+def test_the_waiting_line_says_why_slurm_keeps_jobs_waiting():
+    """Issue 97, items 9b and 13: "1 pending" said nothing of why (a drained node, a requeued job Slurm holds
+    back for two minutes: BeginTime)."""
+    from vitbench.execution.job_watch import Tally
+
+    tally = Tally(4, pending=3, requeued=1, waiting_for={"Resources": 2, "ReqNodeNotAvail": 1},
+                  requeued_for={"BeginTime": 1})  # fmt: skip
+    assert tally.line().startswith("4 job(s): 3 pending (1 ReqNodeNotAvail, 2 Resources), 0 running, "
+                                   "1 requeued (BeginTime), 0 done")  # fmt: skip
+    assert Tally(1, pending=1).line().startswith("1 job(s): 1 pending, 0 running")
+    assert slurm_jobs.JobState("7", "PENDING", "PartitionConfig").never_starts
+    assert not slurm_jobs.JobState("7", "PENDING", "ReqNodeNotAvail").never_starts  # clears when the node is back

@@ -104,20 +104,18 @@ def test_per_class_calibration_and_confusion_views(cli, tmp_path):
     assert code != 0 and "--per-class cifar10: no stored run on that dataset" in err
 
 
-def test_per_class_rows_name_folder_classes_and_markdown_keeps_names_inert(cli, tmp_path):
-    """A folder's classes are its folder names: the per-class table names them (before: "class 0…n").
-    A name holding HTML or "|" stays text in Markdown (before: `<img …>` went in raw for a renderer to
-    draw, and "|" split the row), while a value written "< 0.0005" stays as it is."""
+def _few_shot_on_class_folders(cli, tmp_path, names: list[str], train: int, test: int, spread: int):
+    """A `folder:` dataset of one class folder per name (16 px images, each class `spread` grey levels
+    from the next), and a 2-shot run on it: (results folder, the `folder:` argument, the stored name)."""
     from PIL import Image
 
-    names = ["<img src=x onerror=alert(1)>", "cat", "dog|wolf"]  # sorted as ImageFolder sorts them
     rng = np.random.default_rng(0)
-    for split, n in (("train", 6), ("test", 4)):
+    for split, n in (("train", train), ("test", test)):
         for c, name in enumerate(names):
             folder = tmp_path / "pics" / split / name
             folder.mkdir(parents=True)
             for i in range(n):
-                pixels = np.clip(rng.normal(70 * c + 40, 25, (16, 16, 3)), 0, 255).astype(np.uint8)
+                pixels = np.clip(rng.normal(spread * c + 40, 25, (16, 16, 3)), 0, 255).astype(np.uint8)
                 Image.fromarray(pixels).save(folder / f"{i}.png")
     results = tmp_path / "results"
     folder = f"folder:{tmp_path / 'pics'}"
@@ -125,6 +123,15 @@ def test_per_class_rows_name_folder_classes_and_markdown_keeps_names_inert(cli, 
                        "--workers", "0", "--shots", "2", "--seeds", "0", "--results", results)  # fmt: skip
     assert code == 0, err
     (dataset,) = set(store.read_results(results)["dataset"])
+    return results, folder, dataset
+
+
+def test_per_class_rows_name_folder_classes_and_markdown_keeps_names_inert(cli, tmp_path):
+    """A folder's classes are its folder names: the per-class table names them (before: "class 0…n").
+    A name holding HTML or "|" stays text in Markdown (before: `<img …>` went in raw for a renderer to
+    draw, and "|" split the row), while a value written "< 0.0005" stays as it is."""
+    names = ["<img src=x onerror=alert(1)>", "cat", "dog|wolf"]  # sorted as ImageFolder sorts them
+    results, folder, dataset = _few_shot_on_class_folders(cli, tmp_path, names, train=6, test=4, spread=70)
     code, md, err = cli("table", "--per-class", dataset, "--format", "md", "--results", results)
     assert code == 0, err
     rows = [line.split(" | ")[0] for line in md.splitlines() if line.startswith("| class ")]
@@ -195,23 +202,8 @@ def test_class_names_that_read_alike_are_told_apart_and_bidi_controls_are_shown(
     OVERRIDE) reached the terminal raw and drew the rest of its line backwards."""
     import unicodedata
 
-    from PIL import Image
-
     names = [unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café"), "cat", "cat ", "x\u202eyz"]
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 4), ("test", 2)):
-        for c, name in enumerate(names):
-            folder = tmp_path / "pics" / split / name
-            folder.mkdir(parents=True)
-            for i in range(n):
-                pixels = np.clip(rng.normal(40 * c + 40, 25, (16, 16, 3)), 0, 255).astype(np.uint8)
-                Image.fromarray(pixels).save(folder / f"{i}.png")
-    results = tmp_path / "results"
-    folder = f"folder:{tmp_path / 'pics'}"
-    code, _, err = cli("run", "--model", "vit-ti/16", "--weights", "random", "--dataset", folder, "--res", "32",
-                       "--workers", "0", "--shots", "2", "--seeds", "0", "--results", results)  # fmt: skip
-    assert code == 0, err
-    (dataset,) = set(store.read_results(results)["dataset"])
+    results, _, dataset = _few_shot_on_class_folders(cli, tmp_path, names, train=4, test=2, spread=40)
     for fmt in ("rich", "md"):
         code, shown, err = cli("table", "--per-class", dataset, "--format", fmt, "--results", results)
         assert code == 0, err

@@ -283,7 +283,7 @@ def test_a_few_shot_plan_runs_as_jobs_with_what_it_needs_and_says_where_it_is(tm
     memory = int(re.search(r"#SBATCH --mem=(\d+)GB", script).group(1))
     assert 1 <= memory <= 4  # ViT-Ti at 32 px on 1,797 digits and a DataLoader worker: not the node's 20+ GB
     log = next((tmp_path / "results" / "jobs").glob("*/*_log.err")).read_text()
-    assert re.search(r"\[1/6\] vit-ti/16 digits fewshot shots=1 seed 0: accuracy \d", log), log
+    assert re.search(r"\[1/6\] vit-ti/16 \(random init\) digits fewshot shots=1 seed 0: accuracy \d", log), log
     assert re.search(r"1 job\(s\): 0 pending, 1 running, 0 done · runs stored 0/6 · 00:00:\d\d", err), err
     assert "1 job(s): 0 pending, 0 running, 1 done · runs stored 6/6" in err
     assert "sacct" not in err + out and "submitit" not in err + out and "accounting" not in err + out
@@ -412,7 +412,7 @@ def test_a_cancelled_running_job_ends_the_wait_in_one_line_and_the_rerun_resumes
     again = Submitted(tmp_path, *FINETUNE, "--results", "results")
     code, out, err = again.ended()
     assert code == 0, err
-    assert "1 runs planned, 0 already stored, 1 to submit" in err
+    assert "1 runs planned, 0 already stored, 1 without a result" in err
     run = _only_run(tmp_path / "results")
     _same_numbers(run, finetune_alone)
     assert run["run"]["notes"]["restarts"] == 1
@@ -526,6 +526,8 @@ def test_a_run_still_queued_in_slurm_is_never_run_twice(tmp_path, finetune_alone
     code, out, err = again.ended()
     assert code == 0, err
     assert f"1 run(s) already queued in 1 job(s) of an earlier submission ({job})" in err
+    (first_wave,) = (tmp_path / "results" / "jobs").glob("*")  # issue 97, item 14: where its log is
+    assert re.search(rf"not submitting them again; logs under \S*{first_wave.name}", err), err
     assert "wave 1" not in err  # nothing submitted again
     assert len(list((tmp_path / "results" / "jobs").glob("*/vitbench-jobs.json"))) == 1
     run = _only_run(tmp_path / "results")

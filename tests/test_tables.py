@@ -336,13 +336,20 @@ def test_cli_compare_with_several_names_and_html_page(cli, stored, tmp_path):
 
 
 def test_empty_store(cli, tmp_path):
+    import pandas as pd
+
     empty = tmp_path / "none"
     code, _, err = cli("table", "--results", empty)
     assert code == 0 and "no results in" in err
     code, out, _ = cli("table", "--results", empty, "--compare", "bit-l", "--format", "csv")
     assert code == 0 and "ImageNet,bit-l (paper),87.54,0.02,,,,False,paper" in out
-    code, _, err = cli("export", "--results", empty, "--out", tmp_path / "x.parquet")
-    assert code == 2 and "no stored runs in" in err
+    # issue 97, item 14: as `table` says it, exit 0 (before: rc 2 "no stored runs"); the file is written
+    # with its columns only, so an earlier export of that name is never read as this one
+    (tmp_path / "x.parquet").write_text("an earlier export")
+    code, out, err = cli("export", "--results", empty, "--out", tmp_path / "x.parquet")
+    assert code == 0 and f"no results yet in {empty}: wrote {tmp_path / 'x.parquet'} with its columns only" in out
+    written = pd.read_parquet(tmp_path / "x.parquet")
+    assert written.empty and "run_key" in written
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])

@@ -35,7 +35,7 @@ from vitbench.execution.runner import execute
 from vitbench.host_state import leaves_no_trace
 from vitbench.out_paths import check_out_folder
 from vitbench.protocols.base import Group, Request, RunSpec, Trainer
-from vitbench.protocols.measures import progress_text
+from vitbench.protocols.measures import progress_text, weights_label
 from vitbench.protocols.registry import get_protocol
 from vitbench.protocols.requests import make_request, options_doc, request_of
 from vitbench.store import duck
@@ -284,15 +284,16 @@ def work(req: Request, run_keys: list[str], rerun_since: float | None = None) ->
 
 
 def _said_in_the_log(total: int) -> Callable[[RunSpec, dict], None]:
-    """A cluster job's line per stored run, in its log:
-    `[1/4] vit-ti/16 digits fewshot 5-shot seed 0: accuracy 71.2%`."""
+    """A cluster job's line per stored run, in its log, as `vitbench run` says it (its weights named: a
+    random-init run and a pretrained one read alike): `[1/4] vit-ti/16 (random init) digits fewshot
+    shots=5 seed 0: accuracy 71.2%`."""
     count = [0]
 
     def said(spec: RunSpec, metrics: dict) -> None:
         count[0] += 1
         protocol = get_protocol(spec.protocol)
         what = " ".join(part for part in (spec.protocol, protocol.describe(spec), f"seed {spec.seed}") if part)
-        log.info("[%d/%d] %s %s %s: %s", count[0], total, spec.model, spec.dataset, what,
+        log.info("[%d/%d] %s (%s) %s %s: %s", count[0], total, spec.model, weights_label(spec), spec.dataset, what,
                  progress_text(protocol.metrics, metrics))  # fmt: skip
 
     return said
@@ -312,7 +313,8 @@ def _run_on_cluster(req: Request, opts: cluster.ClusterOptions, rerun: bool, on_
     specs = [s for g in groups for s in g.specs]
     summary = Summary(specs, set() if rerun else done, req.results, groups=groups)
     todo = {s.run_key for s in summary.todo}
-    log.info("%d runs planned, %d already stored, %d to submit", len(specs), len(specs) - len(todo), len(todo))
+    # "without a result", not "to submit": some may be queued in a job of an earlier submission (said next)
+    log.info("%d runs planned, %d already stored, %d without a result", len(specs), len(specs) - len(todo), len(todo))
     if not todo:
         return summary
     opts = cluster.with_default_resources(opts, req, [g for g in groups if any(s.run_key in todo for s in g.specs)])

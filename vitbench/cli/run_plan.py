@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vitbench.cli.app import out, print_table
-from vitbench.cli.run_progress import weights_label
 from vitbench.devices import resolve_device
 from vitbench.downloads import cache_root
 from vitbench.execution import estimate, overheads, solve_price
 from vitbench.protocols.base import Request
+from vitbench.protocols.measures import weights_label
 from vitbench.protocols.registry import get_protocol
 
 if TYPE_CHECKING:

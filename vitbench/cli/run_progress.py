@@ -13,11 +13,9 @@ from vitbench.atomic import read_regular
 from vitbench.downloads import cache_root
 from vitbench.execution import estimate
 from vitbench.protocols.base import RunSpec
-from vitbench.protocols.measures import progress_text
+from vitbench.protocols.measures import progress_text, weights_label
 from vitbench.protocols.registry import get_protocol
 from vitbench.store.shards import shard_path
-from vitbench.weights.names import RANDOM
-from vitbench.weights.resolved import ABSENT
 
 if TYPE_CHECKING:
     from vitbench import api
@@ -96,11 +94,3 @@ class Progress:
         except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
             return ""
         return f" · {images / seconds:,.0f} images/s" if images >= 1 and seconds > 0 else ""
-
-
-def weights_label(spec: RunSpec) -> str:
-    """Which weights a progress line's run used: `random init`, or the start of the file's sha256
-    (as the tables show it)."""
-    if spec.weights_sha256.startswith(ABSENT):  # a dry run's weights not fetched yet: by the name given
-        return f"{spec.weights_sha256.removeprefix(ABSENT)} (not here)"
-    return "random init" if spec.weights_sha256 == RANDOM else f"weights {spec.weights_sha256[:8]}"

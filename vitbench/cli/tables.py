@@ -202,6 +202,11 @@ def export_cmd(
         return
     path = out_file or Path(f"vitbench-runs.{fmt}")
     rows = export(results, fmt, path, where)
+    if not rows:  # as `table` says it, and ends 0: the file holds the columns only
+        said = "no stored run fits --where" if where and store.read_results(results).shape[0] else "no results yet"
+        empty = "no documents ([])" if fmt == "json" else "its columns only"
+        out.print(f"{said} in {results}: wrote {path} with {empty}", soft_wrap=True)
+        return
     if fmt == "json":
         out.print(f"wrote {rows} run(s) (one document each, schema {RUN_DOCUMENT}) to {path}", soft_wrap=True)
         return

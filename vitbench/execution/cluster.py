@@ -221,8 +221,10 @@ def submit_and_wait(
     queued = job_ledger.queued(Path(request.results), todo_keys) if slurm else []
     if queued:
         keys = sum(len(w.run_keys) for w in queued)
+        folders = ", ".join(sorted({str(w.job.paths.folder) for w in queued})[:3])
         log.info("%d run(s) already queued in %d job(s) of an earlier submission (%s): waiting for them, not "
-                 "submitting them again", keys, len(queued), ", ".join(w.job.job_id for w in queued[:5]))  # fmt: skip
+                 "submitting them again; logs under %s", keys, len(queued), ", ".join(w.job.job_id for w in queued[:5]),
+                 folders)  # fmt: skip
         todo_keys = todo_keys - {k for w in queued for k in w.run_keys}
     first, second = units(groups, todo_keys)
     failed: list[str] = []

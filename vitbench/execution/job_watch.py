@@ -63,16 +63,22 @@ class Tally:
     unanswered: str | None = None  # why Slurm gave no states at the last poll
     events: list[str] = field(default_factory=list)  # what happened since the last tally (a requeue)
     waiting_for: dict[str, int] = field(default_factory=dict)  # Slurm's reasons the pending jobs wait: count
+    requeued_for: dict[str, int] = field(default_factory=dict)  # and the requeued ones
 
     def line(self) -> str:
-        reasons = ", ".join(r if n == self.pending else f"{n} {r}" for r, n in sorted(self.waiting_for.items()))
-        parts = [f"{self.pending} pending" + (f" ({reasons})" if reasons else ""), f"{self.running} running"]
-        parts += [f"{self.requeued} requeued"] if self.requeued else []
+        parts = [f"{self.pending} pending{_why(self.waiting_for, self.pending)}", f"{self.running} running"]
+        parts += [f"{self.requeued} requeued{_why(self.requeued_for, self.requeued)}"] if self.requeued else []
         parts += [f"{self.held} held"] if self.held else []
         parts += [f"{self.done} done"] + ([f"{self.failed} failed"] if self.failed else [])
         waited = time.strftime("%H:%M:%S", time.gmtime(self.elapsed))
         slurm = f" · Slurm not answering: {self.unanswered}" if self.unanswered else ""
         return f"{self.jobs} job(s): {', '.join(parts)} · runs stored {self.stored}/{self.runs} · {waited}{slurm}"
+
+
+def _why(reasons: dict[str, int], jobs: int) -> str:
+    """` (Resources)`, or ` (1 Resources, 2 Priority)`: why Slurm keeps those jobs waiting."""
+    said = ", ".join(r if n == jobs else f"{n} {r}" for r, n in sorted(reasons.items()))
+    return f" ({said})" if said else ""
 
 
 class Watch:
@@ -167,8 +173,14 @@ class Watch:
     def _fail(self, w: Watched, cause: str, detail: str | None) -> None:
         log_path = w.job.paths.stderr
         where = f"log: {log_path}" if log_path.exists() else "no log: it never started"
+        own = w.state.own_id if w.state is not None else ""
+        if detail and own and own != w.job.job_id:  # slurmstepd's "*** JOB 44 …" is array task 43_0
+            detail = detail.replace(f"JOB {own} ", f"JOB {own} (= {w.job.job_id}) ")
+        if detail and "timed-out too many times" in detail:  # submitit's words for a job out of requeues
+            detail = "timed out at every requeue: --time-limit is too short for it; a longer one resumes it"
         said = f"job {w.job.job_id}: {cause}" + (f" · {detail}" if detail else "") + f" ({where})"
         self.failed.append(said)
+        log.warning("%s", said)  # as it happens (a cancelled task was said only when its whole wave ended)
 
     def _tally(self, pending: list[Watched], unanswered: str | None, events: list[str]) -> Tally:
         tally = Tally(len(self.watched), unanswered=unanswered, events=events)
@@ -190,10 +202,10 @@ class Watch:
                 tally.running += 1
             elif w.state is not None and w.state.restarts:
                 tally.requeued += 1
+                _count_reason(tally.requeued_for, w.state)  # BeginTime: Slurm holds it back a while
             else:
                 tally.pending += 1
-                if w.state is not None and w.state.reason not in {"None", ""}:
-                    tally.waiting_for[w.state.reason] = tally.waiting_for.get(w.state.reason, 0) + 1
+                _count_reason(tally.waiting_for, w.state)
         keys = [k for w in self.watched for k in w.run_keys]
         tally.runs = len(keys)
         tally.stored = sum(
@@ -201,6 +213,11 @@ class Watch:
         )
         tally.elapsed = time.monotonic() - self.started
         return tally
+
+
+def _count_reason(counts: dict[str, int], state: slurm_jobs.JobState | None) -> None:
+    if state is not None and state.reason not in {"None", ""}:
+        counts[state.reason] = counts.get(state.reason, 0) + 1
 
 
 def _exception_line(lines: list[str]) -> str | None:

@@ -14,6 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vitbench.weights.names import RANDOM
+from vitbench.weights.resolved import ABSENT
+
 ACCURACY_VIEW = "accuracy"  # views/registry.TABLES: the Table 2-layout view of transfer results
 
 
@@ -97,3 +100,11 @@ def _counts(values: Mapping[str, float], correct: str, scored: str) -> str:
     if correct not in values or scored not in values:
         return ""
     return f" ({int(values[correct])}/{int(values[scored])})"
+
+
+def weights_label(spec: Any) -> str:
+    """Which weights a progress line's run (a RunSpec) used: `random init`, or the start of the file's
+    sha256 (as the tables show it)."""
+    if spec.weights_sha256.startswith(ABSENT):  # a dry run's weights not fetched yet: by the name given
+        return f"{spec.weights_sha256.removeprefix(ABSENT)} (not here)"
+    return "random init" if spec.weights_sha256 == RANDOM else f"weights {spec.weights_sha256[:8]}"

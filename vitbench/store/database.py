@@ -205,6 +205,13 @@ def _shard_snapshot(results: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def _snapshot_instead(con: duckdb.DuckDBPyConnection, path: Path, error: duckdb.Error) -> duckdb.DuckDBPyConnection:
+    """The shards' snapshot, where the database at `path` failed at a read (damaged inside): said once."""
+    con.close()
+    log.warning("%s; reading the shards meanwhile", _damaged(path, error))
+    return _shard_snapshot(path.parent)
+
+
 def open_for_reading(results: Path) -> duckdb.DuckDBPyConnection | None:
     """The store opened read-only (None when there is none yet), or the shards' snapshot: while a
     run is writing to it, while it lacks shards it cannot take in (a read-only folder), or when it
@@ -221,9 +228,7 @@ def open_for_reading(results: Path) -> duckdb.DuckDBPyConnection | None:
     try:
         version = checked_version(con, path)
     except duckdb.Error as e:
-        con.close()
-        log.warning("%s; reading the shards meanwhile", _damaged(path, e))
-        return _shard_snapshot(results)
+        return _snapshot_instead(con, path, e)
     except StoreRefused:
         con.close()
         raise
@@ -248,9 +253,7 @@ def open_for_reading(results: Path) -> duckdb.DuckDBPyConnection | None:
         pending = len(pending_keys(results, done_keys(con)))
         pending += len(audit_shard_keys(results) - stored_audit_keys(con))
     except duckdb.Error as e:
-        con.close()
-        log.warning("%s; reading the shards meanwhile", _damaged(path, e))
-        return _shard_snapshot(results)
+        return _snapshot_instead(con, path, e)
     if pending:
         con.close()
         log.warning("%s lacks %d shard(s) it could not merge; reading the shards instead", path, pending)

@@ -20,7 +20,7 @@ import pandas as pd
 
 from vitbench import store
 from vitbench.atomic import write_atomic
-from vitbench.errors import UserError, one_line
+from vitbench.errors import UserError, io_reason, one_line
 from vitbench.store import duck
 from vitbench.store.predictions import checked_predictions
 from vitbench.store.query import apply_where, json_field
@@ -39,8 +39,8 @@ def export(results: Path, fmt: str, out: Path, where: list[str] | None = None) -
     _check(fmt, out)
     store.sync(results)  # shards that cluster workers wrote since the last merge
     df = apply_where(store.read_results(results), where)
-    if df.empty:
-        raise UserError(f"no stored runs in {results / store.DB_NAME}" + (" match --where" if where else ""))
+    # none stored yet (a cluster's first shard not landed) or none that --where keeps: as `table`, not an
+    # error; the file is still written, empty but for its columns, so no earlier export is read as this one
     if fmt == "json":
         documents = run_documents(df)
         write_atomic(out, json.dumps(documents, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
@@ -106,8 +106,8 @@ def _write(frame: pd.DataFrame, fmt: str, out: Path) -> None:
         if "interrupted" in str(e).lower():  # DuckDB's other spelling of the same
             raise KeyboardInterrupt from None
         raise
-    except (duckdb.Error, OSError) as e:
-        raise UserError(f"--out {out}: cannot write ({one_line(e)})") from None
+    except (duckdb.Error, OSError) as e:  # a full disk in the words of the system, not DuckDB's JSON
+        raise UserError(f"--out {out}: cannot write ({io_reason(e)})") from None
     finally:
         con.close()
 
