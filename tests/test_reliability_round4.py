@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import write_image
+from held_store import hold_the_store
 from test_protocol_plugin import PACKAGE
-from test_store_reliability import _hold_the_store
 
 from vitbench import store
 from vitbench.errors import UserError
@@ -41,7 +41,7 @@ def test_an_audit_finished_while_the_database_is_held_is_kept_and_merged_later(c
     nothing stored."""
     results = tmp_path / "results"
     shutil.copytree(one_run, results)
-    holder = _hold_the_store(results)
+    holder = hold_the_store(results)
     try:
         code, out, err = cli("dedup", "--dataset", "digits", "--workers", "0", "--results", results)
         assert code == 0 and "the audit is kept in" in err and "searched now" in out, err
