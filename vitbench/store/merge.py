@@ -139,13 +139,17 @@ def ingest_pending(con: duckdb.DuckDBPyConnection, results: Path) -> int:
     shards = shard_keys(results)
     marked = marked_keys(results)
     take_marks(results, sorted(marked - shards))  # a mark whose shard is gone (quarantined): nothing to merge
-    return merge_runs(con, results, sorted((shards - done_keys(con)) | (marked & shards)))
+    return merge_runs(con, results, sorted((shards - done_keys(con)) | (marked & shards)), marked)
 
 
-def merge_runs(con: duckdb.DuckDBPyConnection, results: Path, run_keys: list[str]) -> int:
+def merge_runs(
+    con: duckdb.DuckDBPyConnection, results: Path, run_keys: list[str], marked: set[str] | None = None
+) -> int:
     """These runs' shards into the database, their marks taken off first (so a shard rewritten
-    meanwhile is marked again) and put back should the database fail."""
-    taken = take_marks(results, run_keys)
+    meanwhile is marked again) and put back should the database fail. `marked`: the marks the caller
+    listed, so that 100,000 pending shards are not 100,000 unlinks of marks that are not there (a mark
+    made since is merged, harmlessly again, by the next command)."""
+    taken = take_marks(results, run_keys if marked is None else [k for k in run_keys if k in marked])
     try:
         return ingest(con, [shard_dir(results) / f"{key}.json" for key in run_keys])
     except BaseException:
