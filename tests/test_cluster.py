@@ -2,6 +2,7 @@
 subprocesses (no SLURM), leases keep a run from executing twice, shards are merged by `ingest`
 (or any reading command), and a killed worker's fine-tune resumes when the command is run again."""
 
+import datetime
 import json
 import os
 import pickle
@@ -240,7 +241,8 @@ def test_slurm_states_are_read_from_scontrol_as_it_prints_them():
         "ExitCode=0:0 RunTime=00:00:00 StdErr=/tmp/arr_4_4294967294.out\n"
         "JobId=5 ArrayJobId=4 ArrayTaskId=0 ArrayTaskThrottle=1 JobName=arr.sh JobState=RUNNING Reason=None "
         "Requeue=1 Restarts=0 ExitCode=0:0\n"
-        "JobId=9 JobName=wrap JobState=PENDING Reason=BeginTime Dependency=(null) Requeue=1 Restarts=1 ExitCode=0:0\n"
+        "JobId=9 JobName=wrap JobState=PENDING Reason=BeginTime Dependency=(null) Requeue=1 Restarts=1 ExitCode=0:0 "
+        "StartTime=2026-12-03T10:05:56 EndTime=2026-12-03T14:05:56\n"
         "JobId=10 JobName=wrap JobState=NODE_FAIL Reason=NodeDown Dependency=(null) Requeue=0 Restarts=0 "
         "ExitCode=143:0\n"
         "JobId=12 JobName=wrap JobState=PENDING Reason=(ReqNodeNotAvail, UnavailableNodes:localhost) Restarts=0\n"
@@ -249,6 +251,8 @@ def test_slurm_states_are_read_from_scontrol_as_it_prints_them():
     assert set(states) == {"4_0", "4_1", "4_2", "4_3", "9", "10", "12"}
     assert states["4_2"].state == "PENDING" and states["4_0"].own_id == "5" and states["4_0"].state == "RUNNING"
     assert states["9"].restarts == 1 and not states["9"].ended and states["9"].said() == "PENDING (BeginTime)"
+    assert states["9"].starts_at() == datetime.datetime(2026, 12, 3, 10, 5, 56)
+    assert states["4_2"].starts_at() is None  # `StartTime=Unknown`, or none said
     assert states["10"].ended and states["10"].said() == "NODE_FAIL (exit 143)"
     assert states["12"].reason == "(ReqNodeNotAvail, UnavailableNodes:localhost)"
 

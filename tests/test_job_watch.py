@@ -49,6 +49,14 @@ def test_the_waiting_line_says_why_slurm_keeps_jobs_waiting():
                   requeued_for={"BeginTime": 1})  # fmt: skip
     assert tally.line().startswith("4 job(s): 3 pending (1 ReqNodeNotAvail, 2 Resources), 0 running, "
                                    "1 requeued (BeginTime), 0 done")  # fmt: skip
+    # and when Slurm lets a requeued job start again (its StartTime), the date too where it is not today
+    import datetime
+
+    today = datetime.datetime.now().replace(hour=10, minute=5, second=56, microsecond=0)
+    tally.requeued_until = today
+    assert "1 requeued (BeginTime, starts 10:05:56), 0 done" in tally.line()
+    tally.requeued_until = today + datetime.timedelta(days=1)
+    assert f"1 requeued (BeginTime, starts {tally.requeued_until:%Y-%m-%d} 10:05:56)" in tally.line()
     assert Tally(1, pending=1).line().startswith("1 job(s): 1 pending, 0 running")
     assert slurm_jobs.JobState("7", "PENDING", "PartitionConfig").never_starts
     assert not slurm_jobs.JobState("7", "PENDING", "ReqNodeNotAvail").never_starts  # clears when the node is back

@@ -305,10 +305,39 @@ def test_a_request_sbatch_refuses_ends_in_one_line_naming_what_sbatch_said(tmp_p
     assert vitbench.results(tmp_path / "results").empty
 
 
+def dry_run(folder: Path, *args: str) -> str:
+    """What `vitbench submit --cluster slurm --dry-run ARGS` printed (it ended 0)."""
+    done = subprocess.run([VITBENCH, "submit", "--cluster", "slurm", "--dry-run", *args, "--results", "results"],
+                          cwd=folder, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_dry_run_says_the_jobs_what_each_asks_and_how_many_the_node_runs_at_once(tmp_path):
+    """Issue 97, item 13. Before: `submit --dry-run` said neither how many jobs nor what each asks for,
+    and priced a 4-job plan as one process's 1.8 min; its 2-CPU jobs ran one at a time on the 2-CPU node
+    (384 s). The node is read from this cluster's `sinfo`; each job pays its own start-up."""
+    out = dry_run(tmp_path, *FINETUNE, "--seeds", "0,1,2,3")  # the tests' fine-tune, four seeds: four jobs
+    (line,) = [line for line in out.splitlines() if line.startswith("as jobs:")]
+    cpus = os.cpu_count() or 1
+    at_once = "all at once" if cpus // JOB_CPUS >= 4 else f"{cpus // JOB_CPUS} at a time"
+    said = (
+        rf"as jobs: 4 job\(s\), each asking {JOB_CPUS} CPUs, \d+ GB, no GPU, a time limit of 240 min; the default "
+        rf"partition \(1 node up, the largest {cpus} CPUs, \d+ GB\): {at_once}, ≈ .+ in all \(the longest job ≈ .+ "
+        r"with its own start-up\)"
+    )
+    assert re.fullmatch(said, line), line
+    assert not (tmp_path / "results" / "jobs").exists() and not slurm("squeue", "-h", "-o", "%i").strip()
+
+
 def test_a_request_slurm_can_never_start_ends_the_wait_in_one_line_and_leaves_no_job(tmp_path):
     """Issue 97, item 9b. Before: `--cpus-per-job 4` on a 2-CPU node (Slurm's reason: PartitionConfig) was
-    shown as "1 pending" for 11.5 min until Ctrl-C. Slurm's reason is said, the job cancelled."""
+    shown as "1 pending" for 11.5 min until Ctrl-C. Slurm's reason is said, the job cancelled; the dry
+    run says it first."""
     asked = ("--cpus-per-job", str(4 * os.cpu_count()))
+    (line,) = [line for line in dry_run(tmp_path, *FEWSHOT, *asked).splitlines() if line.startswith("as jobs:")]
+    never = "none of its nodes can take one as asked, so Slurm would never start them (--cpus-per-job, "
+    assert line.endswith(never + "--mem-gb, --gpus-per-job, --partition; `sinfo -l` lists the nodes)"), line
     code, out, err = Submitted(tmp_path, *FEWSHOT, *asked, "--results", "results").ended(timeout=180)
     failed = [line for line in err.splitlines() if line.startswith("failed:")]
     assert code == 2 and len(failed) == 1 and "Traceback" not in err, err
@@ -438,6 +467,10 @@ def test_a_cancelled_pending_job_and_a_failing_job_end_the_wait_each_in_one_line
     wait_for("both jobs pending", lambda: {job_state(j).get("JobState") for j in (first, second)} == {"PENDING"})
     shutil.rmtree(data)
     slurm("scancel", second)
+    # said as it happens, while the other job still waits (issue 97, item 13: a cancelled task was said
+    # only once its whole wave had ended)
+    wait_for("the cancelled job said", lambda: f"job {second}: left the queue" in submitted.stderr.read_text(), 60)
+    assert job_state(first).get("JobState") == "PENDING" and submitted.process.poll() is None
     slurm("scancel", blocker)
     code, out, err = submitted.ended(timeout=240)
     assert code == 2, err
@@ -659,6 +692,51 @@ def test_a_fine_tune_that_reaches_its_time_limit_is_requeued_once_and_resumes(
     assert "this job is timed-out" in log
     resumed_where_it_stopped(log, 300)
     assert f"job {job} requeued (restart 1)" in err
+
+
+def test_a_fine_tune_timed_out_at_every_requeue_says_the_limit_is_too_short_and_how_far_it_got(tmp_path):
+    """Issue 97, item 13. Before: a fine-tune timed out a 4th time ended "UncompletedJobError: Job not requeued
+    because: timed-out too many times", saying neither that --time-limit is too short nor how far it got;
+    and a requeued job's line did not say when Slurm lets it start again.
+
+    Under a 4-minute limit submitit takes every USR2 for a time-out (it counts one from 80 % of the limit
+    or 10 minutes before it, whichever is earlier); it requeues a timed-out job three times. The test
+    sends the USR2 four times, each once the attempt trains, and lets each requeued job start once the
+    waiting line has said Slurm's start time."""
+    submitted = Submitted(tmp_path, *FINETUNE, "--time-limit", "4", "--results", "results")
+    job = submitted.job()
+    log = tmp_path / "results" / "jobs"
+    for attempt in range(4):
+        if attempt == 0:
+            wait_for("the first checkpoint", _checkpointed(tmp_path))
+        else:
+            resumed = f"resumed at step \\d+ of 300 \\(restart {attempt}\\)"
+            wait_for(f"attempt {attempt + 1} to train", lambda r=resumed: re.search(r, _job_log(log)), timeout=180)
+        slurm("scancel", "-s", "USR2", job)
+        if attempt == 3:
+            break
+        wait_for(f"requeue {attempt + 1}", lambda n=attempt + 1: job_state(job).get("Restarts") == str(n), timeout=120)
+        if attempt == 0:  # the waiting line says when Slurm lets the requeued job start again
+            held = wait_for("Slurm's hold", lambda: (state := job_state(job)).get("Reason") == "BeginTime" and state)
+            starts = datetime.datetime.fromisoformat(held["StartTime"]).strftime("%H:%M:%S")
+            said = f"1 requeued (BeginTime, starts {starts})"
+            wait_for("the requeued line", lambda s=said: s in submitted.stderr.read_text(), timeout=60)
+        wait_for("the attempt ended", lambda: not slurm("squeue", "-h", "-t", "completing", "-o", "%A").strip()
+                 and not _still_ending())  # fmt: skip
+        slurm("scontrol", "update", f"JobId={job}", "StartTime=now")
+    code, out, err = submitted.ended(timeout=300)
+    assert code == 2, err
+    (failed,) = [line for line in err.splitlines() if line.startswith("failed:")]
+    stopped = re.findall(r"stopped: (.* at step \d+ of 300, checkpointed)", _job_log(log))
+    assert len(stopped) == 4, _job_log(log)
+    assert (f"timed out at every requeue: --time-limit is too short for it; its last attempt stopped {stopped[-1]}; "
+            "a longer one resumes it (log: ") in failed and "Traceback" not in err, err  # fmt: skip
+    assert next((tmp_path / "results" / "runs").glob("*/checkpoint.pt"))  # kept for that longer one
+
+
+def _job_log(jobs: Path) -> str:
+    logs = list(jobs.glob("*/*_log.err"))
+    return logs[0].read_text() if logs else ""
 
 
 def _warned(pid: int) -> bool:

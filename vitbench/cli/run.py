@@ -35,6 +35,7 @@ from vitbench.store.shards import checkpoint_path
 
 # The API, the engine and torch load inside the command, once it runs: `--help` never pays for them.
 if TYPE_CHECKING:
+    from vitbench.execution.cluster import ClusterOptions
     from vitbench.execution.machine_load import Stopwatch
 
 log = logging.getLogger("vitbench")
@@ -203,8 +204,8 @@ def _dispatch(ctx: typer.Context, given: dict, command: Callable[..., None]) -> 
             progress.close()
         report(summary, jobs.wait)
         return
-    if command is submit:  # a dry run plans here, as `vitbench run --dry-run` does
-        _run_here(req, g["rerun"], True, _rate(g, req), began, g["explain"])
+    if command is submit:  # a dry run plans here, as `vitbench run --dry-run` does, then as jobs
+        _run_here(req, g["rerun"], True, _rate(g, req), began, g["explain"], cluster_options(g))
         return
     if g["devices"] > 1 or g["nnodes"] > 1:  # the same command, once per device, under torchrun
         _check_before_launch(req, g["devices"] * g["nnodes"])
@@ -255,9 +256,11 @@ def _run_here(
     rate: estimate.Rate | None = None,
     began: Stopwatch | None = None,
     explain: bool = False,
+    as_jobs: ClusterOptions | None = None,
 ) -> None:
     """This process (or this torchrun rank): the API's session, its progress lines, then the
-    planned runs (dry run) or the summary table. `began`: when the command began."""
+    planned runs (dry run) or the summary table. `began`: when the command began; `as_jobs`: a
+    dry run of `submit`, whose plan is also said as those jobs."""
     from vitbench import api
     from vitbench.engine.distributed import world
 
@@ -280,7 +283,7 @@ def _run_here(
         sys.exit(loader_workers.interrupted_code())  # its own line said it: main() would say "interrupted" again
     if dry_run:
         startup = began.seconds() if began is not None else 0.0
-        print_plan(summary, here, rate, req, startup, explain)
+        print_plan(summary, here, rate, req, startup, explain, as_jobs)
     elif world().is_main:  # the runs this command planned (stored before or now), not the whole folder
         print_summary_table(req.results, {s.run_key for s in summary.specs})
         ended_well(summary)

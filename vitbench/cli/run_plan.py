@@ -9,17 +9,24 @@ from typing import TYPE_CHECKING
 from vitbench.cli.app import out, print_table
 from vitbench.devices import resolve_device
 from vitbench.downloads import cache_root
-from vitbench.execution import estimate, overheads, solve_price
+from vitbench.execution import estimate, jobs_price, overheads, solve_price
 from vitbench.protocols.base import Request
 from vitbench.protocols.measures import weights_label
 from vitbench.protocols.registry import get_protocol
 
 if TYPE_CHECKING:
     from vitbench import api
+    from vitbench.execution.cluster import ClusterOptions
 
 
 def print_plan(
-    summary: api.Summary, here: str, rate: estimate.Rate | None, req: Request, startup: float, explain: bool = False
+    summary: api.Summary,
+    here: str,
+    rate: estimate.Rate | None,
+    req: Request,
+    startup: float,
+    explain: bool = False,
+    as_jobs: ClusterOptions | None = None,
 ) -> None:
     """Each planned run with its state and estimated time, a row per dataset (images, each part of
     the time, whether its data is here and how to get it where not), then the total still to run.
@@ -27,7 +34,9 @@ def print_plan(
     (kept in the user's cache for every dry run on this machine). Priced here, the estimate adds what
     the runs pay beside the model's passes, measured here (execution/overheads.py), and `startup`:
     this command's seconds before the plan, as the run will spend them. The summary is two lines:
-    the total and its parts, then the rate in a few words; `explain` adds the method in full."""
+    the total and its parts, then the rate in a few words; `explain` adds the method in full.
+    `as_jobs` (`submit --dry-run`): the jobs those options make, what each asks for, how many run
+    at once and the wait that makes (execution/jobs_price.py)."""
     groups, todo = summary.groups, [s.run_key for s in summary.todo]
     device = resolve_device(req.device)
     precision = groups[0].runtime.precision if groups else None  # bf16 on a CPU: priced at its own rate
@@ -63,6 +72,7 @@ def print_plan(
         _print_datasets(summary, found)
     if found is None:
         out.print(f"{len(todo)} run(s) to do", markup=False, soft_wrap=True)
+        _print_jobs(summary, req, as_jobs, found, startup)
         return
     unpriced = sum(key not in found.seconds for key in todo)
     if todo and unpriced == len(todo):  # never "< 1 s" for what was not priced at all
@@ -76,8 +86,20 @@ def print_plan(
     unmeasured = f"; decoding not measured for {missing[0]} (no files here)" if len(missing) == 1 else unmeasured
     out.print(f"(an estimate at the rate of {found.short or found.basis}{unmeasured}; {EXPLAIN})", markup=False,
               soft_wrap=True)  # fmt: skip
+    _print_jobs(summary, req, as_jobs, found, startup)
     if explain:
         out.print(_method(found), markup=False, soft_wrap=True)
+
+
+def _print_jobs(
+    summary: api.Summary, req: Request, opts: ClusterOptions | None, found: estimate.Estimate | None, startup: float
+) -> None:
+    """`submit --dry-run`: the plan as its jobs (execution/jobs_price.py)."""
+    todo = {s.run_key for s in summary.todo}
+    if opts is None or not todo:
+        return
+    plan = jobs_price.as_jobs(summary.groups, todo, req, opts, found, startup)
+    out.print("\n".join(plan.lines()), markup=False, highlight=False, soft_wrap=True)
 
 
 EXPLAIN = "--explain says how"

@@ -11,6 +11,7 @@ Slurm says it ended and no result came.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import re
 import time
@@ -64,10 +65,13 @@ class Tally:
     events: list[str] = field(default_factory=list)  # what happened since the last tally (a requeue)
     waiting_for: dict[str, int] = field(default_factory=dict)  # Slurm's reasons the pending jobs wait: count
     requeued_for: dict[str, int] = field(default_factory=dict)  # and the requeued ones
+    # the earliest a job Slurm holds back after a requeue (BeginTime) may start again, as Slurm said it
+    requeued_until: datetime.datetime | None = None
 
     def line(self) -> str:
         parts = [f"{self.pending} pending{_why(self.waiting_for, self.pending)}", f"{self.running} running"]
-        parts += [f"{self.requeued} requeued{_why(self.requeued_for, self.requeued)}"] if self.requeued else []
+        until = f", starts {_clock(self.requeued_until)}" if self.requeued_until is not None else ""
+        parts += [f"{self.requeued} requeued{_why(self.requeued_for, self.requeued, until)}"] if self.requeued else []
         parts += [f"{self.held} held"] if self.held else []
         parts += [f"{self.done} done"] + ([f"{self.failed} failed"] if self.failed else [])
         waited = time.strftime("%H:%M:%S", time.gmtime(self.elapsed))
@@ -75,10 +79,18 @@ class Tally:
         return f"{self.jobs} job(s): {', '.join(parts)} · runs stored {self.stored}/{self.runs} · {waited}{slurm}"
 
 
-def _why(reasons: dict[str, int], jobs: int) -> str:
-    """` (Resources)`, or ` (1 Resources, 2 Priority)`: why Slurm keeps those jobs waiting."""
-    said = ", ".join(r if n == jobs else f"{n} {r}" for r, n in sorted(reasons.items()))
+def _why(reasons: dict[str, int], jobs: int, until: str = "") -> str:
+    """` (Resources)`, or ` (1 Resources, 2 Priority)`: why Slurm keeps those jobs waiting; `until`
+    follows Slurm's hold of a requeued job (` (BeginTime, starts 10:05:56)`)."""
+    said = ", ".join(
+        (r if n == jobs else f"{n} {r}") + (until if r == "BeginTime" else "") for r, n in sorted(reasons.items())
+    )
     return f" ({said})" if said else ""
+
+
+def _clock(when: datetime.datetime) -> str:
+    """A start time as a user reads it beside the waiting line: the time of day, the date too if not today."""
+    return when.strftime("%H:%M:%S" if when.date() == datetime.datetime.now().date() else "%Y-%m-%d %H:%M:%S")
 
 
 class Watch:
@@ -177,7 +189,11 @@ class Watch:
         if detail and own and own != w.job.job_id:  # slurmstepd's "*** JOB 44 …" is array task 43_0
             detail = detail.replace(f"JOB {own} ", f"JOB {own} (= {w.job.job_id}) ")
         if detail and "timed-out too many times" in detail:  # submitit's words for a job out of requeues
-            detail = "timed out at every requeue: --time-limit is too short for it; a longer one resumes it"
+            # how far it got: the job's own last words on stopping (job_process.py: `stopped: … at step 225 of
+            # 300, checkpointed`)
+            stops = [line.removeprefix("stopped: ") for line in _log_tail(log_path) if line.startswith("stopped: ")]
+            got = f"; its last attempt stopped {stops[-1]}" if stops else ""
+            detail = f"timed out at every requeue: --time-limit is too short for it{got}; a longer one resumes it"
         said = f"job {w.job.job_id}: {cause}" + (f" · {detail}" if detail else "") + f" ({where})"
         self.failed.append(said)
         log.warning("%s", said)  # as it happens (a cancelled task was said only when its whole wave ended)
@@ -203,6 +219,9 @@ class Watch:
             elif w.state is not None and w.state.restarts:
                 tally.requeued += 1
                 _count_reason(tally.requeued_for, w.state)  # BeginTime: Slurm holds it back a while
+                starts = w.state.starts_at() if w.state.reason == "BeginTime" else None
+                if starts is not None and (tally.requeued_until is None or starts < tally.requeued_until):
+                    tally.requeued_until = starts
             else:
                 tally.pending += 1
                 _count_reason(tally.waiting_for, w.state)
@@ -231,16 +250,21 @@ def _exception_line(lines: list[str]) -> str | None:
 
 def _last_error(path: Path) -> str | None:
     """What a job's log says went wrong, or None: the last line of the most telling kind (_CAUSES)."""
+    lines = _log_tail(path)
+    for cause in _CAUSES:
+        found = [line for line in lines if cause.match(line)]
+        if found:
+            return _exception_line(found[-1:])
+    return None
+
+
+def _log_tail(path: Path) -> list[str]:
+    """The last 64 kB of a job's log as stripped lines ([] where it cannot be read)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
             f.seek(max(0, f.tell() - 65536))
             text = f.read().decode("utf-8", "replace")
     except OSError:
-        return None
-    lines = [line.strip() for line in text.splitlines()]
-    for cause in _CAUSES:
-        found = [line for line in lines if cause.match(line)]
-        if found:
-            return _exception_line(found[-1:])
-    return None
+        return []
+    return [line.strip() for line in text.splitlines()]

@@ -10,6 +10,7 @@ longer knows is asked of `sacct` once, where accounting is there, for its final 
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import shutil
@@ -45,6 +46,16 @@ class JobState:
     exit_code: str = "0:0"  # `code:signal`
     restarts: int = 0  # how often it was requeued
     own_id: str = ""  # the task's own job id (SLURM_JOB_ID inside it)
+    # when Slurm starts a pending job: the end of a requeued job's hold (BeginTime), or the scheduler's
+    # expected start; "" where Slurm says none (`Unknown`)
+    start_time: str = ""
+
+    def starts_at(self) -> datetime.datetime | None:
+        """`start_time` as a time (the controller's clock, local time as `scontrol` prints it), or None."""
+        try:
+            return datetime.datetime.fromisoformat(self.start_time)
+        except ValueError:
+            return None
 
     @property
     def ended(self) -> bool:
@@ -92,6 +103,7 @@ def parse_show_job(text: str) -> list[JobState]:
             fields.get("ExitCode", "0:0"),
             int(restarts) if restarts.isdigit() else 0,
             fields["JobId"],
+            fields.get("StartTime", "") if fields.get("StartTime", "")[:1].isdigit() else "",
         )
         array, tasks = fields.get("ArrayJobId"), fields.get("ArrayTaskId")
         if array and tasks:
