@@ -47,8 +47,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import pickle
 import shutil
 import subprocess
 import sys
@@ -56,131 +54,13 @@ import tarfile
 import time
 from pathlib import Path
 
-import numpy as np
+from gpu_runner import Suite, write_cifar10, write_jpeg_folder
+from gpu_solves import frozen_step, probe_step
 
-ROOT = Path(__file__).resolve().parent.parent
 STEPS = (
     "env", "tests", "eval", "conformance", "pipelines", "bench", "floor", "probe", "fewshot", "cifar", "big", "frozen",
     "finetune",
 )  # fmt: skip
-
-
-class Suite:
-    """Runs the steps, keeps their figures and the log, writes both after every step (a machine
-    taken back mid-way still leaves what was measured)."""
-
-    def __init__(self, out: Path, quick: bool, deadline: float):
-        self.out = out
-        self.deadline = time.monotonic() + deadline  # a machine lent for a while: stop each command in time
-        self.quick = quick
-        self.profile = False  # --profile: the few-shot runs under cProfile, stats into OUT
-        self.results = out / "results"
-        self.work = Path(os.environ.get("VITBENCH_GPU_WORK", "/tmp/vitbench-gpu"))
-        self.work.mkdir(parents=True, exist_ok=True)
-        self.summary: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "quick": quick, "steps": {}}
-        self.log = open(out / "log.txt", "a")  # noqa: SIM115 (open for the whole suite)
-
-    def say(self, text: str) -> None:
-        print(text, flush=True)
-        self.log.write(text + "\n")
-        self.log.flush()
-
-    def sh(self, args: list[str], limit: float, env: dict | None = None) -> dict:
-        """One command, its output to the log; {command, rc, seconds, tail}."""
-        self.say("$ " + " ".join(args))
-        limit = min(limit, self.deadline - time.monotonic() - 20)  # 20 s left to archive what was stored
-        if limit <= 0:
-            return {"command": " ".join(args), "rc": 124, "seconds": 0, "tail": "not started: --deadline reached"}
-        start = time.perf_counter()
-        try:
-            done = subprocess.run(
-                args, cwd=ROOT, capture_output=True, text=True, timeout=limit, env={**os.environ, **(env or {})}
-            )
-            rc, text = done.returncode, done.stdout + done.stderr
-        except subprocess.TimeoutExpired as e:
-            rc = 124
-            text = (e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace")
-            text += f"\n[stopped after {limit:.0f} s]"
-        seconds = time.perf_counter() - start
-        self.log.write(text + f"\n[rc {rc}, {seconds:.1f} s]\n")
-        self.log.flush()
-        print(text[-3000:], flush=True)
-        return {"command": " ".join(args), "rc": rc, "seconds": round(seconds, 2), "tail": text[-600:]}
-
-    def step(self, name: str, fn) -> None:
-        self.say(f"\n=== {name} ===")
-        start = time.perf_counter()
-        try:
-            figures = fn()
-            ok = all(c.get("rc", 0) == 0 for c in figures.get("commands", []))
-            self.summary["steps"][name] = {"ok": ok, **figures}
-        except Exception as e:  # one step's failure must not cost the others' figures
-            self.summary["steps"][name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-            self.say(f"{name} failed: {type(e).__name__}: {e}")
-        self.summary["steps"][name]["wall_seconds"] = round(time.perf_counter() - start, 1)
-        self.save()
-
-    def save(self) -> None:
-        (self.out / "summary.json").write_text(json.dumps(self.summary, indent=1, default=str))
-
-    def vitbench(self, *args: str, limit: float, profile: str | None = None) -> dict:
-        """`vitbench ARGS`; under cProfile when `profile` names the stats file (in OUT)."""
-        prefix = ["-m", "cProfile", "-o", str(self.out / profile)] if profile else []
-        return self.sh([sys.executable, *prefix, "-m", "vitbench", *args], limit)
-
-
-# --- inputs the steps make ------------------------------------------------------------------------
-
-
-def write_jpeg_folder(root: Path, train: int, test: int, classes: int = 10) -> Path:
-    """An ImageFolder tree of camera-sized JPEGs (500 x 375, quality 90), the real pipeline's input."""
-    from PIL import Image
-
-    if (root / "done").exists():
-        return root
-    rng = np.random.default_rng(0)
-    base = rng.integers(0, 256, (classes, 3), dtype=np.uint8)
-    for split, n in (("train", train), ("test", test)):
-        for i in range(n):
-            c = i % classes
-            folder = root / split / f"class{c:02d}"
-            folder.mkdir(parents=True, exist_ok=True)
-            # smooth structure plus noise: JPEG sizes like a photo's, not like flat colour or pure noise
-            small = rng.integers(0, 256, (12, 16, 3), dtype=np.uint8) // 2 + base[c] // 2
-            image = Image.fromarray(small).resize((500, 375), Image.BICUBIC)
-            noise = rng.integers(-12, 13, (375, 500, 3))
-            pixels = np.clip(np.asarray(image, dtype=np.int16) + noise, 0, 255).astype(np.uint8)
-            Image.fromarray(pixels).save(folder / f"{i:06d}.jpg", quality=90)
-    (root / "done").touch()
-    return root
-
-
-def write_cifar10(root: Path, train: int, test: int) -> Path:
-    """CIFAR-10's python pickles (data_batch_1..5, test_batch, batches.meta) of generated images:
-    each class a colour layout plus noise, so the few-shot accuracies are above chance."""
-    folder = root / "cifar-10-batches-py"
-    if (folder / "test_batch").exists():
-        return root
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    layouts = rng.integers(0, 256, (10, 3, 4, 4)).astype(np.float32)
-
-    def batch(n: int, label: str) -> dict:
-        labels = rng.integers(0, 10, n)
-        coarse = np.repeat(np.repeat(layouts[labels], 8, axis=2), 8, axis=3)  # (n, 3, 32, 32)
-        data = np.clip(coarse + rng.normal(0, 40, coarse.shape), 0, 255).astype(np.uint8)
-        return {"batch_label": label, "labels": labels.tolist(), "data": data.reshape(n, 3072)}
-
-    per = train // 5
-    for b in range(5):
-        with open(folder / f"data_batch_{b + 1}", "wb") as f:
-            pickle.dump(batch(per, f"training batch {b + 1} of 5"), f)
-    with open(folder / "test_batch", "wb") as f:
-        pickle.dump(batch(test, "testing batch 1 of 1"), f)
-    names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-    with open(folder / "batches.meta", "wb") as f:
-        pickle.dump({"label_names": names, "num_cases_per_batch": per, "num_vis": 3072}, f)
-    return root
 
 
 # --- the steps -------------------------------------------------------------------------------------
@@ -302,53 +182,6 @@ def pipelines_step(s: Suite) -> dict:
     ]}  # fmt: skip
 
 
-def probe_step(s: Suite) -> dict:
-    """`logistic.sweep` (19 fits) on the device against scikit-learn's LogisticRegression(lbfgs) over
-    the λ the sweep visited, on the same features: a few images per class (nearly separable), a
-    hundred, a thousand. Wall seconds, and the largest accuracy difference over the λ."""
-    import warnings
-
-    import torch
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.linear_model import LogisticRegression
-
-    from vitbench.engine import logistic
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    sizes = [(20, 12, 192), (10, 100, 384)] if s.quick else [(20, 12, 192), (10, 100, 384), (10, 1000, 768)]
-    figures: dict = {"device": str(device), "sizes": []}
-    for classes, per_class, dims in sizes:
-        rng = np.random.default_rng(0)
-        centres = rng.normal(size=(classes, dims)) * (6 / dims**0.5)
-        y, y_val = np.repeat(np.arange(classes), per_class), np.repeat(np.arange(classes), max(6, per_class // 5))
-        x = np.maximum(centres[y] + rng.normal(size=(len(y), dims)), 0)
-        x_val = np.maximum(centres[y_val] + rng.normal(size=(len(y_val), dims)), 0)
-        train = (torch.from_numpy(x).float().to(device), torch.from_numpy(y).to(device))
-        val = (torch.from_numpy(x_val).float().to(device), torch.from_numpy(y_val).to(device))
-        logistic.solve(*train, 1e6)  # warm-up (kernels, not timed): a strong λ converges at once
-        start = time.perf_counter()
-        _, ours = logistic.sweep(train, val, classes)
-        ours_s = time.perf_counter() - start
-        theirs: dict[float, float] = {}
-        start = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            for l2 in ours:
-                # float64, as vitbench fits: where the fit stops short of the optimum (small λ), float32
-                # features stop elsewhere (5.8 points apart at one λ on the smallest set)
-                model = LogisticRegression(C=1 / l2, max_iter=logistic.MAX_ITER).fit(x, y)
-                theirs[l2] = float((model.predict(x_val) == y_val).mean())
-        theirs_s = time.perf_counter() - start
-        row = {
-            "classes": classes, "train": len(y), "dims": dims, "fits": len(ours), "vitbench_seconds": round(ours_s, 3),
-            "sklearn_cpu_seconds": round(theirs_s, 3), "ratio_sklearn_over_vitbench": round(theirs_s / ours_s, 2),
-            "max_accuracy_difference_points": round(100 * max(abs(ours[k] - theirs[k]) for k in ours), 2),
-        }  # fmt: skip
-        figures["sizes"].append(row)
-        s.say(f"probe sweep {row}")
-    return figures
-
-
 def fewshot_step(s: Suite) -> dict:
     data = write_cifar10(s.work / "cifar", *((1000, 500) if s.quick else (50_000, 10_000)))
     model = "vit-ti/16" if s.quick else "vit-b/16"
@@ -394,77 +227,6 @@ def big_step(s: Suite) -> dict:
         args += ["-c", c]
     args += ["--batch", "32" if s.quick else "512", "--steps", "2", "--warmup", "1", "--rounds", "1"]
     return {"commands": [s.vitbench(*args, limit=420)]}
-
-
-def frozen_step(s: Suite) -> dict:
-    """k-NN (k=20) and logistic-regression fits over CIFAR-10-sized features (50,000 train, 10,000
-    test, 768 dims, 10 classes, a Gaussian mixture) on the GPU, against scikit-learn on the CPU and
-    a bare torch loop; each timed once after a warm-up, wall seconds."""
-    import torch
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.neighbors import KNeighborsClassifier
-
-    from vitbench.engine import knn, logistic
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    n, m, d, c = (2000, 500, 64, 10) if s.quick else (50_000, 10_000, 768, 10)
-    g = torch.Generator().manual_seed(0)
-    # centres ~2.8 noise-sigmas apart: classes overlap as real features' do (not 100 % for everyone),
-    # which is what makes the small-λ fits work hard
-    centres = torch.randn(c, d, generator=g) * (2.0 / d**0.5)
-    ytr, yte = torch.randint(0, c, (n,), generator=g), torch.randint(0, c, (m,), generator=g)
-    xtr = centres[ytr] + torch.randn(n, d, generator=g)
-    xte = centres[yte] + torch.randn(m, d, generator=g)
-
-    def timed(fn):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        value = fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - start, value
-
-    figures: dict = {"shape": {"train": n, "test": m, "dims": d, "classes": c}, "device": str(device)}
-    gx, gy, tx, ty = xtr.to(device), ytr.to(device), xte.to(device), yte.to(device)
-    knn.knn_accuracies(gx[:1000], gy[:1000], tx[:256], ty[:256], c, (20,))  # warm-up
-    seconds, acc = timed(lambda: knn.knn_accuracies(gx, gy, tx, ty, c, (20,)))
-    figures["knn_vitbench"] = {"seconds": round(seconds, 3), "top1": acc[20][0]}
-
-    def bare_knn():
-        a = torch.nn.functional.normalize(gx.float(), dim=1)
-        b = torch.nn.functional.normalize(tx.float(), dim=1)
-        sim, idx = (b @ a.T).topk(20, dim=1)
-        votes = torch.zeros(m, c, device=device).scatter_add_(1, gy[idx], torch.exp(sim / 0.07))
-        return float((votes.argmax(1) == ty).float().mean())
-
-    bare_knn()
-    seconds, acc = timed(bare_knn)
-    figures["knn_bare_torch_fp32"] = {"seconds": round(seconds, 3), "top1": acc}
-    start = time.perf_counter()
-    neighbours = KNeighborsClassifier(20, metric="cosine", weights="distance", n_jobs=-1).fit(xtr.numpy(), ytr.numpy())
-    acc = float((neighbours.predict(xte.numpy()) == yte.numpy()).mean())
-    figures["knn_sklearn_cpu"] = {
-        "seconds": round(time.perf_counter() - start, 3),
-        "top1": acc,
-        "cores": os.cpu_count(),
-    }
-    # the probe: one fit per λ (CLIP's λ, scikit-learn's C = 1/λ), each capped at the same iterations
-    fits = []
-    for l2 in (1e-2, 1e1, 1e4) if not s.quick else (1e1,):
-        seconds, probe = timed(lambda l2=l2: logistic.fit(gx, gy, c, l2))
-        ours = {"seconds": round(seconds, 2), "test_accuracy": probe.accuracy(tx, ty)}
-        start = time.perf_counter()
-        clf = LogisticRegression(C=1 / l2, max_iter=logistic.MAX_ITER).fit(xtr.numpy(), ytr.numpy())
-        theirs = {
-            "seconds": round(time.perf_counter() - start, 2),
-            "test_accuracy": float((clf.predict(xte.numpy()) == yte.numpy()).mean()),
-            "iterations": int(clf.n_iter_[0]),
-        }
-        fits.append({"l2": l2, "vitbench_gpu" if device.type == "cuda" else "vitbench": ours, "sklearn_cpu": theirs})
-        s.say(f"probe λ={l2}: {fits[-1]}")
-    figures["linear_fits"] = fits
-    return figures
 
 
 def finetune_step(s: Suite, weights: Path, data_dir: Path, datasets: str) -> dict:

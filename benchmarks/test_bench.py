@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 from torchvision import transforms
 
-from vitbench import registry
+from vitbench.catalog import registry
 from vitbench.datasets import DATASETS, Split
 from vitbench.engine import inference, ridge
 from vitbench.protocols import fewshot as fewshot_protocol
@@ -223,9 +223,9 @@ def test_train_step_ours_vs_bare(benchmark, tmp_path, capsys):
     the device, accumulation bookkeeping, clipping, the schedule, curve collection) against the
     bare loop on pre-made device tensors: forward, loss, backward, clip, SGD step. Same model,
     batch, resolution and precision; the ratio must stay >= 0.95."""
-    from vitbench.backend import Preprocessing
     from vitbench.engine import training
     from vitbench.engine.distributed import World
+    from vitbench.models.backend import Preprocessing
 
     name, res, batch, steps, precision = training_setup()
     benchmark.group = f"fine-tune step: {name} @{res}, batch {batch}, {precision}, ours and bare alternately"

@@ -3,7 +3,7 @@ DeiT-Ti few-shot example, each a process of its own as typed, on a quiet machine
 busy processes (a core's worth of pure-Python spinning each), in one run (each quiet figure the
 faster of two runs, alternating: a stricter quiet time for the loaded ratio too). vitbench's
 OpenMP threads spin briefly before they sleep, more briefly where other processes are runnable
-(vitbench/cpu_waiting.py): loaded, each must finish within 2.5x its quiet wall time and
+(vitbench/host/cpu_waiting.py): loaded, each must finish within 2.5x its quiet wall time and
 use no more than 1.3x its quiet CPU time; quiet, within 1.05x of libgomp's own default (spinning),
 measured beside it (`OMP_WAIT_POLICY=` empty: libgomp's default, as before). With
 `--benchmark-disable` (CI) a one-run few-shot on the digits runs once quiet and once loaded: the

@@ -30,7 +30,7 @@ import torch
 from cifar_scale import write_cifar_jpegs, write_random_weights
 
 from vitbench import store
-from vitbench.registry import get_model
+from vitbench.catalog.registry import get_model
 from vitbench.store.predictions import read_predictions
 
 HERE = Path(__file__).resolve().parent

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vitbench.registry import get_dataset
+from vitbench.catalog.registry import get_dataset
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("webdataset")
@@ -100,7 +100,7 @@ def _folder(root: Path, n: int, jpegs: list[bytes]) -> Path:
 PROBE = """
 import sys, time
 import torch  # every run's process holds torch: the split's memory is measured on top of it
-from vitbench.registry import get_dataset
+from vitbench.catalog.registry import get_dataset
 start = time.perf_counter()
 split = get_dataset(sys.argv[1]).load_split(None, "train")
 opened = time.perf_counter() - start

@@ -21,7 +21,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from planted import KINDS, planted_set  # noqa: E402
 
-from vitbench import registry, store  # noqa: E402
+from vitbench import store  # noqa: E402
+from vitbench.catalog import registry
 
 IMAGENET21K = 14_197_122  # images in ImageNet-21k (fall 2011), the paper's pre-training set
 TARGET_SECONDS = 300  # issue 47: CIFAR-10 whole within 5 minutes on 2 cores

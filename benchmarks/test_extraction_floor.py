@@ -6,7 +6,7 @@ FLOP/s over the model's FLOPs per image. It is `vitbench bench --mode inference`
 
 import pytest
 import torch
-from gpu import write_jpeg_folder
+from gpu_runner import write_jpeg_folder
 
 from vitbench.engine import bench
 from vitbench.engine.bench_types import Config, Options

@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 import vitbench
-from vitbench import registry
+from vitbench.catalog import registry
 from vitbench.datasets import DATASETS, imagenet_synsets
 from vitbench.protocols.registry import get_protocol
 from vitbench.provenance import fingerprint_files

@@ -4,7 +4,7 @@ Few-shot representation: the globally average-pooled features after the final Gr
 i.e. what feeds BiT's 1x1-conv head.
 """
 
-from vitbench.backend import Backend, ModelSpec
+from vitbench.plugin import Backend, ModelSpec
 
 
 class BiTBackend(Backend):

@@ -7,7 +7,7 @@ resizing and the LN(CLS) representation are the ViT backend's.
 
 from vitbench_plugins.vit import ViTBackend
 
-from vitbench.backend import ModelSpec
+from vitbench.plugin import ModelSpec
 
 
 class HybridBackend(ViTBackend):

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from vitbench.backend import BIG_VISION_FEWSHOT, Backend, ModelSpec, Preprocessing
-from vitbench.errors import UserError
+from vitbench import plugin
+from vitbench.plugin import BIG_VISION_FEWSHOT, Backend, ModelSpec, Preprocessing, UserError
 
 if TYPE_CHECKING:  # torch loads where a model is built: listing models and reading results never pay for it
     import torch
@@ -72,11 +72,9 @@ class ViTBackend(Backend):
     def adapt_state_dict(self, state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
         """Resize the position embeddings to the model's grid, class token kept (paper §3.2); weights
         pre-trained with relative positions (Table 8's variant, or vitbench's relative bias) get them installed."""
-        from vitbench import position_embeddings
-
-        variant = position_embeddings.relative_variant(state)
-        if variant is not None and position_embeddings.relative_variant(model.state_dict()) is None:
-            position_embeddings.install_relative(model, variant)
+        variant = plugin.relative_variant(state)  # loaded on first use: it imports torch
+        if variant is not None and plugin.relative_variant(model.state_dict()) is None:
+            plugin.install_relative(model, variant)
         posemb = state.get("pos_embed")
         target = getattr(model, "pos_embed", None)
         if posemb is None or target is None or posemb.shape == target.shape:

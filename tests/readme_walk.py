@@ -14,7 +14,7 @@ does not show:
 - `<!-- docs-test: tolerance N -->` before a quote: its numbers may differ from the printed ones by
   up to N (results trained on a CPU: see the README for why);
 - `<!-- docs-test: tolerance N on cpu "FINGERPRINT", any on others -->`: a quote of numbers trained
-  on a CPU. On a CPU of that fingerprint (`vitbench.devices.cpu_kernels()`: the vendor, generation
+  on a CPU. On a CPU of that fingerprint (`vitbench.host.devices.cpu_kernels()`: the vendor, generation
   and vector extensions torch's, MKL's and oneDNN's kernels choose their code by) its numbers hold
   within N; on another the float sums of training round another way and the trained numbers come
   out elsewhere (the README's demo: up to 12 points), so there the quote is an example whose words
@@ -148,7 +148,7 @@ def _quote(body: list[str], pending: dict[str, str], line: int) -> Quote:
 
 def cpu_fingerprint() -> str:
     """This machine's CPU as a quote's marker names it: `VENDOR FAMILY/MODEL flag flag …`."""
-    from vitbench.devices import cpu_kernels
+    from vitbench.host.devices import cpu_kernels
 
     return cpu_kernels()
 

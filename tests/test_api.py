@@ -79,8 +79,8 @@ def test_the_demo_has_a_folder_of_its_own_and_pins_its_cpu_threads():
     thread, 77.29 % on two)."""
     import torch
 
-    from vitbench.devices import cpu_threads
     from vitbench.execution.plan import suite_of
+    from vitbench.host.devices import cpu_threads
     from vitbench.protocols.base import Request
 
     assert vitbench.request().results == Path("results") / "demo"  # made with its suite's defaults

@@ -321,3 +321,22 @@ def test_the_views_rooms_are_drawn_as_the_code_imports_them():
             rooms = {_views_room(n) for n in named} - {None, "__init__", source}
             found[source] |= {r for r in rooms if r in drawn} | {f"undrawn: {r}" for r in rooms if r not in drawn}
     assert found == {room: set(targets) for room, targets in drawn.items()}
+
+
+def test_the_layers_drawn_are_the_import_contracts():
+    """Issue 98: docs/architecture.md's first drawing is pyproject.toml's `layers` contract, layer for layer
+    (import-linter holds the code to the contract; this holds the drawing to it)."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["id"] == "layers"]
+    contract = [{name.strip().removeprefix("vitbench.") for name in layer.split("|")} for layer in layers]
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    drawing = text.split("```", 2)[1]
+    drawn = [{name.strip() for name in layer.split("|")} for layer in drawing.replace("\n", " ").split("─►")]
+    assert drawn == contract
+    # and the packages it names are the folders of vitbench/ (with the modules the top level keeps)
+    named = set().union(*contract)
+    folders = {p.parent.name for p in (ROOT / "vitbench").glob("*/__init__.py")}
+    modules = {p.stem for p in (ROOT / "vitbench").glob("*.py")} - {"__init__", "__main__"}
+    assert named == folders | modules

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from vitbench import registry
-from vitbench.backend import count_parameters
+from vitbench.catalog import registry
 from vitbench.errors import UserError
+from vitbench.models.backend import count_parameters
 
 
 @pytest.mark.parametrize("name, table1_millions", [("vit-b/16", 86), ("vit-l/16", 307), ("vit-h/14", 632)])
@@ -26,7 +26,7 @@ def test_every_runnable_model_builds_with_a_head_of_the_requested_size():  # val
 @pytest.mark.parametrize("name", ["deit-ti/16", "deit-s/16", "deit-b/16"])
 def test_deit_preprocessing_written_out_is_timms_pretrained_config(name):
     """plugins/vit.py writes DeiT's recipe out (listing models must not import timm): it must stay timm's."""
-    from vitbench.preprocessing import Preprocessing
+    from vitbench.models.preprocessing import Preprocessing
 
     spec = registry.get_model(name)
     assert spec.preprocessing == Preprocessing.from_timm(spec.arch)

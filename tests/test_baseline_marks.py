@@ -15,10 +15,11 @@ import pytest
 from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data
 from PIL import Image
 
-from vitbench import stats, store
+from vitbench import store
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import json_field
 from vitbench.views.measured.axes import with_axes
+from vitbench.views.statistics import methods as stats
 from vitbench.views.statistics.significance import ALPHA, SIGNIFICANT_MARK
 
 CLASSES = (0, 1, 2)  # airplane, automobile, bird

@@ -162,7 +162,7 @@ def test_every_configuration_reaches_timms_script_as_vitbench_builds_it(config, 
     import timm
     from timm.data import resolve_data_config
 
-    from vitbench.registry import get_model
+    from vitbench.catalog.registry import get_model
 
     cfg = bench_types.Config.parse(config)
     spec = get_model(cfg.model)
@@ -185,7 +185,7 @@ def test_every_configuration_reaches_timms_script_as_vitbench_builds_it(config, 
 
 
 def test_a_configuration_timm_cannot_express_is_refused_before_measuring(cli, results, monkeypatch):
-    from vitbench.registry import get_model
+    from vitbench.catalog.registry import get_model
 
     backend = get_model("vit-ti/16").backend
     monkeypatch.setattr(type(backend), "timm_kwargs", lambda self, img_size, gelu="exact": {"act_layer": torch.nn.GELU})

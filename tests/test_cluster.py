@@ -311,7 +311,7 @@ def test_submitits_warnings_reach_stderr_once_while_jobs_are_waited_on(capsys):
     is said once on stderr, as vitbench's own, and nothing of submitit's reaches stdout."""
     import logging
 
-    from vitbench.logs import configure_logging
+    from vitbench.host.logs import configure_logging
 
     configure_logging()
     submitit_log = logging.getLogger("submitit")

@@ -14,7 +14,7 @@ import pytest
 from test_read_without_internals import acme_cnn
 
 import vitbench
-from vitbench import registry
+from vitbench.catalog import registry
 
 RUN = dict(datasets=["digits"], workers=0, seeds=(0,), shots=(1, 5), knn_k=(5,), protocol="fewshot,knn,linear")
 BASELINE = "model=vit-ti/16,res=48"

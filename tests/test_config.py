@@ -124,8 +124,8 @@ def test_the_printed_config_plans_the_same_run_keys(cli, tmp_path, flags):
 def test_every_text_value_round_trips_through_the_printed_toml(text, suite):
     """Before: non-ASCII beyond U+FFFF was written as JSON's surrogate pairs and a suite name with a
     space as a bare table key: --print-config's own output did not load back."""
+    from vitbench.catalog.suites import SUITES, Suite
     from vitbench.cli.config import to_toml
-    from vitbench.suites import SUITES, Suite
 
     SUITES.register(Suite(suite, (text, "digits"), "fewshot", f"defined in {text}", {"weights": text}))
     try:

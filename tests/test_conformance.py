@@ -14,9 +14,9 @@ import torch
 from conformance import Route, compare, cut_cifar10, run_path, stored_runs
 from conftest import SHARED_DATA, needs_shared_data
 
-from vitbench.backend import Preprocessing
 from vitbench.datasets.base import decode
 from vitbench.engine import device_eval
+from vitbench.models.backend import Preprocessing
 
 pytestmark = needs_shared_data
 

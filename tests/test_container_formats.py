@@ -15,8 +15,8 @@ import pytest
 from container_data import samples, write_folder, write_parquet, write_saved, write_shards, write_tfds
 
 from vitbench import store
+from vitbench.catalog.registry import get_dataset
 from vitbench.errors import UserError
-from vitbench.registry import get_dataset
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import json_field
 from vitbench.views.measured.axes import with_axes

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vitbench import store
+from vitbench.catalog.registry import get_dataset
 from vitbench.errors import UserError
-from vitbench.registry import get_dataset
 
 pytest.importorskip("webdataset")
 pytest.importorskip("datasets")

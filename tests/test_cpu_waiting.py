@@ -1,4 +1,4 @@
-"""How long torch's OpenMP threads spin (vitbench/cpu_waiting.py): chosen for the machine as a process
+"""How long torch's OpenMP threads spin (vitbench/host/cpu_waiting.py): chosen for the machine as a process
 starts, a short spin where other processes are runnable; a wait policy or spin count the user set
 holds. The speed it buys is measured in benchmarks/test_busy_machine.py."""
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from vitbench import cpu_waiting
+from vitbench.host import cpu_waiting
 
 
 @pytest.mark.parametrize("busy, spin", [(False, cpu_waiting.QUIET), (True, cpu_waiting.SHORT)])
@@ -67,7 +67,7 @@ def test_the_vitbench_command_sets_it_before_torch_loads_and_import_vitbench_doe
     code = (
         "import os, sys, vitbench, vitbench.cli\n"
         "assert 'GOMP_SPINCOUNT' not in os.environ and 'torch' not in sys.modules\n"
-        "from vitbench import cpu_waiting\n"
+        "from vitbench.host import cpu_waiting\n"
         "chosen = cpu_waiting.choose\n"
         "def choose():\n"
         "    chosen()\n"

@@ -10,10 +10,10 @@ import pytest
 from conftest import write_image
 from scipy.io import savemat
 
+from vitbench.catalog.registry import get_dataset
 from vitbench.datasets import DATASETS, dataset_status, dev_holdout
 from vitbench.datasets.vtab import TASKS, TASKS_BY_KEY
 from vitbench.errors import UserError
-from vitbench.registry import get_dataset
 
 # --- Oxford-IIIT Pets --------------------------------------------------------------------------------
 

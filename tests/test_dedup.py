@@ -13,9 +13,9 @@ import pytest
 from planted import KINDS, planted_set
 
 from vitbench import store
+from vitbench.catalog.registry import get_dataset
 from vitbench.datasets import Split
 from vitbench.engine import dedup
-from vitbench.registry import get_dataset
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,14 @@ import torch
 from PIL import Image
 from torchvision.io import read_file
 
-from vitbench.backend import Preprocessing
+from vitbench.catalog.registry import get_model
 from vitbench.datasets import DATASETS, Split
 from vitbench.engine import device_data, device_eval, training
 from vitbench.engine.distributed import World
 from vitbench.engine.inference import loader, run_over
 from vitbench.engine.train_data import Stream, TrainTransform, train_loader
 from vitbench.errors import UserError
-from vitbench.registry import get_model
+from vitbench.models.backend import Preprocessing
 from vitbench.weights import build_model
 
 CPU = torch.device("cpu")

@@ -127,9 +127,9 @@ def test_a_full_disk_at_each_write_of_a_run_loses_nothing_and_the_rerun_complete
 
 def _checkpoint_size(tmp_path: Path) -> int:
     """The bytes of the digits audit's checkpoint (written after its one block of train images)."""
-    from vitbench.dedup_method import Method
+    from vitbench.catalog.registry import get_dataset
     from vitbench.engine import dedup
-    from vitbench.registry import get_dataset
+    from vitbench.store.dedup_method import Method
 
     digits = get_dataset("digits")
     test, train = digits.load_split(None, "test"), digits.load_split(None, "train")

@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 from loopback import COMMIT, Server
 
-from vitbench import downloads, registry, store
+from vitbench import store
+from vitbench.catalog import registry
 from vitbench.errors import UserError
+from vitbench.files import downloads
 from vitbench.weights import check_weights_arg
 
 B16 = "/vit_models/imagenet21k/ViT-B_16.npz"
@@ -267,7 +269,7 @@ def test_tfds_builds_are_downloaded_and_prepared_by_tfds(server, tmp_path, cli, 
     assert all(image.tobytes() in served for image in train.images)  # the server's images, built by TFDS
     assert [r[:2] for r in server.state.requests] == [("GET", "/tiny/source.npz")]
     # `vitbench run --download` fetches while planning, a dry run never (the planner hands the flag down)
-    from vitbench.registry import get_dataset
+    from vitbench.catalog.registry import get_dataset
 
     spec, fresh = get_dataset("vtab/dtd"), tmp_path / "fresh"
     monkeypatch.setitem(spec.other_sources, "tfds", load)

@@ -12,10 +12,10 @@ import torch
 
 import vitbench
 from vitbench import store
-from vitbench.devices import cpu_name, peak_flops
-from vitbench.downloads import cache_root
 from vitbench.engine import micro_rate
 from vitbench.execution import estimate
+from vitbench.files.downloads import cache_root
+from vitbench.host.devices import cpu_name, peak_flops
 from vitbench.store.bench import BENCH_COLUMNS
 
 DIGITS = dict(model="vit-ti/16", weights="random", datasets="digits", res=32, shots=(1, 5), seeds=(0,))

@@ -204,8 +204,8 @@ def test_shots_come_from_the_datasets_fewshot_part_of_train_unless_full(cli, res
     digits with a part of 100 (10 per class), and `--fewshot-train full` for the whole split."""
     import dataclasses
 
-    from vitbench import registry
-    from vitbench.entry_points import Registry
+    from vitbench.catalog import registry
+    from vitbench.catalog.entry_points import Registry
 
     known = registry.datasets()
     assert known["imagenet"].per_protocol == {"fewshot": {"train_limit": 65_000}}

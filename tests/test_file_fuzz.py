@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from vitbench.catalog.registry import get_model
 from vitbench.cli import config as cfg
 from vitbench.cli.run import run as run_command
 from vitbench.datasets import Split, imagenet
@@ -29,7 +30,6 @@ from vitbench.datasets.pets import load_pets
 from vitbench.engine import dedup
 from vitbench.errors import UserError
 from vitbench.execution.lease import UNREADABLE_GRACE, Lease
-from vitbench.registry import get_model
 from vitbench.weights.loading import check_weights_file, read_state_dict
 
 FUZZ = settings(derandomize=True, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -225,8 +225,8 @@ def test_image_folders_with_hostile_entries_load_or_fail_in_one_line(tmp_path_fa
     listed file decodes to RGB or a one-line error naming it, never a hang."""
     from conftest import write_image
 
+    from vitbench.catalog.registry import get_dataset
     from vitbench.datasets.base import CorruptImage, decode
-    from vitbench.registry import get_dataset
 
     root = tmp_path_factory.mktemp("folder") / "photos"
     for split in ("train", "test"):
@@ -400,9 +400,9 @@ def test_kept_rates_are_measurements_or_measured_again(tmp_path_factory, content
 
 
 def test_kept_rates_past_their_size_bound_are_not_read(tmp_path, monkeypatch):
-    from vitbench import atomic
     from vitbench.execution import estimate
     from vitbench.execution.kept_rates import kept_rates
+    from vitbench.files import atomic
 
     path = tmp_path / estimate.MICRO_RATES
     path.write_bytes(RATES)

@@ -11,13 +11,13 @@ import pytest
 import scipy.ndimage
 import torch
 
-from vitbench import registry
-from vitbench.backend import Preprocessing
+from vitbench.catalog import registry
 from vitbench.datasets import DATASETS
-from vitbench.devices import peak_flops
 from vitbench.engine import training
 from vitbench.engine.distributed import World
 from vitbench.engine.train_data import Stream
+from vitbench.host.devices import peak_flops
+from vitbench.models.backend import Preprocessing
 from vitbench.protocols import finetune as finetune_protocol
 from vitbench.weights import build_model
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from vitbench import registry
-from vitbench.backend import Preprocessing
+from vitbench.catalog import registry
 from vitbench.datasets import DATASETS
 from vitbench.engine import training
 from vitbench.engine.distributed import World
+from vitbench.models.backend import Preprocessing
 from vitbench.weights import build_model
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

@@ -1,4 +1,4 @@
-"""FLOP counts kept per machine (vitbench/flop_counts.py): a count is made once and read back; a
+"""FLOP counts kept per machine (vitbench/models/flop_counts.py): a count is made once and read back; a
 file that is damaged, the wrong shape, too large or not a regular file is only a cache (counted
 again, never a wrong number); a backend that builds its own network is never kept."""
 
@@ -9,8 +9,9 @@ import os
 
 import pytest
 
-from vitbench import backend, flop_counts, registry
-from vitbench.backend import Backend, ModelSpec
+from vitbench.catalog import registry
+from vitbench.models import backend, flop_counts
+from vitbench.models.backend import Backend, ModelSpec
 
 
 @pytest.fixture

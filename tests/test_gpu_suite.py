@@ -19,6 +19,8 @@ SCRIPT = ROOT / "benchmarks" / "gpu.py"
 
 
 def gpu_module():
+    if str(SCRIPT.parent) not in sys.path:  # its runner and steps, imported as the script's own folder's modules
+        sys.path.insert(0, str(SCRIPT.parent))
     spec = importlib.util.spec_from_file_location("gpu_suite", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

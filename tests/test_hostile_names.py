@@ -15,7 +15,7 @@ import pytest
 from test_tables import FIXED, write_run
 
 from vitbench import store
-from vitbench.logs import configure_logging
+from vitbench.host.logs import configure_logging
 
 MATHTEXT = "m$\\undefinedcmd{$x"
 OSC52 = "clip\x1b]52;c;SGVsbG8=\x07board\x1b[2J"

@@ -10,7 +10,8 @@ import torch
 from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data
 from PIL import Image
 
-from vitbench import registry, store
+from vitbench import store
+from vitbench.catalog import registry
 from vitbench.execution import inspection
 from vitbench.views.figures.inspection_plots import DPI, SIZES
 

@@ -12,9 +12,9 @@ from sklearn.linear_model import LogisticRegression
 
 import vitbench
 from vitbench import store
-from vitbench.devices import Runtime
 from vitbench.engine import logistic
 from vitbench.engine.features import frozen_features
+from vitbench.host.devices import Runtime
 
 
 def sklearn_at(l2, x, y, x_test, y_test, features="raw"):

@@ -16,9 +16,10 @@ from safetensors.torch import load_file, save_file
 from vitbench_plugins.bit import BACKEND as BIT
 from vitbench_plugins.hybrid import BACKEND as HYBRID
 
-from vitbench import registry, store
-from vitbench.backend import ModelSpec
+from vitbench import store
+from vitbench.catalog import registry
 from vitbench.errors import UserError
+from vitbench.models.backend import ModelSpec
 from vitbench.weights import check_weights_arg, load_into
 from vitbench.weights.npz import read_npz
 

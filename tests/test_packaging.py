@@ -61,7 +61,7 @@ def clean_env(tmp_path_factory) -> Path:
 def test_the_built_wheel_installs_and_runs_from_a_clean_venv(clean_env, tmp_path):
     python = clean_env / "bin" / "python"
     # from an empty folder: `python -c` puts the current folder first on sys.path (a checkout would win)
-    code = "import vitbench, vitbench_plugins, vitbench.paper as p, vitbench.shipped_rates as r; "
+    code = "import vitbench, vitbench_plugins, vitbench.reference.paper as p, vitbench.reference.shipped_rates as r; "
     code += "print(vitbench.__file__, vitbench_plugins.__file__, p.paper_dir(), r.measured_dir(), sep='\\n')"
     where = _run(str(python), "-c", code, cwd=tmp_path)
     assert where.returncode == 0, where.stderr

@@ -2,9 +2,9 @@
 
 import pytest
 
-from vitbench import paper
-from vitbench.backend import Preprocessing
 from vitbench.errors import UserError
+from vitbench.models.backend import Preprocessing
+from vitbench.reference import paper
 
 
 def test_table2_cells_as_printed():

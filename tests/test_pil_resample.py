@@ -1,4 +1,4 @@
-"""PIL's resize as matrix products (vitbench/pil_resample.py) against Pillow's own, every pixel:
+"""PIL's resize as matrix products (vitbench/models/pil_resample.py) against Pillow's own, every pixel:
 every filter timm's configs name, shrinking and enlarging, one axis left alone, crops anywhere, a
 batch at once, and both pass orders (the installed Pillow's, read at run time)."""
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from vitbench import pil_resample
+from vitbench.models import pil_resample
 
 PILLOW = {
     "box": Image.Resampling.BOX,

@@ -8,7 +8,7 @@ import pytest
 from conftest import install_wheel
 
 PLUGIN_SOURCE = """
-from vitbench.backend import ModelSpec
+from vitbench.plugin import ModelSpec
 from vitbench_plugins.vit import BACKEND
 
 MODELS = [ModelSpec("acme-vit/16", "vit_tiny_patch16_224", BACKEND, summary="third-party test backend",
@@ -49,7 +49,7 @@ def test_autoload_off_keeps_only_the_builtins(site):
 
 def test_listing_plugins_imports_none_of_them(site):
     code = (
-        "import sys, vitbench.registry as r; r.plugins(); "
+        "import sys, vitbench.catalog.registry as r; r.plugins(); "
         "print(any(m.startswith(('acme_backend', 'vitbench_plugins.')) for m in sys.modules))"
     )
     out = subprocess.run(

@@ -10,11 +10,12 @@ import timm
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from vitbench import position_embeddings, registry
+from vitbench.catalog import registry
 from vitbench.datasets.base import Split
 from vitbench.engine import pretrain_objectives as po
 from vitbench.engine import training
 from vitbench.errors import UserError
+from vitbench.models import position_embeddings
 from vitbench.protocols import pretrain_recipe as recipe
 from vitbench.weights import RANDOM, build_model, load_into, pretrained
 

@@ -24,13 +24,10 @@ from datetime import UTC, datetime
 import numpy as np
 import torch
 
-from vitbench.datasets.base import DatasetSpec, Split
-from vitbench.datasets.digits import load_digits
-from vitbench.devices import Clock
-from vitbench.engine.features import group_model, outputs_over
-from vitbench.protocols.base import Protocol, Result
-from vitbench.protocols.measures import Axis, Metric
-from vitbench.protocols.options import ProtocolOptions, option
+from vitbench.plugin import (
+    Axis, Clock, DatasetSpec, Metric, Protocol, ProtocolOptions, Result, Split, get_dataset, group_model, option,
+    outputs_over,
+)
 
 
 @dataclass(frozen=True)
@@ -95,7 +92,7 @@ class NearestClassMean(Protocol):
 
 def load_low_digits(root, split):
     """Digits 0-4 only."""
-    digits = load_digits(root, split)
+    digits = get_dataset("digits").load(root, split)
     keep = np.flatnonzero(digits.labels < 5)
     images = digits.images[keep]
     return Split("low-digits", split, digits.labels[keep], "acme", digits.fingerprint + ":0-4", images=images)
@@ -114,9 +111,7 @@ import json
 
 import matplotlib.pyplot as plt
 
-from vitbench.views.cells import Cell, TableData
-from vitbench.views.figures.plots import Figure
-from vitbench.views.registry import FigureView, TableView
+from vitbench.plugin import Cell, Figure, FigureView, TableData, TableView
 
 
 def _means(inputs):

@@ -20,7 +20,8 @@ from loopback import Server
 from test_report import browser, headless, probed
 
 import vitbench
-from vitbench import registry, store
+from vitbench import store
+from vitbench.catalog import registry
 from vitbench.cli.output import print_summary_table
 from vitbench.provenance import run_key_of
 from vitbench.store.shards import read_shards
@@ -33,7 +34,7 @@ SPEC_FIELDS = ("model", "weights_sha256", "dataset", "data_source", "data_finger
 
 
 def acme_cnn():
-    """The docs' backbone of one's own (docs/architecture.md, "A backbone of your own"), as written."""
+    """The docs' backbone of one's own (docs/architecture.md, "Add a backend"), as written."""
     text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
     source = re.search(r"```python\n# acme-cnn/acme_cnn.py\n(.*?)```", text, flags=re.S).group(1)
     namespace: dict = {}

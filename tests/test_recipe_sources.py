@@ -1,4 +1,4 @@
-"""Where each part of a preprocessing recipe comes from (vitbench/preprocessing.py): the protocol
+"""Where each part of a preprocessing recipe comes from (vitbench/models/preprocessing.py): the protocol
 sets the geometry, the weights only their value range, and `eval` scores a checkpoint with its
 own family's published recipe (issue 15, items 3 and 4). Planned on real weights files: a timm
 folder (with the `config.json` a Hugging Face snapshot keeps) and a bare file."""

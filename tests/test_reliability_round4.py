@@ -309,8 +309,8 @@ def test_images_it_does_not_read_are_counted_and_big_ones_skipped_in_one_line(cl
     torchvision's ImageFolder reads it); a 12,000² PNG raised PIL's DecompressionBombWarning raw."""
     from PIL import Image
 
+    from vitbench.catalog.registry import get_dataset
     from vitbench.datasets.base import CorruptImage, decode
-    from vitbench.registry import get_dataset
 
     root = tmp_path / "photos"
     for split in ("train", "test"):

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vitbench import registry, store
+from vitbench import store
+from vitbench.catalog import registry
 
 FEWSHOT = ("--dataset", "digits", "--res", "32", "--shots", "2", "--seeds", "0", "--workers", "0")
 
@@ -236,7 +237,7 @@ def test_item16_the_stored_command_is_shell_quoted(monkeypatch):
 def test_item15_an_out_name_of_up_to_255_bytes_is_written(cli, tmp_path):
     """Before: a valid --out name of 236-255 bytes was refused (the temp file's name passed 255 bytes),
     and the error named the temp file."""
-    from vitbench.atomic import write_atomic
+    from vitbench.files.atomic import write_atomic
 
     for length in (236, 250, 255):
         out = tmp_path / ("r" * (length - 4) + ".csv")
@@ -366,8 +367,8 @@ def test_item4_a_plugin_backbones_code_is_part_of_its_runs_and_features_keys(cli
     import json
     import sys
 
-    from vitbench import plugin_code
-    from vitbench.backend import ModelSpec
+    from vitbench.models.backend import ModelSpec
+    from vitbench.provenance import plugin_code
 
     package = tmp_path / "site" / "acme_r6"
     package.mkdir(parents=True)
@@ -424,8 +425,8 @@ def test_item13_a_damaged_gpu_rates_file_is_one_line(tmp_path, monkeypatch, dama
     """Before: a ValueError, KeyError or UnicodeDecodeError traceback from `--price-on`."""
     import re
 
-    from vitbench import shipped_rates
     from vitbench.errors import UserError
+    from vitbench.reference import shipped_rates
 
     (tmp_path / shipped_rates.FILE).write_bytes(damage((shipped_rates.measured_dir() / shipped_rates.FILE).read_text()))
     monkeypatch.setattr(shipped_rates, "measured_dir", lambda: tmp_path)
@@ -439,7 +440,7 @@ def test_item13_plugin_features_of_the_wrong_kind_are_one_line_naming_the_model(
     """Before: raw tensor or attribute tracebacks from engine/ridge.py that did not name the plugin."""
     from vitbench_plugins.vit import ViTBackend
 
-    from vitbench.backend import ModelSpec
+    from vitbench.models.backend import ModelSpec
 
     class Odd(ViTBackend):
         def features(self, model, images):
@@ -509,7 +510,7 @@ def test_item11_intervals_over_millions_of_images_hold_memory_and_time_flat():
 
     import numpy as np
 
-    from vitbench import stats
+    from vitbench.views.statistics import methods as stats
 
     rng = np.random.default_rng(1)
     small = (rng.random((3, 40_000)) < np.array([[0.6], [0.62], [0.58]])).astype(np.float64)

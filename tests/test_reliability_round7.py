@@ -427,8 +427,8 @@ def _one_line_error(err: str) -> str:
 def test_item15_an_object_stores_failures_are_one_line_each(cli, s3, tmp_path, monkeypatch):
     """Before: a missing bucket (FileNotFoundError) and an endpoint that died mid-run
     (EndpointConnectionError) were tracebacks."""
+    from vitbench.catalog.registry import get_dataset
     from vitbench.errors import UserError
-    from vitbench.registry import get_dataset
 
     monkeypatch.setenv("VITBENCH_CACHE", str(tmp_path / "cache"))
     s3.put(str(write_shards(samples({"train": 2, "test": 1}), tmp_path / "shards")), "data/shards", recursive=True)
@@ -612,8 +612,8 @@ def test_item10_a_batchs_features_are_kept_without_the_tokens_they_view():
     import timm
     import torch
 
-    from vitbench.backend import Backend
     from vitbench.engine.inference import _to_host
+    from vitbench.models.backend import Backend
 
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, num_classes=3).eval()
     with torch.inference_mode():

@@ -27,7 +27,8 @@ import pytest
 from loopback import Server
 from test_tables import add_pretraining, build_store, check_golden, write_run
 
-from vitbench import paper, store
+from vitbench import store
+from vitbench.reference import paper
 from vitbench.views.report import summary
 from vitbench.views.report.report import report_html
 from vitbench.views.report.report_page import CONTENT_SECURITY_POLICY, SCRIPT

@@ -11,7 +11,7 @@ import torch
 from conftest import SHARED_DATA
 from PIL import Image
 
-from vitbench.preprocessing import BIG_VISION_FEWSHOT, Preprocessing, resize_like_tf
+from vitbench.models.preprocessing import BIG_VISION_FEWSHOT, Preprocessing, resize_like_tf
 
 REAL = (
     sorted(SHARED_DATA.glob("oxford-iiit-pet/images/*.jpg"))[:3] + sorted(SHARED_DATA.glob("flowers-102/jpg/*.jpg"))[:3]

@@ -14,12 +14,12 @@ from conftest import DEIT_WEIGHTS, SHARED_DATA, needs_shared_data, write_image
 from PIL import Image
 
 from vitbench import store
+from vitbench.catalog.registry import get_model
 from vitbench.datasets import DATASETS, imagenet_synsets
 from vitbench.datasets.imagenet import timm_info
 from vitbench.datasets.robustness import OBJECTNET_MAPPINGS
 from vitbench.engine.scoring import pool_classes
 from vitbench.errors import UserError
-from vitbench.registry import get_model
 from vitbench.weights import build_model
 
 SYNSETS = imagenet_synsets(Path("/nonexistent"))  # timm's canonical order

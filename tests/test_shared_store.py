@@ -266,7 +266,7 @@ def test_item3_a_merge_that_read_the_old_shard_leaves_the_rerun_marked(three_run
 KILLED_MID_WRITE = """
 import os, sys, time
 from pathlib import Path
-from vitbench.atomic import write_atomic
+from vitbench.files.atomic import write_atomic
 
 def half_written(tmp):
     tmp.write_bytes(b"x" * 4096)  # a feature-cache entry, an export, a shard: half of it on disk
@@ -297,7 +297,7 @@ def test_item7_a_dead_writers_temp_file_is_removed_by_the_next_writer(cli, one_r
     writer's and another host's are left alone (on shared storage their writer may still run)."""
     import os
 
-    from vitbench import atomic
+    from vitbench.files import atomic
 
     results = tmp_path / "results"
     shutil.copytree(one_run, results)

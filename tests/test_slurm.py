@@ -34,7 +34,7 @@ import pytest
 import slurm_cluster
 
 import vitbench
-from vitbench.devices import DEFAULT_WORKERS
+from vitbench.host.devices import DEFAULT_WORKERS
 
 # "" where `nox -s tests` found Slurm and root (each worker then starts a cluster), else "skip: why"
 _WHY = os.environ.get("VITBENCH_TEST_SLURM")
@@ -125,6 +125,7 @@ class Submitted:
             self.process = subprocess.Popen([VITBENCH, "submit", "--cluster", "slurm", *args], stdout=out, stderr=err,
                                             cwd=folder, env={**os.environ, **(env or {})},
                                             preexec_fn=_sigint_at_its_default)  # fmt: skip
+        STARTED.append(self.process)
 
     def job(self, number: int = 0, timeout: float = 120) -> str:
         """The id of the `number`th job it submitted, as submitit names its files (`7`, `5_1`)."""
@@ -189,10 +190,20 @@ def no_requeue_hold():
     thread.join()
 
 
+STARTED: list[subprocess.Popen] = []  # every `vitbench submit` a test started
+
+
 @pytest.fixture(autouse=True)
 def no_jobs_left():
-    """Every test starts on an empty queue and leaves none of its jobs behind."""
+    """Every test starts on an empty queue and leaves none of its jobs behind, nor a `vitbench submit`
+    still waiting (a test that failed before its command ended left one waiting on a cluster stopped
+    under it, for ever)."""
     yield
+    while STARTED:
+        process = STARTED.pop()
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
     for job in slurm("squeue", "-h", "-o", "%A", check=False).split():
         slurm("scancel", job, check=False)
 

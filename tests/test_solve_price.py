@@ -13,11 +13,11 @@ import pytest
 import torch
 
 import vitbench
-from vitbench.devices import cpu_name
 from vitbench.engine import solve_pace
 from vitbench.engine.logistic import FITS
 from vitbench.execution import solve_price
 from vitbench.execution.estimate import duration
+from vitbench.host.devices import cpu_name
 from vitbench.protocols.registry import get_protocol
 
 PLAN = dict(model="vit-ti/16", weights="random", datasets="digits", res=32, protocol="fewshot,knn,linear",

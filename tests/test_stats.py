@@ -12,8 +12,9 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 from test_tables import build_store, check_golden, column_of, write_run
 
-from vitbench import stats, store
+from vitbench import store
 from vitbench.store.predictions import Predictions, write_predictions
+from vitbench.views.statistics import methods as stats
 from vitbench.views.statistics.significance import SIGNIFICANT_MARK
 from vitbench.views.tables import render, table
 

@@ -419,7 +419,7 @@ def test_two_threads_writing_one_file_at_once_both_succeed(tmp_path):
     writes are made to overlap every time: each writes its temp file, then waits for the other."""
     import threading
 
-    from vitbench.atomic import write_atomic
+    from vitbench.files.atomic import write_atomic
 
     both_written, errors = threading.Barrier(2, timeout=10), []
     target = tmp_path / "features.bin"

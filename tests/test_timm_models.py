@@ -9,7 +9,7 @@ import json
 import pytest
 
 from vitbench import store
-from vitbench.registry import get_model
+from vitbench.catalog.registry import get_model
 
 COMMON = ("--weights", "random", "--dataset", "digits", "--res", "32", "--seeds", "0", "--workers", "0")
 

@@ -6,7 +6,7 @@ import torch
 from conftest import DEIT_WEIGHTS, needs_shared_data
 from safetensors.torch import save_file
 
-from vitbench import registry
+from vitbench.catalog import registry
 from vitbench.errors import UserError
 from vitbench.weights import check_weights_arg, load_into
 

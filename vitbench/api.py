@@ -22,24 +22,25 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitbench import registry, store
-from vitbench.devices import cpu_threads, device_name, resolve_device
+from vitbench import store
+from vitbench.catalog import registry
 from vitbench.engine.bench_timm import check_timm_configs
 from vitbench.engine.distributed import broadcast, setup
-from vitbench.errors import UserError, one_line
+from vitbench.errors import UserError
 from vitbench.execution import cluster, recorder, trackers
+from vitbench.execution.job_process import said_in_the_log
 from vitbench.execution.lease import lease_seconds
 from vitbench.execution.plan import plan as plan_groups
 from vitbench.execution.plan import suite_of
 from vitbench.execution.runner import execute
-from vitbench.host_state import leaves_no_trace
-from vitbench.out_paths import check_out_folder
+from vitbench.files.out_paths import check_out_folder
+from vitbench.host.devices import cpu_threads, device_name, resolve_device
+from vitbench.host.state import leaves_no_trace
 from vitbench.protocols.base import Group, Request, RunSpec, Trainer
-from vitbench.protocols.measures import progress_text, weights_label
 from vitbench.protocols.registry import get_protocol
 from vitbench.protocols.requests import make_request, options_doc, request_of
-from vitbench.store import duck
 from vitbench.store.query import apply_where, per_run, with_json_parsed
+from vitbench.store.results_folder import open_for_run, writable_results
 from vitbench.views.figures import contact_sheet, inspection_plots
 from vitbench.views.measured.axes import with_axes
 
@@ -94,26 +95,6 @@ def request(**options) -> Request:
     suite's defaults (the demo's model, weights and results folder) where an option is left out;
     a `Request(...)` made by hand is taken as it is."""
     return make_request("vitbench.run", **options)
-
-
-RESULT_FOLDERS = ("runs", "audits", "leases", "cache", "quarantine", "logs")  # what vitbench keeps under --results
-
-
-def writable_results(results: Path) -> Path:
-    duck.check_path(results)
-    if results.exists() and not results.is_dir():
-        raise UserError(f"--results {results}: is a file, expected a folder")
-    for name in RESULT_FOLDERS:
-        if (results / name).exists() and not (results / name).is_dir():
-            raise UserError(f"--results {results}: {results / name} is a file, expected a folder vitbench keeps there")
-    try:
-        results.mkdir(parents=True, exist_ok=True)
-        probe = results / f".write-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # two threads: two probes
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise UserError(f"--results {results}: cannot write there ({e.strerror or one_line(e)})") from None
-    return results
 
 
 @leaves_no_trace
@@ -190,7 +171,7 @@ def _stage(
             raise UserError(f"--devices / torchrun: {not_data_parallel(serial[0])}")
     specs = [s for g in groups for s in g.specs]
     # only rank 0 opens the store (DuckDB has one writer); it tells the others what is done
-    con, store_problem = (None, None) if dry_run or not world.is_main else _open_store(req.results)
+    con, store_problem = (None, None) if dry_run or not world.is_main else open_for_run(req.results)
     done: set[str] = set()
     if con is not None:
         done = store.done_keys(con) | store.shard_keys(req.results)  # a shard left unmerged is a finished run
@@ -234,25 +215,6 @@ def _next_stage(req: Request, groups: list[Group]) -> list[Request]:
     ]  # fmt: skip
 
 
-def _open_store(results: Path):
-    """(The store for writing, None), or (None, why) where this run writes its results as shards
-    only: while another process holds it (leases keep the two from running the same run; not a
-    problem), or when it cannot take the shards earlier runs left (a full disk: a problem the
-    command ends by naming). Whichever command next opens the store merges them."""
-    try:
-        con = store.connect(results)
-    except store.StoreLocked as e:
-        log.warning("%s: this run stores its results as shards, merged by the next command that opens it", e)
-        return None, None
-    try:
-        store.ingest_pending(con, results)  # what earlier runs left as shards
-    except store.StoreUnavailable as e:
-        con.close()
-        log.warning("%s; this run stores its results as shards meanwhile", e)
-        return None, str(e)
-    return con, None
-
-
 def not_data_parallel(protocol: str) -> str:
     """The one-line reason `protocol`'s runs cannot run under torchrun, and what to do instead."""
     return f"the {protocol} protocol runs on one process only: run it without --devices"
@@ -277,26 +239,10 @@ def work(req: Request, run_keys: list[str], rerun_since: float | None = None) ->
         if rerun_since is None
         else frozenset(k for k in run_keys if store.stored_before(req.results, k, rerun_since))
     )
-    executed = execute(groups, req, None, planned - set(run_keys), again, on_result=_said_in_the_log(len(run_keys)))
+    executed = execute(groups, req, None, planned - set(run_keys), again, on_result=said_in_the_log(len(run_keys)))
     if executed.failed:  # the job fails, saying which protocol (the submitting process lists it)
         raise UserError("; ".join(executed.failed))
     return {"ran": executed.ran, "host": socket.gethostname()}
-
-
-def _said_in_the_log(total: int) -> Callable[[RunSpec, dict], None]:
-    """A cluster job's line per stored run, in its log, as `vitbench run` says it (its weights named: a
-    random-init run and a pretrained one read alike): `[1/4] vit-ti/16 (random init) digits fewshot
-    shots=5 seed 0: accuracy 71.2%`."""
-    count = [0]
-
-    def said(spec: RunSpec, metrics: dict) -> None:
-        count[0] += 1
-        protocol = get_protocol(spec.protocol)
-        what = " ".join(part for part in (spec.protocol, protocol.describe(spec), f"seed {spec.seed}") if part)
-        log.info("[%d/%d] %s (%s) %s %s: %s", count[0], total, spec.model, weights_label(spec), spec.dataset, what,
-                 progress_text(protocol.metrics, metrics))  # fmt: skip
-
-    return said
 
 
 def _run_on_cluster(req: Request, opts: cluster.ClusterOptions, rerun: bool, on_jobs=None) -> Summary:

@@ -1,5 +1,8 @@
 """The `vitbench` command: one module per command group, each parsing its options and calling the
-Python API (vitbench/api.py) or a view. No protocol logic lives here."""
+Python API (vitbench/api.py) or a view. No protocol logic lives here.
+
+May import: everything below it (the API, the views, execution and down); nothing imports it but
+`__main__.py`."""
 
 from __future__ import annotations
 
@@ -12,13 +15,14 @@ import sys
 import typer
 
 import vitbench
-from vitbench import cpu_waiting, native_stderr
 from vitbench.cli import backbones, bench, compare, dedup, info, jobs, report, run, tables  # noqa: F401  (each registers its commands)
 from vitbench.cli.app import app, err, mark_process_start, out
+from vitbench.datasets import native_stderr
 from vitbench.engine import loader_workers
 from vitbench.errors import UserError
 from vitbench.execution.machine_load import Stopwatch
-from vitbench.logs import configure_logging
+from vitbench.host import cpu_waiting
+from vitbench.host.logs import configure_logging
 
 __all__ = ["app", "entry", "err", "main", "out"]
 
@@ -53,7 +57,7 @@ app.registered_commands.sort(key=_place)
 def entry() -> None:
     """The `vitbench` command (and `python -m vitbench`): the process is the command's own, so it is
     tuned for it here, before torch loads, and never by `import vitbench` in someone else's process:
-    how long torch's OpenMP threads spin before they sleep (vitbench/cpu_waiting.py), and TensorFlow's
+    how long torch's OpenMP threads spin before they sleep (vitbench/host/cpu_waiting.py), and TensorFlow's
     start-up chatter where `--data-source tfds` loads it (unless the user set its level)."""
     cpu_waiting.choose()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

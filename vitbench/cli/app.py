@@ -11,7 +11,7 @@ from rich.measure import Measurement
 from rich.segment import Segment
 
 from vitbench.execution.machine_load import Stopwatch
-from vitbench.text_safety import visible
+from vitbench.files.text_safety import visible
 from vitbench.version import __version__
 
 app = typer.Typer(

@@ -14,9 +14,9 @@ from vitbench.cli.options import (
     option,
 )
 from vitbench.cli.output import print_view
-from vitbench.devices import check_pipeline, resolve_device
 from vitbench.engine.bench_types import MODES, Config, Options  # light: the measuring engine loads in the command
 from vitbench.errors import UserError
+from vitbench.host.devices import check_pipeline, resolve_device
 
 BENCH_WORKERS = min(8, (os.cpu_count() or 2) // 2)
 BenchConfigs = Annotated[

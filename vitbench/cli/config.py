@@ -18,12 +18,12 @@ import tomllib
 import typing
 from pathlib import Path
 
+from vitbench.catalog.registry import get_dataset, get_model, get_suite
+from vitbench.catalog.suites import SUITES, Suite
 from vitbench.cli.options import words
 from vitbench.errors import UserError
 from vitbench.protocols.bounds import MAX_VALUES
 from vitbench.protocols.registry import get_protocol, option_table
-from vitbench.registry import get_dataset, get_model, get_suite
-from vitbench.suites import SUITES, Suite
 
 log = logging.getLogger("vitbench")
 

@@ -10,7 +10,6 @@ from typing import Annotated
 
 from rich.table import Table
 
-from vitbench.atomic import write_atomic
 from vitbench.cli import options as o
 from vitbench.cli.app import app, command_began, out, print_table
 from vitbench.cli.options import (
@@ -18,10 +17,11 @@ from vitbench.cli.options import (
     option,
 )
 from vitbench.cli.run_options import DataSource
-from vitbench.dedup_method import Method
 from vitbench.errors import UserError
 from vitbench.execution.estimate import duration
-from vitbench.text_safety import csv_frame
+from vitbench.files.atomic import write_atomic
+from vitbench.files.text_safety import csv_frame
+from vitbench.store.dedup_method import Method
 
 DEFAULT_THRESHOLD = Method.threshold  # (dedup_method.py loads no torch: --help stays light)
 

@@ -9,18 +9,18 @@ from typing import Annotated
 
 from rich.table import Column, Table
 
-from vitbench import registry
+from vitbench.catalog import registry
+from vitbench.catalog.entry_points import AUTOLOAD_ENV, GROUPS, autoload_disabled, plugins
+from vitbench.catalog.suites import SUITES
 from vitbench.cli.app import app, out, print_table
 from vitbench.cli.options import DataDir, argument, check_data_dir, option
 from vitbench.datasets import dataset_status
 from vitbench.datasets.status import source_counts
 from vitbench.datasets.vtab import ROOT_FOLDER as VTAB_ROOT
-from vitbench.devices import cpu_name
-from vitbench.entry_points import AUTOLOAD_ENV, GROUPS, autoload_disabled, plugins
 from vitbench.errors import UserError
+from vitbench.host.devices import cpu_name
 from vitbench.protocols.registry import protocols
 from vitbench.provenance import git_sha
-from vitbench.suites import SUITES
 from vitbench.version import __version__
 
 
@@ -48,7 +48,7 @@ def ls(
             )
         t.add_row("timm:<architecture>", "timm", "any of timm.list_models()", "timm:<architecture>.<tag>",
                   "any timm backbone, no plugin needed: e.g. --model timm:convnext_tiny")  # fmt: skip
-        from vitbench import paper  # (its tables load pandas: only this listing reads them)
+        from vitbench.reference import paper  # (its tables load pandas: only this listing reads them)
 
         t.caption = "paper columns for --compare: " + ", ".join(paper.columns())
     elif what == "datasets":

@@ -12,9 +12,9 @@ from typing import Annotated, Any, get_args
 import typer
 from rich.markup import escape
 
-from vitbench.devices import PIPELINES, PRECISIONS
 from vitbench.errors import UserError, listed
-from vitbench.out_paths import check_out_file, check_out_folder
+from vitbench.files.out_paths import check_out_file, check_out_folder
+from vitbench.host.devices import PIPELINES, PRECISIONS
 from vitbench.protocols.registry import BUILTIN
 
 # the choices commands check against (o.PIPELINES) and the checks of output paths (o.check_out_file)

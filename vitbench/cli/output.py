@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vitbench import store
-from vitbench.atomic import write_atomic
 from vitbench.cli.app import err, print_table, table_width
 from vitbench.cli.options import check_choice, check_out_file
 from vitbench.errors import UserError
+from vitbench.files.atomic import write_atomic
 from vitbench.protocols.registry import own_view, protocols
 from vitbench.views import registry
 

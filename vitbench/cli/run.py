@@ -23,10 +23,10 @@ from vitbench.cli.output import ended_well, print_summary_table
 from vitbench.cli.run_cluster import JobsProgress, cluster_options, report
 from vitbench.cli.run_plan import print_plan
 from vitbench.cli.run_progress import Progress
-from vitbench.devices import device_name, resolve_device
 from vitbench.engine import loader_workers
 from vitbench.errors import UserError
 from vitbench.execution import estimate
+from vitbench.host.devices import device_name, resolve_device
 from vitbench.protocols.base import Request
 from vitbench.protocols.registry import get_protocol, option_table
 from vitbench.protocols.requests import SHARED, make_request

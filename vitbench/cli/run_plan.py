@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vitbench.cli.app import out, print_table
-from vitbench.devices import resolve_device
-from vitbench.downloads import cache_root
 from vitbench.execution import estimate, jobs_price, overheads, solve_price
+from vitbench.files.downloads import cache_root
+from vitbench.host.devices import resolve_device
 from vitbench.protocols.base import Request
 from vitbench.protocols.measures import weights_label
 from vitbench.protocols.registry import get_protocol

@@ -9,9 +9,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitbench.atomic import read_regular
-from vitbench.downloads import cache_root
 from vitbench.execution import estimate
+from vitbench.files.atomic import read_regular
+from vitbench.files.downloads import cache_root
 from vitbench.protocols.base import RunSpec
 from vitbench.protocols.measures import progress_text, weights_label
 from vitbench.protocols.registry import get_protocol

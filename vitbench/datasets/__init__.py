@@ -1,6 +1,9 @@
 """Datasets in the on-disk formats researchers already have: torchvision's layouts under
 `--data-dir` (env VITBENCH_DATA), ImageFolder trees, the VTAB-1k folder layout, and TFDS. Nothing
-is ever downloaded. `DATASETS` is the table of specs; `find_dataset` also resolves `folder:<path>`."""
+is ever downloaded. `DATASETS` is the table of specs; `find_dataset` also resolves `folder:<path>`.
+
+May import: vitbench.provenance, vitbench.files and vitbench.errors; never the models, the engine
+or anything above (a Split holds numpy arrays or paths, never torch tensors)."""
 
 from __future__ import annotations
 

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from vitbench.atomic import read_regular
 from vitbench.datasets.decoding import CorruptImage, decode
 from vitbench.datasets.records import Records
 from vitbench.errors import UserError
+from vitbench.files.atomic import read_regular
 from vitbench.provenance import fingerprint_files, sha256_text
 
 log = logging.getLogger("vitbench")

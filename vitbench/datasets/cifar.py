@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.atomic import read_regular
 from vitbench.datasets.base import Split, require
 from vitbench.errors import UserError, one_line
+from vitbench.files.atomic import read_regular
 from vitbench.provenance import fingerprint_files
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.atomic import read_regular, write_atomic
 from vitbench.datasets.base import Split
-from vitbench.downloads import cache_root
 from vitbench.errors import UserError
+from vitbench.files.atomic import read_regular, write_atomic
+from vitbench.files.downloads import cache_root
 
 DIGITS_TRAIN = 1000  # the first 1000 of sklearn's 1797 digits train, the remaining 797 test
 

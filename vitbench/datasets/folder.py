@@ -12,8 +12,8 @@ import numpy as np
 from vitbench.datasets.base import DatasetFormat, DatasetSpec, Split, fingerprinted, require_dir
 from vitbench.datasets.image_folders import class_folders
 from vitbench.errors import UserError
+from vitbench.files.text_safety import non_utf8_byte
 from vitbench.provenance import sha256_file, sha256_text
-from vitbench.text_safety import non_utf8_byte
 
 PREFIX = "folder:"
 log = logging.getLogger("vitbench")

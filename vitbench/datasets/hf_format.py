@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from vitbench import downloads
 from vitbench.datasets.base import DatasetFormat, DatasetSpec
 from vitbench.datasets.container_spec import ContainerSplit, by_split, container_spec, identity, read_once, split_of
 from vitbench.datasets.image_folders import holds_images
@@ -26,6 +25,7 @@ from vitbench.datasets.records import Records, open_binary, remote_fs, store_err
 from vitbench.datasets.table_images import TableImages, image_paths, parquet_image_paths
 from vitbench.datasets.table_images import pyarrow_module as _pyarrow
 from vitbench.errors import UserError, one_line
+from vitbench.files import downloads
 
 PREFIX = "hf"
 IMAGE_NAMES = ("image", "img", "jpg", "png", "webp")

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from vitbench import downloads
-from vitbench.atomic import write_atomic
 from vitbench.datasets import store_clients
 from vitbench.errors import UserError, one_line
+from vitbench.files import downloads
+from vitbench.files.atomic import write_atomic
 from vitbench.provenance import sha256_text
 
 

@@ -20,9 +20,9 @@ import numpy as np
 
 from vitbench.datasets.base import DatasetFormat, DatasetSpec
 from vitbench.datasets.container_spec import ContainerSplit, container_spec, identity, info_digest, read_once, split_of
+from vitbench.datasets.native_stderr import held_back
 from vitbench.datasets.records import OffsetContainer, Records, concatenated, kept_index
 from vitbench.errors import UserError, one_line
-from vitbench.native_stderr import held_back
 
 PREFIX = "tfds"
 INDEX_VERSION = 2  # 2: records checked against their CRCs as they are indexed
@@ -51,7 +51,7 @@ def _checked(data: bytes, stored_crc: bytes, where: Callable[[], str]) -> bytes:
 def _tfds():
     torchvision_before_tensorflow()
     try:
-        with held_back():  # TensorFlow's start-up chatter (vitbench/native_stderr.py)
+        with held_back():  # TensorFlow's start-up chatter (vitbench/datasets/native_stderr.py)
             import tensorflow_datasets as tfds
     except ImportError:
         raise UserError("tfds: datasets need TensorFlow Datasets: pip install 'vitbench[tfds]'") from None

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench import downloads
 from vitbench.datasets.base import Split
+from vitbench.datasets.native_stderr import held_back
 from vitbench.datasets.vtab import TASKS_BY_KEY, VtabTask, dataset_name
 from vitbench.errors import UserError, one_line
-from vitbench.native_stderr import held_back
+from vitbench.files import downloads
 from vitbench.provenance import sha256_file
 
 Record = dict  # one TFDS example as numpy values (nested dicts for `objects`)
@@ -167,7 +167,7 @@ def _root_logging_kept():
 def _builder(rule: TfdsTask, data_dir: Path | None):
     """(tfds, the task's TFDS builder under `data_dir`, its split sizes: empty where not prepared)."""
     # TensorFlow's start-up chatter is held back in the `vitbench` command's own process only
-    # (vitbench/native_stderr.py): a program that reads TFDS through vitbench keeps its stderr as it is
+    # (vitbench/datasets/native_stderr.py): a program that reads TFDS through vitbench keeps its stderr as it is
     try:
         with held_back():
             import tensorflow_datasets as tfds

@@ -34,17 +34,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitbench.backend import ModelSpec, Preprocessing
+from vitbench.catalog.registry import get_dataset, get_model
 from vitbench.datasets import Split
-from vitbench.devices import autocast, device_name, peak_flops, resolve_precision
 from vitbench.engine import optimization, training
 from vitbench.engine.bench_timm import timm_row
 from vitbench.engine.bench_types import Config, Options, Row
 from vitbench.engine.device_data import choose, decodes_on_device
 from vitbench.engine.distributed import World
 from vitbench.engine.inference import run_over
+from vitbench.host.devices import autocast, device_name, peak_flops, resolve_precision
+from vitbench.models.backend import ModelSpec, Preprocessing
 from vitbench.provenance import environment
-from vitbench.registry import get_dataset, get_model
 from vitbench.weights import RANDOM, build_model
 
 log = logging.getLogger("vitbench")

@@ -14,10 +14,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from vitbench.backend import ModelSpec
+from vitbench.catalog.registry import get_model
 from vitbench.engine.bench_types import Config, Options, Row
 from vitbench.errors import UserError
-from vitbench.registry import get_model
+from vitbench.models.backend import ModelSpec
 
 log = logging.getLogger("vitbench")
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vitbench.catalog.registry import get_model
 from vitbench.errors import UserError
-from vitbench.registry import get_model
 
 if TYPE_CHECKING:  # a type only: `vitbench bench --help` reads these without loading torch
     import torch

@@ -39,12 +39,12 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vitbench.atomic import read_regular, write_atomic
 from vitbench.datasets import CorruptImage, Split
-from vitbench.dedup_method import Method
 from vitbench.engine.dedup_compare import THUMB, correlation, descriptors, variants
 from vitbench.engine.loader_workers import started, worker_options
 from vitbench.errors import one_line
+from vitbench.files.atomic import read_regular, write_atomic
+from vitbench.store.dedup_method import Method
 
 log = logging.getLogger("vitbench")
 

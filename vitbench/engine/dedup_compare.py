@@ -10,7 +10,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from vitbench.dedup_method import THUMB
+from vitbench.store.dedup_method import THUMB
 
 CENTRE = 26  # the test thumbnail's centre window, compared at every shift up to (THUMB - CENTRE) / 2
 GRID = 8  # the candidate descriptor's resolution

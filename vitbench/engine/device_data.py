@@ -24,13 +24,13 @@ import numpy as np
 import torch
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 
-from vitbench import pil_resample
-from vitbench.backend import Preprocessing
 from vitbench.datasets import CorruptImage, Split
 from vitbench.datasets.base import decode
 from vitbench.engine.loader_workers import started, worker_options
 from vitbench.engine.train_data import Box, MicroBatches, Stream, _item_seed, apply_box, draw_box
 from vitbench.errors import UserError
+from vitbench.models import pil_resample
+from vitbench.models.backend import Preprocessing
 
 log = logging.getLogger("vitbench")
 

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from vitbench import pil_resample
-from vitbench.backend import Preprocessing
 from vitbench.datasets import CorruptImage, Split
 from vitbench.engine.device_data import DeviceImages, decode_many, file_loader, pinned, unpack
 from vitbench.engine.loader_workers import started
-from vitbench.preprocessing import per_size
+from vitbench.models import pil_resample
+from vitbench.models.backend import Preprocessing
+from vitbench.models.preprocessing import per_size
 
 
 def eval_resize(images: torch.Tensor | list[torch.Tensor], pre: Preprocessing) -> torch.Tensor:

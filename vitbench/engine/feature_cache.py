@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.atomic import write_atomic
 from vitbench.datasets import Split
-from vitbench.devices import Runtime
 from vitbench.engine.distributed import broadcast, world
 from vitbench.engine.inference import Outputs
+from vitbench.files.atomic import write_atomic
+from vitbench.host.devices import Runtime
 from vitbench.provenance import ANY, canonical_json, keyed_hparams, sha256_text
 from vitbench.store.shards import quarantine
 

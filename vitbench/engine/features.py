@@ -12,12 +12,12 @@ import numpy as np
 import torch
 
 from vitbench.datasets import Split
-from vitbench.devices import Clock, Runtime, autocast
 from vitbench.engine import device_data, freed_memory, stopping
 from vitbench.engine.distributed import world
 from vitbench.engine.feature_cache import cache_key, feature_parts
 from vitbench.engine.inference import Outputs, run_over_parts
 from vitbench.errors import UserError
+from vitbench.host.devices import Clock, Runtime, autocast
 from vitbench.weights import build_model
 
 log = logging.getLogger("vitbench")

@@ -13,13 +13,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from vitbench.backend import Preprocessing
 from vitbench.datasets import Split
 from vitbench.datasets.transformed import TransformedSplit
 from vitbench.engine import device_data, device_eval
 from vitbench.engine.loader_workers import started, worker_options
 from vitbench.engine.progress import track
 from vitbench.errors import UserError
+from vitbench.models.backend import Preprocessing
 
 log = logging.getLogger("vitbench")
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from vitbench.devices import autocast
 from vitbench.errors import UserError
+from vitbench.host.devices import autocast
 
 if TYPE_CHECKING:
     from vitbench.engine.distributed import World

@@ -7,10 +7,10 @@ import time
 
 import torch
 
-from vitbench.backend import ModelSpec
-from vitbench.devices import autocast
 from vitbench.engine.bench import _fresh_model, _timed
 from vitbench.engine.optimization import fusable
+from vitbench.host.devices import autocast
+from vitbench.models.backend import ModelSpec
 
 # the forward rate a dry run estimates with: batches of this many images (extraction runs 64; one
 # image left a CPU's threads half idle), one untimed, then timed until both counts below are reached

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitbench.atomic import write_atomic
 from vitbench.errors import one_line
+from vitbench.files.atomic import write_atomic
 
 log = logging.getLogger("vitbench")
 

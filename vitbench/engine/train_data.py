@@ -20,7 +20,7 @@ import torch
 from vitbench.datasets import Split
 from vitbench.datasets.transformed import TransformedSplit
 from vitbench.engine.loader_workers import worker_options
-from vitbench.preprocessing import resize_like_tf
+from vitbench.models.preprocessing import resize_like_tf
 
 # vit_jax's inception crop (vit_jax/input_pipeline.py): tf.image.sample_distorted_bounding_box with
 # area_range=(0.05, 1.0), min_object_covered=0 and the op's defaults, aspect_ratio_range=(0.75, 1.33)

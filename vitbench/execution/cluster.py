@@ -31,12 +31,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vitbench.atomic import write_atomic
 from vitbench.engine import stopping
 from vitbench.errors import UserError, one_line
 from vitbench.execution import job_ledger, job_process, job_resources, job_watch
 from vitbench.execution.job_watch import Tally  # noqa: F401  (what `on_progress` is given)
 from vitbench.execution.launch import torchrun_command
+from vitbench.files.atomic import write_atomic
 from vitbench.protocols.registry import get_protocol
 from vitbench.provenance import command_line
 

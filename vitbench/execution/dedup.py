@@ -15,14 +15,15 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from vitbench import registry, store
+from vitbench import store
+from vitbench.catalog import registry
 from vitbench.datasets import DatasetSpec, Split
-from vitbench.devices import device_name
 from vitbench.engine import dedup
 from vitbench.engine.progress import track
 from vitbench.errors import UserError
 from vitbench.execution import recorder
 from vitbench.execution.lease import Lease
+from vitbench.host.devices import device_name
 from vitbench.provenance import canonical_json, environment, sha256_text
 
 log = logging.getLogger("vitbench")

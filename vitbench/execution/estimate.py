@@ -12,16 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitbench.atomic import keep_json
-from vitbench.devices import PEAK_BF16_FLOPS, peak_flops
+from vitbench.catalog.registry import get_model
 from vitbench.engine.bench_types import MODES
 from vitbench.errors import UserError
 from vitbench.execution.kept_rates import busy_entry, kept_rates, stamped
 from vitbench.execution.machine_load import busy_text, others_while
+from vitbench.files.atomic import keep_json
+from vitbench.host.devices import PEAK_BF16_FLOPS, peak_flops
 from vitbench.protocols.base import Group
 from vitbench.protocols.registry import get_protocol
-from vitbench.registry import get_model
-from vitbench.shipped_rates import rows_for
+from vitbench.reference.shipped_rates import rows_for
 
 if TYPE_CHECKING:
     import torch
@@ -105,7 +105,7 @@ def parse_assume_mfu(text: str, device_name: str) -> Rate:
 
 
 def price_on(kind: str, fallback: Rate | None = None) -> Rate:
-    """`--price-on h100`: the rates vitbench ships for that GPU (vitbench/shipped_rates.py), as FLOP/s
+    """`--price-on h100`: the rates vitbench ships for that GPU (vitbench/reference/shipped_rates.py), as FLOP/s
     of each measured (model, resolution, mode): images/s x the FLOPs vitbench counts per image (3
     forward passes for a training image). Configurations never measured there take `fallback`'s
     (--assume-mfu) where given; else they are not priced."""

@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from vitbench.catalog.registry import get_dataset
 from vitbench.datasets import IMAGE_SUFFIXES, CorruptImage
 from vitbench.datasets.base import decode
 from vitbench.engine.progress import track
 from vitbench.errors import UserError
 from vitbench.provenance import canonical_json, environment, fingerprint_files, sha256_text
-from vitbench.registry import get_dataset
 from vitbench.weights import build_model
 from vitbench.weights.resolved import resolve as resolve_weights
 

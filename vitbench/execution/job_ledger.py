@@ -13,9 +13,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from vitbench.atomic import read_regular, write_atomic
 from vitbench.execution import slurm_jobs
 from vitbench.execution.job_watch import Watched
+from vitbench.files.atomic import read_regular, write_atomic
 
 log = logging.getLogger("vitbench")
 

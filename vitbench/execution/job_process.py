@@ -25,7 +25,10 @@ from contextlib import contextmanager
 
 from vitbench import provenance
 from vitbench.engine import stopping
-from vitbench.logs import configure_logging
+from vitbench.host.logs import configure_logging
+from vitbench.protocols.base import RunSpec
+from vitbench.protocols.measures import progress_text, weights_label
+from vitbench.protocols.registry import get_protocol
 
 log = logging.getLogger("vitbench")
 
@@ -114,3 +117,19 @@ def arranged(command: str | None, processes: int = 1, requeue: bool = True) -> I
         stopping.arm(False)
         provenance.submitted_as(None)
         torch.set_num_threads(threads_before)
+
+
+def said_in_the_log(total: int) -> Callable[[RunSpec, dict], None]:
+    """A cluster job's line per stored run, in its log, as `vitbench run` says it (its weights named: a
+    random-init run and a pretrained one read alike): `[1/4] vit-ti/16 (random init) digits fewshot
+    shots=5 seed 0: accuracy 71.2%`."""
+    count = [0]
+
+    def said(spec: RunSpec, metrics: dict) -> None:
+        count[0] += 1
+        protocol = get_protocol(spec.protocol)
+        what = " ".join(part for part in (spec.protocol, protocol.describe(spec), f"seed {spec.seed}") if part)
+        log.info("[%d/%d] %s (%s) %s %s: %s", count[0], total, spec.model, weights_label(spec), spec.dataset, what,
+                 progress_text(protocol.metrics, metrics))  # fmt: skip
+
+    return said

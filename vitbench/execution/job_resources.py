@@ -25,7 +25,7 @@ import functools
 import math
 from dataclasses import replace
 
-from vitbench.backend import ModelSpec
+from vitbench.models.backend import ModelSpec
 from vitbench.protocols.base import Group, Request, Trainer
 from vitbench.protocols.registry import get_protocol
 

@@ -9,8 +9,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from vitbench.atomic import read_json_object
 from vitbench.execution.machine_load import BUSY_ABOVE
+from vitbench.files.atomic import read_json_object
 
 MAX_RATES_BYTES = 2_000_000  # some thousands of (device, model, resolution) entries; 250 MB took 2.1 GB
 KEEP_DAYS = 30  # a measurement this old is measured again (a machine's drivers and load change)

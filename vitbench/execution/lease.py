@@ -17,10 +17,10 @@ import time
 import uuid
 from pathlib import Path
 
-from vitbench.atomic import read_regular
 from vitbench.engine import stopping
 from vitbench.errors import UserError
 from vitbench.execution import slurm_jobs
+from vitbench.files.atomic import read_regular
 
 log = logging.getLogger("vitbench")
 

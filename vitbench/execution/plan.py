@@ -12,16 +12,16 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from vitbench import downloads
-from vitbench.backend import Preprocessing
+from vitbench.catalog.registry import fetch_dataset, get_dataset, get_model, get_suite
+from vitbench.catalog.suites import Suite
 from vitbench.datasets import DatasetSpec
-from vitbench.devices import Runtime
 from vitbench.errors import UserError
-from vitbench.plugin_code import plugin_code
+from vitbench.files import downloads
+from vitbench.host.devices import Runtime
+from vitbench.models.backend import Preprocessing
 from vitbench.protocols.base import Group, Request, Trainer
 from vitbench.protocols.registry import get_protocol, option_table
-from vitbench.registry import fetch_dataset, get_dataset, get_model, get_suite
-from vitbench.suites import Suite
+from vitbench.provenance.plugin_code import plugin_code
 from vitbench.weights import RANDOM, RANDOM_INIT_SEED, pretrained
 from vitbench.weights.names import is_named
 from vitbench.weights.resolved import Weights

@@ -14,13 +14,13 @@ from pathlib import Path
 import torch
 
 from vitbench import store
-from vitbench.atomic import write_atomic
-from vitbench.devices import cpu_kernels, device_name, peak_flops
 from vitbench.engine.distributed import World
 from vitbench.errors import UserError
 from vitbench.execution.job_process import job_label
 from vitbench.execution.lease import Leases
 from vitbench.execution.trackers import Trackers
+from vitbench.files.atomic import write_atomic
+from vitbench.host.devices import cpu_kernels, device_name, peak_flops
 from vitbench.protocols.base import Group, Protocol, Request, Result
 from vitbench.protocols.registry import get_protocol
 from vitbench.provenance import canonical_json, environment, sha256_text

@@ -7,12 +7,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from vitbench.devices import Runtime, resolve_device
 from vitbench.engine import stopping
 from vitbench.engine.distributed import broadcast, setup
 from vitbench.errors import UserError, one_line
 from vitbench.execution.lease import Lease, Leases
 from vitbench.execution.recorder import Recorder, RefusedResult
+from vitbench.host.devices import Runtime, resolve_device
 from vitbench.protocols.base import Group, Request, RunSpec
 from vitbench.protocols.registry import get_protocol, protocols
 from vitbench.store.shards import shard_path

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitbench.atomic import keep_json
 from vitbench.execution.kept_rates import busy_entry, is_moment, kept_entries, stamped
 from vitbench.execution.machine_load import others_while
+from vitbench.files.atomic import keep_json
 from vitbench.protocols.base import SOLVE_KINDS, Group
 from vitbench.protocols.registry import get_protocol
 

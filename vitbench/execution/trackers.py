@@ -24,8 +24,8 @@ import types
 from pathlib import Path
 
 from vitbench.errors import UserError, one_line
+from vitbench.files.text_safety import visible
 from vitbench.protocols.registry import protocols
-from vitbench.text_safety import visible
 
 log = logging.getLogger("vitbench")
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 from typing import Protocol as TypingProtocol
 
-from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec, Split
-from vitbench.devices import DEFAULT_WORKERS, PIPELINES, PRECISIONS, Runtime
 from vitbench.errors import UserError
+from vitbench.host.devices import DEFAULT_WORKERS, PIPELINES, PRECISIONS, Runtime
+from vitbench.models.backend import ModelSpec, Preprocessing
 from vitbench.protocols import bounds
 from vitbench.protocols.measures import Axis, Metric
 from vitbench.protocols.options import Given, ProtocolOptions
@@ -191,7 +191,7 @@ class Recorder(TypingProtocol):
 class ModelInputs:
     """What the model sees in a protocol's runs: the image size when `--res` is not given (None:
     the weights' own), and the protocol's preprocessing made from the weights' published recipe at
-    the run's size (vitbench/preprocessing.py; by default big_vision's few-shot recipe in the
+    the run's size (vitbench/models/preprocessing.py; by default big_vision's few-shot recipe in the
     weights' value range)."""
 
     res: int | None = None

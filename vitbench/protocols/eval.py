@@ -10,9 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec
-from vitbench.devices import Clock, Runtime, autocast
 from vitbench.engine.scoring import (
     Predictions,
     calibration,
@@ -22,6 +20,8 @@ from vitbench.engine.scoring import (
     scores_over_the_head,
     with_other,
 )
+from vitbench.host.devices import Clock, Runtime, autocast
+from vitbench.models.backend import ModelSpec, Preprocessing
 from vitbench.protocols.base import Group, ModelInputs, Protocol, Recorder, Request, Result, RunSpec
 from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import DATA_PANEL, ProtocolOptions, option

@@ -18,9 +18,9 @@ import numpy as np
 
 from vitbench.datasets import DatasetSpec, Split
 from vitbench.datasets.base import DEV_SEED
-from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
 from vitbench.errors import UserError
+from vitbench.host.devices import Clock, Runtime
 from vitbench.protocols.base import (
     Group,
     Protocol,

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from vitbench.backend import ModelSpec, Preprocessing
 from vitbench.datasets import DatasetSpec
-from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids, scores
 from vitbench.errors import UserError
+from vitbench.host.devices import Clock, Runtime
+from vitbench.models.backend import ModelSpec, Preprocessing
 from vitbench.protocols.base import Group, ModelInputs, Protocol, Recorder, Request, Result, RunSpec, Work
 from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import FINETUNE_PANEL, limits, option

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from vitbench.datasets import DatasetSpec
-from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
+from vitbench.host.devices import Clock, Runtime
 from vitbench.protocols.base import (
     FrozenFeatureProtocol,
     Group,

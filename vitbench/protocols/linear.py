@@ -14,8 +14,8 @@ import numpy as np
 
 from vitbench.datasets import DatasetSpec
 from vitbench.datasets.base import dev_holdout
-from vitbench.devices import Clock, Runtime
 from vitbench.engine.scoring import Predictions, image_ids
+from vitbench.host.devices import Clock, Runtime
 from vitbench.protocols.base import (
     FrozenFeatureProtocol,
     Group,

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitbench.backend import ModelSpec, Preprocessing
+from vitbench.catalog.registry import get_dataset
 from vitbench.datasets import DatasetSpec
-from vitbench.devices import Runtime
 from vitbench.errors import UserError
+from vitbench.host.devices import Runtime
+from vitbench.models.backend import ModelSpec, Preprocessing
 from vitbench.protocols import pretrain_recipe as recipe
 from vitbench.protocols.base import Group, ModelInputs, Recorder, Request, Result, RunSpec, Trainer, Work
 from vitbench.protocols.bounds import INT32_MAX, MAX_EPOCHS
@@ -30,7 +31,6 @@ from vitbench.protocols.fewshot import FEWSHOT, FewshotOptions
 from vitbench.protocols.measures import Metric
 from vitbench.protocols.options import PRETRAIN_PANEL, Given, limits, option
 from vitbench.protocols.shared_options import SEEDS, TrainingOptions, train_order_hparams
-from vitbench.registry import get_dataset
 from vitbench.weights import RANDOM
 
 # The engine (and torch) is imported where a protocol plans or runs: reading its name, label and
@@ -161,7 +161,7 @@ class Pretrain(Trainer):
             raise UserError("--protocol pretrain: trains from random init; give --weights random (or leave it out)")
         o, backend = PretrainOptions.of(req), group.model.backend
         assert backend is not None  # (a paper-only name never reaches a plan)
-        from vitbench import position_embeddings
+        from vitbench.models import position_embeddings
 
         if o.pos_embed not in position_embeddings.POS_EMBED:
             raise UserError(f"--pos-embed {o.pos_embed}: expected one of {', '.join(position_embeddings.POS_EMBED)}")

@@ -13,9 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vitbench import position_embeddings
 from vitbench.datasets import DatasetSpec, Split
-from vitbench.devices import Runtime
 from vitbench.engine import train_checkpoint, training
 from vitbench.engine.dedup import Method, duplicates_in
 from vitbench.engine.device_data import choose as choose_pipeline
@@ -24,6 +22,8 @@ from vitbench.engine.distributed import barrier
 from vitbench.engine.inference import run_over
 from vitbench.engine.pretrain_objectives import Classifier, MaskedPatchPrediction
 from vitbench.errors import UserError
+from vitbench.host.devices import Runtime
+from vitbench.models import position_embeddings
 from vitbench.protocols import pretrain_recipe as recipe
 from vitbench.protocols.base import Group, Recorder, Request, Result, RunSpec
 from vitbench.protocols.finetune import checkpoint_interval

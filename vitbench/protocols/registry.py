@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 from functools import cache
 
-from vitbench.entry_points import PROTOCOLS, Registry, load_group
+from vitbench.catalog.entry_points import PROTOCOLS, Registry, load_group
 from vitbench.errors import UserError
 from vitbench.protocols.base import Protocol
 from vitbench.protocols.eval import EVAL

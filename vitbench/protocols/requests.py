@@ -9,12 +9,12 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from vitbench.catalog.registry import get_suite
 from vitbench.errors import UserError
 from vitbench.protocols.base import Request
 from vitbench.protocols.bounds import MAX_VALUES
 from vitbench.protocols.options import Given, declared
 from vitbench.protocols.registry import BUILTIN, option_classes, option_table
-from vitbench.registry import get_suite
 
 SHARED = tuple(f.name for f in fields(Request) if f.name != "options")
 SHARED_LISTS = ("datasets", "tracker")

@@ -2,7 +2,11 @@
 
 This package's public API (what the rest of vitbench and users import as `vitbench.store`), loaded
 on first use: DuckDB and pandas cost half a second, which `vitbench --help` and a protocol's
-declarations never pay."""
+declarations never pay.
+
+May import: what is below it in pyproject.toml's layers (it uses provenance, files, version and
+errors; the protocols' registry tells it which metrics are fractions by registering them with it);
+never the engine, the protocols or anything above."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from vitbench.atomic import read_regular, write_atomic
 from vitbench.errors import one_line
+from vitbench.files.atomic import read_regular, write_atomic
 from vitbench.store.merge import is_store_error, unavailable
 from vitbench.store.schema import ENVIRONMENT_COLUMNS, transaction
 from vitbench.store.shards import quarantine

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vitbench.errors import UserError
-from vitbench.text_safety import non_utf8_byte
+from vitbench.files.text_safety import non_utf8_byte
 
 if TYPE_CHECKING:
     import duckdb

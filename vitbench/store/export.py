@@ -19,12 +19,12 @@ import duckdb
 import pandas as pd
 
 from vitbench import store
-from vitbench.atomic import write_atomic
 from vitbench.errors import UserError, io_reason, one_line
+from vitbench.files.atomic import write_atomic
+from vitbench.files.text_safety import csv_frame, csv_text
 from vitbench.store import duck
 from vitbench.store.predictions import checked_predictions
 from vitbench.store.query import apply_where, json_field
-from vitbench.text_safety import csv_frame, csv_text
 
 log = logging.getLogger("vitbench")
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vitbench.atomic import write_atomic
 from vitbench.errors import UserError, io_reason
+from vitbench.files.atomic import write_atomic
 from vitbench.provenance import sha256_file
 from vitbench.store import duck
 from vitbench.store.shards import shard_dir

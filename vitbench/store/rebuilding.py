@@ -15,8 +15,8 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from vitbench.atomic import remove_dead_writers_temps, temp_beside
 from vitbench.errors import UserError
+from vitbench.files.atomic import remove_dead_writers_temps, temp_beside
 from vitbench.store import duck
 from vitbench.store.audit_shards import ingest_audits
 from vitbench.store.catalog import StoreRefused, checked_version

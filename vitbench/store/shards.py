@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vitbench.atomic import read_regular
+from vitbench.files.atomic import read_regular
 from vitbench.provenance import KEYED_AS, explicit_hparams
 from vitbench.store.row_checks import fractions, metric_problem
 

@@ -13,4 +13,7 @@ The rooms, each importing only from those below it (pyproject.toml's `[tool.impo
 
 Tables and figures never import each other or the report; the statistics import no table, figure
 or report. docs/architecture.md walks one number through these rooms.
+
+May import: the protocols' declarations (their metrics, axes and registry), the store and what is below
+it; never execution, the engine, the weights or torch (tests/test_architecture.py), the API or the CLI.
 """

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitbench import store
-from vitbench.entry_points import VIEWS, Registry, load_group
+from vitbench.catalog.entry_points import VIEWS, Registry, load_group
 from vitbench.errors import UserError, listed
 from vitbench.protocols.base import Protocol
 from vitbench.protocols.registry import BUILTIN, protocols

@@ -1,7 +1,10 @@
 """Weights files: reading Google .npz, .safetensors, .pth and local hub tags into a backbone
 (loading.py, npz.py, hub.py), and describing or converting a file (describe.py).
 
-This package's public API (what the rest of vitbench and users import as `vitbench.weights`)."""
+This package's public API (what the rest of vitbench and users import as `vitbench.weights`).
+
+May import: vitbench.reference, the catalog, host, models, datasets, provenance and files; never
+the engine, the protocols or anything above."""
 
 from typing import TYPE_CHECKING
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
-from vitbench import registry
-from vitbench.atomic import write_atomic
+from vitbench.catalog import registry
 from vitbench.errors import UserError, one_line
-from vitbench.out_paths import check_out_file
+from vitbench.files.atomic import write_atomic
+from vitbench.files.out_paths import check_out_file
 from vitbench.provenance import sha256_file
 from vitbench.weights import apply_state, check_weights_file, read_state_dict
 from vitbench.weights.npz import grid_side, layout_prefix, open_npz

@@ -16,11 +16,11 @@ import os
 import re
 from pathlib import Path
 
-from vitbench import downloads
-from vitbench.atomic import write_atomic
-from vitbench.backend import ModelSpec
-from vitbench.downloads import hub_cache
 from vitbench.errors import UserError, one_line
+from vitbench.files import downloads
+from vitbench.files.atomic import write_atomic
+from vitbench.files.downloads import hub_cache
+from vitbench.models.backend import ModelSpec
 from vitbench.provenance import sha256_file
 from vitbench.weights.names import HF_PREFIX, TIMM_PREFIX
 

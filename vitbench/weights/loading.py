@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vitbench.backend import ModelSpec
 from vitbench.errors import UserError, one_line
+from vitbench.models.backend import ModelSpec
 from vitbench.weights import paper_weights
 from vitbench.weights.hub import resolve_hf_hub, resolve_timm_tag
 from vitbench.weights.names import HF_PREFIX, RANDOM, RANDOM_INIT_SEED, TIMM_PREFIX

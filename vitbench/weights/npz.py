@@ -23,8 +23,8 @@ import numpy as np
 import timm
 import torch
 
-from vitbench.backend import ModelSpec
 from vitbench.errors import UserError, one_line
+from vitbench.models.backend import ModelSpec
 
 PREFIXES = ("opt/target/", "params/img/", "params/", "resnet/", "")
 

@@ -17,12 +17,12 @@ import urllib.parse
 from datetime import UTC, datetime
 from pathlib import Path
 
-from vitbench import downloads
-from vitbench.atomic import write_atomic
-from vitbench.backend import ModelSpec
+from vitbench.catalog.registry import get_model
 from vitbench.errors import UserError
+from vitbench.files import downloads
+from vitbench.files.atomic import write_atomic
+from vitbench.models.backend import ModelSpec
 from vitbench.provenance import sha256_file
-from vitbench.registry import get_model
 from vitbench.weights.names import PAPER, PAPER_PREFIX
 
 DEFAULT_BASE = "https://storage.googleapis.com"

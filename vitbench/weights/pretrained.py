@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from vitbench.atomic import write_atomic
 from vitbench.errors import UserError
+from vitbench.files.atomic import write_atomic
 
 FOLDER = "weights"
 RUN_PREFIX = "run:"

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from vitbench.backend import ModelSpec
 from vitbench.errors import UserError
+from vitbench.models.backend import ModelSpec
 from vitbench.provenance import sha256_file
 from vitbench.weights.names import RANDOM
 

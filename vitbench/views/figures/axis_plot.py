@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from vitbench.catalog.registry import get_dataset
 from vitbench.errors import UserError
 from vitbench.protocols.registry import protocols
-from vitbench.registry import get_dataset
 from vitbench.store.query import json_field
 from vitbench.views import cells
 from vitbench.views.figures.figure_kit import FILE, Figure, Look, legend_under, new_grid, runs_text, save

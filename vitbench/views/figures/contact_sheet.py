@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from vitbench.datasets import CorruptImage, Split
-from vitbench.out_paths import no_mathtext, write_figure
+from vitbench.files.out_paths import no_mathtext, write_figure
 from vitbench.views.figures.figure_kit import DPI, pyplot
 
 PAIRS_SHOWN = 12  # half the nearest pairs, half those nearest the threshold

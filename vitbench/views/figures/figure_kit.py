@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitbench.atomic import write_atomic
-from vitbench.out_paths import check_out_file, no_mathtext, write_figure
-from vitbench.text_safety import csv_frame
+from vitbench.files.atomic import write_atomic
+from vitbench.files.out_paths import check_out_file, no_mathtext, write_figure
+from vitbench.files.text_safety import csv_frame
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vitbench.out_paths import no_mathtext, write_figure
+from vitbench.files.out_paths import no_mathtext, write_figure
 from vitbench.views.figures.plots import pyplot  # matplotlib on Agg, loaded when a figure is drawn
 
 DPI = 100

@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vitbench import paper
 from vitbench.datasets.vtab import GROUPS, TASKS, group_means
 from vitbench.errors import UserError
 from vitbench.protocols.registry import with_metric
+from vitbench.reference import paper
 from vitbench.store.query import json_field, written_weights_sha
 from vitbench.views import cells
 from vitbench.views.figures.axis_plot import axis_figure

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitbench import paper
 from vitbench.errors import UserError
+from vitbench.reference import paper
 from vitbench.views.figures.figure_kit import FILE, Figure, Look, legend, new_figure, runs_text, save
 from vitbench.views.measured.dataset_titles import title
 from vitbench.views.measured.pretraining_runs import BASELINE, link

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench import store
-from vitbench.dedup_method import Method
+from vitbench.store.dedup_method import Method
 from vitbench.store.query import json_field
 
 DUPLICATE_MARK = "¶"

@@ -3,7 +3,7 @@ task counts), a plugin dataset's own title, else its name."""
 
 from __future__ import annotations
 
-from vitbench import registry
+from vitbench.catalog import registry
 from vitbench.datasets import DATASETS
 from vitbench.datasets.vtab import GROUPS, TASKS
 

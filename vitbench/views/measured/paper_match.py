@@ -15,7 +15,7 @@ from functools import cache
 
 import pandas as pd
 
-from vitbench import paper
+from vitbench.reference import paper
 from vitbench.store.query import json_field
 from vitbench.views.cells import Cell
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import pandas as pd
 
 from vitbench import store
-from vitbench.atomic import WriteFailed
 from vitbench.errors import UserError
+from vitbench.files.atomic import WriteFailed
 from vitbench.protocols.registry import protocols, with_metric
 from vitbench.store.query import apply_where, json_field
 from vitbench.views.cells import Cell, TableData

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from vitbench import paper
+from vitbench.catalog.registry import get_model
 from vitbench.errors import UserError
 from vitbench.protocols.base import Protocol
 from vitbench.protocols.registry import protocols
 from vitbench.provenance import ANY, DEFAULT_SETTINGS
-from vitbench.registry import get_model
+from vitbench.reference import paper
 from vitbench.store.query import json_field
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, Cell, TableData
 from vitbench.views.measured.axes import axis_values

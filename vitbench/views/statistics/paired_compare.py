@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitbench import stats
 from vitbench.errors import UserError
 from vitbench.store.query import apply_where, json_field
 from vitbench.views.cells import SUBSET_MARK, Cell, TableData
@@ -19,6 +18,7 @@ from vitbench.views.measured.axes import with_axes
 from vitbench.views.measured.columns import default_labels, natural_order
 from vitbench.views.measured.settings import differing, explaining, pairing, run_setting, value_text
 from vitbench.views.measured.shot_counts import cell_effective_shots
+from vitbench.views.statistics import methods as stats
 from vitbench.views.statistics.significance import Scored, matrix, outcomes, paired_outcomes
 
 log = logging.getLogger("vitbench")

@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vitbench import stats
 from vitbench.errors import UserError
 from vitbench.store.predictions import IDS_AS_DIGESTS_ABOVE, read_outcomes
 from vitbench.store.query import apply_where, json_field
 from vitbench.views.cells import TableData
 from vitbench.views.measured.columns import weights_label
 from vitbench.views.measured.settings import also_differ, pairing, run_setting
+from vitbench.views.statistics import methods as stats
 
 SIGNIFICANT_MARK = "*"
 # rows not scored on the kept labels: ReaL (its labels are not in the predictions) gets no interval

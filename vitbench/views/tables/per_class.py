@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from vitbench.errors import UserError
+from vitbench.files.text_safety import visible_name
 from vitbench.protocols.registry import declared_metric
 from vitbench.store.predictions import read_predictions
 from vitbench.store.query import json_field
-from vitbench.text_safety import visible_name
 from vitbench.views.cells import Cell, TableData
 from vitbench.views.measured.columns import measured_columns
 from vitbench.views.measured.footnotes import provenance_footnotes

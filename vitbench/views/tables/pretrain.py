@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vitbench import paper
+from vitbench.reference import paper
 from vitbench.views.cells import SMOKE_MARK, Cell, TableData
 from vitbench.views.measured.dataset_titles import title
 from vitbench.views.measured.pretraining_runs import BASELINE, link

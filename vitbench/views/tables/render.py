@@ -10,7 +10,7 @@ import re
 import pandas as pd
 
 from vitbench.errors import UserError
-from vitbench.text_safety import csv_frame, visible
+from vitbench.files.text_safety import csv_frame, visible
 from vitbench.views.cells import Cell, TableData
 
 FORMATS = ("rich", "md", "latex", "csv", "html")

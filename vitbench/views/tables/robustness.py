@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from vitbench import paper
 from vitbench.datasets.robustness import ROBUSTNESS
+from vitbench.reference import paper
 from vitbench.views.cells import SUBSET_MARK, Cell, TableData
 from vitbench.views.measured.columns import measured_columns, meta_by_column, seed_cell
 from vitbench.views.measured.footnotes import marker_footnotes, provenance_footnotes

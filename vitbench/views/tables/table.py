@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitbench import paper
 from vitbench.datasets.vtab import GROUPS, TASKS, group_means
 from vitbench.errors import UserError, listed
 from vitbench.protocols.registry import protocols
+from vitbench.reference import paper
 from vitbench.views.cells import RANDOM_MARK, SMOKE_MARK, Cell, TableData
 from vitbench.views.measured.columns import (
     Measured,

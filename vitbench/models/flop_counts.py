@@ -20,8 +20,8 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from vitbench.atomic import keep_json, read_json_object
-from vitbench.downloads import cache_root
+from vitbench.files.atomic import keep_json, read_json_object
+from vitbench.files.downloads import cache_root
 
 log = logging.getLogger("vitbench")
 FILE = "flop-counts.json"

@@ -2,7 +2,7 @@
 
 The representation is timm's own pre-logits features (`forward_features`, then
 `forward_head(pre_logits=True)`: the Backend default); normalisation comes from the architecture's
-pretrained config, the geometry from the protocol (vitbench/preprocessing.py); the head is reset
+pretrained config, the geometry from the protocol (vitbench/models/preprocessing.py); the head is reset
 to zeros for fine-tuning (Backend.create); FLOPs are counted on the meta device as for every model.
 Weights: a file, `timm:<architecture>.<tag>` from the local Hugging Face cache, or `random`.
 """
@@ -13,8 +13,8 @@ import difflib
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from vitbench.backend import Backend, ModelSpec, Preprocessing
 from vitbench.errors import UserError
+from vitbench.models.backend import Backend, ModelSpec, Preprocessing
 
 if TYPE_CHECKING:  # timm and torch load when a timm: model is named, not when vitbench starts
     import torch

@@ -8,9 +8,9 @@ import re
 import stat
 from pathlib import Path
 
-from vitbench.atomic import write_atomic
 from vitbench.errors import UserError
-from vitbench.text_safety import visible
+from vitbench.files.atomic import write_atomic
+from vitbench.files.text_safety import visible
 
 
 def check_out_file(path: Path, option: str = "--out") -> Path:

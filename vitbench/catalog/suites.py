@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vitbench.catalog.entry_points import Registry
 from vitbench.datasets.robustness import ROBUSTNESS_NAMES
 from vitbench.datasets.vtab import TASKS, dataset_name
-from vitbench.entry_points import Registry
 
 VTAB = tuple(dataset_name(t) for t in TASKS)  # Table 9's order: natural, specialized, structured
 CLASSIC = ("imagenet", "cifar10", "cifar100", "pets", "flowers102")  # Table 2's rows, in its order

@@ -10,9 +10,9 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from vitbench import flop_counts
 from vitbench.errors import UserError
-from vitbench.preprocessing import BIG_VISION_FEWSHOT, Preprocessing
+from vitbench.models import flop_counts
+from vitbench.models.preprocessing import BIG_VISION_FEWSHOT, Preprocessing
 
 if TYPE_CHECKING:  # torch and timm load where a model is built: commands that only read results never pay for them
     import torch
@@ -134,7 +134,7 @@ class Backend:
         """Forward FLOPs for one image (2 per multiply-add), counted on the meta device once per
         process and (backend class, architecture, size): a FlopCounterMode pass of ViT-H takes a
         while, and the recorder and the dry run's estimate both ask. A network timm builds is counted
-        once per machine (vitbench/flop_counts.py: a count imports torch._dynamo)."""
+        once per machine (vitbench/models/flop_counts.py: a count imports torch._dynamo)."""
         key = (type(self), spec.arch, img_size)
         if key not in _FLOPS:
             count = functools.partial(self._count_flops, spec, img_size)

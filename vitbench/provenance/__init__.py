@@ -1,5 +1,8 @@
 """Where a number came from: canonical run keys, weights and data fingerprints, the code and
-software environment."""
+software environment (here), and which code a plugin backbone ran (plugin_code.py).
+
+May import: vitbench.files, vitbench.version and vitbench.errors; everything that stores or shows a
+number imports it."""
 
 from __future__ import annotations
 
@@ -15,11 +18,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from stat import S_ISREG
 
-from vitbench.atomic import write_atomic
 from vitbench.errors import UserError
+from vitbench.files.atomic import write_atomic
 from vitbench.version import __version__
 
-_SOURCE_DIR = Path(__file__).resolve().parent.parent
+_SOURCE_DIR = Path(__file__).resolve().parents[2]  # the source tree (vitbench/provenance/ is two below it)
 
 
 def canonical_json(obj: object) -> str:

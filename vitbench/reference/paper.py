@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitbench.entry_points import Registry
+from vitbench.catalog.entry_points import Registry
 from vitbench.errors import UserError
 
 TABLES = {
@@ -27,7 +27,7 @@ def paper_dir() -> Path:
     """VITBENCH_PAPER_DIR, else the source tree's results/paper, else the installed copy."""
     candidates = [
         Path(os.environ["VITBENCH_PAPER_DIR"]) if os.environ.get("VITBENCH_PAPER_DIR") else None,
-        Path(__file__).resolve().parent.parent / "results" / "paper",
+        Path(__file__).resolve().parents[2] / "results" / "paper",
         Path(sys.prefix) / "share" / "vitbench" / "paper",
     ]
     for path in candidates:

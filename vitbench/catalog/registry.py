@@ -8,20 +8,20 @@ from __future__ import annotations
 import logging
 from functools import cache
 
-from vitbench import entry_points
-from vitbench.backend import ModelSpec
+from vitbench.catalog import entry_points
+from vitbench.catalog.entry_points import BACKENDS, PluginInfo, Registry
+from vitbench.catalog.entry_points import DATASETS as DATASET_PLUGINS
+from vitbench.catalog.suites import SUITES, Suite
 from vitbench.datasets import DATASETS, DatasetSpec
 from vitbench.datasets.base import DatasetFormat
 from vitbench.datasets.folder import FORMATS as FOLDER_FORMATS
 from vitbench.datasets.hf_format import FORMATS as HF_FORMATS
 from vitbench.datasets.tfds_format import FORMATS as TFDS_FORMATS
 from vitbench.datasets.wds_format import FORMATS as WDS_FORMATS
-from vitbench.entry_points import BACKENDS, PluginInfo, Registry
-from vitbench.entry_points import DATASETS as DATASET_PLUGINS
 from vitbench.errors import UserError
-from vitbench.suites import SUITES, Suite
-from vitbench.timm_models import PREFIX as TIMM_PREFIX
-from vitbench.timm_models import timm_spec
+from vitbench.models.backend import ModelSpec
+from vitbench.models.timm_models import PREFIX as TIMM_PREFIX
+from vitbench.models.timm_models import timm_spec
 
 log = logging.getLogger("vitbench")
 

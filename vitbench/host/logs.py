@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from vitbench.text_safety import visible
+from vitbench.files.text_safety import visible
 
 log = logging.getLogger("vitbench")
 
@@ -24,7 +24,7 @@ class _StderrHandler(logging.StreamHandler):
 
 class _Shown(logging.Formatter):
     """The message with its control characters shown as `\\xNN` (a file's name is data, never a
-    terminal sequence: vitbench/text_safety.py)."""
+    terminal sequence: vitbench/files/text_safety.py)."""
 
     def format(self, record: logging.LogRecord) -> str:
         return visible(super().format(record))

@@ -33,7 +33,7 @@ class ShippedRow:
 def measured_dir() -> Path:
     """The source tree's results/measured, else the installed copy (as the paper's tables)."""
     candidates = [
-        Path(__file__).resolve().parent.parent / "results" / "measured",
+        Path(__file__).resolve().parents[2] / "results" / "measured",
         Path(sys.prefix) / "share" / "vitbench" / "measured",
     ]
     for path in candidates:
