@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+import warm_launcher
 
 from vitbench import store
 
@@ -132,8 +133,9 @@ def test_pretrained_weights_serve_other_protocols_by_run_key(cli, results):
 
 
 def _vitbench(*args, results):
-    return subprocess.run([sys.executable, "-m", "vitbench", *map(str, args), "--results", str(results)],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    # warm (tests/warm_launcher.py): what these runs check is what they store and print, not their start
+    return warm_launcher.run([sys.executable, "-m", "vitbench", *map(str, args), "--results", str(results)],
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
 
 
 def test_data_parallel_pretraining_follows_the_single_process_trajectory(cli, tmp_path):

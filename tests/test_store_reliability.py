@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_launcher
 from held_store import hold_the_store
 
 from vitbench import store
@@ -326,8 +327,9 @@ def test_two_runs_at_once_on_one_folder_both_reach_the_database(one_run, results
 
 
 def _vitbench(*args: str, timeout: float = 120, preexec_fn=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vitbench", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=preexec_fn)  # fmt: skip
+    # warm (tests/warm_launcher.py), but cold where a test limits the process itself (preexec_fn)
+    return warm_launcher.run([sys.executable, "-m", "vitbench", *map(str, args)], capture_output=True, text=True,
+                             timeout=timeout, preexec_fn=preexec_fn)  # fmt: skip
 
 
 def test_a_fifo_among_the_shards_blocks_no_command(stored, tmp_path):
