@@ -65,6 +65,7 @@ def entry() -> None:
     # its lines once, through its own handler: a library that gives the root logger a handler
     # (TensorFlow Datasets' absl) printed each progress line again as `INFO:vitbench:…` (issue 89)
     logging.getLogger("vitbench").propagate = False
+    sys.meta_path.insert(0, loader_workers.HeldImports())  # DuckDB's initialisation runs whole
     signals_interrupt()
     try:
         main()

@@ -15,10 +15,18 @@ half-built iterator whose `__del__` printed "Exception ignored … no attribute 
 after the "interrupted" line (the workers were still reaped). The vitbench command's handler
 (`interrupt`, set in its own entry) therefore holds a signal that arrives while `started` builds the
 iterator and raises it once the iterator is whole. In a program that imports vitbench its own
-handlers stay as they are, and `started` is a plain `iter`."""
+handlers stay as they are, and `started` is a plain `iter`.
+
+The same hold (`held`) covers the import of a native extension that cannot take an interrupt while it
+initialises (HELD_IMPORTS: DuckDB's, half a second): a SIGTERM whose KeyboardInterrupt landed inside
+it was printed by the extension itself, a "Critical …" traceback before the command's "interrupted"
+line (`plot` 0.5 s after its handlers were set, in CI). `HeldImports`, put on `sys.meta_path` by the
+command's own entry, runs such an import whole and raises the signal after it."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.abc
 import os
 import signal
 import sys
@@ -114,3 +122,70 @@ def started(batches: Iterable) -> Iterator:
         del running  # a whole iterator: its `__del__` shuts its workers down
         raise KeyboardInterrupt
     return running
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """The block runs whole: a signal the command's handler takes meanwhile is raised as its
+    KeyboardInterrupt once the block is done (as `started` does; in the main thread only, and inside
+    an outer hold the outer one raises it)."""
+    global _starting_in, _held
+    if threading.current_thread() is not threading.main_thread() or _starting_in == os.getpid():
+        yield
+        return
+    _starting_in = os.getpid()
+    try:
+        yield
+    except BaseException as e:
+        _starting_in = None
+        if _held:
+            _held = False
+            raise KeyboardInterrupt from e
+        raise
+    _starting_in = None
+    if _held:
+        _held = False
+        raise KeyboardInterrupt
+
+
+HELD_IMPORTS = ("duckdb", "_duckdb")  # native extensions whose initialisation an interrupt must not cut
+
+
+class HeldImports(importlib.abc.MetaPathFinder):
+    """Imports `names` (packages and their submodules) with signals held (`held`): found by the other
+    finders, executed by their own loaders."""
+
+    def __init__(self, names: tuple[str, ...] = HELD_IMPORTS) -> None:
+        self.names = names
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname.partition(".")[0] not in self.names:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _HeldLoader(spec.loader)
+                return spec
+        return None
+
+
+class _HeldLoader(importlib.abc.Loader):
+    """A module's own loader, `create_module` (where an extension's native init runs) and
+    `exec_module` under `held`; everything else is the loader's."""
+
+    def __init__(self, loader) -> None:
+        self.loader = loader
+
+    def create_module(self, spec):
+        with held():
+            return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        with held():
+            self.loader.exec_module(module)
+
+    def __getattr__(self, name: str):
+        return getattr(self.loader, name)
