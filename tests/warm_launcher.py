@@ -10,10 +10,11 @@ the same code a cold process runs (`runpy` of `vitbench/__main__.py`, or of the 
 `python -m vitbench` and `vitbench` do) and ends the way an interpreter ends (atexit, threads, flushes).
 
 `run()` and `Popen()` take the same arguments as `subprocess.run` and `subprocess.Popen`. A command
-that is not `vitbench` (`[sys.executable, "-m", "vitbench", ...]` or the `vitbench` script), asks for
-what the launcher cannot give (`preexec_fn`, `pass_fds`, ...), or an environment the imports already
-read differently (CUDA, OpenMP and libgomp's spin, locale, Python's own variables: IMPORT_TIME) runs
-cold, as `subprocess` would: nothing is refused, nothing is pretended. VITBENCH_TEST_COLD=1 runs every
+that is not `vitbench` (`[sys.executable, "-m", "vitbench", ...]` or the `vitbench` script), or asks for
+what the launcher cannot give (`preexec_fn`, `pass_fds`, ...) runs cold, as `subprocess` would: nothing
+is refused, nothing is pretended. A command whose environment the imports read differently (CUDA,
+OpenMP, locale, Python's own variables: IMPORT_TIME) is served by a server started with it, up to
+Launcher.MOST servers a worker; past them it runs cold too. VITBENCH_TEST_COLD=1 runs every
 command cold (to compare the two).
 
 What a child shares with its server and a cold process does not: the modules already imported (so
@@ -86,15 +87,43 @@ def _which(name: str) -> str | None:
 # --- the client: what a test calls --------------------------------------------------------------------
 
 
+class Server:
+    """One warm interpreter, started with one import-time environment; it ends when this process does."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        folder = tempfile.mkdtemp(prefix="vitbench-warm-")
+        self.socket_path = os.path.join(folder, "socket")
+        self.environment = import_time_environment(env)
+        lifeline_read, self._lifeline = os.pipe()  # the server ends when this process does
+        os.set_inheritable(lifeline_read, True)
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, self.socket_path, str(lifeline_read)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, cwd=folder, pass_fds=(lifeline_read,),
+        )  # fmt: skip
+        os.close(lifeline_read)
+        ready = self.process.stdout.readline()
+        if ready.strip() != b"ready":
+            raise RuntimeError(f"the warm launcher did not start: {ready!r}")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        os.close(self._lifeline)
+        self.process.wait(timeout=30)
+
+
 class Launcher:
-    """One server, started on first use in this process (a test worker) with its environment."""
+    """The servers of this process (a test worker), one per import-time environment its commands ask
+    for, started on first use: a test that leaves such a variable changed (TensorFlow's log level, a
+    tracker's variables) gets a server of its own, up to MOST; past them a command runs cold."""
+
+    MOST = 3
 
     def __init__(self) -> None:
-        self._process: subprocess.Popen | None = None
+        self._servers: dict[tuple, Server] = {}
         self._lock = threading.Lock()
-        self.socket_path = ""
-        self.environment: dict[str, str] = {}
-        self.forked = 0  # children started: what the session's summary says
+        self.forked = 0  # children started
 
     def serves(self, args, env, kwargs) -> bool:
         asked = {k for k, v in kwargs.items() if k not in SUPPORTED and not (k in DEFAULTS and v == DEFAULTS[k])}
@@ -104,39 +133,30 @@ class Launcher:
         # libgomp's spin is chosen as a cold command starts (host/cpu_waiting.py) unless the user set it
         if not any(name in env for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")):
             return False
-        self._start(env)
-        return import_time_environment(env) == self.environment
+        return self.server(env) is not None
 
-    def _start(self, env=None) -> None:
-        """The server, started with the environment of the first command it serves."""
+    def server(self, env) -> Server | None:
+        """The server for `env`'s import-time environment, started where there is none yet."""
+        key = tuple(sorted(import_time_environment(env).items()))
         with self._lock:
-            if self._process is not None and self._process.poll() is None:
-                return
-            folder = tempfile.mkdtemp(prefix="vitbench-warm-")
-            self.socket_path = os.path.join(folder, "socket")
-            env = dict(os.environ if env is None else env)
-            self.environment = import_time_environment(env)
-            lifeline_read, self._lifeline = os.pipe()  # the server ends when this process does
-            os.set_inheritable(lifeline_read, True)
-            self._process = subprocess.Popen(
-                [sys.executable, __file__, self.socket_path, str(lifeline_read)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, cwd=folder,
-                pass_fds=(lifeline_read,), start_new_session=False,
-            )  # fmt: skip
-            os.close(lifeline_read)
-            ready = self._process.stdout.readline()
-            if ready.strip() != b"ready":
-                raise RuntimeError(f"the warm launcher did not start: {ready!r}")
+            server = self._servers.get(key)
+            if server is not None and server.alive():
+                return server
+            if server is None and len(self._servers) >= self.MOST:
+                return None
+            self._servers[key] = server = Server(dict(env))
+            return server
 
     def popen(self, args, **kwargs) -> WarmProcess:
         self.forked += 1
-        return WarmProcess(self, [str(a) for a in args], **kwargs)
+        server = self.server(os.environ if kwargs.get("env") is None else kwargs["env"])
+        return WarmProcess(server, [str(a) for a in args], **kwargs)
 
     def stop(self) -> None:
-        if self._process is not None:
-            os.close(self._lifeline)
-            self._process.wait(timeout=30)
-            self._process = None
+        with self._lock:
+            for server in self._servers.values():
+                server.stop()
+            self._servers.clear()
 
 
 LAUNCHER = Launcher()
@@ -178,7 +198,7 @@ class WarmProcess:
     """A forked `vitbench` child, driven as a subprocess.Popen is: pid, poll, wait, communicate,
     send_signal, terminate, kill, returncode, and stdin/stdout/stderr pipes where asked."""
 
-    def __init__(self, launcher: Launcher, args: list[str], *, stdin=None, stdout=None, stderr=None, cwd=None,
+    def __init__(self, server: Server, args: list[str], *, stdin=None, stdout=None, stderr=None, cwd=None,
                  env=None, text=None, universal_newlines=None, encoding=None, errors=None,
                  start_new_session=False) -> None:  # fmt: skip
         self.args = args
@@ -204,7 +224,7 @@ class WarmProcess:
         }
         self._connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self._connection.connect(launcher.socket_path)
+            self._connection.connect(server.socket_path)
             body = json.dumps(request).encode()
             socket.send_fds(self._connection, [_HEADER.pack(len(body)) + body], [child_in, child_out, child_err])
             self.pid = _HEADER.unpack(_receive(self._connection, _HEADER.size))[0]
